@@ -1,0 +1,1 @@
+"""Vigil's four services: api, scheduler, worker and supervisor."""

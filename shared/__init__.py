@@ -1,0 +1,1 @@
+"""Vigil's shared package: messages, states, topology, database access and configuration."""

@@ -1,0 +1,130 @@
+"""The append-only audit of attempts: one row per execution of one stage of a task."""
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from shared.db import Connection
+from shared.errors import StaleState
+from shared.states import FailureClass, Stage
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One row of `attempts`."""
+
+    id: int
+    task_id: str
+    attempt: int
+    run_number: int
+    stage: str
+    host: str | None
+    worker: str | None
+    claim: UUID | None
+    pid: int | None
+    started_at: datetime
+    ended_at: datetime | None
+    outcome: str | None
+    exit_code: int | None
+    signal: int | None
+    failure_class: str | None
+    error_brief: str | None
+    error_detail: str | None
+    log_path: str | None
+
+    @classmethod
+    def from_record(cls, record: Any) -> "Attempt":
+        data = dict(record)
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+async def start(
+    conn: Connection,
+    task_id: str,
+    claim: UUID,
+    stage: Stage,
+    *,
+    host: str,
+    worker: str,
+    log_path: str | None = None,
+) -> Attempt:
+    """Open the next attempt of a task that `claim` holds; raises `StaleState` if it does not."""
+    numbers = await conn.fetchrow(
+        "UPDATE tasks SET attempt = attempt + 1 WHERE id = $1 AND claim = $2"
+        " RETURNING attempt, run_number",
+        task_id,
+        claim,
+    )
+    if numbers is None:
+        raise StaleState(f"task {task_id} is no longer held by claim {claim}")
+    record = await conn.fetchrow(
+        "INSERT INTO attempts (task_id, attempt, run_number, stage, host, worker, claim, log_path)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *",
+        task_id,
+        numbers["attempt"],
+        numbers["run_number"],
+        stage.value,
+        host,
+        worker,
+        claim,
+        log_path,
+    )
+    return Attempt.from_record(record)
+
+
+async def set_pid(conn: Connection, task_id: str, attempt: int, pid: int) -> None:
+    """Record the pid of the attempt's process."""
+    await conn.execute(
+        "UPDATE attempts SET pid = $3 WHERE task_id = $1 AND attempt = $2", task_id, attempt, pid
+    )
+
+
+async def finish(
+    conn: Connection,
+    task_id: str,
+    attempt: int,
+    outcome: str,
+    *,
+    exit_code: int | None = None,
+    signal: int | None = None,
+    failure_class: FailureClass | None = None,
+    error_brief: str | None = None,
+    error_detail: str | None = None,
+) -> None:
+    """Close an attempt with its outcome; an attempt already closed is left as it is."""
+    await conn.execute(
+        "UPDATE attempts SET ended_at = now(), outcome = $3, exit_code = $4, signal = $5,"
+        " failure_class = $6, error_brief = $7, error_detail = $8"
+        " WHERE task_id = $1 AND attempt = $2 AND ended_at IS NULL",
+        task_id,
+        attempt,
+        outcome,
+        exit_code,
+        signal,
+        failure_class.value if failure_class else None,
+        error_brief,
+        error_detail,
+    )
+
+
+async def close_open(
+    conn: Connection, task_id: str, outcome: str, failure_class: FailureClass, brief: str
+) -> None:
+    """Close every open attempt of a task (its worker or process is gone)."""
+    await conn.execute(
+        "UPDATE attempts SET ended_at = now(), outcome = $2, failure_class = $3,"
+        " error_brief = $4 WHERE task_id = $1 AND ended_at IS NULL",
+        task_id,
+        outcome,
+        failure_class.value,
+        brief,
+    )
+
+
+async def list_for_task(conn: Connection, task_id: str) -> list[Attempt]:
+    """Every attempt of a task, oldest first."""
+    records = await conn.fetch(
+        "SELECT * FROM attempts WHERE task_id = $1 ORDER BY attempt", task_id
+    )
+    return [Attempt.from_record(r) for r in records]

@@ -1,0 +1,38 @@
+"""Vigil's exception tree.
+
+VigilError
+├── InvalidMessage      a wire message that cannot be decoded (dead-lettered, never requeued)
+├── InvalidTransition   a state change that is not a row of the transition table
+├── StaleState          a compare-and-set found the row in another state (lost a race)
+├── NotFound            no such job, task or user (or not visible to the caller)
+├── Conflict            the request is valid but the current state does not allow it
+└── SchemaOutOfDate     the schema is older than the code: run `python -m shared.migrate`
+"""
+
+
+class VigilError(Exception):
+    """Base of every error Vigil raises on purpose."""
+
+
+class InvalidMessage(VigilError):
+    """A message body that is not one of `shared.messages`."""
+
+
+class InvalidTransition(VigilError):
+    """A transition that the table in `shared.states` does not allow."""
+
+
+class StaleState(VigilError):
+    """The row was not in an expected state: someone else changed it first."""
+
+
+class NotFound(VigilError):
+    """The object does not exist or the caller may not see it."""
+
+
+class Conflict(VigilError):
+    """The current state does not allow the request."""
+
+
+class SchemaOutOfDate(VigilError):
+    """The database has not been migrated to this code's schema version."""

@@ -1,0 +1,30 @@
+"""Server-made identifiers: short, lowercase, safe in URLs and AMQP routing keys."""
+
+import re
+import secrets
+from typing import Final
+
+_ALPHABET: Final = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lowercase
+_RANDOM_CHARS: Final = 12  # 60 bits: collisions are not a concern at our volumes
+
+#: What any id (and any host id) looks like: it can go into a routing key or a Redis key as is.
+ID_PATTERN: Final = r"^[a-z0-9][a-z0-9-]{0,62}$"
+_ID_RE: Final = re.compile(ID_PATTERN)
+
+
+def new_id(prefix: str) -> str:
+    """A fresh id such as `j-3k9x0q7mzt1a` (prefix `j` for jobs, `t` for tasks)."""
+    return prefix + "-" + "".join(secrets.choice(_ALPHABET) for _ in range(_RANDOM_CHARS))
+
+
+def is_safe_id(value: str) -> bool:
+    """True when `value` may be put in a routing key, a Redis key or a path component."""
+    return bool(_ID_RE.fullmatch(value))
+
+
+def to_safe_id(value: str) -> str:
+    """Fold a free string (a hostname) into a safe id; raises ValueError when nothing is left."""
+    folded = re.sub(r"[^a-z0-9-]+", "-", value.lower()).strip("-")[:63]
+    if not folded:
+        raise ValueError(f"cannot make an id of {value!r}")
+    return folded

@@ -1,0 +1,191 @@
+"""Job rows: creation with their tasks in one transaction, reads, and job state changes."""
+
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any
+
+from shared import outbox
+from shared.db import Connection
+from shared.errors import StaleState
+from shared.ids import new_id
+from shared.messages import JobEvent, JobOutcome, TaskEvent
+from shared.states import TERMINAL, JobState, TaskState, job_sources_for
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A validated submission, ready to be written."""
+
+    name: str
+    type: str
+    command: str
+    inputs: list[Any]
+    outputs: list[str] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+    policy: dict[str, Any] = field(default_factory=dict)
+    prerequisites: dict[str, dict[str, str]] = field(default_factory=dict)
+    inputs_from: str | None = None
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """One row of `jobs`, with its task counts per state."""
+
+    id: str
+    owner_id: str
+    name: str
+    type: str
+    command: str
+    outputs: list[str]
+    params: dict[str, Any]
+    policy: dict[str, Any]
+    prerequisites: dict[str, Any]
+    inputs_from: str | None
+    state: JobState
+    max_in_flight: int
+    release_per_tick: int
+    created_at: datetime
+    finished_at: datetime | None
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_record(cls, record: Any, counts: dict[str, int] | None = None) -> "Job":
+        data = dict(record)
+        data["state"] = JobState(data["state"])
+        data["counts"] = counts or {}
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+async def create(conn: Connection, owner_id: str, job: NewJob) -> tuple[Job, bool]:
+    """Write the job and one `new` task per input, with their events; returns (job, created).
+
+    With an idempotency key already used by this owner, returns the existing job and False.
+    """
+    async with conn.transaction():
+        job_id = new_id("j")
+        record = await conn.fetchrow(
+            "INSERT INTO jobs (id, owner_id, name, type, command, outputs, params, policy,"
+            " prerequisites, inputs_from, idempotency_key)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+            " ON CONFLICT (owner_id, idempotency_key) DO NOTHING RETURNING *",
+            job_id,
+            owner_id,
+            job.name,
+            job.type,
+            job.command,
+            job.outputs,
+            job.params,
+            job.policy,
+            job.prerequisites,
+            job.inputs_from,
+            job.idempotency_key,
+        )
+        if record is None:
+            existing = await conn.fetchrow(
+                "SELECT * FROM jobs WHERE owner_id = $1 AND idempotency_key = $2",
+                owner_id,
+                job.idempotency_key,
+            )
+            assert existing is not None  # the conflict that hid our insert is that row
+            return Job.from_record(existing, await counts(conn, existing["id"])), False
+        await add_tasks(conn, job_id, job.inputs, start_index=0)
+        return Job.from_record(record, await counts(conn, job_id)), True
+
+
+async def add_tasks(
+    conn: Connection, job_id: str, inputs: list[Any], start_index: int
+) -> list[str]:
+    """Insert one `new` task per input with its `task.new` event; returns the task ids."""
+    ids = [new_id("t") for _ in inputs]
+    await conn.executemany(
+        "INSERT INTO tasks (id, job_id, index, input) VALUES ($1, $2, $3, $4)",
+        [(tid, job_id, start_index + i, inputs[i]) for i, tid in enumerate(ids)],
+    )
+    for tid in ids:
+        await outbox.add_task_event(
+            conn, TaskEvent(job_id=job_id, task_id=tid, state=TaskState.NEW)
+        )
+    return ids
+
+
+async def get(conn: Connection, job_id: str) -> Job | None:
+    """The job with its counts, or None."""
+    record = await conn.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
+    return Job.from_record(record, await counts(conn, job_id)) if record else None
+
+
+async def counts(conn: Connection, job_id: str) -> dict[str, int]:
+    """Number of tasks of `job_id` per state (states with none are left out)."""
+    rows = await conn.fetch(
+        "SELECT state, count(*) AS n FROM tasks WHERE job_id = $1 GROUP BY state", job_id
+    )
+    return {str(r["state"]): int(r["n"]) for r in rows}
+
+
+async def list_jobs(
+    conn: Connection,
+    *,
+    owner_id: str | None,
+    state: JobState | None,
+    name: str | None,
+    limit: int,
+    before: tuple[datetime, str] | None,
+) -> list[Job]:
+    """Jobs newest first, keyset-paginated by (created_at, id) strictly before `before`.
+
+    `owner_id=None` lists everyone's (operators). Counts are not filled in here.
+    """
+    args: list[Any] = [owner_id, state.value if state else None, name, limit]
+    cursor_sql = ""
+    if before is not None:
+        args += [before[0], before[1]]
+        cursor_sql = " AND (created_at, id) < ($5, $6)"
+    records = await conn.fetch(
+        "SELECT * FROM jobs WHERE ($1::text IS NULL OR owner_id = $1)"
+        " AND ($2::job_state IS NULL OR state = $2) AND ($3::text IS NULL OR name = $3)"
+        f"{cursor_sql} ORDER BY created_at DESC, id DESC LIMIT $4",
+        *args,
+    )
+    return [Job.from_record(r) for r in records]
+
+
+async def transition(
+    conn: Connection, job_id: str, dst: JobState, event: JobEvent | None = None
+) -> Job:
+    """Compare-and-set the job's state (finished_at follows), with `event` in the outbox."""
+    async with conn.transaction():
+        record = await conn.fetchrow(
+            "UPDATE jobs SET state = $3, finished_at ="
+            " CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END"
+            " WHERE id = $1 AND state = ANY($2::job_state[]) RETURNING *",
+            job_id,
+            [s.value for s in job_sources_for(dst)],
+            dst.value,
+        )
+        if record is None:
+            raise StaleState(f"job {job_id} cannot go to {dst} from its current state")
+        if event is not None:
+            await outbox.add_job_event(conn, event)
+    return Job.from_record(record)
+
+
+async def finished_candidates(conn: Connection, limit: int) -> list[tuple[str, dict[str, int]]]:
+    """Active jobs whose tasks are all terminal, with their counts per state."""
+    rows = await conn.fetch(
+        "SELECT j.id, jsonb_object_agg(c.state, c.n) AS counts FROM jobs j"
+        " JOIN LATERAL (SELECT state::text AS state, count(*) AS n FROM tasks t"
+        "   WHERE t.job_id = j.id GROUP BY state) c ON true"
+        " WHERE j.state = 'active' AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id"
+        "   AND t.state <> ALL($2::task_state[]))"
+        " GROUP BY j.id LIMIT $1",
+        limit,
+        sorted(s.value for s in TERMINAL),
+    )
+    return [(r["id"], {k: int(v) for k, v in r["counts"].items()}) for r in rows]
+
+
+def outcome_event(job_id: str, state: JobState) -> JobEvent:
+    """The `job.succeeded` / `job.failed` event for a job that reached `state`."""
+    outcome = JobOutcome.SUCCEEDED if state is JobState.COMPLETED else JobOutcome.FAILED
+    return JobEvent(job_id=job_id, outcome=outcome, brief=f"job {state.value}")

@@ -1,0 +1,70 @@
+"""Persisted output lines of commands."""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from shared.db import Connection
+from shared.messages import LogRecord
+
+
+@dataclass(frozen=True)
+class StoredLog:
+    """One persisted line, with its sequence number in the job's log."""
+
+    seq: int
+    ts: datetime
+    task_id: str
+    run_number: int
+    attempt: int
+    severity: str
+    stream: str
+    line: str
+
+
+async def insert(conn: Connection, records: list[LogRecord]) -> None:
+    """Persist lines in the order given; a line already stored (redelivery) is skipped."""
+    await conn.executemany(
+        "INSERT INTO logs (job_id, task_id, run_number, attempt, line_no, ts, severity, stream,"
+        " line) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        " ON CONFLICT (task_id, attempt, line_no) DO NOTHING",
+        [
+            (
+                r.job_id,
+                r.task_id,
+                r.run_number,
+                r.attempt,
+                r.line_no,
+                r.ts,
+                r.severity.value,
+                r.stream,
+                r.line,
+            )
+            for r in records
+        ],
+    )
+
+
+async def for_job(
+    conn: Connection,
+    job_id: str,
+    *,
+    task_id: str | None = None,
+    run_number: int | None = None,
+    severity: str | None = None,
+    after: int = 0,
+    limit: int = 1000,
+) -> list[StoredLog]:
+    """The job's lines in order, filtered, with `seq` greater than `after`."""
+    records = await conn.fetch(
+        "SELECT seq, ts, task_id, run_number, attempt, severity, stream, line FROM logs"
+        " WHERE job_id = $1 AND seq > $2 AND ($3::text IS NULL OR task_id = $3)"
+        " AND ($4::int IS NULL OR run_number = $4) AND ($5::text IS NULL OR severity = $5)"
+        " ORDER BY seq LIMIT $6",
+        job_id,
+        after,
+        task_id,
+        run_number,
+        severity,
+        limit,
+    )
+    return [StoredLog(**dict(r)) for r in records]

@@ -1,0 +1,137 @@
+"""Every message on the wire: immutable pydantic models discriminated by `type`.
+
+Work messages (`RunStage`, `WatchProcess`) go through the work exchange; events (`TaskEvent`,
+`JobEvent`, `LogRecord`) go through the events exchange under `task.<state>.<job>`,
+`job.<outcome>.<job>` and `log.<severity>.<job>`. Messages carry ids, never whole rows.
+Consumers are tolerant readers (`extra="ignore"`); `decode()` raises one `InvalidMessage`.
+"""
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+from uuid import UUID, uuid4
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from shared.errors import InvalidMessage
+from shared.states import FailureClass, Stage, TaskState
+
+
+def now_utc() -> datetime:
+    """The current time, timezone-aware."""
+    return datetime.now(UTC)
+
+
+class Severity(StrEnum):
+    """Severity of a log record; the order of the members is the order of gravity."""
+
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+    CRITICAL = "critical"
+    FATAL = "fatal"
+
+
+class JobOutcome(StrEnum):
+    """The `<outcome>` word of `job.<outcome>.<job id>` events."""
+
+    SUCCEEDED = "succeeded"  # every task completed
+    FAILED = "failed"  # the job ended with at least one failed task, or a task failed
+    CRASHED = "crashed"  # a process died of a signal or lost its worker
+    HUNG = "hung"  # a process showed no sign of life for hang_timeout
+    CANCELLED = "cancelled"  # a user cancelled the job
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    message_id: UUID = Field(default_factory=uuid4)
+    sent_at: AwareDatetime = Field(default_factory=now_utc)
+
+
+class RunStage(_Message):
+    """Ask a worker to take `task_id` from its current state onward, fenced by `claim`."""
+
+    type: Literal["run_stage"] = "run_stage"
+    job_id: str
+    task_id: str
+    stage: Stage
+    claim: UUID
+
+
+class WatchProcess(_Message):
+    """Hand a started process to the host's supervisor: identified by pid and create time."""
+
+    type: Literal["watch_process"] = "watch_process"
+    job_id: str
+    task_id: str
+    claim: UUID
+    pid: int
+    create_time: float
+
+
+class TaskEvent(_Message):
+    """A task changed state (`task.<state>.<job id>`)."""
+
+    type: Literal["task_event"] = "task_event"
+    job_id: str
+    task_id: str
+    state: TaskState
+    previous: TaskState | None = None
+    run_number: int = 1
+    host: str | None = None
+    failure_class: FailureClass | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    error_brief: str | None = None
+
+
+class JobEvent(_Message):
+    """A job-level outcome (`job.<outcome>.<job id>`): finished, or one of its tasks crashed."""
+
+    type: Literal["job_event"] = "job_event"
+    job_id: str
+    outcome: JobOutcome
+    task_id: str | None = None
+    brief: str | None = None
+
+
+class LogRecord(_Message):
+    """One output line of a task's command (`log.<severity>.<job id>`)."""
+
+    type: Literal["log"] = "log"
+    job_id: str
+    task_id: str
+    run_number: int
+    attempt: int
+    line_no: int  # order of the line within its attempt, both streams together
+    severity: Severity
+    stream: Literal["stdout", "stderr"]
+    line: str
+    ts: AwareDatetime = Field(default_factory=now_utc)
+    progress: int | None = None
+
+
+Message = Annotated[
+    RunStage | WatchProcess | TaskEvent | JobEvent | LogRecord, Field(discriminator="type")
+]
+_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
+
+
+def encode(message: _Message) -> bytes:
+    """The JSON bytes of `message`."""
+    return message.model_dump_json().encode()
+
+
+def decode(body: bytes | str) -> Message:
+    """Parse a message body; raises `InvalidMessage` for anything that is not one of ours."""
+    try:
+        return _ADAPTER.validate_json(body)
+    except ValidationError as exc:
+        raise InvalidMessage(str(exc)) from exc
+
+
+def to_jsonable(message: _Message) -> dict[str, Any]:
+    """`message` as a JSON-ready dict (for the outbox's jsonb column)."""
+    return message.model_dump(mode="json")

@@ -1,0 +1,34 @@
+"""A job's failure policy (design §5), as submitted and stored in `jobs.policy`."""
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.messages import Severity
+
+
+class Backoff(BaseModel):
+    """Exponential backoff with jitter, capped: delay = min(max_s, initial_s * factor**n)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    initial_s: float = Field(default=1.0, gt=0, le=3600)
+    factor: float = Field(default=2.0, ge=1, le=10)
+    max_s: float = Field(default=300.0, gt=0, le=86400)
+
+
+class Policy(BaseModel):
+    """What to do when a task of the job fails; every field has the default of design §5."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    restartable: bool = False
+    max_infra_retries: int = Field(default=3, ge=0, le=100)
+    max_app_retries: int = Field(default=0, ge=0, le=100)
+    retry_exit_codes: list[int] = Field(default_factory=list, max_length=64)
+    retry_signals: list[int] = Field(default_factory=list, max_length=64)
+    backoff: Backoff = Field(default_factory=Backoff)
+    hang_timeout: float | None = Field(default=None, gt=0, le=30 * 86400)
+    walltime: float | None = Field(default=None, gt=0, le=365 * 86400)
+    fail_on_log: list[Severity] = Field(
+        default_factory=lambda: [Severity.ERROR, Severity.CRITICAL, Severity.FATAL]
+    )
+    fail_fast: bool = False

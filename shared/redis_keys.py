@@ -1,0 +1,37 @@
+"""Every Redis key Vigil uses, prefixed by the namespace. Redis holds only ephemeral state."""
+
+from dataclasses import dataclass
+from typing import Final
+
+from shared.ids import is_safe_id
+
+#: A worker's registration expires this long after its last heartbeat.
+WORKER_TTL_S: Final = 10
+#: Progress and live state of a job are dropped this long after the last write.
+JOB_TTL_S: Final = 7 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class RedisKeys:
+    """Key builder for one installation."""
+
+    namespace: str = ""
+
+    def _key(self, *parts: str) -> str:
+        for part in parts:
+            if not is_safe_id(part):
+                raise ValueError(f"unsafe key part {part!r}")
+        prefix = (self.namespace + ":") if self.namespace else ""
+        return prefix + "vigil:" + ":".join(parts)
+
+    def worker(self, host_id: str) -> str:
+        """Hash of the worker process on `host_id`: pid, create_time, instance, slots."""
+        return self._key("host", host_id, "worker")
+
+    def job_progress(self, job_id: str) -> str:
+        """Hash of task id -> last reported progress (0-100) for `job_id`."""
+        return self._key("job", job_id, "progress")
+
+    def job_pattern(self, job_id: str) -> str:
+        """Pattern matching every key of `job_id` (for the purge at the end of a job)."""
+        return self._key("job", job_id) + ":*"
