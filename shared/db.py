@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from shared.errors import SchemaOutOfDate
 from shared.migrate import latest_version
@@ -15,10 +16,11 @@ from shared.migrate import latest_version
 logger = logging.getLogger(__name__)
 
 Pool = asyncpg.Pool[asyncpg.Record]
-Connection = asyncpg.Connection[asyncpg.Record]
+#: A connection, direct or borrowed from a pool: repositories take either.
+Connection = asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]
 
 
-async def _init_connection(conn: Connection) -> None:
+async def _init_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
     for name in ("json", "jsonb"):
         await conn.set_type_codec(name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 

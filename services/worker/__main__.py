@@ -1,0 +1,17 @@
+"""`python -m services.worker`."""
+
+import asyncio
+
+from services.worker.main import main
+from services.worker.settings import WorkerSettings
+from shared.logs import configure_logging
+
+
+def run() -> None:
+    settings = WorkerSettings()
+    configure_logging("worker", settings.log_level)
+    asyncio.run(main(settings))
+
+
+if __name__ == "__main__":
+    run()

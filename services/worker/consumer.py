@@ -1,0 +1,92 @@
+"""Taking work messages from the pool and host queues, at most `slots` tasks at once.
+
+A message is acked once its task is durably this worker's (see `StageRunner.take`); the
+task then runs in a tracked asyncio task. Messages waiting for a slot stay unacked, so the
+broker hands them to someone else if this worker dies.
+"""
+
+import asyncio
+import logging
+
+from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
+
+from services.worker.stages import StageRunner
+from shared.amqp import Broker, settle
+from shared.errors import InvalidMessage
+from shared.messages import RunStage, decode
+from shared.topology import declare_all_work_queues
+
+logger = logging.getLogger(__name__)
+
+
+class Consumer:
+    """Consumes both queues of this host into a bounded set of running tasks."""
+
+    def __init__(self, runner: StageRunner, slots: int) -> None:
+        self._runner = runner
+        self._slots = asyncio.Semaphore(slots)
+        self._prefetch = slots
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._consuming: list[tuple[AbstractQueue, str]] = []
+
+    async def start(self, broker: Broker, host_id: str, pool_name: str) -> None:
+        """Declare this host's queues and start consuming the pool and host queues."""
+        channel = await broker.channel_for_consuming(self._prefetch)
+        pool_q, host_q, _ = await declare_all_work_queues(
+            channel, broker.topology, host_id, pool_name
+        )
+        for queue in (host_q, pool_q):
+            self._consuming.append((queue, await queue.consume(self._on_message)))
+        logger.info("consuming %s", ", ".join(q.name for q, _ in self._consuming))
+
+    async def _on_message(self, incoming: AbstractIncomingMessage) -> None:
+        task = asyncio.create_task(self._handle(incoming), name=f"work-{incoming.delivery_tag}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, incoming: AbstractIncomingMessage) -> None:
+        acked = False
+        try:
+            async with self._slots:
+                message = decode(incoming.body)
+                if not isinstance(message, RunStage):
+                    raise InvalidMessage(f"a worker cannot handle {message.type}")
+                held = await self._runner.take(message)
+                await settle(incoming, ack=True)
+                acked = True
+                if held is not None:
+                    await self._runner.drive(held)
+        except InvalidMessage as exc:
+            logger.error("dead-lettering a bad work message: %s", exc)
+            await settle(incoming, ack=False, requeue=False)
+        except asyncio.CancelledError:
+            if not acked:
+                await settle(incoming, ack=False, requeue=True)
+            raise
+        except Exception:
+            logger.exception("work message failed")
+            if not acked:  # back to the queue; the delivery limit stops a poison message
+                await settle(incoming, ack=False, requeue=True)
+
+    async def stop_intake(self) -> None:
+        """Stop receiving new messages (those in hand go on)."""
+        for queue, tag in self._consuming:
+            try:
+                await queue.cancel(tag)
+            except Exception as exc:  # a dead channel has no consumer left to cancel
+                logger.warning("could not cancel consumer on %s: %s", queue.name, exc)
+        self._consuming.clear()
+
+    async def drain(self, timeout_s: float) -> int:
+        """Wait up to `timeout_s` for running tasks, then cancel the rest; returns how many."""
+        if not self._tasks:
+            return 0
+        _done, pending = await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        return len(pending)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)

@@ -1,0 +1,125 @@
+"""Ships a command's output lines: to per-run files, to PostgreSQL, and to the exchange.
+
+Lines are numbered in the order they are read (both streams together), persisted in batches
+(so a task's terminal state implies its lines are stored) and published as
+`log.<severity>.<job id>` for live followers and the supervisor.
+"""
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import IO, Literal
+
+from redis.asyncio import Redis
+
+from shared import logs_repo, tasks_repo
+from shared.amqp import Broker
+from shared.db import Pool
+from shared.log_lines import parse_line
+from shared.messages import LogRecord
+from shared.redis_keys import JOB_TTL_S, RedisKeys
+from shared.topology import event_key
+
+logger = logging.getLogger(__name__)
+
+Stream = Literal["stdout", "stderr"]
+
+
+class LogShipper:
+    """Collects the lines of one attempt and flushes them; `close()` flushes the rest."""
+
+    def __init__(
+        self,
+        *,
+        pool: Pool,
+        broker: Broker,
+        redis: Redis,
+        keys: RedisKeys,
+        job_id: str,
+        task_id: str,
+        run_number: int,
+        attempt: int,
+        files: dict[Stream, Path],
+    ) -> None:
+        self._pool, self._broker, self._redis, self._keys = pool, broker, redis, keys
+        self._job_id, self._task_id = job_id, task_id
+        self._run_number, self._attempt = run_number, attempt
+        self._files: dict[Stream, IO[str]] = {
+            stream: path.open("a", encoding="utf-8") for stream, path in files.items()
+        }
+        self._pending: list[LogRecord] = []
+        self._line_no = 0
+        self._progress: int | None = None
+        self.last_output = asyncio.get_running_loop().time()
+
+    def add(self, stream: Stream, raw: str) -> None:
+        """Take one line (without waiting): number it, write it to its run file, queue it."""
+        parsed = parse_line(raw, stream)
+        self._line_no += 1
+        self._files[stream].write(parsed.line + "\n")
+        self._pending.append(
+            LogRecord(
+                job_id=self._job_id,
+                task_id=self._task_id,
+                run_number=self._run_number,
+                attempt=self._attempt,
+                line_no=self._line_no,
+                severity=parsed.severity,
+                stream=stream,
+                line=parsed.line,
+                progress=parsed.progress,
+            )
+        )
+        if parsed.progress is not None:
+            self._progress = parsed.progress
+        self.last_output = asyncio.get_running_loop().time()
+
+    async def flush(self) -> None:
+        """Persist and publish what is pending. A database error keeps the lines for later."""
+        for handle in self._files.values():
+            handle.flush()
+        batch, self._pending = self._pending, []
+        progress, self._progress = self._progress, None
+        if not batch:
+            return
+        try:
+            async with self._pool.acquire() as conn:
+                await logs_repo.insert(conn, batch)
+                if progress is not None:
+                    await tasks_repo.set_progress(conn, self._task_id, progress)
+        except (OSError, ConnectionError) as exc:
+            logger.warning("could not persist %d log lines, will retry: %s", len(batch), exc)
+            self._pending = batch + self._pending
+            return
+        if progress is not None:
+            await self._record_progress(progress)
+        await self._publish(batch)
+
+    async def _record_progress(self, progress: int) -> None:
+        key = self._keys.job_progress(self._job_id)
+        try:
+            await self._redis.hset(key, self._task_id, progress)
+            await self._redis.expire(key, JOB_TTL_S)
+        except (OSError, ConnectionError) as exc:
+            logger.warning("could not record progress in Redis: %s", exc)
+
+    async def _publish(self, batch: list[LogRecord]) -> None:
+        publishes = [
+            self._broker.publish_event(event_key("log", r.severity.value, r.job_id), r)
+            for r in batch
+        ]
+        results = await asyncio.gather(*publishes, return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            # The lines are persisted; only live followers miss them. Never fail the task for it.
+            logger.warning(
+                "could not publish %d of %d log lines: %s", len(failed), len(batch), failed[0]
+            )
+
+    async def close(self) -> None:
+        """Flush everything and close the run files."""
+        await self.flush()
+        if self._pending:  # one more try for lines kept back by a database error
+            await self.flush()
+        for handle in self._files.values():
+            handle.close()

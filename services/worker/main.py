@@ -1,0 +1,51 @@
+"""The worker service: register, consume work, heartbeat; drain on SIGTERM."""
+
+import asyncio
+import logging
+import os
+import secrets
+from contextlib import AsyncExitStack
+
+from services.worker.consumer import Consumer
+from services.worker.registration import Presence, heartbeat, register, unregister
+from services.worker.settings import WorkerSettings
+from services.worker.stages import StageRunner
+from shared.amqp import open_broker
+from shared.db import check_schema, open_pool
+from shared.lifecycle import stop_on_signals
+from shared.redis_client import open_redis
+from shared.redis_keys import RedisKeys
+from shared.task_types import load_task_types
+from shared.topology import Topology
+
+logger = logging.getLogger(__name__)
+
+
+async def main(settings: WorkerSettings) -> None:
+    """Run until SIGTERM, then stop intake, drain up to the graceful timeout, and close."""
+    instance = f"{settings.host_id}-{os.getpid()}-{secrets.token_hex(3)}"
+    presence = Presence(settings.host_id, instance, settings.worker_slots)
+    keys = RedisKeys(settings.namespace)
+    async with stop_on_signals() as stop, AsyncExitStack() as stack:
+        pool = await stack.enter_async_context(open_pool(settings.database_url, max_size=20))
+        await check_schema(pool)
+        broker = await stack.enter_async_context(
+            open_broker(settings.amqp_url, Topology(settings.namespace), f"worker-{instance}")
+        )
+        redis = await stack.enter_async_context(open_redis(settings.redis_url))
+        runner = StageRunner(settings, pool, broker, redis, keys, load_task_types(), instance)
+        await register(pool, redis, keys, presence)
+        consumer = Consumer(runner, settings.worker_slots)
+        await consumer.start(broker, settings.host_id, settings.worker_pool)
+        logger.info("worker %s up with %d slots", instance, settings.worker_slots)
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(
+                heartbeat(pool, redis, keys, presence, settings.heartbeat_s, stop), name="heartbeat"
+            )
+            await stop.wait()
+            await consumer.stop_intake()
+            logger.info("intake stopped; %d task(s) in flight", consumer.in_flight)
+            cancelled = await consumer.drain(settings.graceful_timeout_s)
+            logger.info("drained; %d task(s) cancelled and failed as lost", cancelled)
+        await unregister(pool, redis, keys, presence)
+    logger.info("worker %s stopped", instance)

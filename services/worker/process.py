@@ -1,0 +1,82 @@
+"""Running a command: bash in its own session, output read line by line, exit awaited."""
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+from shared.processes import create_time, kill_group
+
+_CHUNK: Final = 65536
+#: Variables of the worker that a command must not see (credentials, service wiring).
+_HIDDEN_PREFIX: Final = "VIGIL_"
+
+LineSink = Callable[[Literal["stdout", "stderr"], str], None]
+
+
+@dataclass
+class Running:
+    """A started command: its process and identity."""
+
+    process: asyncio.subprocess.Process
+    pid: int
+    create_time: float
+
+
+async def spawn(script: str, workdir: Path, env: dict[str, str]) -> Running:
+    """Start `bash -c script` in `workdir`, leading its own session and process group.
+
+    The script is one argument to bash: user text is never interpolated into another shell line.
+    """
+    base = {k: v for k, v in os.environ.items() if not k.startswith(_HIDDEN_PREFIX)}
+    process = await asyncio.create_subprocess_exec(
+        "bash",
+        "-c",
+        script,
+        cwd=workdir,
+        env={**base, **env},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    created = create_time(process.pid) or 0.0
+    return Running(process, process.pid, created)
+
+
+async def _pump(
+    stream: asyncio.StreamReader, name: Literal["stdout", "stderr"], sink: LineSink
+) -> None:
+    partial = b""
+    while chunk := await stream.read(_CHUNK):
+        partial += chunk
+        *lines, partial = partial.split(b"\n")
+        for line in lines:
+            sink(name, line.decode("utf-8", errors="replace"))
+    if partial:
+        sink(name, partial.decode("utf-8", errors="replace"))
+
+
+async def wait(running: Running, sink: LineSink) -> int:
+    """Feed every output line to `sink` and return the exit status (negative: killed by signal).
+
+    When the command's main process ends, whatever it left behind in its process group is
+    killed, so that a stray background child cannot keep the pipes (and the task) open.
+    """
+    proc = running.process
+    assert proc.stdout is not None and proc.stderr is not None
+    pumps = asyncio.gather(_pump(proc.stdout, "stdout", sink), _pump(proc.stderr, "stderr", sink))
+    try:
+        returncode = await proc.wait()
+        kill_group(running.pid)
+        await pumps
+    except asyncio.CancelledError:
+        kill_group(running.pid)
+        pumps.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pumps
+        raise
+    return returncode

@@ -1,0 +1,88 @@
+"""The worker's presence: a Redis hash the supervisor watches, and a heartbeat in `hosts`.
+
+The Redis hash names the worker process (pid, create time, instance id) so that the host's
+supervisor can watch it by pidfd; `hosts.heartbeat_at` lets the scheduler notice a dead host.
+"""
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, cast
+
+from redis.asyncio import Redis
+
+from shared.db import Pool
+from shared.lifecycle import wait_or_stop
+from shared.processes import create_time
+from shared.redis_keys import WORKER_TTL_S, RedisKeys
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Presence:
+    """Who this worker is, as the supervisor and the scheduler see it."""
+
+    host_id: str
+    instance: str
+    slots: int
+
+    def fields(self) -> dict[str, str]:
+        pid = os.getpid()
+        return {
+            "pid": str(pid),
+            "create_time": repr(create_time(pid) or 0.0),
+            "instance": self.instance,
+            "slots": str(self.slots),
+            "started_at": repr(time.time()),
+        }
+
+
+async def register(pool: Pool, redis: Redis, keys: RedisKeys, presence: Presence) -> None:
+    """Announce this worker (idempotent): Redis hash with a TTL, and the `hosts` row."""
+    key = keys.worker(presence.host_id)
+    await redis.hset(key, mapping=cast(Any, presence.fields()))  # redis-py's Mapping is invariant
+    await redis.expire(key, WORKER_TTL_S)
+    await pool.execute(
+        "INSERT INTO hosts (id, slots, worker, started_at, heartbeat_at)"
+        " VALUES ($1, $2, $3, now(), now()) ON CONFLICT (id) DO UPDATE SET slots = $2,"
+        " worker = $3, started_at = now(), heartbeat_at = now()",
+        presence.host_id,
+        presence.slots,
+        presence.instance,
+    )
+
+
+async def heartbeat(
+    pool: Pool,
+    redis: Redis,
+    keys: RedisKeys,
+    presence: Presence,
+    every_s: float,
+    stop: asyncio.Event,
+) -> None:
+    """Refresh the presence every `every_s` seconds until `stop`; errors are logged, not fatal."""
+    while not await wait_or_stop(stop, every_s):
+        try:
+            await redis.expire(keys.worker(presence.host_id), WORKER_TTL_S)
+            await pool.execute(
+                "UPDATE hosts SET heartbeat_at = now() WHERE id = $1 AND worker = $2",
+                presence.host_id,
+                presence.instance,
+            )
+        except (OSError, ConnectionError) as exc:
+            logger.warning("heartbeat failed: %s", exc)
+
+
+async def unregister(pool: Pool, redis: Redis, keys: RedisKeys, presence: Presence) -> None:
+    """Withdraw this worker after a graceful stop (only if it is still the registered one)."""
+    key = keys.worker(presence.host_id)
+    if await redis.hget(key, "instance") == presence.instance:
+        await redis.delete(key)
+    await pool.execute(
+        "UPDATE hosts SET worker = NULL WHERE id = $1 AND worker = $2",
+        presence.host_id,
+        presence.instance,
+    )

@@ -1,0 +1,15 @@
+"""Worker settings (`VIGIL_*` environment variables)."""
+
+from pydantic import Field
+
+from shared.config import HostSettings
+from shared.topology import DEFAULT_POOL
+
+
+class WorkerSettings(HostSettings):
+    """`VIGIL_WORKER_SLOTS` tasks at once on this host, taken from `VIGIL_WORKER_POOL`."""
+
+    worker_slots: int = Field(default=4, ge=1, le=1024)
+    worker_pool: str = DEFAULT_POOL
+    #: Log lines are persisted and published in batches this often (seconds).
+    log_flush_s: float = Field(default=0.1, gt=0, le=5)

@@ -1,0 +1,373 @@
+"""Driving one task through its stages on this host, fenced by its claim.
+
+`take()` makes the claim this worker's (the first compare-and-set; after it the work message can
+be acked: a worker that dies from here on is detected by the supervisor). `drive()` then runs
+setup → cluster → post-processing as far as the task can go without waiting. Every step is a
+compare-and-set guarded by the claim: if anyone else moved the task (cancelled, declared lost),
+the step fails with `StaleState` and the worker lets go, killing what it started.
+"""
+
+import asyncio
+import logging
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+from uuid import UUID
+
+from redis.asyncio import Redis
+
+from services.worker import process
+from services.worker.log_shipper import LogShipper
+from services.worker.settings import WorkerSettings
+from shared import attempts_repo, jobs_repo, tasks_repo
+from shared.amqp import Broker
+from shared.db import Pool
+from shared.errors import StaleState
+from shared.messages import RunStage, WatchProcess
+from shared.outcomes import Outcome, command_outcome, hook_failed, lost_outcome
+from shared.processes import kill_group
+from shared.redis_keys import RedisKeys
+from shared.states import FailureClass, Stage, TaskState
+from shared.status_file import read_status
+from shared.task_types import TaskContext, TaskType
+from shared.topology import supervise_key
+
+logger = logging.getLogger(__name__)
+S = TaskState
+T = TypeVar("T")
+
+#: The state a work message expects to find the task in, per stage.
+_ENTRY_STATE = {
+    Stage.SETUP: S.NEW,
+    Stage.CLUSTER: S.QUEUED,
+    Stage.POST_PROCESSING: S.DATA_READY,
+}
+
+
+@dataclass
+class Held:
+    """A task this worker holds: the row as it was taken, its job, and the claim."""
+
+    task: tasks_repo.Task
+    job: jobs_repo.Job
+    claim: UUID
+    state: TaskState
+
+
+@dataclass
+class StageRunner:
+    """Runs stages for the tasks of one worker instance."""
+
+    settings: WorkerSettings
+    pool: Pool
+    broker: Broker
+    redis: Redis
+    keys: RedisKeys
+    task_types: dict[str, TaskType]
+    instance: str
+
+    async def take(self, message: RunStage) -> Held | None:
+        """Make the message's claim this worker's; None when the message is stale (a no-op)."""
+        entry = _ENTRY_STATE.get(message.stage)
+        if entry is None:
+            logger.error("stage %s cannot be run yet; dropping", message.stage)
+            return None
+        async with self.pool.acquire() as conn, conn.transaction():
+            task = await tasks_repo.get(conn, message.task_id)
+            job = await jobs_repo.get(conn, message.job_id)
+            if task is None or job is None or task.claim != message.claim:
+                return None
+            workdir = str(self._workdir(task.job_id, task.id))
+            try:
+                if entry is S.NEW:
+                    task = await tasks_repo.transition(
+                        conn,
+                        task.id,
+                        S.SETTING_UP,
+                        among=frozenset({S.NEW}),
+                        claim=message.claim,
+                        changes={
+                            "worker": self.instance,
+                            "host": self.settings.host_id,
+                            "workdir": workdir,
+                        },
+                    )
+                elif not await self._adopt(conn, task, entry, message.claim):
+                    return None
+            except StaleState:
+                return None
+        return Held(task, job, message.claim, task.state if entry is S.NEW else entry)
+
+    async def _adopt(self, conn: Any, task: tasks_repo.Task, state: TaskState, claim: UUID) -> bool:
+        status = await conn.execute(
+            "UPDATE tasks SET worker = $4, updated_at = now() WHERE id = $1 AND state = $2"
+            " AND claim = $3 AND worker IS NULL",
+            task.id,
+            state.value,
+            claim,
+            self.instance,
+        )
+        return bool(status == "UPDATE 1")
+
+    def _workdir(self, job_id: str, task_id: str) -> Path:
+        return Path(self.settings.work_root) / job_id / task_id
+
+    async def drive(self, held: Held) -> None:
+        """Run the task from where it was taken as far as it can go. Never raises StaleState."""
+        try:
+            if held.state is S.SETTING_UP and not await self._setup(held):
+                return
+            if held.state in (S.SETTING_UP, S.QUEUED) and not await self._cluster(held):
+                return
+            if await self._waits_before_post_processing(held):
+                await self._release(held, S.DATA_READY)
+                return
+            await self._post_process(held)
+        except StaleState as exc:
+            logger.info("task %s moved on without us: %s", held.task.id, exc)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._abandon(held, "the worker stopped while running it"))
+            raise
+
+    # -- setup -------------------------------------------------------------------------------
+
+    async def _setup(self, held: Held) -> bool:
+        attempt = await self._start_attempt(held, Stage.SETUP)
+        ctx = self._context(held, attempt)
+        _, failure = await self._run_hook(
+            "setup", S.FAILED_TO_SETUP, lambda: self._type(held).setup(ctx)
+        )
+        if failure is not None:
+            await self._finish(held, S.SETTING_UP, attempt, failure)
+            return False
+        await self._finish(held, S.SETTING_UP, attempt, Outcome(S.QUEUED), keep_claim=True)
+        return True
+
+    # -- cluster -----------------------------------------------------------------------------
+
+    async def _cluster(self, held: Held) -> bool:
+        attempt = await self._start_attempt(held, Stage.CLUSTER)
+        ctx = self._context(held, attempt)
+        ctx.safe_mkdir(".vigil")
+        script, failure = await self._run_hook(
+            "cluster_commands", S.FAILED_ON_CLUSTER, lambda: self._type(held).cluster_commands(ctx)
+        )
+        if failure is not None or not isinstance(script, str):
+            await self._finish(
+                held,
+                S.QUEUED,
+                attempt,
+                failure or hook_failed(S.FAILED_ON_CLUSTER, "cluster_commands", None, None),
+            )
+            return False
+        running = await process.spawn(script, ctx.workdir, ctx.environment())
+        try:
+            await self._mark_on_cpu(held, attempt, running)
+        except StaleState:
+            kill_group(running.pid)
+            await running.process.wait()
+            raise
+        returncode = await self._watch_output(held, attempt, ctx, running)
+        outcome = command_outcome(returncode, read_status(ctx.status_file))
+        await self._finish(held, S.ON_CPU, attempt, outcome, keep_claim=True)
+        return outcome.state is S.DATA_READY
+
+    async def _mark_on_cpu(self, held: Held, attempt: int, running: process.Running) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await tasks_repo.transition(
+                conn,
+                held.task.id,
+                S.ON_CPU,
+                among=frozenset({S.QUEUED}),
+                claim=held.claim,
+                changes={"pid": running.pid, "pid_create_time": running.create_time},
+            )
+            await attempts_repo.set_pid(conn, held.task.id, attempt, running.pid)
+        watch = WatchProcess(
+            job_id=held.task.job_id,
+            task_id=held.task.id,
+            claim=held.claim,
+            pid=running.pid,
+            create_time=running.create_time,
+        )
+        try:
+            await self.broker.publish_work(supervise_key(self.settings.host_id), watch)
+        except Exception as exc:  # the supervisor's periodic reconcile finds the process anyway
+            logger.warning("could not hand task %s to the supervisor: %s", held.task.id, exc)
+
+    async def _watch_output(
+        self, held: Held, attempt: int, ctx: TaskContext, running: process.Running
+    ) -> int:
+        shipper = LogShipper(
+            pool=self.pool,
+            broker=self.broker,
+            redis=self.redis,
+            keys=self.keys,
+            job_id=held.task.job_id,
+            task_id=held.task.id,
+            run_number=ctx.run_number,
+            attempt=attempt,
+            files={"stdout": ctx.run_file("stdout"), "stderr": ctx.run_file("stderr")},
+        )
+        flusher = asyncio.create_task(self._flush_every(shipper), name=f"logs-{held.task.id}")
+        try:
+            return await process.wait(running, shipper.add)
+        finally:
+            flusher.cancel()
+            await asyncio.gather(flusher, return_exceptions=True)
+            await shipper.close()
+
+    async def _flush_every(self, shipper: LogShipper) -> None:
+        while True:
+            await asyncio.sleep(self.settings.log_flush_s)
+            await shipper.flush()
+
+    # -- post-processing ---------------------------------------------------------------------
+
+    async def _waits_before_post_processing(self, held: Held) -> bool:
+        async with self.pool.acquire() as conn:
+            found = await conn.fetchval(
+                "SELECT 1 FROM task_prerequisites WHERE task_id = $1 AND stage = 'post_processing'"
+                " LIMIT 1",
+                held.task.id,
+            )
+        return found is not None
+
+    async def _post_process(self, held: Held) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await tasks_repo.transition(
+                conn,
+                held.task.id,
+                S.POST_PROCESSING,
+                among=frozenset({S.DATA_READY}),
+                claim=held.claim,
+                changes={"worker": self.instance},
+            )
+        attempt = await self._start_attempt(held, Stage.POST_PROCESSING)
+        ctx = self._context(held, attempt)
+        ctx.exit_code = 0
+        ctx.status = read_status(ctx.status_file)
+        _, failure = await self._run_hook(
+            "save_results", S.FAILED_TO_POST_PROCESS, lambda: self._type(held).save_results(ctx)
+        )
+        if failure is not None and failure.detail is None:  # returned False: an app failure
+            brief = "save_results() returned False"
+            if ctx.status is not None and ctx.status.status != "success":
+                brief += f": status file says {ctx.status.status}: {ctx.status.message}"
+            failure = Outcome(S.FAILED_ON_CLUSTER, FailureClass.EXIT, brief=brief)
+        await self._finish(held, S.POST_PROCESSING, attempt, failure or Outcome(S.COMPLETED))
+
+    # -- shared steps ------------------------------------------------------------------------
+
+    def _type(self, held: Held) -> TaskType:
+        return self.task_types[held.job.type]
+
+    def _context(self, held: Held, attempt: int) -> TaskContext:
+        task = held.task
+        return TaskContext(
+            job_id=task.job_id,
+            task_id=task.id,
+            index=task.index,
+            input=task.input,
+            workdir=self._workdir(task.job_id, task.id),
+            attempt=attempt,
+            run_number=task.run_number,
+            command=held.job.command,
+            outputs=held.job.outputs,
+            params=held.job.params,
+        )
+
+    async def _start_attempt(self, held: Held, stage: Stage) -> int:
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await attempts_repo.start(
+                conn,
+                held.task.id,
+                held.claim,
+                stage,
+                host=self.settings.host_id,
+                worker=self.instance,
+            )
+        return row.attempt
+
+    async def _run_hook(
+        self, hook: str, failed: TaskState, call: Callable[[], T]
+    ) -> tuple[T | None, Outcome | None]:
+        """Run a task type's hook in a thread: (its result, None), or (None, the failure).
+
+        A hook that raises or returns something false fails; only a raise carries a detail.
+        """
+        try:
+            result = await asyncio.to_thread(call)
+        except Exception as exc:
+            logger.warning("%s() raised", hook, exc_info=True)
+            return None, hook_failed(failed, hook, exc, traceback.format_exc())
+        return (result, None) if result else (None, hook_failed(failed, hook, None, None))
+
+    async def _finish(
+        self,
+        held: Held,
+        src: TaskState,
+        attempt: int,
+        outcome: Outcome,
+        *,
+        keep_claim: bool = False,
+    ) -> None:
+        """Close the attempt and move the task, in one transaction (fenced by the claim)."""
+        changes: dict[str, Any] = outcome.changes()
+        if not keep_claim or outcome.failure_class is not None:
+            changes |= {"claim": None, "worker": None}
+        async with self.pool.acquire() as conn, conn.transaction():
+            await attempts_repo.finish(
+                conn,
+                held.task.id,
+                attempt,
+                outcome.state.value,
+                exit_code=outcome.exit_code,
+                signal=outcome.signal,
+                failure_class=outcome.failure_class,
+                error_brief=outcome.brief,
+                error_detail=outcome.detail,
+            )
+            await tasks_repo.transition(
+                conn,
+                held.task.id,
+                outcome.state,
+                among=frozenset({src}),
+                claim=held.claim,
+                changes=changes,
+                job_event=outcome.job_event(held.task.job_id, held.task.id),
+            )
+        held.state = outcome.state
+
+    async def _release(self, held: Held, state: TaskState) -> None:
+        """Let go of a task that now waits (its claim returns to the scheduler)."""
+        async with self.pool.acquire() as conn:
+            await conn.execute(
+                "UPDATE tasks SET claim = NULL, worker = NULL WHERE id = $1 AND claim = $2"
+                " AND state = $3",
+                held.task.id,
+                held.claim,
+                state.value,
+            )
+
+    async def _abandon(self, held: Held, why: str) -> None:
+        """The worker is stopping with this task in its hands: fail it as lost."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            task = await tasks_repo.get(conn, held.task.id)
+            if task is None or task.claim != held.claim or task.worker != self.instance:
+                return
+            outcome = lost_outcome(task.state, why)
+            await attempts_repo.close_open(
+                conn, task.id, outcome.state.value, FailureClass.LOST, why
+            )
+            await tasks_repo.transition(
+                conn,
+                task.id,
+                outcome.state,
+                among=frozenset({task.state}),
+                claim=held.claim,
+                changes=outcome.changes() | {"claim": None, "worker": None},
+                job_event=outcome.job_event(task.job_id, task.id),
+            )

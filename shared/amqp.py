@@ -1,0 +1,115 @@
+"""The broker connection: robust reconnects, confirmed persistent publishes, and safe acks.
+
+One `Broker` per service. Publishing uses a channel with publisher confirms and
+`on_return_raises=True`, so an unroutable `mandatory` message raises instead of vanishing
+(design §10), and every publish has a timeout (a confirm can hang on a dead connection).
+"""
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Final
+
+import aio_pika
+import aiormq
+from aio_pika.abc import (
+    AbstractExchange,
+    AbstractIncomingMessage,
+    AbstractRobustChannel,
+    AbstractRobustConnection,
+)
+
+from shared.errors import InvalidMessage
+from shared.messages import Message, decode, encode
+from shared.messages import _Message as WireMessage
+from shared.topology import Topology, declare_exchanges
+
+logger = logging.getLogger(__name__)
+
+PUBLISH_TIMEOUT_S: Final = 10.0
+
+
+@dataclass
+class Broker:
+    """A connection with a confirming publish channel and the two exchanges."""
+
+    connection: AbstractRobustConnection
+    channel: AbstractRobustChannel
+    events: AbstractExchange
+    work: AbstractExchange
+    topology: Topology
+
+    async def publish(
+        self, exchange: AbstractExchange, routing_key: str, body: bytes, *, mandatory: bool
+    ) -> None:
+        """Publish persistent JSON and wait for the broker's confirm (raises on return/timeout)."""
+        message = aio_pika.Message(
+            body,
+            content_type="application/json",
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        )
+        await exchange.publish(message, routing_key, mandatory=mandatory, timeout=PUBLISH_TIMEOUT_S)
+
+    async def publish_event(self, routing_key: str, message: WireMessage) -> None:
+        """Publish an event; an event no one listens to is dropped by the broker, as intended."""
+        await self.publish(self.events, routing_key, encode(message), mandatory=False)
+
+    async def publish_work(self, routing_key: str, message: WireMessage) -> None:
+        """Publish a work message that must reach a queue (raises if unroutable)."""
+        await self.publish(self.work, routing_key, encode(message), mandatory=True)
+
+    async def channel_for_consuming(self, prefetch: int) -> AbstractRobustChannel:
+        """A new channel for a consumer, with `prefetch` unacked deliveries at most."""
+        channel = await self.connection.channel(publisher_confirms=False)
+        await channel.set_qos(prefetch_count=prefetch)
+        return channel
+
+
+@asynccontextmanager
+async def open_broker(url: str, topology: Topology, name: str) -> AsyncIterator[Broker]:
+    """Connect (reconnecting by itself afterwards), declare the exchanges, close on exit."""
+    connection = await aio_pika.connect_robust(
+        url, client_properties={"connection_name": name}, timeout=10
+    )
+    try:
+        channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+        events, work = await declare_exchanges(channel, topology)
+        yield Broker(connection, channel, events, work, topology)
+    finally:
+        await connection.close()
+
+
+Handler = Callable[[Message], Awaitable[None]]
+
+
+async def deliver(incoming: AbstractIncomingMessage, handler: Handler) -> None:
+    """Decode, handle, then ack. Undecodable → dead-lettered; a handler error → requeued.
+
+    Requeued deliveries count towards the queue's delivery limit, after which the broker
+    dead-letters them, so a poison message cannot loop forever. Handlers must be idempotent.
+    """
+    try:
+        message = decode(incoming.body)
+    except InvalidMessage as exc:
+        logger.error("dead-lettering an undecodable message: %s", exc)
+        await settle(incoming, ack=False, requeue=False)
+        return
+    try:
+        await handler(message)
+    except Exception:
+        logger.exception("handler failed; the message goes back to its queue")
+        await settle(incoming, ack=False, requeue=True)
+        raise
+    await settle(incoming, ack=True)
+
+
+async def settle(incoming: AbstractIncomingMessage, *, ack: bool, requeue: bool = False) -> None:
+    """Ack or reject, ignoring a channel that died meanwhile (the broker will redeliver)."""
+    try:
+        if ack:
+            await incoming.ack()
+        else:
+            await incoming.reject(requeue=requeue)
+    except (aiormq.exceptions.AMQPError, RuntimeError) as exc:
+        logger.warning("could not settle a delivery (its channel is gone): %s", exc)

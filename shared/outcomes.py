@@ -1,0 +1,99 @@
+"""Pure decisions about how an attempt ended: its next state, failure class and brief."""
+
+import signal as signals
+from dataclasses import dataclass
+
+from shared.messages import JobEvent, JobOutcome
+from shared.states import FailureClass, TaskState, failure_state_for
+from shared.status_file import StatusReport
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Where a task goes after an attempt, and why."""
+
+    state: TaskState
+    failure_class: FailureClass | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    brief: str | None = None
+    detail: str | None = None
+
+    @property
+    def crashed(self) -> bool:
+        """A crash (signal or lost) is announced as `job.crashed.<job id>`."""
+        return self.failure_class in (FailureClass.SIGNAL, FailureClass.LOST)
+
+    def changes(self) -> dict[str, object]:
+        """The task columns this outcome sets."""
+        return {
+            "failure_class": self.failure_class,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "error_brief": self.brief,
+            "error_detail": self.detail,
+        }
+
+    def job_event(self, job_id: str, task_id: str) -> JobEvent | None:
+        """`job.crashed` for a crash, else nothing (job.failed comes when the job ends)."""
+        if not self.crashed:
+            return None
+        return JobEvent(
+            job_id=job_id, outcome=JobOutcome.CRASHED, task_id=task_id, brief=self.brief
+        )
+
+
+def signal_name(number: int) -> str:
+    """`SIGKILL` for 9; `signal 64` for a number with no name."""
+    try:
+        return signals.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def command_outcome(returncode: int, status: StatusReport | None) -> Outcome:
+    """How the command's exit status (negative = killed by that signal) ends the cluster stage."""
+    if returncode < 0:
+        sig = -returncode
+        return Outcome(
+            TaskState.FAILED_ON_CLUSTER,
+            FailureClass.SIGNAL,
+            signal=sig,
+            brief=f"command killed by {signal_name(sig)}",
+        )
+    if returncode > 0:
+        brief = f"command exited with code {returncode}"
+        if status is not None and status.message:
+            brief += f": {status.message}"
+        return Outcome(
+            TaskState.FAILED_ON_CLUSTER, FailureClass.EXIT, exit_code=returncode, brief=brief
+        )
+    return Outcome(TaskState.DATA_READY, exit_code=0)
+
+
+def vanished_outcome() -> Outcome:
+    """A watched process died and its worker did not report how: a signal nobody in Vigil sent."""
+    return Outcome(
+        TaskState.FAILED_ON_CLUSTER,
+        FailureClass.SIGNAL,
+        brief="process died without its worker reporting an exit (killed from outside?)",
+    )
+
+
+def lost_outcome(state: TaskState, why: str) -> Outcome:
+    """The task's worker (or host) is gone while holding it in `state`."""
+    return Outcome(failure_state_for(state), FailureClass.LOST, brief=why)
+
+
+def hook_failed(
+    state: TaskState, hook: str, exc: BaseException | None, detail: str | None
+) -> Outcome:
+    """A hook raised (`exc`) or returned False (`exc` is None)."""
+    if exc is None:
+        return Outcome(state, FailureClass.HOOK, brief=f"{hook}() returned False")
+    return Outcome(
+        state,
+        FailureClass.HOOK,
+        brief=f"{hook}() raised {type(exc).__name__}: {exc}",
+        detail=detail,
+    )

@@ -1,0 +1,87 @@
+"""Processes identified by (pid, create time), so that a reused pid is never mistaken or killed.
+
+psutil's read-only methods do not guard against pid reuse, and `is_running()` is True for a
+zombie (design §10); these helpers compare the create time and treat zombies as dead.
+"""
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Awaitable
+
+import psutil
+
+#: Create times are floats read from /proc; allow for their rounding.
+_CREATE_TIME_TOLERANCE_S = 0.05
+
+
+def create_time(pid: int) -> float | None:
+    """The create time of `pid`, or None if there is no such process."""
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def is_alive(pid: int, created: float) -> bool:
+    """True when `pid` is still the process created at `created` and not a zombie."""
+    try:
+        proc = psutil.Process(pid)
+        same = abs(proc.create_time() - created) < _CREATE_TIME_TOLERANCE_S
+        return same and proc.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
+    """Signal the whole process group `pgid`; False when the group is already gone."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def kill_group_of(pid: int, created: float, sig: int = signal.SIGKILL) -> bool:
+    """Kill the process group led by `pid` if `pid` is still the process created at `created`.
+
+    Our commands lead their own session (and group), so pgid == pid. When the leader is
+    gone, its group may still hold children: they are killed too if the group exists.
+    """
+    if is_alive(pid, created) or create_time(pid) is None:
+        return kill_group(pid, sig)
+    return False  # the pid now belongs to an unrelated process
+
+
+def exit_waiter(pid: int, created: float) -> Awaitable[None] | None:
+    """An awaitable that completes when process `pid` (created at `created`) exits.
+
+    Uses a pidfd watched by the event loop (notified, not polled); works for processes that
+    are not our children. None when the process is already gone.
+    """
+    loop = asyncio.get_running_loop()
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+    if not is_alive(pid, created):  # the pidfd may name a newer process with a reused pid
+        os.close(fd)
+        return None
+    done: asyncio.Future[None] = loop.create_future()
+
+    def on_readable() -> None:
+        loop.remove_reader(fd)
+        os.close(fd)
+        if not done.done():
+            done.set_result(None)
+
+    def on_cancel(fut: asyncio.Future[None]) -> None:
+        if fut.cancelled():
+            with contextlib.suppress(ValueError, OSError):
+                loop.remove_reader(fd)
+                os.close(fd)
+
+    loop.add_reader(fd, on_readable)
+    done.add_done_callback(on_cancel)
+    return done

@@ -1,0 +1,23 @@
+"""Opening Redis: string replies, bounded timeouts, closed on exit."""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from redis.asyncio import Redis
+
+
+@asynccontextmanager
+async def open_redis(url: str) -> AsyncIterator[Redis]:
+    """A client that decodes replies to str and reconnects by itself after a Redis restart."""
+    client = Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_timeout=5,
+        socket_connect_timeout=5,
+        health_check_interval=15,
+    )
+    try:
+        await client.ping()
+        yield client
+    finally:
+        await client.aclose()

@@ -1,0 +1,114 @@
+"""`TaskType`, the contract a task type implements, and `TaskContext`, what its hooks receive."""
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shared.status_file import StatusReport
+
+
+@dataclass
+class TaskContext:
+    """Everything a hook may need about one task; the helpers are idempotent.
+
+    `exit_code` and `status` are filled in after the command ran (for `save_results`).
+    """
+
+    job_id: str
+    task_id: str
+    index: int
+    input: Any
+    workdir: Path
+    attempt: int
+    run_number: int
+    command: str
+    outputs: list[str] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+    resume: dict[str, Any] | None = None
+    exit_code: int | None = None
+    status: StatusReport | None = None
+
+    @property
+    def status_file(self) -> Path:
+        """Where the command may write its own diagnosis (`$VIGIL_STATUS_FILE`)."""
+        return self.workdir / ".vigil" / f"status.run{self.run_number}.json"
+
+    def run_file(self, stream: str) -> Path:
+        """The stdout or stderr file of the current run, kept per run."""
+        return self.workdir / ".vigil" / f"run{self.run_number}.{stream}"
+
+    def environment(self) -> dict[str, str]:
+        """The `VIGIL_*` variables the command sees (design §3)."""
+        value = self.input if isinstance(self.input, str) else json.dumps(self.input)
+        return {
+            "VIGIL_JOB_ID": self.job_id,
+            "VIGIL_TASK_ID": self.task_id,
+            "VIGIL_TASK_INDEX": str(self.index),
+            "VIGIL_INPUT": value,
+            "VIGIL_RUN_NUMBER": str(self.run_number),
+            "VIGIL_ATTEMPT": str(self.attempt),
+            "VIGIL_WORKDIR": str(self.workdir),
+            "VIGIL_STATUS_FILE": str(self.status_file),
+            "VIGIL_RESUME": json.dumps(self.resume) if self.resume is not None else "",
+        }
+
+    def safe_mkdir(self, path: Path | str) -> Path:
+        """Create a directory (and parents) under the work dir; nothing happens if it exists."""
+        target = self.workdir / path
+        target.mkdir(parents=True, exist_ok=True)
+        return target
+
+    def safe_symlink(self, source: Path | str, name: Path | str) -> Path:
+        """Point `name` (under the work dir) at `source`, replacing a link that points elsewhere."""
+        link = self.workdir / name
+        if link.is_symlink() and os.readlink(link) == str(source):
+            return link
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(source)
+        return link
+
+
+class TaskType:
+    """The three stages and six recover/restart hooks. Defaults: no recovery, no restart.
+
+    A hook returns True for success; returning False or raising keeps (or sends) the task in
+    the matching failed state, with the attempt recorded. Hooks should be idempotent: a stage
+    may run again after a crash, and a recovery hook may follow a half-done stage.
+    """
+
+    #: The name users put in `type`; also the entry-point name.
+    name: str = ""
+
+    def setup(self, ctx: TaskContext) -> bool:
+        """Prepare the work dir. Runs on a worker in `setting_up`."""
+        ctx.workdir.mkdir(parents=True, exist_ok=True)
+        return True
+
+    def cluster_commands(self, ctx: TaskContext) -> str:
+        """The bash script to run in the work dir (in `on_cpu`)."""
+        raise NotImplementedError
+
+    def save_results(self, ctx: TaskContext) -> bool:
+        """Check and record the results (in `post_processing`). Default: the command exited 0."""
+        return ctx.exit_code == 0
+
+    def recover_from_setup_failure(self, ctx: TaskContext) -> bool:
+        return False
+
+    def recover_from_cluster_failure(self, ctx: TaskContext) -> bool:
+        return False
+
+    def recover_from_post_processing_failure(self, ctx: TaskContext) -> bool:
+        return False
+
+    def restart_at_setup(self, ctx: TaskContext) -> bool:
+        return False
+
+    def restart_at_cluster(self, ctx: TaskContext) -> bool:
+        return False
+
+    def restart_at_post_processing(self, ctx: TaskContext) -> bool:
+        return False

@@ -1,0 +1,27 @@
+"""The default task type: the job's command run by bash over each input."""
+
+import json
+
+from shared.task_types.base import TaskContext, TaskType
+
+
+class ShellTaskType(TaskType):
+    """setup writes the input; the command is the job's script; save_results checks outputs."""
+
+    name = "shell"
+
+    def setup(self, ctx: TaskContext) -> bool:
+        ctx.safe_mkdir(".vigil")
+        value = ctx.input if isinstance(ctx.input, str) else json.dumps(ctx.input)
+        (ctx.workdir / ".vigil" / "input").write_text(value)
+        return True
+
+    def cluster_commands(self, ctx: TaskContext) -> str:
+        return ctx.command
+
+    def save_results(self, ctx: TaskContext) -> bool:
+        if ctx.exit_code != 0:
+            return False
+        if ctx.status is not None and ctx.status.status != "success":
+            return False
+        return all((ctx.workdir / name).exists() for name in ctx.outputs)

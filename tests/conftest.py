@@ -1,0 +1,103 @@
+"""Fixtures shared by every tier.
+
+Integration and e2e tests use the real PostgreSQL, RabbitMQ and Redis named by
+`TEST_DATABASE_URL`, `TEST_AMQP_URL` and `TEST_REDIS_URL` (loopback by default). An unreachable
+server skips those tests on a laptop and fails them when `CI` is set. Each test session works in
+a database of its own, created and migrated here, and each test in a namespace of its own.
+"""
+
+import asyncio
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from shared import db
+from shared.migrate import migrate
+
+ADMIN_DATABASE_URL = os.environ.get(
+    "TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+AMQP_URL = os.environ.get("TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def _reachable(url: str, default_port: int) -> bool:
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or default_port), 2):
+            return True
+    except OSError:
+        return False
+
+
+def require_servers() -> None:
+    """Skip (or fail under CI) when one of the three servers does not answer."""
+    missing = [
+        name
+        for name, url, port in (
+            ("PostgreSQL", ADMIN_DATABASE_URL, 5432),
+            ("RabbitMQ", AMQP_URL, 5672),
+            ("Redis", REDIS_URL, 6379),
+        )
+        if not _reachable(url, port)
+    ]
+    if missing:
+        message = f"not reachable: {', '.join(missing)} (see README: starting the servers)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def database_url(name: str) -> str:
+    """The admin URL with its database replaced by `name`."""
+    parts = urlsplit(ADMIN_DATABASE_URL)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+async def create_database(name: str) -> str:
+    """Create and migrate a fresh database; returns its URL."""
+    conn = await asyncpg.connect(ADMIN_DATABASE_URL)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    url = database_url(name)
+    await migrate(url)
+    return url
+
+
+async def drop_database(name: str) -> None:
+    """Drop a database made by `create_database`, closing what still uses it."""
+    conn = await asyncpg.connect(ADMIN_DATABASE_URL)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def session_database_url() -> Iterator[str]:
+    """One migrated database for the whole test session (integration tier)."""
+    require_servers()
+    name = f"vigil_test_{uuid.uuid4().hex[:10]}"
+    url = asyncio.run(create_database(name))
+    yield url
+    asyncio.run(drop_database(name))
+
+
+@pytest.fixture
+async def pool(session_database_url: str) -> AsyncIterator[db.Pool]:
+    """A pool on the session database (function-scoped: one event loop per test)."""
+    async with db.open_pool(session_database_url, max_size=4) as p:
+        yield p
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A namespace of this test's own, for exchanges, queues and Redis keys."""
+    return f"t{uuid.uuid4().hex[:12]}"
