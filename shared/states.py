@@ -116,6 +116,9 @@ HELD_BY_WORKER: Final[frozenset[TaskState]] = frozenset(
     }
 )
 
+#: States that count against a job's `max_in_flight`: released and not resting.
+IN_FLIGHT: Final[frozenset[TaskState]] = frozenset(TaskState) - TERMINAL - {S.NEW, S.ON_HOLD}
+
 #: Action states -> (state while the hook runs, state on True, state on False/exception).
 ACTIONS: Final[Mapping[TaskState, tuple[TaskState, TaskState, TaskState]]] = {
     S.RECOVER_SETUP: (S.RECOVERING_SETUP, S.NEW, S.FAILED_TO_SETUP),

@@ -21,12 +21,12 @@ from redis.asyncio import Redis
 from services.worker import process
 from services.worker.log_shipper import LogShipper
 from services.worker.settings import WorkerSettings
-from shared import attempts_repo, jobs_repo, tasks_repo
+from shared import attempts_repo, jobs_repo, loss, tasks_repo
 from shared.amqp import Broker
 from shared.db import Pool
 from shared.errors import StaleState
 from shared.messages import RunStage, WatchProcess
-from shared.outcomes import Outcome, command_outcome, hook_failed, lost_outcome
+from shared.outcomes import Outcome, command_outcome, hook_failed
 from shared.processes import kill_group
 from shared.redis_keys import RedisKeys
 from shared.states import FailureClass, Stage, TaskState
@@ -354,20 +354,7 @@ class StageRunner:
 
     async def _abandon(self, held: Held, why: str) -> None:
         """The worker is stopping with this task in its hands: fail it as lost."""
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self.pool.acquire() as conn:
             task = await tasks_repo.get(conn, held.task.id)
-            if task is None or task.claim != held.claim or task.worker != self.instance:
-                return
-            outcome = lost_outcome(task.state, why)
-            await attempts_repo.close_open(
-                conn, task.id, outcome.state.value, FailureClass.LOST, why
-            )
-            await tasks_repo.transition(
-                conn,
-                task.id,
-                outcome.state,
-                among=frozenset({task.state}),
-                claim=held.claim,
-                changes=outcome.changes() | {"claim": None, "worker": None},
-                job_event=outcome.job_event(task.job_id, task.id),
-            )
+            if task is not None and task.claim == held.claim and task.worker == self.instance:
+                await loss.declare(conn, task, why=why)

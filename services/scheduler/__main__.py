@@ -1,0 +1,17 @@
+"""`python -m services.scheduler`."""
+
+import asyncio
+
+from services.scheduler.main import main
+from services.scheduler.settings import SchedulerSettings
+from shared.logs import configure_logging
+
+
+def run() -> None:
+    settings = SchedulerSettings()
+    configure_logging("scheduler", settings.log_level)
+    asyncio.run(main(settings))
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,88 @@
+"""Releasing tasks to workers: claim (compare-and-set) and a work message, in one transaction.
+
+New tasks whose setup prerequisites are met go to the pool queue, within each job's
+`release_per_tick` and `max_in_flight`. Unclaimed tasks resting in `queued` or `data_ready`
+(after a recovery, or once post-processing prerequisites are met) go to their host's queue,
+since their work dir lives there.
+"""
+
+from typing import Final
+from uuid import UUID
+
+from shared import outbox
+from shared.db import Connection, Pool
+from shared.messages import RunStage
+from shared.prerequisites import met_arrays
+from shared.states import IN_FLIGHT, Stage
+from shared.topology import host_key, pool_key
+
+_UNMET: Final = """
+    EXISTS (SELECT 1 FROM task_prerequisites p JOIN tasks o ON o.id = p.on_task_id
+        WHERE p.task_id = t.id AND p.stage = '{stage}' AND NOT (
+            (p.required = 'queued' AND o.state = ANY($2::task_state[]))
+            OR (p.required = 'data_ready' AND o.state = ANY($3::task_state[]))
+            OR (p.required = 'completed' AND o.state = ANY($4::task_state[]))
+            OR (p.required = 'failed' AND o.state = ANY($5::task_state[]))))
+"""
+
+_NEW_TASKS: Final = f"""
+SELECT t.id FROM jobs j CROSS JOIN LATERAL (
+    SELECT t.id FROM tasks t
+    WHERE t.job_id = j.id AND t.state = 'new' AND t.claim IS NULL
+      AND NOT {_UNMET.format(stage="setup")}
+    ORDER BY t.index
+    LIMIT greatest(0, least(j.release_per_tick, j.max_in_flight - (
+        SELECT count(*) FROM tasks x WHERE x.job_id = j.id
+          AND (x.claim IS NOT NULL OR x.state = ANY($6::task_state[])))))
+) t
+WHERE j.state = 'active'
+ORDER BY j.created_at
+LIMIT $1
+"""
+
+_RESTING_TASKS: Final = f"""
+SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id
+WHERE t.claim IS NULL AND t.host IS NOT NULL AND j.state = 'active'
+  AND (t.state = 'queued'
+       OR (t.state = 'data_ready' AND NOT {_UNMET.format(stage="post_processing")}))
+LIMIT $1
+"""
+
+_CLAIM: Final = """
+UPDATE tasks SET claim = gen_random_uuid(), updated_at = now()
+WHERE id = ANY($1) AND claim IS NULL AND state IN ('new', 'queued', 'data_ready')
+RETURNING id, job_id, state, host, claim
+"""
+
+_STAGE_OF: Final = {
+    "new": Stage.SETUP,
+    "queued": Stage.CLUSTER,
+    "data_ready": Stage.POST_PROCESSING,
+}
+
+
+class Dispatcher:
+    """Claims releasable tasks and writes their work messages to the outbox."""
+
+    def __init__(self, pool: Pool, batch: int, worker_pool: str) -> None:
+        self._pool, self._batch, self._worker_pool = pool, batch, worker_pool
+
+    async def run_once(self) -> int:
+        """Release one batch of new tasks and one of resting tasks; returns how many."""
+        args = [self._batch, *met_arrays()]
+        async with self._pool.acquire() as conn, conn.transaction():
+            new = await conn.fetch(_NEW_TASKS, *args, sorted(s.value for s in IN_FLIGHT))
+            resting = await conn.fetch(_RESTING_TASKS, *args)
+            ids = [r["id"] for r in new] + [r["id"] for r in resting]
+            return await self._claim(conn, ids) if ids else 0
+
+    async def _claim(self, conn: Connection, ids: list[str]) -> int:
+        claimed = await conn.fetch(_CLAIM, ids)
+        for row in claimed:
+            stage = _STAGE_OF[str(row["state"])]
+            key = pool_key(self._worker_pool) if stage is Stage.SETUP else host_key(row["host"])
+            message = RunStage(
+                job_id=row["job_id"], task_id=row["id"], stage=stage, claim=UUID(str(row["claim"]))
+            )
+            await outbox.add_work(conn, key, message)
+        return len(claimed)

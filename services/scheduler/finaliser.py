@@ -1,0 +1,48 @@
+"""Ending jobs: an active job whose tasks are all terminal becomes completed or failed."""
+
+import logging
+
+from redis.asyncio import Redis
+
+from shared import jobs_repo
+from shared.db import Pool
+from shared.errors import StaleState
+from shared.redis_keys import RedisKeys
+from shared.states import TaskState, job_outcome
+
+logger = logging.getLogger(__name__)
+
+
+class Finaliser:
+    """Gives finished jobs their final state and `job.succeeded` / `job.failed` event."""
+
+    def __init__(self, pool: Pool, redis: Redis, keys: RedisKeys, batch: int) -> None:
+        self._pool, self._redis, self._keys, self._batch = pool, redis, keys, batch
+
+    async def run_once(self) -> int:
+        """Finalise one batch of finished jobs; returns how many."""
+        finished = 0
+        async with self._pool.acquire() as conn:
+            for job_id, counts in await jobs_repo.finished_candidates(conn, self._batch):
+                state = job_outcome({TaskState(s): n for s, n in counts.items()})
+                if state is None:
+                    continue
+                try:
+                    await jobs_repo.transition(
+                        conn, job_id, state, jobs_repo.outcome_event(job_id, state)
+                    )
+                except StaleState:
+                    continue
+                logger.info("job %s %s", job_id, state.value, extra={"job_id": job_id})
+                await self._purge(job_id)
+                finished += 1
+        return finished
+
+    async def _purge(self, job_id: str) -> None:
+        """Drop the job's ephemeral keys; Redis being away only delays that (keys have TTLs)."""
+        try:
+            keys = [k async for k in self._redis.scan_iter(match=self._keys.job_pattern(job_id))]
+            if keys:
+                await self._redis.delete(*keys)
+        except (OSError, ConnectionError) as exc:
+            logger.warning("could not purge Redis keys of job %s: %s", job_id, exc)

@@ -1,0 +1,130 @@
+"""The scheduler service: lead, then loop: relay the outbox, release tasks, end jobs, reap hosts.
+
+The loop wakes on every outbox insert (LISTEN `vigil_outbox`) and at least every tick.
+"""
+
+import asyncio
+import logging
+import time
+from contextlib import AsyncExitStack
+
+import asyncpg
+from redis.asyncio import Redis
+
+from services.scheduler.dispatcher import Dispatcher
+from services.scheduler.finaliser import Finaliser
+from services.scheduler.leader import Leadership
+from services.scheduler.reaper import Reaper
+from services.scheduler.relay import Relay
+from services.scheduler.settings import SchedulerSettings
+from shared import outbox
+from shared.amqp import Broker, open_broker
+from shared.db import Pool, check_schema, open_pool
+from shared.lifecycle import stop_on_signals, wait_or_stop
+from shared.redis_client import open_redis
+from shared.redis_keys import RedisKeys
+from shared.topology import Topology, declare_work_queue, pool_key
+
+logger = logging.getLogger(__name__)
+
+_SLOW_EVERY_S = 1.0  # the reaper and the outbox pruning need not run every tick
+_ERROR_PAUSE_S = 1.0
+
+
+class Scheduler:
+    """One leader's work, each step a `run_once()` that integration tests can call."""
+
+    def __init__(self, settings: SchedulerSettings, pool: Pool, broker: Broker, redis: Redis):
+        self.settings = settings
+        self.pool = pool
+        self.relay = Relay(pool, broker, settings.scheduler_batch)
+        self.dispatcher = Dispatcher(pool, settings.scheduler_batch, settings.worker_pool)
+        self.finaliser = Finaliser(
+            pool, redis, RedisKeys(settings.namespace), settings.scheduler_batch
+        )
+        self.reaper = Reaper(pool, settings.dead_host_s)
+        self._last_slow = 0.0
+
+    async def run_once(self) -> int:
+        """One round of every step; returns how much was done (0 means idle)."""
+        done = await self.dispatcher.run_once()
+        done += await self.finaliser.run_once()
+        now = time.monotonic()
+        if now - self._last_slow >= _SLOW_EVERY_S:
+            self._last_slow = now
+            done += await self.reaper.run_once()
+            async with self.pool.acquire() as conn:
+                await outbox.prune(conn, self.settings.outbox_keep_s)
+        while (relayed := await self.relay.run_once()) > 0:
+            done += relayed
+        return done
+
+    async def run(self, stop: asyncio.Event, wake: asyncio.Event, leadership: Leadership) -> None:
+        """Loop until `stop`; a failing round is logged and retried (the servers may restart).
+
+        Work is done only while the advisory lock is held; a lost lock is waited for again.
+        """
+        while not stop.is_set():
+            if not leadership.held and not await leadership.acquire(stop):
+                return
+            wake.clear()
+            try:
+                busy = await self.run_once()
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, RuntimeError) as exc:
+                logger.warning("scheduler round failed, retrying: %s", exc)
+                await wait_or_stop(stop, _ERROR_PAUSE_S)
+                continue
+            if busy:
+                continue
+            await _wait_any(stop, wake, self.settings.scheduler_tick_s)
+
+
+async def _wait_any(stop: asyncio.Event, wake: asyncio.Event, seconds: float) -> None:
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
+    await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in waiters:
+        waiter.cancel()
+
+
+async def _listen(dsn: str, wake: asyncio.Event, stop: asyncio.Event) -> None:
+    """Set `wake` on every outbox insert; reconnect when the database comes back."""
+    while not stop.is_set():
+        try:
+            conn = await asyncpg.connect(dsn)
+        except (OSError, asyncpg.PostgresError) as exc:
+            logger.warning("cannot listen for outbox inserts yet: %s", exc)
+            await wait_or_stop(stop, _ERROR_PAUSE_S)
+            continue
+        try:
+            await conn.add_listener("vigil_outbox", lambda *_args: wake.set())
+            while not stop.is_set() and not conn.is_closed():
+                await wait_or_stop(stop, _ERROR_PAUSE_S)
+        finally:
+            if not conn.is_closed():
+                await conn.close()
+
+
+async def main(settings: SchedulerSettings) -> None:
+    """Wait for leadership, then run the loop until SIGTERM."""
+    async with stop_on_signals() as stop, AsyncExitStack() as stack:
+        pool = await stack.enter_async_context(open_pool(settings.database_url))
+        await check_schema(pool)
+        topology = Topology(settings.namespace)
+        broker = await stack.enter_async_context(
+            open_broker(settings.amqp_url, topology, "scheduler")
+        )
+        await declare_work_queue(
+            broker.channel,
+            topology,
+            topology.pool_queue(settings.worker_pool),
+            pool_key(settings.worker_pool),
+        )
+        redis = await stack.enter_async_context(open_redis(settings.redis_url))
+        leadership = Leadership(settings.database_url)
+        stack.push_async_callback(leadership.release)
+        scheduler = Scheduler(settings, pool, broker, redis)
+        wake = asyncio.Event()
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(_listen(settings.database_url, wake, stop), name="listen")
+            tg.create_task(scheduler.run(stop, wake, leadership), name="loop")
+    logger.info("scheduler stopped")

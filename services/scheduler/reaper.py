@@ -1,0 +1,36 @@
+"""Noticing dead hosts: a worker that stopped heartbeating loses the tasks it held."""
+
+import logging
+
+from shared import loss, tasks_repo
+from shared.db import Pool
+
+logger = logging.getLogger(__name__)
+
+
+class Reaper:
+    """Declares `lost` every task held by a worker whose heartbeat is older than `dead_after_s`."""
+
+    def __init__(self, pool: Pool, dead_after_s: float) -> None:
+        self._pool, self._dead_after_s = pool, dead_after_s
+
+    async def run_once(self) -> int:
+        """Handle every dead host once; returns how many tasks were declared lost."""
+        lost = 0
+        async with self._pool.acquire() as conn:
+            dead = await conn.fetch(
+                "SELECT id, worker FROM hosts WHERE worker IS NOT NULL"
+                " AND heartbeat_at < now() - make_interval(secs => $1)",
+                self._dead_after_s,
+            )
+            for host in dead:
+                why = f"host {host['id']} stopped heartbeating"
+                for task in await tasks_repo.held_by(conn, host["worker"]):
+                    lost += await loss.declare(conn, task, why=why)
+                await conn.execute(
+                    "UPDATE hosts SET worker = NULL WHERE id = $1 AND worker = $2",
+                    host["id"],
+                    host["worker"],
+                )
+                logger.warning("host %s is dead", host["id"], extra={"host": host["id"]})
+        return lost

@@ -1,0 +1,63 @@
+"""Relaying the outbox to the broker, in order, with publisher confirms.
+
+A row is marked published only after its confirm; a row whose publish failed stays pending and
+is tried again on the next round (so delivery is at-least-once: consumers are idempotent).
+"""
+
+import asyncio
+import json
+import logging
+
+from shared import outbox
+from shared.amqp import Broker
+from shared.db import Pool
+from shared.topology import declare_work_queue
+
+logger = logging.getLogger(__name__)
+
+
+class Relay:
+    """Moves pending outbox rows to the events and work exchanges."""
+
+    def __init__(self, pool: Pool, broker: Broker, batch: int) -> None:
+        self._pool, self._broker, self._batch = pool, broker, batch
+        self._declared: set[str] = set()
+
+    async def run_once(self) -> int:
+        """Publish one batch; returns how many rows were confirmed."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            rows = await outbox.pending(conn, self._batch)
+            if not rows:
+                return 0
+            results = await asyncio.gather(
+                *(self._publish(row) for row in rows), return_exceptions=True
+            )
+            done = [row.id for row, result in zip(rows, results, strict=True) if result is None]
+            failures = [r for r in results if isinstance(r, BaseException)]
+            if failures:
+                logger.warning("%d outbox rows not published yet: %s", len(failures), failures[0])
+            await outbox.mark_published(conn, done)
+        return len(done)
+
+    async def _publish(self, row: outbox.OutboxRow) -> None:
+        body = _json_bytes(row.body)
+        if row.exchange == "events":
+            await self._broker.publish(self._broker.events, row.routing_key, body, mandatory=False)
+            return
+        await self._ensure_queue(row.routing_key)
+        await self._broker.publish(self._broker.work, row.routing_key, body, mandatory=True)
+
+    async def _ensure_queue(self, routing_key: str) -> None:
+        """Declare the host queue a work message is for, so it is never dropped unrouted."""
+        if routing_key in self._declared or not routing_key.startswith("host."):
+            return
+        host_id = routing_key.removeprefix("host.")
+        topology = self._broker.topology
+        await declare_work_queue(
+            self._broker.channel, topology, topology.host_queue(host_id), routing_key
+        )
+        self._declared.add(routing_key)
+
+
+def _json_bytes(body: object) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()

@@ -1,0 +1,17 @@
+"""`python -m services.supervisor`."""
+
+import asyncio
+
+from services.supervisor.main import main
+from services.supervisor.settings import SupervisorSettings
+from shared.logs import configure_logging
+
+
+def run() -> None:
+    settings = SupervisorSettings()
+    configure_logging("supervisor", settings.log_level)
+    asyncio.run(main(settings))
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,38 @@
+"""Tasks whose worker died: their process groups are killed and they are declared `lost`."""
+
+import logging
+
+from shared import loss, tasks_repo
+from shared.db import Pool
+from shared.processes import kill_group_of
+
+logger = logging.getLogger(__name__)
+
+
+async def reap_worker(pool: Pool, host_id: str, instance: str, why: str) -> int:
+    """Kill what the dead worker `instance` left running on this host and fail its tasks.
+
+    Returns how many tasks were declared lost. Idempotent: tasks already moved are skipped.
+    """
+    lost = 0
+    async with pool.acquire() as conn:
+        for task in await tasks_repo.held_by(conn, instance):
+            if task.host != host_id:
+                continue
+            if task.pid is not None and task.pid_create_time is not None:
+                killed = kill_group_of(task.pid, task.pid_create_time)
+                logger.info("task %s: process group %d killed=%s", task.id, task.pid, killed)
+            lost += await loss.declare(conn, task, why=why)
+    return lost
+
+
+async def stale_instances(pool: Pool, host_id: str, live_instance: str | None) -> list[str]:
+    """Worker instances that still hold tasks on this host but are not the live worker."""
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT DISTINCT worker FROM tasks WHERE host = $1 AND worker IS NOT NULL"
+            " AND worker IS DISTINCT FROM $2",
+            host_id,
+            live_instance,
+        )
+    return [r["worker"] for r in rows]

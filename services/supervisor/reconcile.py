@@ -1,0 +1,50 @@
+"""Comparing PostgreSQL's view of this host with what runs on it.
+
+On start and every `reconcile_s`: every `on_cpu` task of this host is watched (re-attached if
+its process lives, judged at once if not), and tasks held by a worker instance that is no
+longer the registered one are reaped as orphans.
+"""
+
+import logging
+
+from redis.asyncio import Redis
+
+from services.supervisor.orphans import reap_worker, stale_instances
+from services.supervisor.watchers import Watchers
+from services.supervisor.worker_watch import registered
+from shared.db import Pool
+from shared.redis_keys import RedisKeys
+
+logger = logging.getLogger(__name__)
+
+
+async def reconcile(
+    pool: Pool, redis: Redis, keys: RedisKeys, watchers: Watchers, host_id: str
+) -> None:
+    """One comparison round (idempotent)."""
+    async with pool.acquire() as conn:
+        running = await conn.fetch(
+            "SELECT id, claim, pid, pid_create_time FROM tasks"
+            " WHERE host = $1 AND state = 'on_cpu' AND claim IS NOT NULL AND pid IS NOT NULL",
+            host_id,
+        )
+    for row in running:
+        if not watchers.is_watching(row["id"], row["claim"]):
+            watchers.watch(row["id"], row["claim"], row["pid"], row["pid_create_time"] or 0.0)
+    await _reap_stale(pool, redis, keys, host_id)
+
+
+async def _reap_stale(pool: Pool, redis: Redis, keys: RedisKeys, host_id: str) -> None:
+    # Holders are read before the registration: a worker registers before it takes any task,
+    # so a holder that is not the registration read afterwards is dead or replaced.
+    holders = await stale_instances(pool, host_id, None)
+    if not holders:
+        return
+    live = await registered(redis, keys, host_id)
+    for instance in holders:
+        if live is not None and instance == live.instance:
+            continue
+        why = f"worker {instance} is no longer running on host {host_id}"
+        lost = await reap_worker(pool, host_id, instance, why)
+        if lost:
+            logger.warning("reconcile: %d task(s) of gone worker %s lost", lost, instance)

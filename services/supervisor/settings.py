@@ -1,0 +1,16 @@
+"""Supervisor settings (`VIGIL_*` environment variables)."""
+
+from pydantic import Field
+
+from shared.config import HostSettings
+
+
+class SupervisorSettings(HostSettings):
+    """How long to wait for a worker's own report, and how often to look around."""
+
+    #: After a watched process exits, the worker has this long to report how before we judge.
+    report_grace_s: float = Field(default=0.5, gt=0, le=30)
+    #: Every this often, compare PostgreSQL's view of this host with the processes running.
+    reconcile_s: float = Field(default=2.0, gt=0, le=300)
+    #: How often to look up which worker process is registered on this host.
+    worker_poll_s: float = Field(default=0.2, gt=0, le=10)

@@ -1,0 +1,92 @@
+"""Watching the host's worker process: its death orphans the tasks it held.
+
+The worker registers itself in Redis (pid, create time, instance). The supervisor follows that
+registration and holds a pidfd on the registered process, so a worker killed with -9 is noticed
+as soon as the kernel reaps it.
+"""
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from services.supervisor.orphans import reap_worker
+from shared.db import Pool
+from shared.lifecycle import wait_or_stop
+from shared.processes import exit_waiter
+from shared.redis_keys import RedisKeys
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerIdentity:
+    """The registered worker process of a host."""
+
+    instance: str
+    pid: int
+    create_time: float
+
+
+async def registered(redis: Redis, keys: RedisKeys, host_id: str) -> WorkerIdentity | None:
+    """The worker registered for `host_id`, or None."""
+    fields = await redis.hgetall(keys.worker(host_id))
+    try:
+        return WorkerIdentity(
+            str(fields["instance"]), int(fields["pid"]), float(fields["create_time"])
+        )
+    except (KeyError, ValueError):
+        return None
+
+
+class WorkerWatch:
+    """Follows the registered worker; when its process exits, reaps what it held."""
+
+    def __init__(self, pool: Pool, redis: Redis, keys: RedisKeys, host_id: str) -> None:
+        self._pool, self._redis, self._keys, self._host_id = pool, redis, keys, host_id
+        self.current: WorkerIdentity | None = None
+        self._exit: asyncio.Future[None] | None = None
+        self._reaped: set[str] = set()
+
+    async def run(self, stop: asyncio.Event, poll_s: float) -> None:
+        """Until `stop`: follow the registration and react to the worker's exit."""
+        while not stop.is_set():
+            try:
+                await self._step()
+            except (OSError, ConnectionError) as exc:
+                logger.warning("cannot follow the worker registration: %s", exc)
+            await self._wait(stop, poll_s)
+
+    async def _wait(self, stop: asyncio.Event, poll_s: float) -> None:
+        if self._exit is None:
+            await wait_or_stop(stop, poll_s)
+            return
+        stopper = asyncio.ensure_future(stop.wait())
+        waiters: list[asyncio.Future[Any]] = [stopper, self._exit]
+        await asyncio.wait(waiters, timeout=poll_s, return_when="FIRST_COMPLETED")
+        stopper.cancel()
+
+    async def _step(self) -> None:
+        if self._exit is not None and self._exit.done() and self.current is not None:
+            dead, self.current, self._exit = self.current, None, None
+            self._reaped.add(dead.instance)
+            why = f"worker {dead.instance} (pid {dead.pid}) died while holding the task"
+            lost = await reap_worker(self._pool, self._host_id, dead.instance, why)
+            logger.warning("worker %s died; %d task(s) lost", dead.instance, lost)
+        found = await registered(self._redis, self._keys, self._host_id)
+        if found is None or found == self.current or found.instance in self._reaped:
+            return
+        waiter = exit_waiter(found.pid, found.create_time)
+        if waiter is None:  # registered but already gone: the registration is stale
+            self.current, self._exit = found, _done()
+            return
+        self.current, self._exit = found, asyncio.ensure_future(waiter)
+        logger.info("watching worker %s (pid %d)", found.instance, found.pid)
+
+
+def _done() -> asyncio.Future[None]:
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    future.set_result(None)
+    return future

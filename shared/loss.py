@@ -1,0 +1,47 @@
+"""Declaring a task lost: its worker, host or process is gone while the task was held."""
+
+import logging
+
+from shared import attempts_repo, tasks_repo
+from shared.db import Connection
+from shared.errors import StaleState
+from shared.outcomes import Outcome, lost_outcome
+from shared.states import TaskState
+
+logger = logging.getLogger(__name__)
+
+
+async def declare(
+    conn: Connection, task: tasks_repo.Task, outcome: Outcome | None = None, why: str = ""
+) -> bool:
+    """Fail `task` as it was read (state and claim), closing its open attempts.
+
+    `outcome` defaults to `lost` for the task's state. Returns False when the task moved
+    meanwhile (its worker reported first, or someone else declared it): a no-op.
+    """
+    outcome = outcome or lost_outcome(task.state, why)
+    async with conn.transaction():
+        try:
+            await tasks_repo.transition(
+                conn,
+                task.id,
+                outcome.state,
+                among=frozenset({TaskState(task.state)}),
+                claim=task.claim if task.claim is not None else tasks_repo.UNCLAIMED,
+                changes=outcome.changes() | {"claim": None, "worker": None},
+                job_event=outcome.job_event(task.job_id, task.id),
+            )
+        except StaleState:
+            return False
+        assert outcome.failure_class is not None
+        await attempts_repo.close_open(
+            conn, task.id, outcome.state.value, outcome.failure_class, outcome.brief or why
+        )
+    logger.warning(
+        "task %s declared %s: %s",
+        task.id,
+        outcome.failure_class.value,
+        outcome.brief,
+        extra={"job_id": task.job_id, "task_id": task.id},
+    )
+    return True
