@@ -5,7 +5,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -15,12 +15,16 @@ from shared.migrate import latest_version
 
 logger = logging.getLogger(__name__)
 
-Pool = asyncpg.Pool[asyncpg.Record]
-#: A connection, direct or borrowed from a pool: repositories take either.
-Connection = asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]
+if TYPE_CHECKING:  # asyncpg's classes are generic only in its stubs
+    Pool = asyncpg.Pool[asyncpg.Record]
+    #: A connection, direct or borrowed from a pool: repositories take either.
+    Connection = asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]
+else:
+    Pool = asyncpg.Pool
+    Connection = asyncpg.Connection | PoolConnectionProxy
 
 
-async def _init_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
+async def _init_connection(conn: "asyncpg.Connection[asyncpg.Record]") -> None:
     for name in ("json", "jsonb"):
         await conn.set_type_codec(name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 

@@ -156,8 +156,8 @@ async def transition(
     """Compare-and-set the job's state (finished_at follows), with `event` in the outbox."""
     async with conn.transaction():
         record = await conn.fetchrow(
-            "UPDATE jobs SET state = $3, finished_at ="
-            " CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END"
+            "UPDATE jobs SET state = $3::job_state, finished_at ="
+            " CASE WHEN $3::job_state IN ('completed', 'failed', 'cancelled') THEN now() END"
             " WHERE id = $1 AND state = ANY($2::job_state[]) RETURNING *",
             job_id,
             [s.value for s in job_sources_for(dst)],

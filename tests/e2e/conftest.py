@@ -1,0 +1,116 @@
+"""End-to-end fixtures: a running stack, an HTTP client, and a listener on the events exchange."""
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+import httpx
+import pytest
+
+from shared.topology import Topology
+from tests.conftest import AMQP_URL, REDIS_URL, create_database, drop_database, require_servers
+from tests.e2e.stack import Stack
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    """The four services, up and healthy, on a fresh database and namespace."""
+    require_servers()
+    name = f"vigil_e2e_{uuid.uuid4().hex[:10]}"
+    url = asyncio.run(create_database(name))
+    s = Stack(
+        database_url=url,
+        amqp_url=AMQP_URL,
+        redis_url=REDIS_URL,
+        namespace=f"e2e-{uuid.uuid4().hex[:10]}",
+        root=tmp_path,
+        token=uuid.uuid4().hex,
+    )
+    try:
+        s.start_all()
+        yield s
+    finally:
+        s.stop_all()
+        for service in ("api", "scheduler", "worker", "supervisor"):
+            # pytest shows what teardown prints only when the test failed
+            print(f"----- {service} -----\n{s.log(service)}")  # noqa: T201
+        asyncio.run(drop_database(name))
+
+
+@pytest.fixture
+async def client(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
+    headers = {"Authorization": f"Bearer {stack.token}"}
+    async with httpx.AsyncClient(base_url=stack.base_url, headers=headers, timeout=10) as c:
+        yield c
+
+
+@dataclass
+class Events:
+    """Every message seen on the stack's events exchange, with a way to wait for one."""
+
+    received: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    async def add(self, key: str, body: dict[str, Any]) -> None:
+        async with self.changed:
+            self.received.append((key, body))
+            self.changed.notify_all()
+
+    async def wait_for(
+        self, predicate: Callable[[str, dict[str, Any]], bool], timeout: float = 20.0
+    ) -> tuple[str, dict[str, Any]]:
+        """The first event (seen or to come) matching `predicate`; TimeoutError after `timeout`."""
+        async with asyncio.timeout(timeout), self.changed:
+            while True:
+                for key, body in self.received:
+                    if predicate(key, body):
+                        return key, body
+                await self.changed.wait()
+
+    async def wait_key(self, key: str, timeout: float = 20.0) -> dict[str, Any]:
+        return (await self.wait_for(lambda k, _b: k == key, timeout))[1]
+
+    def keys(self) -> list[str]:
+        return [k for k, _ in self.received]
+
+
+@pytest.fixture
+async def events(stack: Stack) -> AsyncIterator[Events]:
+    """Listens to `#` on the stack's events exchange from before the test acts."""
+    seen = Events()
+    connection = await aio_pika.connect_robust(AMQP_URL)
+    channel = await connection.channel()
+    exchange = await channel.declare_exchange(
+        Topology(stack.namespace).events_exchange, aio_pika.ExchangeType.TOPIC, durable=True
+    )
+    queue = await channel.declare_queue(exclusive=True, auto_delete=True)
+    await queue.bind(exchange, "#")
+
+    async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        async with message.process():
+            await seen.add(message.routing_key or "", json.loads(message.body))
+
+    await queue.consume(on_message)
+    try:
+        yield seen
+    finally:
+        await connection.close()
+
+
+async def wait_job(
+    client: httpx.AsyncClient, events: Events, job_id: str, timeout: float = 30.0
+) -> dict[str, Any]:
+    """Wait for `job.succeeded|failed.<job>` and return the job as the API shows it then."""
+    await events.wait_for(
+        lambda k, _b: k in (f"job.succeeded.{job_id}", f"job.failed.{job_id}"), timeout
+    )
+    response = await client.get(f"/jobs/{job_id}")
+    response.raise_for_status()
+    return dict(response.json())

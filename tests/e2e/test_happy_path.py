@@ -1,0 +1,84 @@
+"""A user submits a shell job over HTTP; it runs through every stage and ends `completed`."""
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Events, wait_job
+from tests.e2e.stack import Stack
+
+pytestmark = pytest.mark.e2e
+
+NORMAL_PATH = [
+    "new",
+    "setting_up",
+    "queued",
+    "on_cpu",
+    "data_ready",
+    "post_processing",
+    "completed",
+]
+
+
+async def test_when_a_job_runs__every_task_walks_the_normal_path_and_the_job_succeeds(
+    stack: Stack, client: httpx.AsyncClient, events: Events
+) -> None:
+    # given
+    command = (
+        'echo "hello $VIGIL_INPUT from $VIGIL_TASK_INDEX run $VIGIL_RUN_NUMBER"; '
+        'echo "ERROR: not really" >&2; echo "plain stderr" >&2; echo "PROGRESS: 50"; '
+        'test "$PWD" = "$VIGIL_WORKDIR" && echo "in workdir"; echo done > out.txt'
+    )
+    body = {"name": "happy", "command": command, "inputs": ["a", "b", "c"], "outputs": ["out.txt"]}
+
+    # when
+    response = await client.post("/jobs", json=body)
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    job = await wait_job(client, events, job_id)
+
+    # then
+    assert job["state"] == "completed"
+    assert job["counts"] == {"completed": 3}
+    assert "job.succeeded." + job_id in events.keys()
+    tasks = (await client.get(f"/jobs/{job_id}/tasks")).json()
+    assert len(tasks) == 3
+    for task in tasks:
+        states = [
+            b["state"]
+            for k, b in events.received
+            if b.get("task_id") == task["id"] and k.startswith("task.")
+        ]
+        assert states == NORMAL_PATH
+        assert task["state"] == "completed"
+        assert task["progress"] == 50
+        assert (stack.work_root / job_id / task["id"] / "out.txt").read_text() == "done\n"
+
+    logs = (await client.get(f"/jobs/{job_id}/logs", params={"task": tasks[1]["id"]})).json()
+    lines = [(r["severity"], r["stream"], r["line"]) for r in logs["items"]]
+    assert lines[0] == ("info", "stdout", "hello b from 1 run 1")
+    assert ("error", "stderr", "ERROR: not really") in lines
+    assert ("warning", "stderr", "plain stderr") in lines
+    assert ("info", "stdout", "in workdir") in lines
+    seqs = [r["seq"] for r in logs["items"]]
+    assert seqs == sorted(seqs)
+    assert any(k == f"log.error.{job_id}" for k in events.keys())
+
+
+async def test_when_a_command_exits_non_zero__the_task_fails_with_class_exit_and_the_job_fails(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    response = await client.post("/jobs", json={"command": "echo oops; exit 3", "inputs": ["x"]})
+    job_id = response.json()["id"]
+
+    job = await wait_job(client, events, job_id)
+
+    assert job["state"] == "failed"
+    assert f"job.failed.{job_id}" in events.keys()
+    [task] = (await client.get(f"/jobs/{job_id}/tasks")).json()
+    assert task["state"] == "failed_on_cluster"
+    assert task["failure_class"] == "exit"
+    assert task["exit_code"] == 3
+    assert "exited with code 3" in task["error_brief"]
+    detail = (await client.get(f"/tasks/{task['id']}")).json()
+    assert [a["stage"] for a in detail["attempts"]] == ["setup", "cluster"]
+    assert detail["attempts"][-1]["exit_code"] == 3
