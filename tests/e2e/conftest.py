@@ -64,20 +64,20 @@ class Events:
             self.changed.notify_all()
 
     async def wait_for(
-        self, predicate: Callable[[str, dict[str, Any]], bool], timeout: float = 20.0
+        self, predicate: Callable[[str, dict[str, Any]], bool], within: float = 20.0
     ) -> tuple[str, dict[str, Any]]:
-        """The first event (seen or to come) matching `predicate`; TimeoutError after `timeout`."""
-        async with asyncio.timeout(timeout), self.changed:
+        """The first event (seen or to come) matching `predicate`; TimeoutError after `within` s."""
+        async with asyncio.timeout(within), self.changed:
             while True:
                 for key, body in self.received:
                     if predicate(key, body):
                         return key, body
                 await self.changed.wait()
 
-    async def wait_key(self, key: str, timeout: float = 20.0) -> dict[str, Any]:
-        return (await self.wait_for(lambda k, _b: k == key, timeout))[1]
+    async def wait_key(self, key: str, within: float = 20.0) -> dict[str, Any]:
+        return (await self.wait_for(lambda k, _b: k == key, within))[1]
 
-    def keys(self) -> list[str]:
+    def routing_keys(self) -> list[str]:
         return [k for k, _ in self.received]
 
 
@@ -105,11 +105,11 @@ async def events(stack: Stack) -> AsyncIterator[Events]:
 
 
 async def wait_job(
-    client: httpx.AsyncClient, events: Events, job_id: str, timeout: float = 30.0
+    client: httpx.AsyncClient, events: Events, job_id: str, within: float = 30.0
 ) -> dict[str, Any]:
     """Wait for `job.succeeded|failed.<job>` and return the job as the API shows it then."""
     await events.wait_for(
-        lambda k, _b: k in (f"job.succeeded.{job_id}", f"job.failed.{job_id}"), timeout
+        lambda k, _b: k in (f"job.succeeded.{job_id}", f"job.failed.{job_id}"), within
     )
     response = await client.get(f"/jobs/{job_id}")
     response.raise_for_status()

@@ -39,7 +39,7 @@ async def test_when_a_job_runs__every_task_walks_the_normal_path_and_the_job_suc
     # then
     assert job["state"] == "completed"
     assert job["counts"] == {"completed": 3}
-    assert "job.succeeded." + job_id in events.keys()
+    assert "job.succeeded." + job_id in events.routing_keys()
     tasks = (await client.get(f"/jobs/{job_id}/tasks")).json()
     assert len(tasks) == 3
     for task in tasks:
@@ -61,7 +61,7 @@ async def test_when_a_job_runs__every_task_walks_the_normal_path_and_the_job_suc
     assert ("info", "stdout", "in workdir") in lines
     seqs = [r["seq"] for r in logs["items"]]
     assert seqs == sorted(seqs)
-    assert any(k == f"log.error.{job_id}" for k in events.keys())
+    assert any(k == f"log.error.{job_id}" for k in events.routing_keys())
 
 
 async def test_when_a_command_exits_non_zero__the_task_fails_with_class_exit_and_the_job_fails(
@@ -73,7 +73,7 @@ async def test_when_a_command_exits_non_zero__the_task_fails_with_class_exit_and
     job = await wait_job(client, events, job_id)
 
     assert job["state"] == "failed"
-    assert f"job.failed.{job_id}" in events.keys()
+    assert f"job.failed.{job_id}" in events.routing_keys()
     [task] = (await client.get(f"/jobs/{job_id}/tasks")).json()
     assert task["state"] == "failed_on_cluster"
     assert task["failure_class"] == "exit"
