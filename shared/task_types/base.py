@@ -4,7 +4,9 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
 
 from shared.status_file import StatusReport
 
@@ -80,7 +82,9 @@ class TaskType:
     """
 
     #: The name users put in `type`; also the entry-point name.
-    name: str = ""
+    name: ClassVar[str] = ""
+    #: The model `params` must fit (checked at submission: a bad field is a 422), if any.
+    params_model: ClassVar[type[BaseModel] | None] = None
 
     def setup(self, ctx: TaskContext) -> bool:
         """Prepare the work dir. Runs on a worker in `setting_up`."""

@@ -1,0 +1,92 @@
+"""Operator actions on tasks (design §2 recovery/restart tables, §9 actions): pure planning.
+
+`plan()` answers, from the task's current state alone, what an action does: a direct transition,
+an action state that a worker's hook resolves, a duplicate, or a refusal naming the states that
+would have allowed it.
+"""
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+from shared.errors import Conflict
+from shared.states import ACTIONS, TERMINAL, TRANSITIONS, TaskState
+
+S = TaskState
+
+
+class TaskAction(StrEnum):
+    """What `POST /tasks/{id}/actions` accepts."""
+
+    RECOVER = "recover"
+    RESTART_SETUP = "restart_setup"
+    RESTART_CLUSTER = "restart_cluster"
+    RESTART_POST_PROCESSING = "restart_post_processing"
+    DUPLICATE = "duplicate"
+    CANCEL = "cancel"
+    HOLD = "hold"
+    RELEASE = "release"
+
+
+class JobAction(StrEnum):
+    """What `POST /jobs/{id}/actions` accepts."""
+
+    CANCEL = "cancel"
+    SUSPEND = "suspend"
+    RESUME = "resume"
+    RECOVER_FAILED = "recover_failed"
+    THROTTLE = "throttle"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The effect of an action on one task.
+
+    `target` is the state to compare-and-set to (None for `duplicate`, which makes a new task).
+    `hook` is True when a worker must run a task type hook (the target is an action state).
+    """
+
+    target: TaskState | None
+    hook: bool = False
+    duplicate: bool = False
+
+
+#: Action -> {allowed current state: target state}.
+_TABLE: Final[dict[TaskAction, dict[TaskState, TaskState]]] = {
+    TaskAction.RECOVER: {
+        S.FAILED_SETUP_PREREQUISITES: S.NEW,
+        S.FAILED_POST_PROCESSING_PREREQUISITES: S.DATA_READY,
+        S.FAILED_TO_SETUP: S.RECOVER_SETUP,
+        S.FAILED_ON_CLUSTER: S.RECOVER_CLUSTER,
+        S.FAILED_TO_POST_PROCESS: S.RECOVER_POST_PROCESSING,
+    },
+    TaskAction.RESTART_SETUP: {S.COMPLETED: S.RESTART_SETUP},
+    TaskAction.RESTART_CLUSTER: {S.COMPLETED: S.RESTART_CLUSTER},
+    TaskAction.RESTART_POST_PROCESSING: {S.COMPLETED: S.RESTART_POST_PROCESSING},
+    TaskAction.CANCEL: {
+        s: S.TERMINATED
+        for s, dsts in TRANSITIONS.items()
+        if S.TERMINATED in dsts and s not in TERMINAL
+    },
+    TaskAction.HOLD: {S.NEW: S.ON_HOLD},
+    TaskAction.RELEASE: {S.ON_HOLD: S.NEW},
+}
+
+
+def allowed_states(action: TaskAction) -> list[TaskState]:
+    """The current states from which `action` is accepted, sorted."""
+    if action is TaskAction.DUPLICATE:
+        return sorted(TERMINAL)
+    return sorted(_TABLE[action])
+
+
+def plan(action: TaskAction, current: TaskState) -> Plan:
+    """What `action` does to a task in `current`; raises `Conflict` naming the allowed states."""
+    if action is TaskAction.DUPLICATE:
+        if current in TERMINAL:
+            return Plan(target=None, duplicate=True)
+    elif current in _TABLE[action]:
+        target = _TABLE[action][current]
+        return Plan(target=target, hook=target in ACTIONS)
+    allowed = ", ".join(s.value for s in allowed_states(action))
+    raise Conflict(f"cannot {action.value} a task in state {current.value}; allowed in: {allowed}")
