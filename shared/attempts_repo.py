@@ -7,7 +7,7 @@ from uuid import UUID
 
 from shared.db import Connection
 from shared.errors import StaleState
-from shared.states import FailureClass, Stage
+from shared.states import FailureClass
 
 
 @dataclass(frozen=True)
@@ -43,13 +43,16 @@ async def start(
     conn: Connection,
     task_id: str,
     claim: UUID,
-    stage: Stage,
+    stage: str,
     *,
     host: str,
     worker: str,
     log_path: str | None = None,
 ) -> Attempt:
-    """Open the next attempt of a task that `claim` holds; raises `StaleState` if it does not."""
+    """Open the next attempt (of a stage, or a hook by its name) of a task that `claim` holds.
+
+    Raises `StaleState` if the claim is not the task's.
+    """
     numbers = await conn.fetchrow(
         "UPDATE tasks SET attempt = attempt + 1 WHERE id = $1 AND claim = $2"
         " RETURNING attempt, run_number",
@@ -64,7 +67,7 @@ async def start(
         task_id,
         numbers["attempt"],
         numbers["run_number"],
-        stage.value,
+        stage,
         host,
         worker,
         claim,

@@ -99,7 +99,8 @@ async def add_tasks(
     """Insert one `new` task per input with its `task.new` event; returns the task ids."""
     ids = [new_id("t") for _ in inputs]
     await conn.executemany(
-        "INSERT INTO tasks (id, job_id, index, input) VALUES ($1, $2, $3, $4)",
+        "INSERT INTO tasks (id, job_id, index, input)"
+        " VALUES ($1, $2, $3, coalesce($4, 'null'::jsonb))",
         [(tid, job_id, start_index + i, inputs[i]) for i, tid in enumerate(ids)],
     )
     for tid in ids:

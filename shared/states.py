@@ -137,9 +137,9 @@ ACTIONS: Final[Mapping[TaskState, tuple[TaskState, TaskState, TaskState]]] = {
 def _action_rows() -> dict[TaskState, frozenset[TaskState]]:
     rows: dict[TaskState, frozenset[TaskState]] = {}
     for action, (running, ok, failed) in ACTIONS.items():
-        # An action that was asked but not started can be withdrawn to where it came from.
-        rows[action] = frozenset({running, failed})
-        rows[running] = frozenset({ok, failed})
+        # An action not yet started can be withdrawn (its worker died); both can be cancelled.
+        rows[action] = frozenset({running, failed, S.TERMINATED})
+        rows[running] = frozenset({ok, failed, S.TERMINATED})
     return rows
 
 

@@ -15,7 +15,7 @@ from shared import outbox
 from shared.db import Connection
 from shared.errors import StaleState
 from shared.messages import JobEvent, TaskEvent
-from shared.states import FailureClass, TaskState, sources_for
+from shared.states import TERMINAL, FailureClass, TaskState, sources_for
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,10 @@ async def list_for_job(conn: Connection, job_id: str) -> list[Task]:
 async def held_by(conn: Connection, worker: str) -> list[Task]:
     """Non-terminal tasks that the worker instance `worker` holds."""
     records = await conn.fetch(
-        "SELECT * FROM tasks WHERE worker = $1 AND claim IS NOT NULL ORDER BY id", worker
+        "SELECT * FROM tasks WHERE worker = $1 AND claim IS NOT NULL"
+        " AND state <> ALL($2::task_state[]) ORDER BY id",
+        worker,
+        sorted(s.value for s in TERMINAL),
     )
     return [Task.from_record(r) for r in records]
 

@@ -2,8 +2,9 @@
 
 New tasks whose setup prerequisites are met go to the pool queue, within each job's
 `release_per_tick` and `max_in_flight`. Unclaimed tasks resting in `queued` or `data_ready`
-(after a recovery, or once post-processing prerequisites are met) go to their host's queue,
-since their work dir lives there.
+(after a recovery, or once post-processing prerequisites are met), or in an action state
+(`recover_*`, `restart_*`: a hook to run), go to their host's queue, since their work dir
+lives there.
 """
 
 from typing import Final
@@ -13,7 +14,7 @@ from shared import outbox
 from shared.db import Connection, Pool
 from shared.messages import RunStage
 from shared.prerequisites import met_arrays
-from shared.states import IN_FLIGHT, Stage
+from shared.states import ACTIONS, IN_FLIGHT, Stage
 from shared.topology import host_key, pool_key
 
 _UNMET: Final = """
@@ -43,14 +44,15 @@ LIMIT $1
 _RESTING_TASKS: Final = f"""
 SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id
 WHERE t.claim IS NULL AND t.host IS NOT NULL AND j.state = 'active'
-  AND (t.state = 'queued'
+  AND (t.state = 'queued' OR t.state = ANY($6::task_state[])
        OR (t.state = 'data_ready' AND NOT {_UNMET.format(stage="post_processing")}))
 LIMIT $1
 """
 
 _CLAIM: Final = """
 UPDATE tasks SET claim = gen_random_uuid(), updated_at = now()
-WHERE id = ANY($1) AND claim IS NULL AND state IN ('new', 'queued', 'data_ready')
+WHERE id = ANY($1) AND claim IS NULL
+  AND (state IN ('new', 'queued', 'data_ready') OR state = ANY($2::task_state[]))
 RETURNING id, job_id, state, host, claim
 """
 
@@ -58,7 +60,9 @@ _STAGE_OF: Final = {
     "new": Stage.SETUP,
     "queued": Stage.CLUSTER,
     "data_ready": Stage.POST_PROCESSING,
+    **{action.value: Stage.HOOK for action in ACTIONS},
 }
+_ACTION_STATES: Final = sorted(action.value for action in ACTIONS)
 
 
 class Dispatcher:
@@ -72,12 +76,12 @@ class Dispatcher:
         args = [self._batch, *met_arrays()]
         async with self._pool.acquire() as conn, conn.transaction():
             new = await conn.fetch(_NEW_TASKS, *args, sorted(s.value for s in IN_FLIGHT))
-            resting = await conn.fetch(_RESTING_TASKS, *args)
+            resting = await conn.fetch(_RESTING_TASKS, *args, _ACTION_STATES)
             ids = [r["id"] for r in new] + [r["id"] for r in resting]
             return await self._claim(conn, ids) if ids else 0
 
     async def _claim(self, conn: Connection, ids: list[str]) -> int:
-        claimed = await conn.fetch(_CLAIM, ids)
+        claimed = await conn.fetch(_CLAIM, ids, _ACTION_STATES)
         for row in claimed:
             stage = _STAGE_OF[str(row["state"])]
             key = pool_key(self._worker_pool) if stage is Stage.SETUP else host_key(row["host"])

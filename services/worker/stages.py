@@ -29,14 +29,19 @@ from shared.messages import RunStage, WatchProcess
 from shared.outcomes import Outcome, command_outcome, hook_failed
 from shared.processes import kill_group
 from shared.redis_keys import RedisKeys
-from shared.states import FailureClass, Stage, TaskState
+from shared.states import ACTIONS, FailureClass, Stage, TaskState
 from shared.status_file import read_status
 from shared.task_types import TaskContext, TaskType
+from shared.task_types.base import HOOK_FOR_ACTION
 from shared.topology import supervise_key
 
 logger = logging.getLogger(__name__)
 S = TaskState
 T = TypeVar("T")
+
+#: Running hook state -> its action state.
+_HOOK_OF_RUNNING = {running: action for action, (running, _, _) in ACTIONS.items()}
+_RESTARTS = frozenset({S.RESTART_SETUP, S.RESTART_CLUSTER, S.RESTART_POST_PROCESSING})
 
 #: The state a work message expects to find the task in, per stage.
 _ENTRY_STATE = {
@@ -69,36 +74,50 @@ class StageRunner:
     instance: str
 
     async def take(self, message: RunStage) -> Held | None:
-        """Make the message's claim this worker's; None when the message is stale (a no-op)."""
-        entry = _ENTRY_STATE.get(message.stage)
-        if entry is None:
-            logger.error("stage %s cannot be run yet; dropping", message.stage)
-            return None
+        """Make the message's claim this worker's; None when the message is stale (a no-op).
+
+        Setup and hooks move the task into their running state (`setting_up`, `recovering_*`,
+        `restarting_*`); the cluster and post-processing stages adopt a resting task.
+        """
         async with self.pool.acquire() as conn, conn.transaction():
             task = await tasks_repo.get(conn, message.task_id)
             job = await jobs_repo.get(conn, message.job_id)
             if task is None or job is None or task.claim != message.claim:
                 return None
-            workdir = str(self._workdir(task.job_id, task.id))
             try:
-                if entry is S.NEW:
-                    task = await tasks_repo.transition(
-                        conn,
-                        task.id,
-                        S.SETTING_UP,
-                        among=frozenset({S.NEW}),
-                        claim=message.claim,
-                        changes={
-                            "worker": self.instance,
-                            "host": self.settings.host_id,
-                            "workdir": workdir,
-                        },
-                    )
-                elif not await self._adopt(conn, task, entry, message.claim):
-                    return None
+                state = await self._enter(conn, task, message)
             except StaleState:
                 return None
-        return Held(task, job, message.claim, task.state if entry is S.NEW else entry)
+        return Held(task, job, message.claim, state) if state is not None else None
+
+    async def _enter(self, conn: Any, task: tasks_repo.Task, message: RunStage) -> TaskState | None:
+        mine = {"worker": self.instance, "host": self.settings.host_id}
+        if message.stage is Stage.SETUP:
+            workdir = str(self._workdir(task.job_id, task.id))
+            await tasks_repo.transition(
+                conn,
+                task.id,
+                S.SETTING_UP,
+                among=frozenset({S.NEW}),
+                claim=message.claim,
+                changes=mine | {"workdir": workdir},
+            )
+            return S.SETTING_UP
+        if message.stage is Stage.HOOK and task.state in ACTIONS:
+            running = ACTIONS[task.state][0]
+            await tasks_repo.transition(
+                conn,
+                task.id,
+                running,
+                among=frozenset({task.state}),
+                claim=message.claim,
+                changes=mine,
+            )
+            return running
+        entry = _ENTRY_STATE.get(message.stage)
+        if entry is not None and await self._adopt(conn, task, entry, message.claim):
+            return entry
+        return None
 
     async def _adopt(self, conn: Any, task: tasks_repo.Task, state: TaskState, claim: UUID) -> bool:
         status = await conn.execute(
@@ -117,6 +136,8 @@ class StageRunner:
     async def drive(self, held: Held) -> None:
         """Run the task from where it was taken as far as it can go. Never raises StaleState."""
         try:
+            if held.state in _HOOK_OF_RUNNING and not await self._hook(held):
+                return
             if held.state is S.SETTING_UP and not await self._setup(held):
                 return
             if held.state in (S.SETTING_UP, S.QUEUED) and not await self._cluster(held):
@@ -131,10 +152,63 @@ class StageRunner:
             await asyncio.shield(self._abandon(held, "the worker stopped while running it"))
             raise
 
+    # -- recovery and restart hooks ----------------------------------------------------------
+
+    async def _hook(self, held: Held) -> bool:
+        """Run the hook of the task's action; True when the task goes on in this worker."""
+        action = _HOOK_OF_RUNNING[held.state]
+        _, ok_state, failed_state = ACTIONS[action]
+        hook = HOOK_FOR_ACTION[action]
+        attempt = await self._start_attempt(held, hook)
+        ctx = self._context(held, attempt)
+        _, failure = await self._run_hook(
+            hook, failed_state, lambda: getattr(self._type(held), hook)(ctx)
+        )
+        if failure is not None:
+            await self._end_hook(held, attempt, failure.state, failure, {})
+            return False
+        changes: dict[str, Any] = dict(tasks_repo.CLEAR_FAILURE)
+        if action in _RESTARTS:
+            changes["run_number"] = held.task.run_number + 1
+        await self._end_hook(held, attempt, ok_state, None, changes)
+        if ok_state is S.NEW:  # setup is dispatched again, to any worker of the pool
+            await self._release(held, S.NEW)
+            return False
+        return True
+
+    async def _end_hook(
+        self,
+        held: Held,
+        attempt: int,
+        state: TaskState,
+        failure: Outcome | None,
+        changes: dict[str, Any],
+    ) -> None:
+        """Record the hook's attempt and move the task (its failure fields stay as they were)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await attempts_repo.finish(
+                conn,
+                held.task.id,
+                attempt,
+                state.value,
+                failure_class=failure.failure_class if failure else None,
+                error_brief=failure.brief if failure else None,
+                error_detail=failure.detail if failure else None,
+            )
+            task = await tasks_repo.transition(
+                conn,
+                held.task.id,
+                state,
+                among=frozenset({held.state}),
+                claim=held.claim,
+                changes=changes if failure is None else {"claim": None, "worker": None},
+            )
+        held.task, held.state = task, state
+
     # -- setup -------------------------------------------------------------------------------
 
     async def _setup(self, held: Held) -> bool:
-        attempt = await self._start_attempt(held, Stage.SETUP)
+        attempt = await self._start_attempt(held, Stage.SETUP.value)
         ctx = self._context(held, attempt)
         _, failure = await self._run_hook(
             "setup", S.FAILED_TO_SETUP, lambda: self._type(held).setup(ctx)
@@ -148,7 +222,7 @@ class StageRunner:
     # -- cluster -----------------------------------------------------------------------------
 
     async def _cluster(self, held: Held) -> bool:
-        attempt = await self._start_attempt(held, Stage.CLUSTER)
+        attempt = await self._start_attempt(held, Stage.CLUSTER.value)
         ctx = self._context(held, attempt)
         ctx.safe_mkdir(".vigil")
         script, failure = await self._run_hook(
@@ -245,7 +319,7 @@ class StageRunner:
                 claim=held.claim,
                 changes={"worker": self.instance},
             )
-        attempt = await self._start_attempt(held, Stage.POST_PROCESSING)
+        attempt = await self._start_attempt(held, Stage.POST_PROCESSING.value)
         ctx = self._context(held, attempt)
         ctx.exit_code = 0
         ctx.status = read_status(ctx.status_file)
@@ -279,7 +353,7 @@ class StageRunner:
             params=held.job.params,
         )
 
-    async def _start_attempt(self, held: Held, stage: Stage) -> int:
+    async def _start_attempt(self, held: Held, stage: str) -> int:
         async with self.pool.acquire() as conn, conn.transaction():
             row = await attempts_repo.start(
                 conn,

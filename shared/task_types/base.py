@@ -4,10 +4,11 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from pydantic import BaseModel
 
+from shared.states import TaskState
 from shared.status_file import StatusReport
 
 
@@ -71,6 +72,17 @@ class TaskContext:
             link.unlink()
         link.symlink_to(source)
         return link
+
+
+#: The hook a worker runs for each action state (design §2 recovery and restart tables).
+HOOK_FOR_ACTION: Final[dict[TaskState, str]] = {
+    TaskState.RECOVER_SETUP: "recover_from_setup_failure",
+    TaskState.RECOVER_CLUSTER: "recover_from_cluster_failure",
+    TaskState.RECOVER_POST_PROCESSING: "recover_from_post_processing_failure",
+    TaskState.RESTART_SETUP: "restart_at_setup",
+    TaskState.RESTART_CLUSTER: "restart_at_cluster",
+    TaskState.RESTART_POST_PROCESSING: "restart_at_post_processing",
+}
 
 
 class TaskType:

@@ -1,0 +1,190 @@
+"""The transactional outbox: ordered pending rows, SKIP LOCKED relays, pruning, and NOTIFY.
+
+These tests need an outbox nobody else writes to, so the module works in a database of its own
+and empties the outbox before each test.
+"""
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from shared import db, outbox
+from shared.messages import JobEvent, JobOutcome, RunStage, TaskEvent, to_jsonable
+from shared.states import Stage, TaskState
+from shared.topology import host_key
+from tests.conftest import create_database, drop_database, require_servers
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def outbox_database_url() -> Iterator[str]:
+    """A migrated database for this module only."""
+    require_servers()
+    name = f"vigil_outbox_{uuid.uuid4().hex[:10]}"
+    url = asyncio.run(create_database(name))
+    yield url
+    asyncio.run(drop_database(name))
+
+
+@pytest.fixture
+async def opool(outbox_database_url: str) -> AsyncIterator[db.Pool]:
+    """A pool on the module's database, with an empty outbox."""
+    async with db.open_pool(outbox_database_url, max_size=4) as pool:
+        await pool.execute("TRUNCATE outbox RESTART IDENTITY")
+        yield pool
+
+
+def _task_event(state: TaskState = TaskState.NEW) -> TaskEvent:
+    return TaskEvent(job_id="j-1", task_id=f"t-{uuid.uuid4().hex[:8]}", state=state)
+
+
+async def _add_rows(conn: db.Connection, count: int) -> None:
+    async with conn.transaction():
+        for _ in range(count):
+            await outbox.add_task_event(conn, _task_event())
+
+
+async def test_when_messages_are_added__pending_gives_them_back_in_order_with_their_keys(
+    opool: db.Pool,
+) -> None:
+    async with opool.acquire() as conn:
+        # given
+        task_event = _task_event(TaskState.ON_CPU)
+        job_event = JobEvent(job_id="j-1", outcome=JobOutcome.FAILED, brief="job failed")
+        work = RunStage(job_id="j-1", task_id="t-1", stage=Stage.CLUSTER, claim=uuid.uuid4())
+        async with conn.transaction():
+            await outbox.add_task_event(conn, task_event)
+            await outbox.add_job_event(conn, job_event)
+            await outbox.add_work(conn, host_key("h-1"), work)
+        # when
+        async with conn.transaction():
+            rows = await outbox.pending(conn, limit=10)
+        # then
+        expected: list[tuple[str, str, dict[str, Any]]] = [
+            ("events", "task.on_cpu.j-1", to_jsonable(task_event)),
+            ("events", "job.failed.j-1", to_jsonable(job_event)),
+            ("work", "host.h-1", to_jsonable(work)),
+        ]
+        assert [(r.exchange, r.routing_key, r.body) for r in rows] == expected
+        assert [r.id for r in rows] == sorted(r.id for r in rows)
+
+
+async def test_when_rows_are_marked_published__pending_skips_them_and_keeps_the_rest_in_order(
+    opool: db.Pool,
+) -> None:
+    async with opool.acquire() as conn:
+        # given
+        await _add_rows(conn, 5)
+        async with conn.transaction():
+            first_two = await outbox.pending(conn, limit=2)
+            # when
+            await outbox.mark_published(conn, [r.id for r in first_two])
+        # then
+        async with conn.transaction():
+            rest = await outbox.pending(conn, limit=10)
+        assert [r.id for r in first_two] == [1, 2]
+        assert [r.id for r in rest] == [3, 4, 5]
+
+
+async def test_when_two_relays_read_at_once__they_never_get_the_same_rows(
+    opool: db.Pool,
+) -> None:
+    async with opool.acquire() as first, opool.acquire() as second:
+        # given
+        await _add_rows(first, 4)
+        # when: both read inside open transactions
+        async with first.transaction():
+            taken_first = await outbox.pending(first, limit=2)
+            async with second.transaction():
+                taken_second = await outbox.pending(second, limit=10)
+        # then
+        assert [r.id for r in taken_first] == [1, 2]
+        assert [r.id for r in taken_second] == [3, 4]
+
+
+async def test_when_a_relay_rolls_back__its_rows_are_pending_again(opool: db.Pool) -> None:
+    async with opool.acquire() as conn:
+        await _add_rows(conn, 2)
+        transaction = conn.transaction()
+        await transaction.start()
+        taken = await outbox.pending(conn, limit=10)
+        await outbox.mark_published(conn, [r.id for r in taken])
+        await transaction.rollback()
+        async with conn.transaction():
+            again = await outbox.pending(conn, limit=10)
+        assert [r.id for r in again] == [r.id for r in taken] == [1, 2]
+
+
+async def test_when_pruning__only_rows_published_long_enough_ago_are_deleted(
+    opool: db.Pool,
+) -> None:
+    async with opool.acquire() as conn:
+        # given: row 1 published an hour ago, row 2 just now, row 3 never
+        await _add_rows(conn, 3)
+        await outbox.mark_published(conn, [1, 2])
+        await conn.execute(
+            "UPDATE outbox SET published_at = now() - interval '1 hour' WHERE id = 1"
+        )
+        # when
+        deleted = await outbox.prune(conn, older_than_s=60)
+        # then
+        assert deleted == 1
+        remaining = await conn.fetch("SELECT id FROM outbox ORDER BY id")
+        assert [r["id"] for r in remaining] == [2, 3]
+        assert await outbox.prune(conn, older_than_s=60) == 0
+
+
+async def test_when_a_row_is_committed__listeners_on_vigil_outbox_are_notified(
+    opool: db.Pool,
+) -> None:
+    async with opool.acquire() as listener, opool.acquire() as writer:
+        # given
+        notified = asyncio.Event()
+        channels: list[str] = []
+
+        def on_notify(_conn: object, _pid: int, channel: str, _payload: object) -> None:
+            channels.append(channel)
+            notified.set()
+
+        await listener.add_listener("vigil_outbox", on_notify)
+        try:
+            # when
+            async with writer.transaction():
+                await outbox.add_task_event(writer, _task_event())
+            # then
+            async with asyncio.timeout(5):
+                await notified.wait()
+        finally:
+            await listener.remove_listener("vigil_outbox", on_notify)
+        assert channels == ["vigil_outbox"]
+
+
+async def test_when_a_row_is_rolled_back__no_notification_is_sent(opool: db.Pool) -> None:
+    async with opool.acquire() as listener, opool.acquire() as writer:
+        # given
+        notifications: list[str] = []
+        committed = asyncio.Event()
+
+        def on_notify(_conn: object, _pid: int, channel: str, _payload: object) -> None:
+            notifications.append(channel)
+            committed.set()
+
+        await listener.add_listener("vigil_outbox", on_notify)
+        try:
+            # when: one insert rolls back, then one commits
+            transaction = writer.transaction()
+            await transaction.start()
+            await outbox.add_task_event(writer, _task_event())
+            await transaction.rollback()
+            async with writer.transaction():
+                await outbox.add_task_event(writer, _task_event())
+            # then: notifications arrive in commit order, so only the committed one came
+            async with asyncio.timeout(5):
+                await committed.wait()
+        finally:
+            await listener.remove_listener("vigil_outbox", on_notify)
+        assert notifications == ["vigil_outbox"]

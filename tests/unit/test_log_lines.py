@@ -1,0 +1,93 @@
+"""Output lines: severity from a leading level word, stream defaults, progress, cleaning."""
+
+from typing import Literal
+
+import pytest
+
+from shared.log_lines import MAX_LINE_CHARS, parse_line
+from shared.messages import Severity
+
+
+@pytest.mark.parametrize(
+    ("line", "severity"),
+    [
+        ("DEBUG: cache warm", Severity.DEBUG),
+        ("INFO: step 1 of 3", Severity.INFO),
+        ("WARNING: disk 90% full", Severity.WARNING),
+        ("ERROR: cannot open input", Severity.ERROR),
+        ("CRITICAL: out of memory", Severity.CRITICAL),
+        ("FATAL: giving up", Severity.FATAL),
+        ("DEBUG cache warm", Severity.DEBUG),
+        ("INFO step 1 of 3", Severity.INFO),
+        ("WARNING disk 90% full", Severity.WARNING),
+        ("ERROR cannot open input", Severity.ERROR),
+        ("CRITICAL out of memory", Severity.CRITICAL),
+        ("FATAL giving up", Severity.FATAL),
+        ("ERROR:root:boom", Severity.ERROR),
+        ("WARNING:my.module:slow", Severity.WARNING),
+        ("CRITICAL:root:", Severity.CRITICAL),
+    ],
+)
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_when_a_line_starts_with_a_level_word__it_gets_that_severity(
+    line: str, severity: Severity, stream: Literal["stdout", "stderr"]
+) -> None:
+    parsed = parse_line(line, stream)
+    assert parsed.severity is severity
+    assert parsed.line == line
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "error: lowercase is not a level word",
+        "Error: neither is capitalised",
+        "ERRORS were counted: 0",
+        "ERROR",
+        "an ERROR: in the middle",
+        " ERROR: after a space",
+        "WARN: not one of the six",
+        "",
+    ],
+)
+def test_when_a_line_has_no_leading_level_word__the_stream_decides(line: str) -> None:
+    assert parse_line(line, "stdout").severity is Severity.INFO
+    assert parse_line(line, "stderr").severity is Severity.WARNING
+
+
+@pytest.mark.parametrize(("value", "progress"), [("0", 0), ("42", 42), ("100", 100)])
+def test_when_a_line_reports_progress_in_range__the_progress_is_read(
+    value: str, progress: int
+) -> None:
+    parsed = parse_line(f"PROGRESS: {value}\n", "stdout")
+    assert parsed.progress == progress
+    assert parsed.severity is Severity.INFO
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["PROGRESS: 101", "PROGRESS: 1000", "PROGRESS: -1", "PROGRESS: 5%", "PROGRESS: half", "x"],
+)
+def test_when_a_progress_line_is_out_of_range_or_malformed__no_progress_is_read(
+    line: str,
+) -> None:
+    assert parse_line(line, "stdout").progress is None
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n"])
+def test_when_a_line_ends_with_a_newline__the_newline_is_stripped(ending: str) -> None:
+    parsed = parse_line("ERROR: boom" + ending, "stdout")
+    assert parsed.line == "ERROR: boom"
+    assert parsed.severity is Severity.ERROR
+
+
+def test_when_a_line_is_too_long__it_is_cut_to_the_limit() -> None:
+    parsed = parse_line("FATAL: " + "x" * (3 * MAX_LINE_CHARS) + "\n", "stderr")
+    assert len(parsed.line) == MAX_LINE_CHARS
+    assert parsed.line.startswith("FATAL: xxx")
+    assert parsed.severity is Severity.FATAL
+
+
+def test_when_a_line_is_exactly_at_the_limit__it_is_kept_whole() -> None:
+    line = "y" * MAX_LINE_CHARS
+    assert parse_line(line + "\n", "stdout").line == line
