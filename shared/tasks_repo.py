@@ -45,6 +45,9 @@ class Task:
     superseded_by: str | None
     created_at: datetime
     updated_at: datetime
+    app_retries: int = 0
+    infra_retries: int = 0
+    resume: dict[str, Any] | None = None
 
     @classmethod
     def from_record(cls, record: Any) -> "Task":
@@ -73,6 +76,9 @@ SETTABLE: Final = frozenset(
         "run_number",
         "attempt",
         "superseded_by",
+        "app_retries",
+        "infra_retries",
+        "resume",
     }
 )
 

@@ -28,8 +28,9 @@ REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 def _reachable(url: str, default_port: int) -> bool:
     parts = urlsplit(url)
+    address = (parts.hostname or "127.0.0.1", parts.port or default_port)
     try:
-        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or default_port), 2):
+        with socket.create_connection(address, 2):
             return True
     except OSError:
         return False

@@ -25,3 +25,24 @@ class ShellTaskType(TaskType):
         if ctx.status is not None and ctx.status.status != "success":
             return False
         return all((ctx.workdir / name).exists() for name in ctx.outputs)
+
+    # Every stage of `shell` can be run again in the same work dir (setup is idempotent and the
+    # command is the user's to make restartable), so recovery and restart just say yes.
+
+    def recover_from_setup_failure(self, ctx: TaskContext) -> bool:
+        return True
+
+    def recover_from_cluster_failure(self, ctx: TaskContext) -> bool:
+        return True
+
+    def recover_from_post_processing_failure(self, ctx: TaskContext) -> bool:
+        return True
+
+    def restart_at_setup(self, ctx: TaskContext) -> bool:
+        return True
+
+    def restart_at_cluster(self, ctx: TaskContext) -> bool:
+        return True
+
+    def restart_at_post_processing(self, ctx: TaskContext) -> bool:
+        return True

@@ -1,0 +1,1 @@
+"""The HTTP API (design §9): submit and inspect jobs, tasks and logs; health and metrics."""

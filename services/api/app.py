@@ -1,0 +1,68 @@
+"""`create_app(settings)`: the FastAPI application, its lifespan and its routes.
+
+The lifespan opens the database pool, refuses to start on an out-of-date schema and makes the
+bootstrap operator; nothing is created at import.
+"""
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Final
+
+from fastapi import FastAPI
+
+from services.api import errors
+from services.api.body_limit import BodyLimit
+from services.api.metrics import Metrics
+from services.api.routes import health, jobs, tasks
+from services.api.settings import ApiSettings
+from shared import db, users_repo
+from shared.errors import SchemaOutOfDate
+from shared.task_types.registry import load_task_types
+
+logger = logging.getLogger(__name__)
+
+#: Name of the operator whose token is `VIGIL_BOOTSTRAP_TOKEN`.
+BOOTSTRAP_OPERATOR: Final = "operator"
+
+_DESCRIPTION: Final = """
+Submit batch jobs, watch their tasks and read their logs.
+
+Every route but `/healthz` needs `Authorization: Bearer <token>`; a missing or bad token is a
+401. Jobs of other users answer 404. Invalid input answers 422 with `{"detail": [{loc, msg,
+type}]}` naming the field; a body larger than the limit answers 413.
+"""
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: ApiSettings = app.state.settings
+    async with db.open_pool(settings.database_url) as pool:
+        try:
+            await db.check_schema(pool)
+        except SchemaOutOfDate as exc:
+            logger.error("refusing to start: %s", exc)
+            raise
+        if settings.bootstrap_token:
+            async with pool.acquire() as conn:
+                await users_repo.ensure_user(
+                    conn, BOOTSTRAP_OPERATOR, "operator", settings.bootstrap_token
+                )
+        app.state.pool = pool
+        logger.info("api ready", extra={"action": "start"})
+        yield
+        logger.info("api stopping: closing the database pool", extra={"action": "stop"})
+
+
+def create_app(settings: ApiSettings) -> FastAPI:
+    """The api for `settings`; resources are opened by its lifespan, not here."""
+    app = FastAPI(title="Vigil", version="1", description=_DESCRIPTION, lifespan=_lifespan)
+    app.state.settings = settings
+    app.state.metrics = Metrics()
+    # Loaded here, not at import: a broken plugin stops the api at start, not at a submission.
+    app.state.task_types = load_task_types()
+    errors.install(app)
+    for module in (health, jobs, tasks):
+        app.include_router(module.router)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    return app

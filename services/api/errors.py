@@ -1,0 +1,94 @@
+"""How errors become HTTP answers: every 4xx body is `{"detail": ...}`, never a 500 for bad input.
+
+422 bodies are always a list of `{loc, msg, type}` naming the field at fault (the user's input is
+not echoed back: it may be megabytes). 404/409 bodies carry one human sentence.
+"""
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Final
+
+from fastapi import FastAPI, Request, Response, status
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from shared.errors import Conflict, InvalidTransition, NotFound, StaleState
+
+logger = logging.getLogger(__name__)
+
+Loc = Sequence[str | int]
+
+_NOT_AN_OBJECT: Final = frozenset({"model_attributes_type", "dict_type", "model_type"})
+
+
+def invalid(loc: Loc, msg: str) -> RequestValidationError:
+    """A 422 error on the field at `loc` (e.g. `("body", "inputs")`), in FastAPI's own shape."""
+    return RequestValidationError([{"type": "value_error", "loc": tuple(loc), "msg": msg}])
+
+
+def _describe(error: dict[str, Any]) -> dict[str, Any]:
+    kind = str(error.get("type", "value_error"))
+    loc = list(error.get("loc", ()))
+    msg = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+    if kind == "json_invalid":
+        msg = f"request body is not valid JSON: {(error.get('ctx') or {}).get('error', '?')}"
+    elif loc == ["body"] and kind in _NOT_AN_OBJECT:
+        msg = "request body must be a JSON object sent with Content-Type: application/json"
+    return {"loc": [_printable(part) for part in loc], "msg": _printable(msg), "type": kind}
+
+
+def _printable(part: Any) -> Any:
+    # A field name or message may hold a lone surrogate from the request: it must not make
+    # rendering the error fail with a 500.
+    if isinstance(part, str):
+        return part.encode("utf-8", "backslashreplace").decode()
+    return part
+
+
+async def _validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    details = [_describe(dict(e)) for e in exc.errors()]
+    return JSONResponse({"detail": details}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
+async def _http(request: Request, exc: Exception) -> Response:
+    """FastAPI's answer, except that a body it could not parse as JSON is a 422 like the rest."""
+    assert isinstance(exc, StarletteHTTPException)
+    reason = _unparsable_reason(exc)
+    if reason is None:
+        return await http_exception_handler(request, exc)
+    error = {"type": "json_invalid", "loc": ("body",), "ctx": {"error": reason}}
+    return await _validation(request, RequestValidationError([error]))
+
+
+def _unparsable_reason(exc: StarletteHTTPException) -> str | None:
+    # FastAPI turns a JSONDecodeError into a 422 but any other parse failure (bad UTF-8, deep
+    # nesting, a 5000-digit number) into a bare 400, `raise ... from` the parser's error.
+    cause = exc.__cause__
+    if exc.status_code != status.HTTP_400_BAD_REQUEST:
+        return None
+    if isinstance(cause, UnicodeDecodeError):
+        return "it is not UTF-8"
+    if isinstance(cause, RecursionError):
+        return "it is nested too deeply"
+    return str(cause) if isinstance(cause, ValueError) else None
+
+
+async def _not_found(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_404_NOT_FOUND)
+
+
+async def _conflict(request: Request, exc: Exception) -> JSONResponse:
+    logger.info("refused %s %s: %s", request.method, request.url.path, exc)
+    return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_409_CONFLICT)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers: bad input → 422, NotFound → 404, Conflict and lost races → 409."""
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(NotFound, _not_found)
+    for conflict in (Conflict, StaleState, InvalidTransition):
+        app.add_exception_handler(conflict, _conflict)

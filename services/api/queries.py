@@ -1,0 +1,74 @@
+"""Read queries the api needs that the shared repositories do not have (parameterised SQL only)."""
+
+from collections import defaultdict
+from typing import Any
+
+from shared.db import Connection
+
+
+async def ping(conn: Connection) -> bool:
+    """True when the database answers a trivial query."""
+    return bool(await conn.fetchval("SELECT 1") == 1)
+
+
+async def counts_for_jobs(conn: Connection, job_ids: list[str]) -> dict[str, dict[str, int]]:
+    """Tasks per state of each job in `job_ids` (jobs without tasks are left out)."""
+    rows = await conn.fetch(
+        "SELECT job_id, state::text AS state, count(*) AS n FROM tasks"
+        " WHERE job_id = ANY($1::text[]) GROUP BY job_id, state",
+        job_ids,
+    )
+    counts: dict[str, dict[str, int]] = defaultdict(dict)
+    for row in rows:
+        counts[row["job_id"]][row["state"]] = int(row["n"])
+    return dict(counts)
+
+
+async def visible_tasks(conn: Connection, task_ids: list[str], owner_id: str | None) -> set[str]:
+    """The ids among `task_ids` that exist and belong to `owner_id`'s jobs (None: anyone's)."""
+    rows = await conn.fetch(
+        "SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id"
+        " WHERE t.id = ANY($1::text[]) AND ($2::text IS NULL OR j.owner_id = $2)",
+        task_ids,
+        owner_id,
+    )
+    return {row["id"] for row in rows}
+
+
+async def job_visible(conn: Connection, job_id: str, owner_id: str | None) -> bool:
+    """True when job `job_id` exists and belongs to `owner_id` (None: anyone)."""
+    found = await conn.fetchval(
+        "SELECT 1 FROM jobs WHERE id = $1 AND ($2::text IS NULL OR owner_id = $2)",
+        job_id,
+        owner_id,
+    )
+    return found is not None
+
+
+async def prerequisites_of(
+    conn: Connection, task_ids: list[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """The prerequisite rows of each task, as `{stage, task_id, required}` (ordered)."""
+    rows = await conn.fetch(
+        "SELECT task_id, stage, on_task_id, required FROM task_prerequisites"
+        " WHERE task_id = ANY($1::text[]) ORDER BY task_id, stage, on_task_id",
+        task_ids,
+    )
+    found: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        found[row["task_id"]].append(
+            {"stage": row["stage"], "task_id": row["on_task_id"], "required": row["required"]}
+        )
+    return dict(found)
+
+
+async def tasks_per_state(conn: Connection) -> dict[str, int]:
+    """Number of tasks in each state, over every job (for the metrics scrape)."""
+    rows = await conn.fetch("SELECT state::text AS state, count(*) AS n FROM tasks GROUP BY state")
+    return {row["state"]: int(row["n"]) for row in rows}
+
+
+async def jobs_per_state(conn: Connection) -> dict[str, int]:
+    """Number of jobs in each state (for the metrics scrape)."""
+    rows = await conn.fetch("SELECT state::text AS state, count(*) AS n FROM jobs GROUP BY state")
+    return {row["state"]: int(row["n"]) for row in rows}

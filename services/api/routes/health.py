@@ -1,0 +1,50 @@
+"""`GET /healthz` (no auth) and `GET /metrics` (Prometheus text, auth)."""
+
+import asyncio
+import logging
+from typing import Final
+
+import asyncpg
+from fastapi import APIRouter, Response, status
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from services.api import queries
+from services.api.deps import CurrentUser, MetricsDep, PoolDep
+from services.api.schemas import Health
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(tags=["health"])
+
+#: A database slower than this to answer `SELECT 1` counts as down.
+HEALTH_TIMEOUT_S: Final = 2.0
+
+
+@router.get(
+    "/healthz",
+    responses={503: {"model": Health, "description": "The database does not answer."}},
+)
+async def healthz(pool: PoolDep, response: Response) -> Health:
+    """200 `{"status": "ok"}` when the database answers; 503 otherwise. No token needed."""
+    try:
+        async with asyncio.timeout(HEALTH_TIMEOUT_S), pool.acquire() as conn:
+            healthy = await queries.ping(conn)
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        logger.warning("health check failed: %s", exc)
+        healthy = False
+    if not healthy:
+        response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+        return Health(status="unavailable")
+    return Health(status="ok")
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text."}},
+)
+async def metrics(user: CurrentUser, pool: PoolDep, registry: MetricsDep) -> Response:
+    """Counters of this process and jobs/tasks per state, in the Prometheus text format."""
+    async with pool.acquire() as conn:
+        body = await registry.scrape(conn)
+    return Response(content=body, media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,177 @@
+"""`/jobs`: submit, list, read one, its tasks and its log lines (design §9)."""
+
+import dataclasses
+import re
+from typing import Annotated, Any, Final
+
+from fastapi import APIRouter, Header, Query, Response, status
+from pydantic import AfterValidator
+
+from services.api import cursor, queries, submission
+from services.api.access import owner_filter, visible_job
+from services.api.deps import (
+    CurrentUser,
+    JobIdPath,
+    MetricsDep,
+    PoolDep,
+    SettingsDep,
+    TaskTypesDep,
+)
+from services.api.errors import invalid
+from services.api.schemas import (
+    TEXT_PATTERN,
+    JobCreate,
+    JobPublic,
+    JobsPage,
+    LogPublic,
+    LogsPage,
+    PrerequisitePublic,
+    TaskPublic,
+)
+from shared import jobs_repo, logs_repo, tasks_repo
+from shared.ids import ID_PATTERN
+from shared.messages import Severity
+from shared.states import JobState
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+_NOT_FOUND: Final[dict[int | str, dict[str, Any]]] = {
+    404: {"description": "No such job, or it belongs to another user."}
+}
+_INT4_MAX: Final = 2**31 - 1
+_INT8_MAX: Final = 2**63 - 1
+
+_KEY_RE: Final = re.compile(r"[\x20-\x7e]{1,200}")
+
+
+def _check_key(key: str | None) -> str | None:
+    if key is not None and not _KEY_RE.fullmatch(key):
+        raise ValueError("Idempotency-Key must be 1 to 200 printable ASCII characters")
+    return key
+
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="Retrying a submission with the same key returns the same job (200).",
+    ),
+    AfterValidator(_check_key),
+]
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    responses={
+        200: {"model": JobPublic, "description": "The job made earlier with this Idempotency-Key."},
+        413: {"description": "The body is larger than the limit."},
+    },
+)
+async def submit_job(
+    user: CurrentUser,
+    body: JobCreate,
+    pool: PoolDep,
+    settings: SettingsDep,
+    task_types: TaskTypesDep,
+    metrics: MetricsDep,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> JobPublic:
+    """Create a job with one `new` task per input: 201 with the job.
+
+    With an `Idempotency-Key` this user already used, nothing is created and the earlier job
+    is returned with 200 (the body is not compared). A 422 names the field at fault.
+    """
+    body.check_against(task_types, settings.max_inputs)
+    job, created = await submission.submit(pool, user, body, idempotency_key)
+    if created:
+        metrics.jobs_submitted.inc()
+    else:
+        response.status_code = status.HTTP_200_OK
+    response.headers["Location"] = f"/jobs/{job.id}"
+    return JobPublic.from_job(job)
+
+
+@router.get("")
+async def list_jobs(
+    user: CurrentUser,
+    pool: PoolDep,
+    state: JobState | None = None,
+    name: Annotated[str | None, Query(max_length=200, pattern=TEXT_PATTERN)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    page: Annotated[str | None, Query(alias="cursor", max_length=cursor.MAX_CURSOR_CHARS)] = None,
+) -> JobsPage:
+    """The caller's jobs (an operator's: everyone's), newest first, one page at a time."""
+    try:
+        before = cursor.decode(page) if page is not None else None
+    except ValueError as exc:
+        raise invalid(("query", "cursor"), str(exc)) from exc
+    async with pool.acquire() as conn:
+        jobs = await jobs_repo.list_jobs(
+            conn,
+            owner_id=owner_filter(user),
+            state=state,
+            name=name,
+            limit=limit + 1,
+            before=before,
+        )
+        counts = await queries.counts_for_jobs(conn, [job.id for job in jobs[:limit]])
+    items = [dataclasses.replace(job, counts=counts.get(job.id, {})) for job in jobs[:limit]]
+    last = items[-1] if len(jobs) > limit else None
+    return JobsPage(
+        items=[JobPublic.from_job(job) for job in items],
+        next_cursor=cursor.encode(last.created_at, last.id) if last else None,
+    )
+
+
+@router.get("/{job_id}", responses=_NOT_FOUND)
+async def get_job(user: CurrentUser, job_id: JobIdPath, pool: PoolDep) -> JobPublic:
+    """One job with its task counts per state."""
+    async with pool.acquire() as conn:
+        job = await visible_job(conn, user, job_id)
+    return JobPublic.from_job(job)
+
+
+@router.get("/{job_id}/tasks", responses=_NOT_FOUND)
+async def list_tasks(user: CurrentUser, job_id: JobIdPath, pool: PoolDep) -> list[TaskPublic]:
+    """Every task of the job, by index, each with its prerequisites."""
+    async with pool.acquire() as conn:
+        await visible_job(conn, user, job_id)
+        tasks = await tasks_repo.list_for_job(conn, job_id)
+        found = await queries.prerequisites_of(conn, [task.id for task in tasks])
+    return [
+        TaskPublic.from_task(
+            task, [PrerequisitePublic.model_validate(p) for p in found.get(task.id, [])]
+        )
+        for task in tasks
+    ]
+
+
+@router.get("/{job_id}/logs", responses=_NOT_FOUND)
+async def list_logs(
+    user: CurrentUser,
+    job_id: JobIdPath,
+    pool: PoolDep,
+    task: Annotated[str | None, Query(pattern=ID_PATTERN, description="A task id.")] = None,
+    run: Annotated[int | None, Query(ge=1, le=_INT4_MAX, description="A run number.")] = None,
+    severity: Severity | None = None,
+    after: Annotated[int, Query(ge=0, le=_INT8_MAX, description="Only lines after this seq.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> LogsPage:
+    """The job's output lines in order; continue with `after=next_after`."""
+    async with pool.acquire() as conn:
+        await visible_job(conn, user, job_id)
+        logs = await logs_repo.for_job(
+            conn,
+            job_id,
+            task_id=task,
+            run_number=run,
+            severity=severity.value if severity else None,
+            after=after,
+            limit=limit,
+        )
+    return LogsPage(
+        items=[LogPublic.from_stored(log) for log in logs],
+        next_after=logs[-1].seq if logs else None,
+    )

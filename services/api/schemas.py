@@ -1,0 +1,332 @@
+"""HTTP request bodies and response views (design §9), separate from the wire messages.
+
+Request models forbid unknown fields and name the field at fault in every error; checks that
+depend on settings or on the database are done by `JobCreate.check_against` and `submission`.
+Views are built from repository records by `from_…` constructors.
+"""
+
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Annotated, Any, Final, Literal
+
+from fastapi.exceptions import RequestValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+from services.api import json_values
+from services.api.errors import invalid
+from shared.attempts_repo import Attempt
+from shared.ids import is_safe_id
+from shared.jobs_repo import Job, NewJob
+from shared.logs_repo import StoredLog
+from shared.policy import Policy
+from shared.states import FailureClass, JobState, TaskState
+from shared.task_types.base import TaskType
+from shared.tasks_repo import Task
+
+MAX_NAME_CHARS: Final = 200
+MAX_COMMAND_CHARS: Final = 65_536
+MAX_INPUT_BYTES: Final = 65_536
+MAX_OUTPUTS: Final = 1000
+MAX_OUTPUT_CHARS: Final = 255
+MAX_PARAMS: Final = 1000
+MAX_PREREQUISITES: Final = 1000
+#: Printable text: no control characters (names end up in terminals and log lines).
+TEXT_PATTERN: Final = r"^[^\x00-\x1f\x7f]*$"
+TYPE_PATTERN: Final = r"^[a-z][a-z0-9_-]{0,62}$"
+_OUTPUT_RE: Final = re.compile(rf"[^\x00-\x1f\x7f]{{1,{MAX_OUTPUT_CHARS}}}")
+
+RequiredState = Literal["queued", "data_ready", "completed", "failed"]
+Stage = Literal["setup", "post_processing"]
+
+
+def _id_check(kind: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if not is_safe_id(value):
+            raise ValueError(f"{kind} id {value[:100]!r} is not a valid id")
+        return value
+
+    return AfterValidator(check)
+
+
+def _text(what: str) -> AfterValidator:
+    def check(value: str) -> str:
+        problem = json_values.text_problem(value)
+        if problem:
+            raise ValueError(f"{what} {problem}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _check_output(name: str) -> str:
+    bad = name in (".", "..") or "/" in name or json_values.text_problem(name)
+    if bad or not _OUTPUT_RE.fullmatch(name):
+        raise ValueError(
+            f"output {name[:100]!r} must be a plain file name: no '/', not '.' or '..',"
+            f" no control characters, 1 to {MAX_OUTPUT_CHARS} characters"
+        )
+    return name
+
+
+def _check_input(value: Any) -> Any:
+    json_values.check(value, "input")
+    size = json_values.encoded_size(value)
+    if size > MAX_INPUT_BYTES:
+        raise ValueError(f"input is {size} bytes as JSON; the limit is {MAX_INPUT_BYTES}")
+    return value
+
+
+TaskId = Annotated[str, _id_check("task")]
+JobId = Annotated[str, _id_check("job")]
+OutputName = Annotated[str, AfterValidator(_check_output)]
+InputValue = Annotated[Any, AfterValidator(_check_input)]
+ParamName = Annotated[
+    str, Field(min_length=1, max_length=200, pattern=TEXT_PATTERN), _text("parameter name")
+]
+Name = Annotated[
+    str, Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=TEXT_PATTERN), _text("name")
+]
+Command = Annotated[str, Field(max_length=MAX_COMMAND_CHARS), _text("command")]
+ParamValue = Annotated[Any, AfterValidator(lambda v: json_values.check(v, "parameter"))]
+
+
+class Prerequisites(BaseModel):
+    """Tasks every task of the job waits for, per stage, with the state each must reach (§4)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    setup: dict[TaskId, RequiredState] = Field(default_factory=dict, max_length=MAX_PREREQUISITES)
+    post_processing: dict[TaskId, RequiredState] = Field(
+        default_factory=dict, max_length=MAX_PREREQUISITES
+    )
+
+    def referenced(self) -> set[str]:
+        """Every task id named in either stage."""
+        return set(self.setup) | set(self.post_processing)
+
+
+class JobCreate(BaseModel):
+    """The body of `POST /jobs`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name = "job"
+    type: str = Field(default="shell", pattern=TYPE_PATTERN)
+    command: Command | None = Field(default=None, validate_default=True)
+    inputs: list[InputValue] = Field(default_factory=lambda: [""], min_length=1)
+    outputs: list[OutputName] = Field(default_factory=list, max_length=MAX_OUTPUTS)
+    params: dict[ParamName, ParamValue] = Field(default_factory=dict, max_length=MAX_PARAMS)
+    policy: Policy = Field(default_factory=Policy)
+    prerequisites: Prerequisites = Field(default_factory=Prerequisites)
+    inputs_from: JobId | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _check_command(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if info.data.get("type") == "shell" and (value is None or not value.strip()):
+            raise ValueError("command is required for shell jobs and must not be blank")
+        return value
+
+    @field_validator("outputs")
+    @classmethod
+    def _check_unique_outputs(cls, value: list[str]) -> list[str]:
+        seen: set[str] = set()
+        for name in value:
+            if name in seen:
+                raise ValueError(f"output {name!r} is listed twice")
+            seen.add(name)
+        return value
+
+    def check_against(self, task_types: Mapping[str, TaskType], max_inputs: int) -> None:
+        """Raise a 422 `RequestValidationError` naming every problem found.
+
+        Problems: an unknown type, params that do not fit the type's `params_model`, more than
+        `max_inputs` inputs.
+        """
+        errors: list[Any] = []
+        task_type = task_types.get(self.type)
+        if task_type is None:
+            known = ", ".join(sorted(task_types)) or "none installed"
+            msg = f"unknown task type {self.type!r}; known types: {known}"
+            errors.extend(invalid(("body", "type"), msg).errors())
+        elif task_type.params_model is not None:
+            errors.extend(_params_errors(task_type.params_model, self.params, self.type))
+        if len(self.inputs) > max_inputs:
+            msg = f"{len(self.inputs)} inputs given; at most {max_inputs} are accepted"
+            errors.extend(invalid(("body", "inputs"), msg).errors())
+        if errors:
+            raise RequestValidationError(errors)
+
+    def to_new_job(self, idempotency_key: str | None) -> NewJob:
+        """The repository's form of this submission."""
+        return NewJob(
+            name=self.name,
+            type=self.type,
+            command=self.command or "",
+            inputs=list(self.inputs),
+            outputs=list(self.outputs),
+            params=dict(self.params),
+            policy=self.policy.model_dump(mode="json"),
+            prerequisites=self.prerequisites.model_dump(exclude_unset=True),
+            inputs_from=self.inputs_from,
+            idempotency_key=idempotency_key,
+        )
+
+
+def _params_errors(model: type[BaseModel], params: dict[str, Any], type_name: str) -> list[Any]:
+    try:
+        model.model_validate(params)
+    except ValidationError as exc:
+        return [
+            {**e, "loc": ("body", "params", *e["loc"]), "msg": f"{e['msg']} (for {type_name})"}
+            for e in exc.errors(include_url=False, include_input=False, include_context=False)
+        ]
+    return []
+
+
+class JobPublic(BaseModel):
+    """A job as clients see it, with its task counts per state."""
+
+    id: str
+    owner_id: str
+    name: str
+    type: str
+    state: JobState
+    counts: dict[str, int]
+    policy: dict[str, Any]
+    created_at: datetime
+    finished_at: datetime | None
+    command: str
+    outputs: list[str]
+    params: dict[str, Any]
+    prerequisites: dict[str, Any]
+    inputs_from: str | None
+    max_in_flight: int
+    release_per_tick: int
+
+    @classmethod
+    def from_job(cls, job: Job) -> "JobPublic":
+        return cls(**{name: getattr(job, name) for name in cls.model_fields})
+
+
+class JobsPage(BaseModel):
+    """One page of `GET /jobs`; pass `next_cursor` back as `cursor` for the next (null: done)."""
+
+    items: list[JobPublic]
+    next_cursor: str | None
+
+
+class PrerequisitePublic(BaseModel):
+    """The task waits at `stage` for task `task_id` to reach `required`."""
+
+    stage: Stage
+    task_id: str
+    required: RequiredState
+
+
+class TaskPublic(BaseModel):
+    """A task as clients see it (design §9)."""
+
+    id: str
+    job_id: str
+    index: int
+    input: Any
+    state: TaskState
+    run_number: int
+    attempt: int
+    failure_class: FailureClass | None
+    exit_code: int | None
+    signal: int | None
+    error_brief: str | None
+    error_detail: str | None
+    host: str | None
+    worker: str | None
+    pid: int | None
+    progress: int | None
+    resubmitted_from: str | None
+    superseded_by: str | None
+    prerequisites: list[PrerequisitePublic]
+    workdir: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_task(cls, task: Task, prerequisites: list[PrerequisitePublic]) -> "TaskPublic":
+        fields = {n: getattr(task, n) for n in cls.model_fields if n != "prerequisites"}
+        return cls(**fields, prerequisites=prerequisites)
+
+
+class AttemptPublic(BaseModel):
+    """One row of the attempts audit: one execution of one stage."""
+
+    attempt: int
+    run_number: int
+    stage: str
+    host: str | None
+    worker: str | None
+    pid: int | None
+    started_at: datetime
+    ended_at: datetime | None
+    outcome: str | None
+    exit_code: int | None
+    signal: int | None
+    failure_class: str | None
+    error_brief: str | None
+    error_detail: str | None
+    log_path: str | None
+
+    @classmethod
+    def from_attempt(cls, attempt: Attempt) -> "AttemptPublic":
+        return cls(**{name: getattr(attempt, name) for name in cls.model_fields})
+
+
+class TaskDetail(TaskPublic):
+    """`GET /tasks/{id}`: the task and every attempt of it, oldest first."""
+
+    attempts: list[AttemptPublic]
+
+    @classmethod
+    def from_parts(
+        cls, task: Task, prerequisites: list[PrerequisitePublic], attempts: list[Attempt]
+    ) -> "TaskDetail":
+        view = TaskPublic.from_task(task, prerequisites)
+        return cls(**dict(view), attempts=[AttemptPublic.from_attempt(a) for a in attempts])
+
+
+class LogPublic(BaseModel):
+    """One output line of a task's command."""
+
+    seq: int
+    ts: datetime
+    task_id: str
+    run_number: int
+    attempt: int
+    severity: str
+    stream: str
+    line: str
+
+    @classmethod
+    def from_stored(cls, log: StoredLog) -> "LogPublic":
+        return cls(**{name: getattr(log, name) for name in cls.model_fields})
+
+
+class LogsPage(BaseModel):
+    """Lines in order; pass `next_after` back as `after` to continue (null: nothing new)."""
+
+    items: list[LogPublic]
+    next_after: int | None
+
+
+class Health(BaseModel):
+    """`ok` when the database answers."""
+
+    status: Literal["ok", "unavailable"]
