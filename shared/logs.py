@@ -4,7 +4,11 @@ import logging
 import sys
 from typing import Final
 
-_STANDARD: Final = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
+_STANDARD: Final = frozenset(vars(logging.makeLogRecord({})).keys()) | {
+    "message",
+    "asctime",
+    "color_message",  # uvicorn's coloured copy of the message
+}
 
 
 class _Formatter(logging.Formatter):

@@ -27,10 +27,12 @@ from shared.db import Pool
 from shared.errors import StaleState
 from shared.messages import RunStage, WatchProcess
 from shared.outcomes import Outcome, command_outcome, hook_failed
+from shared.policy import Policy
 from shared.processes import kill_group
 from shared.redis_keys import RedisKeys
+from shared.retry_policy import recover_in_place
 from shared.states import ACTIONS, FailureClass, Stage, TaskState
-from shared.status_file import read_status
+from shared.status_file import StatusReport, read_status
 from shared.task_types import TaskContext, TaskType
 from shared.task_types.base import HOOK_FOR_ACTION
 from shared.topology import supervise_key
@@ -236,6 +238,7 @@ class StageRunner:
                 failure or hook_failed(S.FAILED_ON_CLUSTER, "cluster_commands", None, None),
             )
             return False
+        ctx.status_file.unlink(missing_ok=True)  # a diagnosis is about this attempt only
         running = await process.spawn(script, ctx.workdir, ctx.environment())
         try:
             await self._mark_on_cpu(held, attempt, running)
@@ -244,8 +247,9 @@ class StageRunner:
             await running.process.wait()
             raise
         returncode = await self._watch_output(held, attempt, ctx, running)
-        outcome = command_outcome(returncode, read_status(ctx.status_file))
-        await self._finish(held, S.ON_CPU, attempt, outcome, keep_claim=True)
+        status = read_status(ctx.status_file)
+        outcome = command_outcome(returncode, status)
+        await self._finish(held, S.ON_CPU, attempt, outcome, keep_claim=True, status=status)
         return outcome.state is S.DATA_READY
 
     async def _mark_on_cpu(self, held: Held, attempt: int, running: process.Running) -> None:
@@ -331,7 +335,8 @@ class StageRunner:
             if ctx.status is not None and ctx.status.status != "success":
                 brief += f": status file says {ctx.status.status}: {ctx.status.message}"
             failure = Outcome(S.FAILED_ON_CLUSTER, FailureClass.EXIT, brief=brief)
-        await self._finish(held, S.POST_PROCESSING, attempt, failure or Outcome(S.COMPLETED))
+        outcome = failure or Outcome(S.COMPLETED)
+        await self._finish(held, S.POST_PROCESSING, attempt, outcome, status=ctx.status)
 
     # -- shared steps ------------------------------------------------------------------------
 
@@ -351,6 +356,7 @@ class StageRunner:
             command=held.job.command,
             outputs=held.job.outputs,
             params=held.job.params,
+            resume=task.resume,
         )
 
     async def _start_attempt(self, held: Held, stage: str) -> int:
@@ -387,8 +393,13 @@ class StageRunner:
         outcome: Outcome,
         *,
         keep_claim: bool = False,
+        status: StatusReport | None = None,
     ) -> None:
-        """Close the attempt and move the task, in one transaction (fenced by the claim)."""
+        """Close the attempt and move the task, in one transaction (fenced by the claim).
+
+        An app failure that the policy recovers in place goes on to `recover_cluster` in the
+        same transaction, with the status file's `resume` kept for the next attempt.
+        """
         changes: dict[str, Any] = outcome.changes()
         if not keep_claim or outcome.failure_class is not None:
             changes |= {"claim": None, "worker": None}
@@ -413,7 +424,26 @@ class StageRunner:
                 changes=changes,
                 job_event=outcome.job_event(held.task.job_id, held.task.id),
             )
-        held.state = outcome.state
+            held.state = outcome.state
+            if self._recovers_in_place(held, outcome, status):
+                await tasks_repo.transition(
+                    conn,
+                    held.task.id,
+                    S.RECOVER_CLUSTER,
+                    among=frozenset({S.FAILED_ON_CLUSTER}),
+                    claim=tasks_repo.UNCLAIMED,
+                    changes={
+                        "app_retries": held.task.app_retries + 1,
+                        "resume": status.resume if status else None,
+                    },
+                )
+                held.state = S.RECOVER_CLUSTER
+
+    def _recovers_in_place(self, held: Held, outcome: Outcome, status: StatusReport | None) -> bool:
+        if outcome.state is not S.FAILED_ON_CLUSTER:
+            return False
+        policy = Policy.model_validate(held.job.policy)
+        return recover_in_place(policy, outcome, status, held.task.app_retries)
 
     async def _release(self, held: Held, state: TaskState) -> None:
         """Let go of a task that now waits (its claim returns to the scheduler)."""
