@@ -71,6 +71,17 @@ class WatchProcess(_Message):
     create_time: float
 
 
+class KillTask(_Message):
+    """Ask the supervisor of a host to kill a task's process group (the task was cancelled)."""
+
+    type: Literal["kill_task"] = "kill_task"
+    job_id: str
+    task_id: str
+    pid: int
+    create_time: float
+    reason: str
+
+
 class TaskEvent(_Message):
     """A task changed state (`task.<state>.<job id>`)."""
 
@@ -114,7 +125,8 @@ class LogRecord(_Message):
 
 
 Message = Annotated[
-    RunStage | WatchProcess | TaskEvent | JobEvent | LogRecord, Field(discriminator="type")
+    RunStage | WatchProcess | KillTask | TaskEvent | JobEvent | LogRecord,
+    Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
 

@@ -1,0 +1,100 @@
+"""Growing datasets and chained jobs (design §6).
+
+A job's inputs can be appended while it lives; a job created with `inputs_from` gets one
+promised input per task of the upstream job, each waiting (a setup prerequisite) for its own
+upstream task to complete. Inputs appended upstream flow on to every job chained from it.
+"""
+
+from typing import Any, Final
+
+from shared import jobs_repo
+from shared.db import Connection
+from shared.errors import Conflict, NotFound
+from shared.prerequisites import Required
+from shared.states import JobState
+
+#: The key of a promised input: `{"upstream_task": "<task id>"}`, resolved by the worker.
+UPSTREAM_KEY: Final = "upstream_task"
+_APPENDABLE: Final = (JobState.ACTIVE, JobState.SUSPENDED, JobState.COMPLETED, JobState.FAILED)
+
+
+async def add_inputs(conn: Connection, job_id: str, inputs: list[Any]) -> list[str]:
+    """Append one task per input to `job_id` (reopening a finished job); returns the new ids.
+
+    Raises `NotFound` for no such job and `Conflict` for a cancelled one. Chained jobs get
+    their promised inputs for the new tasks in the same transaction.
+    """
+    async with conn.transaction():
+        state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", job_id)
+        if state is None:
+            raise NotFound(f"no job {job_id}")
+        if JobState(state) not in _APPENDABLE:
+            raise Conflict(f"cannot append inputs to a job in state {state}")
+        index = await _next_index(conn, job_id)
+        ids = await jobs_repo.add_tasks(conn, job_id, inputs, start_index=index)
+        await _prerequisites_of_job(conn, job_id, ids)
+        if JobState(state) in (JobState.COMPLETED, JobState.FAILED):
+            await jobs_repo.transition(conn, job_id, JobState.ACTIVE)
+        for downstream in await _chained_from(conn, job_id):
+            await chain(conn, downstream, ids)
+    return ids
+
+
+async def chain(conn: Connection, job_id: str, upstream_task_ids: list[str]) -> list[str]:
+    """Give `job_id` one promised input per upstream task, each waiting for it to complete."""
+    if not upstream_task_ids:
+        return []
+    promised = [{UPSTREAM_KEY: tid} for tid in upstream_task_ids]
+    index = await _next_index(conn, job_id)
+    ids = await jobs_repo.add_tasks(conn, job_id, promised, start_index=index)
+    await conn.executemany(
+        "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
+        " VALUES ($1, 'setup', $2, $3) ON CONFLICT DO NOTHING",
+        [
+            (tid, up, Required.COMPLETED.value)
+            for tid, up in zip(ids, upstream_task_ids, strict=True)
+        ],
+    )
+    await _prerequisites_of_job(conn, job_id, ids)
+    for downstream in await _chained_from(conn, job_id):
+        await chain(conn, downstream, ids)
+    return ids
+
+
+async def upstream_task_ids(conn: Connection, job_id: str) -> list[str]:
+    """The tasks of `job_id`, by index (the promised inputs of a job chained from it)."""
+    rows = await conn.fetch("SELECT id FROM tasks WHERE job_id = $1 ORDER BY index", job_id)
+    return [r["id"] for r in rows]
+
+
+async def _next_index(conn: Connection, job_id: str) -> int:
+    return int(
+        await conn.fetchval(
+            "SELECT coalesce(max(index), -1) + 1 FROM tasks WHERE job_id = $1", job_id
+        )
+    )
+
+
+async def _chained_from(conn: Connection, job_id: str) -> list[str]:
+    rows = await conn.fetch(
+        "SELECT id FROM jobs WHERE inputs_from = $1 AND state <> 'cancelled' ORDER BY created_at",
+        job_id,
+    )
+    return [r["id"] for r in rows]
+
+
+async def _prerequisites_of_job(conn: Connection, job_id: str, task_ids: list[str]) -> None:
+    """Apply the job-wide `prerequisites` of the submission to new tasks."""
+    spec = await conn.fetchval("SELECT prerequisites FROM jobs WHERE id = $1", job_id) or {}
+    rows = [
+        (tid, stage, on_task, required)
+        for stage, wanted in spec.items()
+        for on_task, required in wanted.items()
+        for tid in task_ids
+    ]
+    if rows:
+        await conn.executemany(
+            "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
+            " VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+            rows,
+        )

@@ -1,0 +1,201 @@
+"""Applying operator actions to tasks and jobs: compare-and-set transitions with their events.
+
+The API calls these inside one transaction per request. Each function checks the current state
+against the tables of `shared.actions` and raises `Conflict` (a 409) naming the allowed states.
+Hooks are not run here: an action state (`recover_cluster`, `restart_setup`...) is picked up by
+the scheduler, which dispatches it to the task's host.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from shared import attempts_repo, jobs_repo, outbox, tasks_repo
+from shared.actions import JobAction, Plan, TaskAction, plan
+from shared.db import Connection
+from shared.errors import Conflict, NotFound, StaleState
+from shared.messages import JobEvent, JobOutcome, KillTask
+from shared.states import FAILED, TERMINAL, FailureClass, JobState, TaskState
+from shared.topology import supervise_key
+
+S = TaskState
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """What an action did: the task as it now is, and the new task of a `duplicate`."""
+
+    task: tasks_repo.Task
+    created: tasks_repo.Task | None = None
+
+
+async def apply_to_task(
+    conn: Connection, task_id: str, action: TaskAction, actor: str
+) -> ActionResult:
+    """Apply `action` to the task; raises `NotFound` or `Conflict`. One transaction."""
+    async with conn.transaction():
+        task = await _locked(conn, task_id)
+        step = plan(action, task.state)
+        if step.duplicate:
+            return ActionResult(task, await duplicate(conn, task))
+        moved = await _move(conn, task, step, action, actor)
+        if moved.state not in TERMINAL:
+            await reopen_job(conn, moved.job_id)
+        return ActionResult(moved)
+
+
+async def _locked(conn: Connection, task_id: str) -> tasks_repo.Task:
+    record = await conn.fetchrow("SELECT * FROM tasks WHERE id = $1 FOR UPDATE", task_id)
+    if record is None:
+        raise NotFound(f"no task {task_id}")
+    return tasks_repo.Task.from_record(record)
+
+
+async def _move(
+    conn: Connection, task: tasks_repo.Task, step: Plan, action: TaskAction, actor: str
+) -> tasks_repo.Task:
+    assert step.target is not None
+    changes: dict[str, Any] = {"claim": None, "worker": None}
+    if action is TaskAction.CANCEL:
+        brief = f"cancelled by {actor}"
+        changes |= {"failure_class": FailureClass.CANCELLED, "error_brief": brief}
+        await _kill_running(conn, task, brief)
+        await attempts_repo.close_open(
+            conn, task.id, S.TERMINATED.value, FailureClass.CANCELLED, brief
+        )
+    elif task.state in FAILED and not step.hook:
+        changes |= tasks_repo.CLEAR_FAILURE
+    try:
+        return await tasks_repo.transition(
+            conn, task.id, step.target, among=frozenset({task.state}), changes=changes
+        )
+    except StaleState as exc:  # the row is locked: only a bug can get here
+        raise Conflict(str(exc)) from exc
+
+
+async def _kill_running(conn: Connection, task: tasks_repo.Task, reason: str) -> None:
+    """Ask the task's supervisor to kill its process, if it has one running."""
+    if task.state is not S.ON_CPU or task.pid is None or task.host is None:
+        return
+    kill = KillTask(
+        job_id=task.job_id,
+        task_id=task.id,
+        pid=task.pid,
+        create_time=task.pid_create_time or 0.0,
+        reason=reason,
+    )
+    await outbox.add_work(conn, supervise_key(task.host), kill)
+
+
+async def duplicate(conn: Connection, task: tasks_repo.Task) -> tasks_repo.Task:
+    """A new task of the same job with the same input (new id, new work dir), at `new`."""
+    index = await conn.fetchval(
+        "SELECT coalesce(max(index), -1) + 1 FROM tasks WHERE job_id = $1", task.job_id
+    )
+    [new_id] = await jobs_repo.add_tasks(conn, task.job_id, [task.input], start_index=index)
+    await conn.execute(
+        "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
+        " SELECT $2, stage, on_task_id, required FROM task_prerequisites WHERE task_id = $1",
+        task.id,
+        new_id,
+    )
+    await reopen_job(conn, task.job_id)
+    created = await tasks_repo.get(conn, new_id)
+    assert created is not None
+    return created
+
+
+async def reopen_job(conn: Connection, job_id: str) -> None:
+    """A finished job with work to do again becomes `active` (no-op otherwise)."""
+    state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1", job_id)
+    if state in (JobState.COMPLETED.value, JobState.FAILED.value):
+        await jobs_repo.transition(conn, job_id, JobState.ACTIVE)
+
+
+async def apply_to_job(
+    conn: Connection, job_id: str, action: JobAction, actor: str, **throttle: int | None
+) -> jobs_repo.Job:
+    """Apply a job action; raises `NotFound` or `Conflict`. One transaction."""
+    async with conn.transaction():
+        state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", job_id)
+        if state is None:
+            raise NotFound(f"no job {job_id}")
+        current = JobState(state)
+        if action is JobAction.THROTTLE:
+            await _throttle(conn, job_id, **throttle)
+        elif action is JobAction.RECOVER_FAILED:
+            await _recover_failed(conn, job_id, actor)
+        else:
+            await _set_job_state(conn, job_id, current, action, actor)
+        job = await jobs_repo.get(conn, job_id)
+        assert job is not None
+        return job
+
+
+_JOB_TARGET = {
+    JobAction.CANCEL: JobState.CANCELLED,
+    JobAction.SUSPEND: JobState.SUSPENDED,
+    JobAction.RESUME: JobState.ACTIVE,
+}
+_JOB_ALLOWED = {
+    JobAction.CANCEL: (JobState.ACTIVE, JobState.SUSPENDED),
+    JobAction.SUSPEND: (JobState.ACTIVE,),
+    JobAction.RESUME: (JobState.SUSPENDED,),
+}
+
+
+async def _set_job_state(
+    conn: Connection, job_id: str, current: JobState, action: JobAction, actor: str
+) -> None:
+    if current not in _JOB_ALLOWED[action]:
+        allowed = ", ".join(s.value for s in _JOB_ALLOWED[action])
+        raise Conflict(
+            f"cannot {action.value} a job in state {current.value}; allowed in: {allowed}"
+        )
+    target = _JOB_TARGET[action]
+    event = None
+    if target is JobState.CANCELLED:
+        event = JobEvent(job_id=job_id, outcome=JobOutcome.CANCELLED, brief=f"cancelled by {actor}")
+        for task_id in await _task_ids(conn, job_id, exclude=TERMINAL):
+            await apply_to_task(conn, task_id, TaskAction.CANCEL, actor)
+    await jobs_repo.transition(conn, job_id, target, event)
+
+
+async def _recover_failed(conn: Connection, job_id: str, actor: str) -> None:
+    failed = await _task_ids(conn, job_id, only=FAILED)
+    if not failed:
+        raise Conflict(f"job {job_id} has no failed task to recover")
+    for task_id in failed:
+        await apply_to_task(conn, task_id, TaskAction.RECOVER, actor)
+
+
+async def _throttle(
+    conn: Connection,
+    job_id: str,
+    max_in_flight: int | None = None,
+    release_per_tick: int | None = None,
+) -> None:
+    if max_in_flight is None and release_per_tick is None:
+        raise Conflict("throttle needs max_in_flight and/or release_per_tick")
+    await conn.execute(
+        "UPDATE jobs SET max_in_flight = coalesce($2, max_in_flight),"
+        " release_per_tick = coalesce($3, release_per_tick) WHERE id = $1",
+        job_id,
+        max_in_flight,
+        release_per_tick,
+    )
+
+
+async def _task_ids(
+    conn: Connection,
+    job_id: str,
+    *,
+    only: frozenset[TaskState] | None = None,
+    exclude: frozenset[TaskState] = frozenset(),
+) -> list[str]:
+    states = only if only is not None else frozenset(TaskState) - exclude
+    rows = await conn.fetch(
+        "SELECT id FROM tasks WHERE job_id = $1 AND state = ANY($2::task_state[]) ORDER BY index",
+        job_id,
+        sorted(s.value for s in states),
+    )
+    return [r["id"] for r in rows]
