@@ -17,6 +17,7 @@ from services.scheduler.leader import Leadership
 from services.scheduler.reaper import Reaper
 from services.scheduler.relay import Relay
 from services.scheduler.settings import SchedulerSettings
+from services.scheduler.waiters import Waiters
 from shared import outbox
 from shared.amqp import Broker, open_broker
 from shared.db import Pool, check_schema, open_pool
@@ -43,11 +44,13 @@ class Scheduler:
             pool, redis, RedisKeys(settings.namespace), settings.scheduler_batch
         )
         self.reaper = Reaper(pool, settings.dead_host_s)
+        self.waiters = Waiters(pool, settings.scheduler_batch)
         self._last_slow = 0.0
 
     async def run_once(self) -> int:
         """One round of every step; returns how much was done (0 means idle)."""
-        done = await self.dispatcher.run_once()
+        done = await self.waiters.run_once()
+        done += await self.dispatcher.run_once()
         done += await self.finaliser.run_once()
         now = time.monotonic()
         if now - self._last_slow >= _SLOW_EVERY_S:

@@ -19,7 +19,8 @@ from shared.amqp import Handler, deliver, open_broker
 from shared.db import Pool, check_schema, open_pool
 from shared.errors import InvalidMessage
 from shared.lifecycle import stop_on_signals, wait_or_stop
-from shared.messages import Message, WatchProcess
+from shared.messages import KillTask, Message, WatchProcess
+from shared.processes import kill_group_of
 from shared.redis_client import open_redis
 from shared.redis_keys import RedisKeys
 from shared.states import TaskState
@@ -41,8 +42,14 @@ async def _reconcile_loop(
             return
 
 
-def _on_watch(pool: Pool, watchers: Watchers) -> Handler:
+def _handler(pool: Pool, watchers: Watchers) -> Handler:
+    """Handles the host's supervisor queue: processes to watch, processes to kill."""
+
     async def handle(message: Message) -> None:
+        if isinstance(message, KillTask):
+            killed = kill_group_of(message.pid, message.create_time)
+            logger.info("task %s: %s (killed=%s)", message.task_id, message.reason, killed)
+            return
         if not isinstance(message, WatchProcess):
             raise InvalidMessage(f"a supervisor cannot handle {message.type}")
         async with pool.acquire() as conn:
@@ -67,7 +74,7 @@ async def main(settings: SupervisorSettings) -> None:
         stack.push_async_callback(watchers.close)
         channel = await broker.channel_for_consuming(prefetch=256)
         _, _, queue = await declare_all_work_queues(channel, topology, settings.host_id)
-        handler = _on_watch(pool, watchers)
+        handler = _handler(pool, watchers)
 
         async def on_message(incoming: AbstractIncomingMessage) -> None:
             await deliver(incoming, handler)

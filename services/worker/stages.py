@@ -21,8 +21,9 @@ from redis.asyncio import Redis
 from services.worker import process
 from services.worker.log_shipper import LogShipper
 from services.worker.settings import WorkerSettings
-from shared import attempts_repo, jobs_repo, loss, tasks_repo
+from shared import attempts_repo, jobs_repo, loss, outputs_repo, tasks_repo
 from shared.amqp import Broker
+from shared.datasets import UPSTREAM_KEY
 from shared.db import Pool
 from shared.errors import StaleState
 from shared.messages import RunStage, WatchProcess
@@ -34,7 +35,7 @@ from shared.retry_policy import recover_in_place
 from shared.states import ACTIONS, FailureClass, Stage, TaskState
 from shared.status_file import StatusReport, read_status
 from shared.task_types import TaskContext, TaskType
-from shared.task_types.base import HOOK_FOR_ACTION
+from shared.task_types.base import HOOK_FOR_ACTION, OutputRecord
 from shared.topology import supervise_key
 
 logger = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class Held:
     job: jobs_repo.Job
     claim: UUID
     state: TaskState
+    input: Any = None  # the task's input, a chained one resolved to its upstream outputs
 
 
 @dataclass
@@ -90,7 +92,8 @@ class StageRunner:
                 state = await self._enter(conn, task, message)
             except StaleState:
                 return None
-        return Held(task, job, message.claim, state) if state is not None else None
+            value = await _resolve_input(conn, task.input)
+        return Held(task, job, message.claim, state, value) if state is not None else None
 
     async def _enter(self, conn: Any, task: tasks_repo.Task, message: RunStage) -> TaskState | None:
         mine = {"worker": self.instance, "host": self.settings.host_id}
@@ -336,7 +339,10 @@ class StageRunner:
                 brief += f": status file says {ctx.status.status}: {ctx.status.message}"
             failure = Outcome(S.FAILED_ON_CLUSTER, FailureClass.EXIT, brief=brief)
         outcome = failure or Outcome(S.COMPLETED)
-        await self._finish(held, S.POST_PROCESSING, attempt, outcome, status=ctx.status)
+        outputs = list(ctx.recorded.values()) if failure is None else []
+        await self._finish(
+            held, S.POST_PROCESSING, attempt, outcome, status=ctx.status, outputs=outputs
+        )
 
     # -- shared steps ------------------------------------------------------------------------
 
@@ -349,7 +355,7 @@ class StageRunner:
             job_id=task.job_id,
             task_id=task.id,
             index=task.index,
-            input=task.input,
+            input=held.input,
             workdir=self._workdir(task.job_id, task.id),
             attempt=attempt,
             run_number=task.run_number,
@@ -394,6 +400,7 @@ class StageRunner:
         *,
         keep_claim: bool = False,
         status: StatusReport | None = None,
+        outputs: list[OutputRecord] | None = None,
     ) -> None:
         """Close the attempt and move the task, in one transaction (fenced by the claim).
 
@@ -425,6 +432,10 @@ class StageRunner:
                 job_event=outcome.job_event(held.task.job_id, held.task.id),
             )
             held.state = outcome.state
+            if outputs:
+                await outputs_repo.save(
+                    conn, held.task.id, held.task.run_number, self.settings.host_id, outputs
+                )
             if self._recovers_in_place(held, outcome, status):
                 await tasks_repo.transition(
                     conn,
@@ -462,3 +473,11 @@ class StageRunner:
             task = await tasks_repo.get(conn, held.task.id)
             if task is not None and task.claim == held.claim and task.worker == self.instance:
                 await loss.declare(conn, task, why=why)
+
+
+async def _resolve_input(conn: Any, value: Any) -> Any:
+    """A promised input `{"upstream_task": id}` gets the upstream task's outputs: name -> path."""
+    if not (isinstance(value, dict) and isinstance(value.get(UPSTREAM_KEY), str)):
+        return value
+    found = await outputs_repo.latest(conn, value[UPSTREAM_KEY])
+    return {**value, "outputs": {name: out["path"] for name, out in found.items()}}

@@ -1,5 +1,6 @@
 """`TaskType`, the contract a task type implements, and `TaskContext`, what its hooks receive."""
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -10,6 +11,16 @@ from pydantic import BaseModel
 
 from shared.states import TaskState
 from shared.status_file import StatusReport
+
+
+@dataclass(frozen=True)
+class OutputRecord:
+    """One result file of a task: where it is and what it holds."""
+
+    name: str
+    path: str
+    size: int
+    sha256: str
 
 
 @dataclass
@@ -32,6 +43,8 @@ class TaskContext:
     resume: dict[str, Any] | None = None
     exit_code: int | None = None
     status: StatusReport | None = None
+    #: Outputs recorded by `record_output` (persisted by the worker when the stage succeeds).
+    recorded: dict[str, OutputRecord] = field(default_factory=dict)
 
     @property
     def status_file(self) -> Path:
@@ -62,6 +75,20 @@ class TaskContext:
         target = self.workdir / path
         target.mkdir(parents=True, exist_ok=True)
         return target
+
+    def record_output(self, name: str) -> OutputRecord:
+        """Find or create the output record of file `name` of the work dir (size, sha256).
+
+        Idempotent: recording the same file again replaces its record for this run.
+        """
+        path = self.workdir / name
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        record = OutputRecord(name, str(path), path.stat().st_size, digest.hexdigest())
+        self.recorded[name] = record
+        return record
 
     def safe_symlink(self, source: Path | str, name: Path | str) -> Path:
         """Point `name` (under the work dir) at `source`, replacing a link that points elsewhere."""

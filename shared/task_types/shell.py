@@ -14,6 +14,9 @@ class ShellTaskType(TaskType):
         ctx.safe_mkdir(".vigil")
         value = ctx.input if isinstance(ctx.input, str) else json.dumps(ctx.input)
         (ctx.workdir / ".vigil" / "input").write_text(value)
+        if isinstance(ctx.input, dict):  # a chained input: link the upstream outputs in
+            for name, path in (ctx.input.get("outputs") or {}).items():
+                ctx.safe_symlink(path, name)
         return True
 
     def cluster_commands(self, ctx: TaskContext) -> str:
@@ -24,7 +27,11 @@ class ShellTaskType(TaskType):
             return False
         if ctx.status is not None and ctx.status.status != "success":
             return False
-        return all((ctx.workdir / name).exists() for name in ctx.outputs)
+        if not all((ctx.workdir / name).is_file() for name in ctx.outputs):
+            return False
+        for name in ctx.outputs:
+            ctx.record_output(name)
+        return True
 
     # Every stage of `shell` can be run again in the same work dir (setup is idempotent and the
     # command is the user's to make restartable), so recovery and restart just say yes.
