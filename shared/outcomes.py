@@ -25,14 +25,17 @@ class Outcome:
         return self.failure_class in (FailureClass.SIGNAL, FailureClass.LOST)
 
     def changes(self) -> dict[str, object]:
-        """The task columns this outcome sets."""
-        return {
+        """The task columns this outcome sets (an exit code or signal already known is kept)."""
+        changes: dict[str, object] = {
             "failure_class": self.failure_class,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
             "error_brief": self.brief,
             "error_detail": self.detail,
         }
+        if self.exit_code is not None:
+            changes["exit_code"] = self.exit_code
+        if self.signal is not None:
+            changes["signal"] = self.signal
+        return changes
 
     def job_event(self, job_id: str, task_id: str) -> JobEvent | None:
         """`job.crashed` for a crash, else nothing (job.failed comes when the job ends)."""

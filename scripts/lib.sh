@@ -1,0 +1,291 @@
+# shellcheck shell=bash
+# Shared helpers for scripts/up, scripts/down, scripts/test and .ci/run.
+# Source it; it defines functions and a few variables and changes nothing by itself.
+#
+#   VIGIL_ROOT    the repository root (where pyproject.toml lives)
+#   VIGIL_RUN     runtime state: .run/ (token, pid files, logs, work root)
+#   VIGIL_VENV    the virtualenv: .venv/ (override with VIGIL_VENV)
+#   VIGIL_PY      the venv's python (after vigil_ensure_venv)
+
+VIGIL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VIGIL_RUN="$VIGIL_ROOT/.run"
+VIGIL_VENV="${VIGIL_VENV:-$VIGIL_ROOT/.venv}"
+VIGIL_PY="$VIGIL_VENV/bin/python"
+# shellcheck disable=SC2034  # used by the scripts that source this file
+VIGIL_SERVICES=(api scheduler worker supervisor)
+
+if [[ -t 1 && -z "${NO_COLOR:-}" ]]; then
+    _B=$'\e[1m' _G=$'\e[32m' _Y=$'\e[33m' _R=$'\e[31m' _0=$'\e[0m'
+else
+    _B='' _G='' _Y='' _R='' _0=''
+fi
+
+step() { printf '%s==>%s %s\n' "$_B" "$_0" "$*"; }
+ok() { printf '    %sok%s  %s\n' "$_G" "$_0" "$*"; }
+warn() { printf '%swarning:%s %s\n' "$_Y" "$_0" "$*" >&2; }
+err() { printf '%serror:%s %s\n' "$_R" "$_0" "$*" >&2; }
+die() {
+    err "$*"
+    exit 1
+}
+
+# Run a command as root: directly when we are root, through `sudo -n` when that works.
+as_root() {
+    if [[ $(id -u) -eq 0 ]]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        sudo -n "$@"
+    else
+        return 1
+    fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# Python and the virtualenv
+# ---------------------------------------------------------------------------------------------
+
+# The base interpreter used to create the venv: $VIGIL_PYTHON, else python3 (3.11 or newer).
+vigil_base_python() {
+    local py="${VIGIL_PYTHON:-python3}"
+    command -v "$py" >/dev/null 2>&1 || die "$py not found: install Python 3.11+ (apt-get install python3 python3-venv)"
+    "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+        die "$py is $("$py" -V 2>&1); Vigil needs Python 3.11 or newer (set VIGIL_PYTHON=python3.11)"
+    printf '%s\n' "$py"
+}
+
+# Create .venv when missing and `pip install -e '.[dev]'` into it. The install is skipped when
+# the stamp file is newer than pyproject.toml (delete it, or touch pyproject.toml, to force one).
+vigil_ensure_venv() {
+    local py stamp="$VIGIL_VENV/.vigil-install-stamp" logf="$VIGIL_RUN/logs/pip.log"
+    mkdir -p "$VIGIL_RUN/logs"
+    if [[ ! -x "$VIGIL_PY" ]]; then
+        [[ -e "$VIGIL_VENV" ]] && die "$VIGIL_VENV exists but has no bin/python; remove it and re-run"
+        py="$(vigil_base_python)" || exit 1
+        step "Creating the virtualenv in ${VIGIL_VENV#"$VIGIL_ROOT"/}"
+        if ! "$py" -m venv "$VIGIL_VENV"; then
+            rm -rf "$VIGIL_VENV"
+            die "could not create a venv: install the venv module (apt-get install python3-venv) and re-run"
+        fi
+    fi
+    "$VIGIL_PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+        die "$VIGIL_VENV uses $("$VIGIL_PY" -V 2>&1); Vigil needs 3.11+: remove $VIGIL_VENV and re-run"
+    if [[ -f "$stamp" && "$stamp" -nt "$VIGIL_ROOT/pyproject.toml" ]]; then
+        ok "project already installed in ${VIGIL_VENV#"$VIGIL_ROOT"/} (delete $(basename "$stamp") there to reinstall)"
+        return 0
+    fi
+    step "Installing the project and its dev tools (pip install -e '.[dev]')"
+    if ! (cd "$VIGIL_ROOT" &&
+        PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 \
+            "$VIGIL_PY" -m pip install -q -e '.[dev]') >"$logf" 2>&1; then
+        tail -n 30 "$logf" >&2
+        die "pip install failed (full output: ${logf#"$VIGIL_ROOT"/})"
+    fi
+    touch "$stamp"
+    ok "installed ($("$VIGIL_PY" -V 2>&1), venv ${VIGIL_VENV#"$VIGIL_ROOT"/})"
+}
+
+# ---------------------------------------------------------------------------------------------
+# The three servers
+# ---------------------------------------------------------------------------------------------
+
+# Print "host port" for a URL (the default port when the URL has none).
+_url_host_port() {
+    python3 - "$1" "$2" <<'EOF'
+import sys
+from urllib.parse import urlsplit
+parts = urlsplit(sys.argv[1])
+print(parts.hostname or "127.0.0.1", parts.port or int(sys.argv[2]))
+EOF
+}
+
+# True when something accepts a TCP connection on host:port within 2 seconds.
+port_open() {
+    # shellcheck disable=SC2016  # expanded by the inner bash
+    timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null
+}
+
+# True when the server of that kind (postgresql, rabbitmq, redis) speaks its protocol at host:port.
+server_answers() {
+    python3 "$VIGIL_ROOT/scripts/probe.py" "$1" "$2" "$3" 2
+}
+
+_is_loopback() {
+    case "$1" in 127.* | localhost | ::1 | '[::1]') return 0 ;; *) return 1 ;; esac
+}
+
+# Try to start one server on this machine. Returns non-zero when it cannot even try.
+_start_server() {
+    local name="$1" port="$2" logf="$VIGIL_RUN/logs/$1-start.log" ver started=1
+    case "$name" in
+    rabbitmq)
+        command -v rabbitmq-server >/dev/null 2>&1 || return 2
+        as_root rabbitmq-server -detached >"$logf" 2>&1 && started=0
+        ;;
+    postgresql)
+        command -v pg_ctlcluster >/dev/null 2>&1 && [[ -d /etc/postgresql ]] || return 2
+        for ver in /etc/postgresql/*/; do
+            ver="$(basename "$ver")"
+            [[ -d "/etc/postgresql/$ver/main" ]] || continue
+            as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main start >>"$logf" 2>&1 && started=0
+        done
+        ;;
+    redis)
+        command -v redis-server >/dev/null 2>&1 || return 2
+        as_root redis-server --daemonize yes --bind 127.0.0.1 --port "$port" \
+            --save "" --appendonly no >"$logf" 2>&1 && started=0
+        ;;
+    esac
+    return "$started"
+}
+
+_start_hint() {
+    local name="$1" port="$2"
+    # shellcheck disable=SC2016  # the pg_ctlcluster line is printed for the user to run
+    case "$name" in
+    rabbitmq) printf 'rabbitmq-server -detached' ;;
+    postgresql) printf 'pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start' ;;
+    redis) printf 'redis-server --daemonize yes --bind 127.0.0.1 --port %s --save "" --appendonly no' "$port" ;;
+    esac
+}
+
+_package() {
+    case "$1" in rabbitmq) printf 'rabbitmq-server' ;; postgresql) printf 'postgresql' ;; redis) printf 'redis-server' ;; esac
+}
+
+_binary() {
+    case "$1" in rabbitmq) printf 'rabbitmq-server' ;; postgresql) printf 'pg_ctlcluster' ;; redis) printf 'redis-server' ;; esac
+}
+
+# vigil_check_servers DATABASE_URL AMQP_URL REDIS_URL
+# Checks that the three servers answer. One on loopback that does not is started when its start
+# command exists here (and installed first with apt-get when VIGIL_INSTALL_SERVERS=1). Prints what
+# is missing and how to fix it, and returns non-zero, when one is still down.
+vigil_check_servers() {
+    local -a names=(postgresql rabbitmq redis) urls=("$1" "$2" "$3") defaults=(5432 5672 6379)
+    local -a waits=(30 90 15) labels=(PostgreSQL RabbitMQ Redis)
+    local i name host port rc missing=0 deadline
+    mkdir -p "$VIGIL_RUN/logs"
+    step "Checking PostgreSQL, RabbitMQ and Redis"
+    for i in 0 1 2; do
+        name="${names[$i]}"
+        read -r host port < <(_url_host_port "${urls[$i]}" "${defaults[$i]}")
+        if server_answers "$name" "$host" "$port"; then
+            ok "${labels[$i]} answers on $host:$port"
+            continue
+        fi
+        if port_open "$host" "$port"; then
+            err "something accepts connections on $host:$port but it is not ${labels[$i]}; check the URL"
+            missing=1
+            continue
+        fi
+        if ! _is_loopback "$host"; then
+            err "${labels[$i]} does not answer on $host:$port (a remote server: start it there, or fix the URL)"
+            missing=1
+            continue
+        fi
+        if ! command -v "$(_binary "$name")" >/dev/null 2>&1 && [[ "${VIGIL_INSTALL_SERVERS:-0}" == 1 ]]; then
+            step "Installing $(_package "$name") (VIGIL_INSTALL_SERVERS=1)"
+            apt_install "$(_package "$name")" || true
+        fi
+        printf '    ..  %s does not answer on %s:%s, starting it\n' "${labels[$i]}" "$host" "$port"
+        rc=0
+        _start_server "$name" "$port" || rc=$?
+        if [[ $rc -eq 2 ]]; then
+            err "${labels[$i]} is not installed here ($(_binary "$name") not found). Install it with:"
+            printf '        apt-get install %s   (or re-run with VIGIL_INSTALL_SERVERS=1)\n' "$(_package "$name")" >&2
+            missing=1
+            continue
+        fi
+        # A start command that failed (e.g. "already running") gets a short grace, not the full wait.
+        deadline=$((SECONDS + (rc == 0 ? waits[i] : 3)))
+        until server_answers "$name" "$host" "$port" || ((SECONDS >= deadline)); do sleep 1; done
+        if server_answers "$name" "$host" "$port"; then
+            ok "${labels[$i]} started, answers on $host:$port"
+        else
+            err "${labels[$i]} still does not answer on $host:$port. Start it with:"
+            printf '        %s\n' "$(_start_hint "$name" "$port")" >&2
+            [[ -s "$VIGIL_RUN/logs/$name-start.log" ]] &&
+                printf '    (output of the start attempt: %s)\n' "${VIGIL_RUN#"$VIGIL_ROOT"/}/logs/$name-start.log" >&2
+            missing=1
+        fi
+    done
+    return "$missing"
+}
+
+# ---------------------------------------------------------------------------------------------
+# apt-get (CI machines, optional browser)
+# ---------------------------------------------------------------------------------------------
+
+_APT_UPDATED=0
+
+# apt_install PACKAGE...: non-interactive install as root; returns non-zero when it cannot.
+apt_install() {
+    command -v apt-get >/dev/null 2>&1 || {
+        warn "apt-get not available; cannot install $*"
+        return 1
+    }
+    as_root true 2>/dev/null || {
+        warn "not root and no password-less sudo; cannot install $*"
+        return 1
+    }
+    if [[ $_APT_UPDATED -eq 0 ]]; then
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 ||
+            warn "apt-get update failed; trying the install anyway"
+        _APT_UPDATED=1
+    fi
+    local logf="$VIGIL_RUN/logs/apt.log"
+    mkdir -p "$VIGIL_RUN/logs"
+    if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "$@" </dev/null >>"$logf" 2>&1; then
+        tail -n 10 "$logf" >&2
+        warn "apt-get install $* failed (full output: ${logf#"$VIGIL_ROOT"/})"
+        return 1
+    fi
+}
+
+# Install Debian's chromium for the browser tests when no chromium is on PATH.
+# Never fails: a missing browser only makes the browser tests skip or fail on their own.
+ensure_chromium() {
+    local bin
+    for bin in chromium chromium-browser google-chrome; do
+        if command -v "$bin" >/dev/null 2>&1; then
+            ok "browser present: $(command -v "$bin")"
+            return 0
+        fi
+    done
+    step "Installing chromium (for the browser tests)"
+    if apt_install chromium && command -v chromium >/dev/null 2>&1; then
+        ok "chromium installed: $(chromium --version 2>/dev/null || command -v chromium)"
+    else
+        warn "could not install chromium; browser tests will not have a browser"
+    fi
+    return 0
+}
+
+# ---------------------------------------------------------------------------------------------
+# Service processes
+# ---------------------------------------------------------------------------------------------
+
+# The pid in .run/<service>.pid when that process is alive and really is that service.
+service_pid() {
+    local f="$VIGIL_RUN/$1.pid" pid
+    [[ -f "$f" ]] || return 1
+    pid="$(tr -dc '0-9' <"$f")"
+    [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
+    # Guard against a recycled pid: the command line must name the module.
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "services\.$1" || return 1
+    printf '%s\n' "$pid"
+}
+
+# The last N (default 20) lines a service logged since scripts/up last started it, indented.
+service_log_tail() {
+    local logf="$VIGIL_RUN/logs/$1.log"
+    [[ -f "$logf" ]] || {
+        printf '    (no log file %s)\n' "${logf#"$VIGIL_ROOT"/}"
+        return 0
+    }
+    awk '/^===== .* scripts\/up starts / { n = 0; next } { buf[++n] = $0 }
+         END { if (n == 0) print "    (nothing logged)"
+               for (i = (n > lim ? n - lim + 1 : 1); i <= n; i++) print "    " buf[i] }' \
+        lim="${2:-20}" "$logf"
+}
