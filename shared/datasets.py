@@ -32,7 +32,7 @@ async def add_inputs(conn: Connection, job_id: str, inputs: list[Any]) -> list[s
             raise Conflict(f"cannot append inputs to a job in state {state}")
         index = await _next_index(conn, job_id)
         ids = await jobs_repo.add_tasks(conn, job_id, inputs, start_index=index)
-        await _prerequisites_of_job(conn, job_id, ids)
+        await apply_job_prerequisites(conn, job_id, ids)
         if JobState(state) in (JobState.COMPLETED, JobState.FAILED):
             await jobs_repo.transition(conn, job_id, JobState.ACTIVE)
         for downstream in await _chained_from(conn, job_id):
@@ -55,14 +55,25 @@ async def chain(conn: Connection, job_id: str, upstream_task_ids: list[str]) -> 
             for tid, up in zip(ids, upstream_task_ids, strict=True)
         ],
     )
-    await _prerequisites_of_job(conn, job_id, ids)
+    await apply_job_prerequisites(conn, job_id, ids)
     for downstream in await _chained_from(conn, job_id):
         await chain(conn, downstream, ids)
     return ids
 
 
 async def upstream_task_ids(conn: Connection, job_id: str) -> list[str]:
-    """The tasks of `job_id`, by index (the promised inputs of a job chained from it)."""
+    """The tasks of `job_id`, by index (the promised inputs of a job chained from it).
+
+    Share-locks the job row until the transaction ends: `add_inputs` takes it `FOR UPDATE`,
+    so an append upstream either commits before this read or waits for the chained job to
+    commit and then chains its new tasks to it. No input is missed either way.
+    """
+    await conn.execute("SELECT 1 FROM jobs WHERE id = $1 FOR SHARE", job_id)
+    return await task_ids_of(conn, job_id)
+
+
+async def task_ids_of(conn: Connection, job_id: str) -> list[str]:
+    """The ids of the tasks of `job_id`, by index."""
     rows = await conn.fetch("SELECT id FROM tasks WHERE job_id = $1 ORDER BY index", job_id)
     return [r["id"] for r in rows]
 
@@ -83,8 +94,8 @@ async def _chained_from(conn: Connection, job_id: str) -> list[str]:
     return [r["id"] for r in rows]
 
 
-async def _prerequisites_of_job(conn: Connection, job_id: str, task_ids: list[str]) -> None:
-    """Apply the job-wide `prerequisites` of the submission to new tasks."""
+async def apply_job_prerequisites(conn: Connection, job_id: str, task_ids: list[str]) -> None:
+    """Make new tasks of `job_id` wait as the job's submitted `prerequisites` say. Idempotent."""
     spec = await conn.fetchval("SELECT prerequisites FROM jobs WHERE id = $1", job_id) or {}
     rows = [
         (tid, stage, on_task, required)

@@ -34,6 +34,8 @@ async def apply_to_task(
     """Apply `action` to the task; raises `NotFound` or `Conflict`. One transaction."""
     async with conn.transaction():
         task = await _locked(conn, task_id)
+        if action is not TaskAction.CANCEL:
+            await _check_job_not_cancelled(conn, task.job_id, action)
         step = plan(action, task.state)
         if step.duplicate:
             return ActionResult(task, await duplicate(conn, task))
@@ -48,6 +50,13 @@ async def _locked(conn: Connection, task_id: str) -> tasks_repo.Task:
     if record is None:
         raise NotFound(f"no task {task_id}")
     return tasks_repo.Task.from_record(record)
+
+
+async def _check_job_not_cancelled(conn: Connection, job_id: str, action: TaskAction) -> None:
+    """A task of a cancelled job would never be released again: refuse to bring it back."""
+    state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1", job_id)
+    if state == JobState.CANCELLED.value:
+        raise Conflict(f"cannot {action.value} a task of job {job_id}: the job is cancelled")
 
 
 async def _move(
@@ -112,7 +121,13 @@ async def reopen_job(conn: Connection, job_id: str) -> None:
 
 
 async def apply_to_job(
-    conn: Connection, job_id: str, action: JobAction, actor: str, **throttle: int | None
+    conn: Connection,
+    job_id: str,
+    action: JobAction,
+    actor: str,
+    *,
+    max_in_flight: int | None = None,
+    release_per_tick: int | None = None,
 ) -> jobs_repo.Job:
     """Apply a job action; raises `NotFound` or `Conflict`. One transaction."""
     async with conn.transaction():
@@ -121,7 +136,7 @@ async def apply_to_job(
             raise NotFound(f"no job {job_id}")
         current = JobState(state)
         if action is JobAction.THROTTLE:
-            await _throttle(conn, job_id, **throttle)
+            await _throttle(conn, job_id, max_in_flight, release_per_tick)
         elif action is JobAction.RECOVER_FAILED:
             await _recover_failed(conn, job_id, actor)
         else:
@@ -171,8 +186,8 @@ async def _recover_failed(conn: Connection, job_id: str, actor: str) -> None:
 async def _throttle(
     conn: Connection,
     job_id: str,
-    max_in_flight: int | None = None,
-    release_per_tick: int | None = None,
+    max_in_flight: int | None,
+    release_per_tick: int | None,
 ) -> None:
     if max_in_flight is None and release_per_tick is None:
         raise Conflict("throttle needs max_in_flight and/or release_per_tick")

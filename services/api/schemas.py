@@ -89,6 +89,8 @@ TaskId = Annotated[str, _id_check("task")]
 JobId = Annotated[str, _id_check("job")]
 OutputName = Annotated[str, AfterValidator(_check_output)]
 InputValue = Annotated[Any, AfterValidator(_check_input)]
+#: A non-empty list of inputs (the count limit is a setting: see `check_against`).
+Inputs = Annotated[list[InputValue], Field(min_length=1)]
 ParamName = Annotated[
     str, Field(min_length=1, max_length=200, pattern=TEXT_PATTERN), _text("parameter name")
 ]
@@ -122,7 +124,11 @@ class JobCreate(BaseModel):
     name: Name = "job"
     type: str = Field(default="shell", pattern=TYPE_PATTERN)
     command: Command | None = Field(default=None, validate_default=True)
-    inputs: list[InputValue] = Field(default_factory=lambda: [""], min_length=1)
+    inputs: Inputs | None = Field(
+        default=None,
+        description="One task per input. Left out (or null): one empty input, or none with"
+        " inputs_from.",
+    )
     outputs: list[OutputName] = Field(default_factory=list, max_length=MAX_OUTPUTS)
     params: dict[ParamName, ParamValue] = Field(default_factory=dict, max_length=MAX_PARAMS)
     policy: Policy = Field(default_factory=Policy)
@@ -134,6 +140,13 @@ class JobCreate(BaseModel):
     def _check_command(cls, value: str | None, info: ValidationInfo) -> str | None:
         if info.data.get("type") == "shell" and (value is None or not value.strip()):
             raise ValueError("command is required for shell jobs and must not be blank")
+        return value
+
+    @field_validator("inputs_from")
+    @classmethod
+    def _check_one_source(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("inputs") is not None:
+            raise ValueError("give either inputs or inputs_from, not both")
         return value
 
     @field_validator("outputs")
@@ -160,11 +173,19 @@ class JobCreate(BaseModel):
             errors.extend(invalid(("body", "type"), msg).errors())
         elif task_type.params_model is not None:
             errors.extend(_params_errors(task_type.params_model, self.params, self.type))
-        if len(self.inputs) > max_inputs:
-            msg = f"{len(self.inputs)} inputs given; at most {max_inputs} are accepted"
-            errors.extend(invalid(("body", "inputs"), msg).errors())
+        errors.extend(count_errors(self.inputs or [], max_inputs))
         if errors:
             raise RequestValidationError(errors)
+
+    def task_inputs(self) -> list[Any]:
+        """The inputs of the tasks made at submission.
+
+        None for a chained job (its tasks come from the upstream job), one empty input when
+        `inputs` was left out.
+        """
+        if self.inputs_from is not None:
+            return []
+        return list(self.inputs) if self.inputs is not None else [""]
 
     def to_new_job(self, idempotency_key: str | None) -> NewJob:
         """The repository's form of this submission."""
@@ -172,7 +193,7 @@ class JobCreate(BaseModel):
             name=self.name,
             type=self.type,
             command=self.command or "",
-            inputs=list(self.inputs),
+            inputs=self.task_inputs(),
             outputs=list(self.outputs),
             params=dict(self.params),
             policy=self.policy.model_dump(mode="json"),
@@ -180,6 +201,14 @@ class JobCreate(BaseModel):
             inputs_from=self.inputs_from,
             idempotency_key=idempotency_key,
         )
+
+
+def count_errors(inputs: list[Any], max_inputs: int) -> list[Any]:
+    """The 422 error (as a list of one, or empty) for more than `max_inputs` inputs."""
+    if len(inputs) <= max_inputs:
+        return []
+    msg = f"{len(inputs)} inputs given; at most {max_inputs} are accepted"
+    return list(invalid(("body", "inputs"), msg).errors())
 
 
 def _params_errors(model: type[BaseModel], params: dict[str, Any], type_name: str) -> list[Any]:
@@ -263,6 +292,12 @@ class TaskPublic(BaseModel):
     def from_task(cls, task: Task, prerequisites: list[PrerequisitePublic]) -> "TaskPublic":
         fields = {n: getattr(task, n) for n in cls.model_fields if n != "prerequisites"}
         return cls(**fields, prerequisites=prerequisites)
+
+    @classmethod
+    def from_found(cls, task: Task, found: Mapping[str, list[dict[str, Any]]]) -> "TaskPublic":
+        """The view of `task`, its prerequisites picked from `queries.prerequisites_of` rows."""
+        rows = found.get(task.id, [])
+        return cls.from_task(task, [PrerequisitePublic.model_validate(p) for p in rows])
 
 
 class AttemptPublic(BaseModel):

@@ -1,5 +1,8 @@
 """Submitting a job: references checked, then job, tasks, events and prerequisites written in
 one transaction, so that a failure anywhere leaves no trace (never a half-created job).
+
+A job with `inputs_from` is created without inputs and chained (design §6): one promised input
+per task of the upstream job, each waiting for its upstream task to complete.
 """
 
 import logging
@@ -7,11 +10,11 @@ from typing import Any
 
 from fastapi.exceptions import RequestValidationError
 
-from services.api import prerequisites, queries
+from services.api import queries
 from services.api.access import owner_filter
 from services.api.errors import invalid
 from services.api.schemas import JobCreate
-from shared import jobs_repo
+from shared import datasets, jobs_repo
 from shared.db import Connection, Pool
 from shared.jobs_repo import Job
 from shared.users_repo import User
@@ -31,14 +34,28 @@ async def submit(
         await _check_references(conn, user, body)
         job, created = await jobs_repo.create(conn, user.id, body.to_new_job(idempotency_key))
         if created:
-            await prerequisites.insert_for_job(conn, job.id, body.prerequisites)
+            job = await _fill(conn, job.id, body)
     if created:
         logger.info(
             "job submitted with %d task(s)",
-            len(body.inputs),
+            sum(job.counts.values()),
             extra={"action": "submit", "job_id": job.id, "user": user.name},
         )
     return job, created
+
+
+async def _fill(conn: Connection, job_id: str, body: JobCreate) -> Job:
+    """Give the new job its prerequisites, or its chained tasks; the job with fresh counts."""
+    if body.inputs_from is None:
+        await datasets.apply_job_prerequisites(
+            conn, job_id, await datasets.task_ids_of(conn, job_id)
+        )
+    else:
+        upstream = await datasets.upstream_task_ids(conn, body.inputs_from)
+        await datasets.chain(conn, job_id, upstream)
+    job = await jobs_repo.get(conn, job_id)
+    assert job is not None  # created in this transaction
+    return job
 
 
 async def _check_references(conn: Connection, user: User, body: JobCreate) -> None:

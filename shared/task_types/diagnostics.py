@@ -2,8 +2,9 @@
 
 The tool for testing the lifecycle: `params` = `setup_delay`, `cluster_delay`, `post_delay`
 (seconds) and `fail_in` (`setup`, `cluster` or `post_processing`; `fail_how` = `false` or
-`raise` for the Python stages). Its recover and restart hooks succeed, and clear `fail_in` for
-the stage they recover when `fail_once` is set (a marker file in the work dir remembers it).
+`raise` for the Python stages). Its recover and restart hooks succeed (unless `refuse_hooks`),
+and a recovered stage does not fail again when `fail_once` is set (a marker file in the work
+dir remembers the recovery).
 """
 
 import time
@@ -27,6 +28,8 @@ class DiagnosticsParams(BaseModel):
     fail_in: Stage | None = None
     fail_how: Literal["false", "raise"] = "false"
     fail_once: bool = False
+    #: The recover/restart hooks answer False (the task must keep its state).
+    refuse_hooks: bool = False
 
 
 class DiagnosticsTaskType(TaskType):
@@ -67,11 +70,13 @@ class DiagnosticsTaskType(TaskType):
         return self._python_stage(ctx, "post_processing", self._params(ctx).post_delay)
 
     def _mark_recovered(self, ctx: TaskContext, stage: Stage) -> bool:
+        if self._params(ctx).refuse_hooks:
+            return False
+        ctx.safe_mkdir(".")
         (ctx.workdir / f".recovered-{stage}").touch()
         return True
 
     def recover_from_setup_failure(self, ctx: TaskContext) -> bool:
-        ctx.safe_mkdir(".")
         return self._mark_recovered(ctx, "setup")
 
     def recover_from_cluster_failure(self, ctx: TaskContext) -> bool:
@@ -81,10 +86,10 @@ class DiagnosticsTaskType(TaskType):
         return self._mark_recovered(ctx, "post_processing")
 
     def restart_at_setup(self, ctx: TaskContext) -> bool:
-        return True
+        return not self._params(ctx).refuse_hooks
 
     def restart_at_cluster(self, ctx: TaskContext) -> bool:
-        return True
+        return not self._params(ctx).refuse_hooks
 
     def restart_at_post_processing(self, ctx: TaskContext) -> bool:
-        return True
+        return not self._params(ctx).refuse_hooks

@@ -19,9 +19,47 @@ from tests.e2e.stack import Stack
 pytestmark = pytest.mark.e2e
 
 
+HOST_ID = "e2e-host"
+
+
+async def _delete_topology(namespace: str) -> None:
+    topology = Topology(namespace)
+    connection = await aio_pika.connect(AMQP_URL, timeout=10)
+    try:
+        channel = await connection.channel()
+        for queue in (
+            topology.pool_queue(),
+            topology.host_queue(HOST_ID),
+            topology.supervisor_queue(HOST_ID),
+            topology.dead_letter_queue,
+        ):
+            await channel.queue_delete(queue, if_unused=False, if_empty=False)
+        for exchange in (
+            topology.events_exchange,
+            topology.work_exchange,
+            topology.dead_letter_exchange,
+        ):
+            await channel.exchange_delete(exchange)
+    finally:
+        await connection.close()
+
+
+@pytest.fixture(scope="session")
+def e2e_namespace() -> Iterator[str]:
+    """One broker namespace for the whole session, deleted at its end.
+
+    Quorum queues are heavy (a Raft group each) and RabbitMQ is not built for their churn, so
+    the stacks of one session share their queues; each stack still has a database of its own,
+    which makes any message left over from an earlier test a stale no-op.
+    """
+    namespace = f"e2e-{uuid.uuid4().hex[:10]}"
+    yield namespace
+    asyncio.run(_delete_topology(namespace))
+
+
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    """The four services, up and healthy, on a fresh database and namespace."""
+def stack(tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
+    """The four services, up and healthy, on a fresh database."""
     require_servers()
     name = f"vigil_e2e_{uuid.uuid4().hex[:10]}"
     url = asyncio.run(create_database(name))
@@ -29,9 +67,10 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         database_url=url,
         amqp_url=AMQP_URL,
         redis_url=REDIS_URL,
-        namespace=f"e2e-{uuid.uuid4().hex[:10]}",
+        namespace=e2e_namespace,
         root=tmp_path,
         token=uuid.uuid4().hex,
+        host_id=HOST_ID,
     )
     try:
         s.start_all()

@@ -222,11 +222,10 @@ async def test_when_a_job_has_prerequisites__every_task_waits_for_them(api: Api)
     spec = {"setup": {upstream: "completed"}, "post_processing": {upstream: "data_ready"}}
 
     # when
-    job = await api.submit(api.user, inputs=[1, 2], prerequisites=spec, inputs_from=first["id"])
+    job = await api.submit(api.user, inputs=[1, 2], prerequisites=spec)
 
     # then
     assert job["prerequisites"] == spec
-    assert job["inputs_from"] == first["id"]
     tasks = (await api.client.get(f"/jobs/{job['id']}/tasks", headers=api.user.headers)).json()
     expected = [
         {"stage": "post_processing", "task_id": upstream, "required": "data_ready"},

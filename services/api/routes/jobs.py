@@ -1,6 +1,9 @@
-"""`/jobs`: submit, list, read one, its tasks and its log lines (design §9)."""
+"""`/jobs`: submit, list, read one, its tasks and its log lines; actions and appended inputs
+(design §9).
+"""
 
 import dataclasses
+import logging
 import re
 from typing import Annotated, Any, Final
 
@@ -9,6 +12,7 @@ from pydantic import AfterValidator
 
 from services.api import cursor, queries, submission
 from services.api.access import owner_filter, visible_job
+from services.api.actions import InputsAdded, InputsAppend, JobActionRequest
 from services.api.deps import (
     CurrentUser,
     JobIdPath,
@@ -25,18 +29,22 @@ from services.api.schemas import (
     JobsPage,
     LogPublic,
     LogsPage,
-    PrerequisitePublic,
     TaskPublic,
 )
-from shared import jobs_repo, logs_repo, tasks_repo
+from shared import datasets, jobs_repo, logs_repo, task_actions, tasks_repo
 from shared.ids import ID_PATTERN
 from shared.messages import Severity
 from shared.states import JobState
+
+logger = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 _NOT_FOUND: Final[dict[int | str, dict[str, Any]]] = {
     404: {"description": "No such job, or it belongs to another user."}
+}
+_CONFLICT: Final[dict[int | str, dict[str, Any]]] = {
+    409: {"description": "The job's state does not allow it; the detail says why."}
 }
 _INT4_MAX: Final = 2**31 - 1
 _INT8_MAX: Final = 2**63 - 1
@@ -79,6 +87,9 @@ async def submit_job(
     idempotency_key: IdempotencyKey = None,
 ) -> JobPublic:
     """Create a job with one `new` task per input: 201 with the job.
+
+    With `inputs_from` (and no `inputs`) the job gets one task per task of that job instead,
+    each waiting for its upstream task to complete, and more as inputs are appended upstream.
 
     With an `Idempotency-Key` this user already used, nothing is created and the earlier job
     is returned with 200 (the body is not compared). A 422 names the field at fault.
@@ -140,12 +151,7 @@ async def list_tasks(user: CurrentUser, job_id: JobIdPath, pool: PoolDep) -> lis
         await visible_job(conn, user, job_id)
         tasks = await tasks_repo.list_for_job(conn, job_id)
         found = await queries.prerequisites_of(conn, [task.id for task in tasks])
-    return [
-        TaskPublic.from_task(
-            task, [PrerequisitePublic.model_validate(p) for p in found.get(task.id, [])]
-        )
-        for task in tasks
-    ]
+    return [TaskPublic.from_found(task, found) for task in tasks]
 
 
 @router.get("/{job_id}/logs", responses=_NOT_FOUND)
@@ -175,3 +181,63 @@ async def list_logs(
         items=[LogPublic.from_stored(log) for log in logs],
         next_after=logs[-1].seq if logs else None,
     )
+
+
+@router.post(
+    "/{job_id}/actions",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses=_NOT_FOUND | _CONFLICT,
+)
+async def act_on_job(
+    user: CurrentUser, job_id: JobIdPath, body: JobActionRequest, pool: PoolDep
+) -> JobPublic:
+    """Cancel, suspend, resume, recover the failed tasks of, or throttle the job: 202 with it.
+
+    `cancel` terminates every task not yet at rest. 409 names the current state and the states
+    that allow the action (or says that no task failed, for `recover_failed`).
+    """
+    async with pool.acquire() as conn, conn.transaction():
+        await visible_job(conn, user, job_id)
+        job = await task_actions.apply_to_job(
+            conn,
+            job_id,
+            body.action,
+            user.name,
+            max_in_flight=body.max_in_flight,
+            release_per_tick=body.release_per_tick,
+        )
+    logger.info(
+        "job %s %s: now %s",
+        job_id,
+        body.action.value,
+        job.state.value,
+        extra={"action": body.action.value, "job_id": job_id, "user": user.name},
+    )
+    return JobPublic.from_job(job)
+
+
+@router.post(
+    "/{job_id}/inputs",
+    status_code=status.HTTP_201_CREATED,
+    responses=_NOT_FOUND | {409: {"description": "The job is cancelled."}},
+)
+async def append_inputs(
+    user: CurrentUser, job_id: JobIdPath, body: InputsAppend, pool: PoolDep, settings: SettingsDep
+) -> InputsAdded:
+    """Append one `new` task per input (a finished job becomes active again): 201.
+
+    Jobs chained from this one get a promised input for each new task too.
+    """
+    body.check_against(settings.max_inputs)
+    async with pool.acquire() as conn, conn.transaction():
+        await visible_job(conn, user, job_id)
+        task_ids = await datasets.add_inputs(conn, job_id, list(body.inputs))
+        job = await jobs_repo.get(conn, job_id)
+    assert job is not None  # jobs are never deleted
+    logger.info(
+        "job %s: %d input(s) appended",
+        job_id,
+        len(task_ids),
+        extra={"action": "append", "job_id": job_id, "user": user.name},
+    )
+    return InputsAdded(job=JobPublic.from_job(job), task_ids=task_ids)

@@ -1,19 +1,26 @@
-"""`GET /tasks/{task_id}`: one task with its prerequisites and its attempts audit."""
+"""`/tasks/{task_id}`: one task with its prerequisites and attempts, and the actions on it."""
 
-from typing import Any
+import logging
+from typing import Any, Final
 
-from fastapi import APIRouter
+from fastapi import APIRouter, status
 
 from services.api import queries
 from services.api.access import visible_task
+from services.api.actions import TaskActionPublic, TaskActionRequest
 from services.api.deps import CurrentUser, PoolDep, TaskIdPath
-from services.api.schemas import PrerequisitePublic, TaskDetail
-from shared import attempts_repo
+from services.api.schemas import PrerequisitePublic, TaskDetail, TaskPublic
+from shared import attempts_repo, task_actions
+
+logger = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/tasks", tags=["tasks"])
 
-_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+_NOT_FOUND: Final[dict[int | str, dict[str, Any]]] = {
     404: {"description": "No such task, or it belongs to another user's job."}
+}
+_CONFLICT: Final[dict[int | str, dict[str, Any]]] = {
+    409: {"description": "The task's state does not allow the action; the detail says why."}
 }
 
 
@@ -26,3 +33,32 @@ async def get_task(user: CurrentUser, task_id: TaskIdPath, pool: PoolDep) -> Tas
         attempts = await attempts_repo.list_for_task(conn, task.id)
     prerequisites = [PrerequisitePublic.model_validate(p) for p in found.get(task.id, [])]
     return TaskDetail.from_parts(task, prerequisites, attempts)
+
+
+@router.post(
+    "/{task_id}/actions",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses=_NOT_FOUND | _CONFLICT,
+)
+async def act_on_task(
+    user: CurrentUser, task_id: TaskIdPath, body: TaskActionRequest, pool: PoolDep
+) -> TaskActionPublic:
+    """Recover, restart, duplicate, cancel, hold or release the task: 202 with the task.
+
+    A hook the action needs runs later on the task's host. `created` is the new task of a
+    `duplicate` (null otherwise). 409 names the current state and the states that allow it.
+    """
+    async with pool.acquire() as conn, conn.transaction():
+        await visible_task(conn, user, task_id)
+        result = await task_actions.apply_to_task(conn, task_id, body.action, actor=user.name)
+        made = [t for t in (result.task, result.created) if t is not None]
+        found = await queries.prerequisites_of(conn, [t.id for t in made])
+    logger.info(
+        "task %s %s: now %s",
+        task_id,
+        body.action.value,
+        result.task.state.value,
+        extra={"action": body.action.value, "task_id": task_id, "user": user.name},
+    )
+    created = TaskPublic.from_found(result.created, found) if result.created else None
+    return TaskActionPublic(task=TaskPublic.from_found(result.task, found), created=created)

@@ -1,0 +1,120 @@
+"""Prerequisites across jobs (design §4), driven through real services."""
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Events, wait_job
+
+pytestmark = pytest.mark.e2e
+
+
+async def _submit(client: httpx.AsyncClient, body: dict[str, Any]) -> tuple[str, str]:
+    response = await client.post("/jobs", json={"type": "diagnostics", **body})
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    [task] = (await client.get(f"/jobs/{job_id}/tasks")).json()
+    return job_id, task["id"]
+
+
+def _position(events: Events, task_id: str, state: str) -> int:
+    for i, (key, body) in enumerate(events.received):
+        if key.startswith(f"task.{state}.") and body["task_id"] == task_id:
+            return i
+    raise AssertionError(f"{task_id} never reached {state}: {events.routing_keys()}")
+
+
+async def test_when_three_tasks_depend_on_each_other__they_start_in_the_order_the_design_gives(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    # given t1 with a delay in every stage; t2 waits before setup for t1 queued; t3 waits before
+    # post-processing for t1 data_ready and t2 completed
+    delays = {"setup_delay": 1, "cluster_delay": 1, "post_delay": 1}
+    j1, t1 = await _submit(client, {"name": "t1", "params": delays})
+    j2, t2 = await _submit(client, {"name": "t2", "prerequisites": {"setup": {t1: "queued"}}})
+    post = {"post_processing": {t1: "data_ready", t2: "completed"}}
+    j3, t3 = await _submit(client, {"name": "t3", "prerequisites": post})
+
+    # when all three run
+    for job_id in (j1, j2, j3):
+        assert (await wait_job(client, events, job_id))["state"] == "completed"
+
+    # then t2 set up only once t1 was queued, and finished while t1 still ran
+    assert _position(events, t1, "queued") < _position(events, t2, "setting_up")
+    assert _position(events, t2, "completed") < _position(events, t1, "completed")
+    # and t3 ran its command at once, then waited in data_ready for both prerequisites
+    assert _position(events, t3, "data_ready") < _position(events, t1, "data_ready")
+    t3_post = _position(events, t3, "post_processing")
+    assert _position(events, t1, "data_ready") < t3_post
+    assert _position(events, t2, "completed") < t3_post
+    task = (await client.get(f"/tasks/{t3}")).json()
+    assert {(p["stage"], p["task_id"], p["required"]) for p in task["prerequisites"]} == {
+        ("post_processing", t1, "data_ready"),
+        ("post_processing", t2, "completed"),
+    }
+
+
+async def test_when_a_prerequisite_fails__the_waiting_task_fails_its_prerequisites(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    _j1, t1 = await _submit(client, {"params": {"fail_in": "cluster"}})
+    j2, t2 = await _submit(client, {"prerequisites": {"setup": {t1: "completed"}}})
+
+    assert (await wait_job(client, events, j2))["state"] == "failed"
+
+    task = (await client.get(f"/tasks/{t2}")).json()
+    assert task["state"] == "failed_setup_prerequisites"
+    assert t1 in task["error_brief"] and "completed" in task["error_brief"]
+    assert task["attempts"] == []  # it never started
+    assert (await client.get(f"/tasks/{t1}")).json()["state"] == "failed_on_cluster"
+
+
+async def test_when_a_task_waits_for_a_failure__it_runs_once_the_other_task_failed(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    _j1, t1 = await _submit(client, {"params": {"fail_in": "setup", "cluster_delay": 0}})
+    j2, t2 = await _submit(client, {"prerequisites": {"setup": {t1: "failed"}}})
+
+    assert (await wait_job(client, events, j2))["state"] == "completed"
+    assert _position(events, t1, "failed_to_setup") < _position(events, t2, "setting_up")
+
+
+async def test_when_the_status_file_says_recoverable__the_task_is_retried_with_its_resume(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    script = (
+        'if [ -z "$VIGIL_RESUME" ]; then '
+        'echo \'{"status": "recoverable", "message": "seed was bad", "resume": {"seed": 7}}\''
+        ' > "$VIGIL_STATUS_FILE"; exit 1; fi; '
+        'echo "resumed with $VIGIL_RESUME"'
+    )
+    body = {"command": script, "policy": {"max_app_retries": 1}}
+    job_id = (await client.post("/jobs", json=body)).json()["id"]
+
+    job = await wait_job(client, events, job_id)
+
+    assert job["state"] == "completed"
+    [task] = (await client.get(f"/jobs/{job_id}/tasks")).json()
+    states = [b["state"] for k, b in events.received if k.startswith("task.")]
+    assert states[states.index("on_cpu") :] == [
+        "on_cpu", "failed_on_cluster", "recover_cluster", "recovering_cluster", "queued",
+        "on_cpu", "data_ready", "post_processing", "completed",
+    ]  # fmt: skip
+    logs = (await client.get(f"/jobs/{job_id}/logs")).json()["items"]
+    assert logs[-1]["line"] == 'resumed with {"seed": 7}'
+    assert task["run_number"] == 1
+
+
+async def test_when_the_status_file_says_fatal__the_task_is_not_retried(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    script = 'echo \'{"status": "fatal", "message": "disk full"}\' > "$VIGIL_STATUS_FILE"; exit 2'
+    body = {"command": script, "policy": {"max_app_retries": 3}}
+    job_id = (await client.post("/jobs", json=body)).json()["id"]
+
+    assert (await wait_job(client, events, job_id))["state"] == "failed"
+    [task] = (await client.get(f"/jobs/{job_id}/tasks")).json()
+    assert (task["state"], task["failure_class"]) == ("failed_on_cluster", "exit")
+    assert "disk full" in task["error_brief"]
+    assert not any(k.startswith("task.recover_cluster.") for k in events.routing_keys())

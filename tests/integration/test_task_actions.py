@@ -1,0 +1,314 @@
+"""Operator actions, appended inputs and chaining, on the real database through `shared/` alone.
+
+Every (action, current state) pair is tried against `shared.actions.plan`: the row moves to
+the planned state with its event, or `Conflict` is raised and nothing is written.
+"""
+
+import uuid
+from typing import Any
+
+import pytest
+
+from shared import datasets, jobs_repo, task_actions, tasks_repo, users_repo
+from shared.actions import JobAction, TaskAction, plan
+from shared.db import Connection, Pool
+from shared.errors import Conflict, NotFound
+from shared.jobs_repo import NewJob
+from shared.states import TERMINAL, FailureClass, JobState, TaskState
+
+pytestmark = pytest.mark.integration
+
+S = TaskState
+ACTOR = "ops"
+
+
+async def _job(conn: Connection, inputs: list[Any], **fields: Any) -> jobs_repo.Job:
+    """Given-step: a job of a fresh user with one `new` task per input."""
+    user = await users_repo.ensure_user(
+        conn, f"user-{uuid.uuid4().hex[:10]}", "user", uuid.uuid4().hex
+    )
+    job, _ = await jobs_repo.create(
+        conn, user.id, NewJob("demo", "shell", "true", inputs, **fields)
+    )
+    return job
+
+
+async def _task_ids(conn: Connection, job_id: str) -> list[str]:
+    return await datasets.upstream_task_ids(conn, job_id)
+
+
+async def _put(conn: Connection, task_id: str, state: TaskState, **columns: Any) -> None:
+    """Given-step: force a task into `state` with `columns`, bypassing the table."""
+    columns["state"] = state.value
+    sets = ", ".join(f"{name} = ${i}" for i, name in enumerate(columns, start=2))
+    await conn.execute(f"UPDATE tasks SET {sets} WHERE id = $1", task_id, *columns.values())
+
+
+async def _one_task(conn: Connection, state: TaskState, **columns: Any) -> tasks_repo.Task:
+    job = await _job(conn, ["in"])
+    [task_id] = await _task_ids(conn, job.id)
+    await _put(conn, task_id, state, **columns)
+    task = await tasks_repo.get(conn, task_id)
+    assert task is not None
+    return task
+
+
+async def _outbox(conn: Connection, job_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+    rows = await conn.fetch(
+        "SELECT exchange, routing_key, body FROM outbox WHERE body->>'job_id' = $1 ORDER BY id",
+        job_id,
+    )
+    return [(r["exchange"], r["routing_key"], r["body"]) for r in rows]
+
+
+async def _prerequisites(conn: Connection, task_id: str) -> list[tuple[str, str, str]]:
+    rows = await conn.fetch(
+        "SELECT stage, on_task_id, required FROM task_prerequisites WHERE task_id = $1"
+        " ORDER BY stage, on_task_id",
+        task_id,
+    )
+    return [(r["stage"], r["on_task_id"], r["required"]) for r in rows]
+
+
+def _allows(action: TaskAction, state: TaskState) -> bool:
+    try:
+        plan(action, state)
+    except Conflict:
+        return False
+    return True
+
+
+PAIRS = [(a, s) for a in TaskAction if a is not TaskAction.DUPLICATE for s in TaskState]
+
+
+@pytest.mark.parametrize(("action", "state"), [p for p in PAIRS if _allows(*p)])
+async def test_when_the_state_allows_the_action__the_task_moves_to_the_planned_state_with_its_event(
+    pool: Pool, action: TaskAction, state: TaskState
+) -> None:
+    async with pool.acquire() as conn:
+        # given
+        task = await _one_task(conn, state)
+        before = len(await _outbox(conn, task.job_id))
+
+        # when
+        result = await task_actions.apply_to_task(conn, task.id, action, ACTOR)
+
+        # then
+        target = plan(action, state).target
+        assert target is not None and result.task.state is target
+        assert result.created is None
+        events = (await _outbox(conn, task.job_id))[before:]
+        assert ("events", f"task.{target.value}.{task.job_id}") in [e[:2] for e in events]
+
+
+@pytest.mark.parametrize(("action", "state"), [p for p in PAIRS if not _allows(*p)])
+async def test_when_the_state_does_not_allow_the_action__conflict_names_the_allowed_states(
+    pool: Pool, action: TaskAction, state: TaskState
+) -> None:
+    async with pool.acquire() as conn:
+        task = await _one_task(conn, state)
+        before = await _outbox(conn, task.job_id)
+
+        with pytest.raises(Conflict) as refused:
+            await task_actions.apply_to_task(conn, task.id, action, ACTOR)
+
+        assert f"in state {state.value};" in str(refused.value)
+        assert "allowed in: " in str(refused.value)
+        assert await _outbox(conn, task.job_id) == before
+        assert (await tasks_repo.get(conn, task.id)) == task
+
+
+@pytest.mark.parametrize("state", sorted(set(TaskState) - TERMINAL))
+async def test_when_duplicating_a_task_not_at_rest__conflict_is_raised(
+    pool: Pool, state: TaskState
+) -> None:
+    async with pool.acquire() as conn:
+        task = await _one_task(conn, state)
+
+        with pytest.raises(Conflict, match="allowed in: completed, failed_on_cluster"):
+            await task_actions.apply_to_task(conn, task.id, TaskAction.DUPLICATE, ACTOR)
+
+        assert await _task_ids(conn, task.job_id) == [task.id]
+
+
+async def test_when_a_task_with_prerequisites_is_duplicated__the_copy_waits_for_the_same_tasks(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        # given
+        upstream = await _one_task(conn, S.COMPLETED)
+        spec = {"setup": {upstream.id: "completed"}}
+        job = await _job(conn, ["x", "y"], prerequisites=spec)
+        await conn.execute(
+            "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
+            " SELECT id, 'setup', $2, 'completed' FROM tasks WHERE job_id = $1",
+            job.id,
+            upstream.id,
+        )
+        first, _second = await _task_ids(conn, job.id)
+        await _put(conn, first, S.TERMINATED)
+
+        # when
+        result = await task_actions.apply_to_task(conn, first, TaskAction.DUPLICATE, ACTOR)
+
+        # then
+        created = result.created
+        assert created is not None
+        assert (created.index, created.input, created.state) == (2, "x", S.NEW)
+        assert result.task.state is S.TERMINATED
+        assert await _prerequisites(conn, created.id) == [("setup", upstream.id, "completed")]
+
+
+async def test_when_a_prerequisite_failure_is_recovered__the_old_error_is_cleared(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        task = await _one_task(
+            conn, S.FAILED_SETUP_PREREQUISITES, failure_class="exit", error_brief="upstream died"
+        )
+
+        result = await task_actions.apply_to_task(conn, task.id, TaskAction.RECOVER, ACTOR)
+
+        assert result.task.state is S.NEW
+        assert (result.task.failure_class, result.task.error_brief) == (None, None)
+
+
+async def test_when_a_cluster_failure_is_recovered__the_error_stays_for_the_hook_to_see(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        task = await _one_task(conn, S.FAILED_ON_CLUSTER, failure_class="exit", exit_code=3)
+
+        result = await task_actions.apply_to_task(conn, task.id, TaskAction.RECOVER, ACTOR)
+
+        assert result.task.state is S.RECOVER_CLUSTER
+        assert (result.task.failure_class, result.task.exit_code) == (FailureClass.EXIT, 3)
+
+
+async def test_when_a_running_task_is_cancelled__its_supervisor_is_asked_to_kill_it(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        # given
+        task = await _one_task(conn, S.ON_CPU, host="node-7", pid=4242, pid_create_time=12.5)
+
+        # when
+        result = await task_actions.apply_to_task(conn, task.id, TaskAction.CANCEL, ACTOR)
+
+        # then
+        assert (result.task.state, result.task.failure_class) == (
+            S.TERMINATED,
+            FailureClass.CANCELLED,
+        )
+        assert result.task.error_brief == f"cancelled by {ACTOR}"
+        work = [e for e in await _outbox(conn, task.job_id) if e[0] == "work"]
+        assert [(key, body["type"], body["pid"]) for _, key, body in work] == [
+            ("supervise.node-7", "kill_task", 4242)
+        ]
+
+
+async def test_when_the_task_or_job_does_not_exist__not_found_is_raised(pool: Pool) -> None:
+    async with pool.acquire() as conn:
+        with pytest.raises(NotFound):
+            await task_actions.apply_to_task(conn, "t-missing", TaskAction.RECOVER, ACTOR)
+        with pytest.raises(NotFound):
+            await task_actions.apply_to_job(conn, "j-missing", JobAction.SUSPEND, ACTOR)
+        with pytest.raises(NotFound):
+            await datasets.add_inputs(conn, "j-missing", ["x"])
+
+
+async def test_when_a_suspended_job_is_cancelled__its_tasks_not_at_rest_are_terminated(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        # given
+        job = await _job(conn, ["a", "b", "c"])
+        ids = await _task_ids(conn, job.id)
+        await _put(conn, ids[1], S.COMPLETED)
+        await _put(conn, ids[2], S.ON_HOLD)
+        await task_actions.apply_to_job(conn, job.id, JobAction.SUSPEND, ACTOR)
+
+        # when
+        cancelled = await task_actions.apply_to_job(conn, job.id, JobAction.CANCEL, ACTOR)
+
+        # then
+        assert cancelled.state is JobState.CANCELLED
+        assert cancelled.counts == {"terminated": 2, "completed": 1}
+        keys = [key for _, key, _ in await _outbox(conn, job.id)]
+        assert keys[-1] == f"job.cancelled.{job.id}"
+
+
+async def test_when_inputs_are_appended_to_a_job_with_prerequisites__the_new_tasks_wait_too(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        # given
+        upstream = await _one_task(conn, S.NEW)
+        job = await _job(conn, ["a"], prerequisites={"post_processing": {upstream.id: "queued"}})
+
+        # when
+        [new] = await datasets.add_inputs(conn, job.id, ["b"])
+
+        # then
+        assert await _prerequisites(conn, new) == [("post_processing", upstream.id, "queued")]
+
+
+async def test_when_jobs_are_chained_twice__an_input_appended_upstream_reaches_the_last_job(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        # given: a -> b -> c, all empty
+        a = await _job(conn, ["first"])
+        b = await _job(conn, [], inputs_from=a.id)
+        await datasets.chain(conn, b.id, await datasets.upstream_task_ids(conn, a.id))
+        c = await _job(conn, [], inputs_from=b.id)
+        await datasets.chain(conn, c.id, await datasets.upstream_task_ids(conn, b.id))
+
+        # when
+        [appended] = await datasets.add_inputs(conn, a.id, ["second"])
+
+        # then
+        b_tasks = await tasks_repo.list_for_job(conn, b.id)
+        c_tasks = await tasks_repo.list_for_job(conn, c.id)
+        assert [t.index for t in b_tasks] == [0, 1] and [t.index for t in c_tasks] == [0, 1]
+        assert b_tasks[1].input == {datasets.UPSTREAM_KEY: appended}
+        assert c_tasks[1].input == {datasets.UPSTREAM_KEY: b_tasks[1].id}
+        assert await _prerequisites(conn, c_tasks[1].id) == [("setup", b_tasks[1].id, "completed")]
+
+
+async def test_when_a_chained_job_is_cancelled__inputs_appended_upstream_skip_it(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        a = await _job(conn, ["first"])
+        b = await _job(conn, [], inputs_from=a.id)
+        await datasets.chain(conn, b.id, await datasets.upstream_task_ids(conn, a.id))
+        await task_actions.apply_to_job(conn, b.id, JobAction.CANCEL, ACTOR)
+
+        await datasets.add_inputs(conn, a.id, ["second"])
+
+        assert len(await _task_ids(conn, b.id)) == 1
+
+
+async def test_when_chaining_from_a_job_without_tasks__no_task_is_made(pool: Pool) -> None:
+    async with pool.acquire() as conn:
+        a = await _job(conn, [])
+        b = await _job(conn, [], inputs_from=a.id)
+
+        made = await datasets.chain(conn, b.id, await datasets.upstream_task_ids(conn, a.id))
+
+        assert made == [] and await _task_ids(conn, b.id) == []
+
+
+@pytest.mark.parametrize("action", [TaskAction.RECOVER, TaskAction.DUPLICATE])
+async def test_when_a_task_of_a_cancelled_job_is_acted_on__conflict_is_raised(
+    pool: Pool, action: TaskAction
+) -> None:
+    async with pool.acquire() as conn:
+        job = await _job(conn, ["a"])
+        [task_id] = await _task_ids(conn, job.id)
+        await _put(conn, task_id, S.FAILED_SETUP_PREREQUISITES)
+        await task_actions.apply_to_job(conn, job.id, JobAction.CANCEL, ACTOR)
+
+        with pytest.raises(Conflict, match="cancelled"):
+            await task_actions.apply_to_task(conn, task_id, action, ACTOR)
