@@ -3,6 +3,7 @@
 from enum import StrEnum
 from typing import Final
 
+from shared.db import Connection
 from shared.states import FAILED, NORMAL_PATH, TaskState
 
 
@@ -44,3 +45,26 @@ def is_met(required: Required, other: TaskState) -> bool:
 def met_arrays() -> list[list[str]]:
     """The MET sets as SQL arrays, in the order queued, data_ready, completed, failed."""
     return [sorted(s.value for s in MET[r]) for r in Required]
+
+
+def unmet_sql(stage: str, task: str = "t.id", first: int = 2) -> str:
+    """SQL that is true when `task` has a prerequisite of `stage` not met yet.
+
+    Its four array parameters, from `$first` on, are `met_arrays()`.
+    """
+    if stage not in ("setup", "post_processing"):
+        raise ValueError(f"no prerequisites at stage {stage!r}")
+    q, d, c, f = (f"${first + i}::task_state[]" for i in range(4))
+    return (
+        "EXISTS (SELECT 1 FROM task_prerequisites p JOIN tasks o ON o.id = p.on_task_id"
+        f" WHERE p.task_id = {task} AND p.stage = '{stage}' AND NOT ("
+        f"(p.required = 'queued' AND o.state = ANY({q}))"
+        f" OR (p.required = 'data_ready' AND o.state = ANY({d}))"
+        f" OR (p.required = 'completed' AND o.state = ANY({c}))"
+        f" OR (p.required = 'failed' AND o.state = ANY({f}))))"
+    )
+
+
+async def waits(conn: Connection, task_id: str, stage: str) -> bool:
+    """True when the task has a prerequisite at `stage` that is not met yet."""
+    return bool(await conn.fetchval(f"SELECT {unmet_sql(stage, '$1')}", task_id, *met_arrays()))

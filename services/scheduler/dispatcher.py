@@ -13,24 +13,15 @@ from uuid import UUID
 from shared import outbox
 from shared.db import Connection, Pool
 from shared.messages import RunStage
-from shared.prerequisites import met_arrays
+from shared.prerequisites import met_arrays, unmet_sql
 from shared.states import ACTIONS, IN_FLIGHT, Stage
 from shared.topology import host_key, pool_key
-
-_UNMET: Final = """
-    EXISTS (SELECT 1 FROM task_prerequisites p JOIN tasks o ON o.id = p.on_task_id
-        WHERE p.task_id = t.id AND p.stage = '{stage}' AND NOT (
-            (p.required = 'queued' AND o.state = ANY($2::task_state[]))
-            OR (p.required = 'data_ready' AND o.state = ANY($3::task_state[]))
-            OR (p.required = 'completed' AND o.state = ANY($4::task_state[]))
-            OR (p.required = 'failed' AND o.state = ANY($5::task_state[]))))
-"""
 
 _NEW_TASKS: Final = f"""
 SELECT t.id FROM jobs j CROSS JOIN LATERAL (
     SELECT t.id FROM tasks t
     WHERE t.job_id = j.id AND t.state = 'new' AND t.claim IS NULL
-      AND NOT {_UNMET.format(stage="setup")}
+      AND NOT {unmet_sql("setup")}
     ORDER BY t.index
     LIMIT greatest(0, least(j.release_per_tick, j.max_in_flight - (
         SELECT count(*) FROM tasks x WHERE x.job_id = j.id
@@ -45,7 +36,7 @@ _RESTING_TASKS: Final = f"""
 SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id
 WHERE t.claim IS NULL AND t.host IS NOT NULL AND j.state = 'active'
   AND (t.state = 'queued' OR t.state = ANY($6::task_state[])
-       OR (t.state = 'data_ready' AND NOT {_UNMET.format(stage="post_processing")}))
+       OR (t.state = 'data_ready' AND NOT {unmet_sql("post_processing")}))
 LIMIT $1
 """
 

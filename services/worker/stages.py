@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from services.worker import process
 from services.worker.log_shipper import LogShipper
 from services.worker.settings import WorkerSettings
-from shared import attempts_repo, jobs_repo, loss, outputs_repo, tasks_repo
+from shared import attempts_repo, jobs_repo, loss, outputs_repo, prerequisites, tasks_repo
 from shared.amqp import Broker
 from shared.datasets import UPSTREAM_KEY
 from shared.db import Pool
@@ -309,12 +309,7 @@ class StageRunner:
 
     async def _waits_before_post_processing(self, held: Held) -> bool:
         async with self.pool.acquire() as conn:
-            found = await conn.fetchval(
-                "SELECT 1 FROM task_prerequisites WHERE task_id = $1 AND stage = 'post_processing'"
-                " LIMIT 1",
-                held.task.id,
-            )
-        return found is not None
+            return await prerequisites.waits(conn, held.task.id, "post_processing")
 
     async def _post_process(self, held: Held) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
