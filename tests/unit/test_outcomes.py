@@ -1,0 +1,54 @@
+"""How an attempt's end is classified (design §5 failure classes)."""
+
+import signal
+
+from shared.messages import JobOutcome
+from shared.outcomes import command_outcome, hook_failed, lost_outcome, vanished_outcome
+from shared.states import FailureClass, TaskState
+from shared.status_file import StatusReport
+
+
+def test_exit_0_makes_the_data_ready() -> None:
+    outcome = command_outcome(0, None)
+    assert (outcome.state, outcome.failure_class, outcome.exit_code) == (
+        TaskState.DATA_READY, None, 0,
+    )  # fmt: skip
+
+
+def test_a_non_zero_exit_is_class_exit_with_the_code_and_the_status_message() -> None:
+    outcome = command_outcome(3, StatusReport(status="fatal", message="disk full"))
+    assert (outcome.state, outcome.failure_class, outcome.exit_code) == (
+        TaskState.FAILED_ON_CLUSTER, FailureClass.EXIT, 3,
+    )  # fmt: skip
+    assert outcome.brief == "command exited with code 3: disk full"
+    assert outcome.job_event("j-1", "t-1") is None
+
+
+def test_a_signal_is_class_signal_named_and_announced_as_a_crash() -> None:
+    outcome = command_outcome(-signal.SIGSEGV, None)
+    assert (outcome.failure_class, outcome.signal) == (FailureClass.SIGNAL, signal.SIGSEGV)
+    assert outcome.brief == "command killed by SIGSEGV"
+    event = outcome.job_event("j-1", "t-1")
+    assert event is not None and event.outcome is JobOutcome.CRASHED
+
+
+def test_a_lost_worker_fails_the_stage_it_held_and_crashes_the_job() -> None:
+    outcome = lost_outcome(TaskState.SETTING_UP, "worker died")
+    assert (outcome.state, outcome.failure_class) == (TaskState.FAILED_TO_SETUP, FailureClass.LOST)
+    assert outcome.crashed
+
+
+def test_a_vanished_process_is_a_signal_nobody_in_vigil_sent() -> None:
+    assert vanished_outcome().failure_class is FailureClass.SIGNAL
+
+
+def test_a_hook_that_raised_keeps_the_traceback_and_one_that_said_false_says_so() -> None:
+    raised = hook_failed(TaskState.FAILED_TO_SETUP, "setup", ValueError("bad"), "Traceback...")
+    assert raised.brief == "setup() raised ValueError: bad" and raised.detail == "Traceback..."
+    refused = hook_failed(TaskState.FAILED_TO_SETUP, "setup", None, None)
+    assert refused.brief == "setup() returned False" and refused.detail is None
+
+
+def test_changes_keep_an_exit_code_already_known() -> None:
+    assert "exit_code" not in command_outcome(-9, None).changes()
+    assert command_outcome(2, None).changes()["exit_code"] == 2
