@@ -1,8 +1,7 @@
 """Driving one task through its stages on this host, fenced by its claim.
 
-`take()` makes the claim this worker's (the first compare-and-set; after it the work message can
-be acked: a worker that dies from here on is detected by the supervisor). `drive()` then runs
-setup → cluster → post-processing as far as the task can go without waiting. Every step is a
+Once a task is taken (`claims.py`), `drive()` runs recovery/restart hooks and setup → cluster →
+post-processing as far as the task can go without waiting. Every step is a
 compare-and-set guarded by the claim: if anyone else moved the task (cancelled, declared lost),
 the step fails with `StaleState` and the worker lets go, killing what it started.
 """
@@ -14,16 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-from uuid import UUID
 
 from redis.asyncio import Redis
 
 from services.worker import process
+from services.worker.claims import Held, Taker
 from services.worker.log_shipper import LogShipper
 from services.worker.settings import WorkerSettings
-from shared import attempts_repo, jobs_repo, loss, outputs_repo, prerequisites, tasks_repo
+from shared import attempts_repo, outputs_repo, prerequisites, tasks_repo
 from shared.amqp import Broker
-from shared.datasets import UPSTREAM_KEY
 from shared.db import Pool
 from shared.errors import StaleState
 from shared.messages import RunStage, WatchProcess
@@ -46,24 +44,6 @@ T = TypeVar("T")
 _HOOK_OF_RUNNING = {running: action for action, (running, _, _) in ACTIONS.items()}
 _RESTARTS = frozenset({S.RESTART_SETUP, S.RESTART_CLUSTER, S.RESTART_POST_PROCESSING})
 
-#: The state a work message expects to find the task in, per stage.
-_ENTRY_STATE = {
-    Stage.SETUP: S.NEW,
-    Stage.CLUSTER: S.QUEUED,
-    Stage.POST_PROCESSING: S.DATA_READY,
-}
-
-
-@dataclass
-class Held:
-    """A task this worker holds: the row as it was taken, its job, and the claim."""
-
-    task: tasks_repo.Task
-    job: jobs_repo.Job
-    claim: UUID
-    state: TaskState
-    input: Any = None  # the task's input, a chained one resolved to its upstream outputs
-
 
 @dataclass
 class StageRunner:
@@ -77,66 +57,14 @@ class StageRunner:
     task_types: dict[str, TaskType]
     instance: str
 
-    async def take(self, message: RunStage) -> Held | None:
-        """Make the message's claim this worker's; None when the message is stale (a no-op).
-
-        Setup and hooks move the task into their running state (`setting_up`, `recovering_*`,
-        `restarting_*`); the cluster and post-processing stages adopt a resting task.
-        """
-        async with self.pool.acquire() as conn, conn.transaction():
-            task = await tasks_repo.get(conn, message.task_id)
-            job = await jobs_repo.get(conn, message.job_id)
-            if task is None or job is None or task.claim != message.claim:
-                return None
-            try:
-                state = await self._enter(conn, task, message)
-            except StaleState:
-                return None
-            value = await _resolve_input(conn, task.input)
-        return Held(task, job, message.claim, state, value) if state is not None else None
-
-    async def _enter(self, conn: Any, task: tasks_repo.Task, message: RunStage) -> TaskState | None:
-        mine = {"worker": self.instance, "host": self.settings.host_id}
-        if message.stage is Stage.SETUP:
-            workdir = str(self._workdir(task.job_id, task.id))
-            await tasks_repo.transition(
-                conn,
-                task.id,
-                S.SETTING_UP,
-                among=frozenset({S.NEW}),
-                claim=message.claim,
-                changes=mine | {"workdir": workdir},
-            )
-            return S.SETTING_UP
-        if message.stage is Stage.HOOK and task.state in ACTIONS:
-            running = ACTIONS[task.state][0]
-            await tasks_repo.transition(
-                conn,
-                task.id,
-                running,
-                among=frozenset({task.state}),
-                claim=message.claim,
-                changes=mine,
-            )
-            return running
-        entry = _ENTRY_STATE.get(message.stage)
-        if entry is not None and await self._adopt(conn, task, entry, message.claim):
-            return entry
-        return None
-
-    async def _adopt(self, conn: Any, task: tasks_repo.Task, state: TaskState, claim: UUID) -> bool:
-        status = await conn.execute(
-            "UPDATE tasks SET worker = $4, updated_at = now() WHERE id = $1 AND state = $2"
-            " AND claim = $3 AND worker IS NULL",
-            task.id,
-            state.value,
-            claim,
-            self.instance,
+    def __post_init__(self) -> None:
+        self.taker = Taker(
+            self.pool, self.instance, self.settings.host_id, Path(self.settings.work_root)
         )
-        return bool(status == "UPDATE 1")
 
-    def _workdir(self, job_id: str, task_id: str) -> Path:
-        return Path(self.settings.work_root) / job_id / task_id
+    async def take(self, message: RunStage) -> Held | None:
+        """Make the message's claim this worker's; None when the message is stale (a no-op)."""
+        return await self.taker.take(message)
 
     async def drive(self, held: Held) -> None:
         """Run the task from where it was taken as far as it can go. Never raises StaleState."""
@@ -148,13 +76,13 @@ class StageRunner:
             if held.state in (S.SETTING_UP, S.QUEUED) and not await self._cluster(held):
                 return
             if await self._waits_before_post_processing(held):
-                await self._release(held, S.DATA_READY)
+                await self.taker.release(held, S.DATA_READY)
                 return
             await self._post_process(held)
         except StaleState as exc:
             logger.info("task %s moved on without us: %s", held.task.id, exc)
         except asyncio.CancelledError:
-            await asyncio.shield(self._abandon(held, "the worker stopped while running it"))
+            await asyncio.shield(self.taker.abandon(held, "the worker stopped while running it"))
             raise
 
     # -- recovery and restart hooks ----------------------------------------------------------
@@ -177,7 +105,7 @@ class StageRunner:
             changes["run_number"] = held.task.run_number + 1
         await self._end_hook(held, attempt, ok_state, None, changes)
         if ok_state is S.NEW:  # setup is dispatched again, to any worker of the pool
-            await self._release(held, S.NEW)
+            await self.taker.release(held, S.NEW)
             return False
         return True
 
@@ -351,7 +279,7 @@ class StageRunner:
             task_id=task.id,
             index=task.index,
             input=held.input,
-            workdir=self._workdir(task.job_id, task.id),
+            workdir=self.taker.workdir(task.job_id, task.id),
             attempt=attempt,
             run_number=task.run_number,
             command=held.job.command,
@@ -450,29 +378,3 @@ class StageRunner:
             return False
         policy = Policy.model_validate(held.job.policy)
         return recover_in_place(policy, outcome, status, held.task.app_retries)
-
-    async def _release(self, held: Held, state: TaskState) -> None:
-        """Let go of a task that now waits (its claim returns to the scheduler)."""
-        async with self.pool.acquire() as conn:
-            await conn.execute(
-                "UPDATE tasks SET claim = NULL, worker = NULL WHERE id = $1 AND claim = $2"
-                " AND state = $3",
-                held.task.id,
-                held.claim,
-                state.value,
-            )
-
-    async def _abandon(self, held: Held, why: str) -> None:
-        """The worker is stopping with this task in its hands: fail it as lost."""
-        async with self.pool.acquire() as conn:
-            task = await tasks_repo.get(conn, held.task.id)
-            if task is not None and task.claim == held.claim and task.worker == self.instance:
-                await loss.declare(conn, task, why=why)
-
-
-async def _resolve_input(conn: Any, value: Any) -> Any:
-    """A promised input `{"upstream_task": id}` gets the upstream task's outputs: name -> path."""
-    if not (isinstance(value, dict) and isinstance(value.get(UPSTREAM_KEY), str)):
-        return value
-    found = await outputs_repo.latest(conn, value[UPSTREAM_KEY])
-    return {**value, "outputs": {name: out["path"] for name, out in found.items()}}

@@ -1,0 +1,141 @@
+"""Taking and letting go of tasks: the compare-and-set steps fenced by the claim.
+
+`take()` makes a work message's claim this worker's: setup and hooks move the task into their
+running state (`setting_up`, `recovering_*`, `restarting_*`); the cluster and post-processing
+stages adopt a task resting in `queued` / `data_ready`. After it the message can be acked: a
+worker that dies from then on is the supervisor's business.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from shared import jobs_repo, loss, outputs_repo, tasks_repo
+from shared.datasets import UPSTREAM_KEY
+from shared.db import Connection, Pool
+from shared.errors import StaleState
+from shared.messages import RunStage
+from shared.states import ACTIONS, Stage, TaskState
+
+S = TaskState
+
+#: The state a work message expects to find the task in, per stage.
+_ENTRY_STATE = {
+    Stage.SETUP: S.NEW,
+    Stage.CLUSTER: S.QUEUED,
+    Stage.POST_PROCESSING: S.DATA_READY,
+}
+
+
+@dataclass
+class Held:
+    """A task this worker holds: the row as it was taken, its job, and the claim."""
+
+    task: tasks_repo.Task
+    job: jobs_repo.Job
+    claim: UUID
+    state: TaskState
+    input: Any = None  # the task's input, a chained one resolved to its upstream outputs
+
+
+@dataclass(frozen=True)
+class Taker:
+    """Who takes: this worker instance on this host, with its work root."""
+
+    pool: Pool
+    instance: str
+    host_id: str
+    work_root: Path
+
+    def workdir(self, job_id: str, task_id: str) -> Path:
+        """Where a task's files live on this host."""
+        return self.work_root / job_id / task_id
+
+    async def take(self, message: RunStage) -> Held | None:
+        """Make the message's claim this worker's; None when the message is stale (a no-op).
+
+        Setup and hooks move the task into their running state (`setting_up`, `recovering_*`,
+        `restarting_*`); the cluster and post-processing stages adopt a resting task.
+        """
+        async with self.pool.acquire() as conn, conn.transaction():
+            task = await tasks_repo.get(conn, message.task_id)
+            job = await jobs_repo.get(conn, message.job_id)
+            if task is None or job is None or task.claim != message.claim:
+                return None
+            try:
+                state = await self._enter(conn, task, message)
+            except StaleState:
+                return None
+            value = await _resolve_input(conn, task.input)
+        return Held(task, job, message.claim, state, value) if state is not None else None
+
+    async def _enter(
+        self, conn: Connection, task: tasks_repo.Task, message: RunStage
+    ) -> TaskState | None:
+        mine = {"worker": self.instance, "host": self.host_id}
+        if message.stage is Stage.SETUP:
+            workdir = str(self.workdir(task.job_id, task.id))
+            await tasks_repo.transition(
+                conn,
+                task.id,
+                S.SETTING_UP,
+                among=frozenset({S.NEW}),
+                claim=message.claim,
+                changes=mine | {"workdir": workdir},
+            )
+            return S.SETTING_UP
+        if message.stage is Stage.HOOK and task.state in ACTIONS:
+            running = ACTIONS[task.state][0]
+            await tasks_repo.transition(
+                conn,
+                task.id,
+                running,
+                among=frozenset({task.state}),
+                claim=message.claim,
+                changes=mine,
+            )
+            return running
+        entry = _ENTRY_STATE.get(message.stage)
+        if entry is not None and await self._adopt(conn, task, entry, message.claim):
+            return entry
+        return None
+
+    async def _adopt(
+        self, conn: Connection, task: tasks_repo.Task, state: TaskState, claim: UUID
+    ) -> bool:
+        status = await conn.execute(
+            "UPDATE tasks SET worker = $4, updated_at = now() WHERE id = $1 AND state = $2"
+            " AND claim = $3 AND worker IS NULL",
+            task.id,
+            state.value,
+            claim,
+            self.instance,
+        )
+        return bool(status == "UPDATE 1")
+
+    async def release(self, held: Held, state: TaskState) -> None:
+        """Let go of a task that now waits (its claim returns to the scheduler)."""
+        async with self.pool.acquire() as conn:
+            await conn.execute(
+                "UPDATE tasks SET claim = NULL, worker = NULL WHERE id = $1 AND claim = $2"
+                " AND state = $3",
+                held.task.id,
+                held.claim,
+                state.value,
+            )
+
+    async def abandon(self, held: Held, why: str) -> None:
+        """The worker is stopping with this task in its hands: fail it as lost."""
+        async with self.pool.acquire() as conn:
+            task = await tasks_repo.get(conn, held.task.id)
+            if task is not None and task.claim == held.claim and task.worker == self.instance:
+                await loss.declare(conn, task, why=why)
+
+
+async def _resolve_input(conn: Connection, value: Any) -> Any:
+    """A promised input `{"upstream_task": id}` gets the upstream task's outputs: name -> path."""
+    if not (isinstance(value, dict) and isinstance(value.get(UPSTREAM_KEY), str)):
+        return value
+    found = await outputs_repo.latest(conn, value[UPSTREAM_KEY])
+    return {**value, "outputs": {name: out["path"] for name, out in found.items()}}
