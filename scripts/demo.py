@@ -95,7 +95,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
 def print_where(job_id: str | None, token_source: str) -> None:
     out()
     out("Where to look:")
-    rows: list[tuple[str, str | None]] = [("dashboard", "/"), ("API docs", "/docs")]
+    rows: list[tuple[str, str | None]] = [("API docs", "/docs")]
     if job_id:
         rows += [("the job", f"/jobs/{job_id}"), ("its logs", f"/jobs/{job_id}/logs")]
     rows += [("metrics", "/metrics"), ("service logs", None)]
