@@ -118,3 +118,42 @@ async def test_when_the_status_file_says_fatal__the_task_is_not_retried(
     assert (task["state"], task["failure_class"]) == ("failed_on_cluster", "exit")
     assert "disk full" in task["error_brief"]
     assert not any(k.startswith("task.recover_cluster.") for k in events.routing_keys())
+
+
+async def test_when_failed_prerequisites_are_recovered__the_task_waits_again_and_runs(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    # given t2 failed its prerequisites because t1 failed
+    j1, t1 = await _submit(client, {"params": {"fail_in": "cluster", "fail_once": True}})
+    j2, t2 = await _submit(client, {"prerequisites": {"setup": {t1: "completed"}}})
+    assert (await wait_job(client, events, j2))["state"] == "failed"
+
+    # when t1 is recovered, then t2
+    assert (
+        await client.post(f"/tasks/{t1}/actions", json={"action": "recover"})
+    ).status_code == 202
+    await events.wait_for(lambda k, b: k == f"task.completed.{j1}" and b["task_id"] == t1)
+    assert (
+        await client.post(f"/tasks/{t2}/actions", json={"action": "recover"})
+    ).status_code == 202
+
+    # then t2 is evaluated again from `new`, runs, and its job completes
+    await events.wait_for(lambda k, b: k == f"task.completed.{j2}" and b["task_id"] == t2)
+    assert _position(events, t1, "completed") < _position(events, t2, "setting_up")
+    await events.wait_key(f"job.succeeded.{j2}")
+
+
+async def test_when_a_post_processing_prerequisite_fails__recovery_returns_to_data_ready(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    _j1, t1 = await _submit(client, {"params": {"fail_in": "setup"}})
+    j2, t2 = await _submit(client, {"prerequisites": {"post_processing": {t1: "completed"}}})
+
+    assert (await wait_job(client, events, j2))["state"] == "failed"
+    task = (await client.get(f"/tasks/{t2}")).json()
+    assert task["state"] == "failed_post_processing_prerequisites"
+
+    response = await client.post(f"/tasks/{t2}/actions", json={"action": "recover"})
+
+    assert response.status_code == 202
+    assert response.json()["task"]["state"] == "data_ready"
