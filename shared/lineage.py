@@ -1,0 +1,49 @@
+"""Resubmission (design §5): a failed task stays failed, and a clone carries on in its place.
+
+The clone is a new task of the same job with the same input, `resubmitted_from` the original,
+which gets `superseded_by` the clone. Every prerequisite that named the original now names the
+clone (lineage), so tasks waiting on it survive the retry; the clone waits on what the original
+waited on. A superseded task no longer counts towards its job's outcome.
+"""
+
+from shared import jobs_repo, tasks_repo
+from shared.db import Connection
+from shared.errors import Conflict
+from shared.states import FAILED
+
+
+async def resubmit(conn: Connection, task_id: str) -> tasks_repo.Task:
+    """Clone failed task `task_id` at `new`; returns the clone. One transaction.
+
+    Raises `Conflict` when the task is not failed or was already resubmitted.
+    """
+    async with conn.transaction():
+        record = await conn.fetchrow("SELECT * FROM tasks WHERE id = $1 FOR UPDATE", task_id)
+        if record is None:
+            raise Conflict(f"no task {task_id}")
+        original = tasks_repo.Task.from_record(record)
+        if original.state not in FAILED or original.superseded_by is not None:
+            raise Conflict(f"task {task_id} ({original.state}) cannot be resubmitted")
+        index = await conn.fetchval(
+            "SELECT max(index) + 1 FROM tasks WHERE job_id = $1", original.job_id
+        )
+        [clone_id] = await jobs_repo.add_tasks(conn, original.job_id, [original.input], index)
+        await conn.execute(
+            "UPDATE tasks SET resubmitted_from = $1, infra_retries = $3 WHERE id = $2",
+            task_id,
+            clone_id,
+            original.infra_retries + 1,
+        )
+        await conn.execute("UPDATE tasks SET superseded_by = $2 WHERE id = $1", task_id, clone_id)
+        await conn.execute(
+            "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
+            " SELECT $2, stage, on_task_id, required FROM task_prerequisites WHERE task_id = $1",
+            task_id,
+            clone_id,
+        )
+        await conn.execute(
+            "UPDATE task_prerequisites SET on_task_id = $2 WHERE on_task_id = $1", task_id, clone_id
+        )
+        clone = await tasks_repo.get(conn, clone_id)
+        assert clone is not None
+        return clone
