@@ -6,19 +6,28 @@ stages adopt a task resting in `queued` / `data_ready`. After it the message can
 worker that dies from then on is the supervisor's business.
 """
 
+import asyncio
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from uuid import UUID
+
+import asyncpg
 
 from shared import jobs_repo, loss, outputs_repo, tasks_repo
 from shared.datasets import UPSTREAM_KEY
 from shared.db import Connection, Pool
 from shared.errors import StaleState
 from shared.messages import RunStage
-from shared.states import ACTIONS, Stage, TaskState
+from shared.outcomes import Outcome
+from shared.states import ACTIONS, FailureClass, Stage, TaskState, failure_state_for
 
 S = TaskState
+logger = logging.getLogger(__name__)
+
+_FAIL_TRIES = 30
+_FAIL_PAUSE_S = 1.0
 
 #: The state a work message expects to find the task in, per stage.
 _ENTRY_STATE = {
@@ -124,6 +133,29 @@ class Taker:
                 held.claim,
                 state.value,
             )
+
+    async def fail(self, held: Held, exc: BaseException, detail: str) -> None:
+        """The worker hit an error of its own while driving the task: fail the task with it.
+
+        Retried for a while, since the error may be the database itself restarting.
+        """
+        for _ in range(_FAIL_TRIES):
+            try:
+                async with self.pool.acquire() as conn:
+                    task = await tasks_repo.get(conn, held.task.id)
+                    if task is None or task.claim != held.claim:
+                        return
+                    outcome = Outcome(
+                        failure_state_for(task.state),
+                        FailureClass.HOOK,
+                        brief=f"worker error: {type(exc).__name__}: {exc}",
+                        detail=detail,
+                    )
+                    await loss.declare(conn, task, outcome)
+                    return
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as db_error:
+                logger.warning("cannot record the failure of %s yet: %s", held.task.id, db_error)
+                await asyncio.sleep(_FAIL_PAUSE_S)
 
     async def abandon(self, held: Held, why: str) -> None:
         """The worker is stopping with this task in its hands: fail it as lost."""

@@ -68,6 +68,12 @@ class StageRunner:
 
     async def drive(self, held: Held) -> None:
         """Run the task from where it was taken as far as it can go. Never raises StaleState."""
+        if held.job.type not in self.task_types:
+            missing = LookupError(
+                f"task type {held.job.type!r} is not installed on {self.instance}"
+            )
+            await self.taker.fail(held, missing, f"installed task types: {sorted(self.task_types)}")
+            return
         try:
             if held.state in _HOOK_OF_RUNNING and not await self._hook(held):
                 return
@@ -84,6 +90,9 @@ class StageRunner:
         except asyncio.CancelledError:
             await asyncio.shield(self.taker.abandon(held, "the worker stopped while running it"))
             raise
+        except Exception as exc:  # never leave a task held by a worker that gave up on it
+            logger.exception("task %s: the worker failed while driving it", held.task.id)
+            await self.taker.fail(held, exc, traceback.format_exc())
 
     # -- recovery and restart hooks ----------------------------------------------------------
 

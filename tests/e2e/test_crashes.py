@@ -4,6 +4,7 @@ import os
 import signal
 from typing import Any
 
+import asyncpg
 import httpx
 import psutil
 import pytest
@@ -103,3 +104,28 @@ async def test_when_the_worker_is_killed__its_processes_are_killed_and_its_tasks
         assert after["attempts"][-1]["failure_class"] == "lost"
     _gone, alive = psutil.wait_procs(processes, timeout=5)
     assert alive == []
+
+
+async def test_when_the_worker_fails_on_a_task__the_task_fails_explained_instead_of_hanging(
+    stack: Stack, client: httpx.AsyncClient, events: Events
+) -> None:
+    # given a held task whose job names a task type this worker does not have
+    job_id = (await client.post("/jobs", json={"command": "true"})).json()["id"]
+    [task] = (await client.get(f"/jobs/{job_id}/tasks")).json()
+    hold = await client.post(f"/tasks/{task['id']}/actions", json={"action": "hold"})
+    assert hold.status_code == 202, hold.text
+    conn = await asyncpg.connect(stack.database_url)
+    try:
+        await conn.execute("UPDATE jobs SET type = 'vanished' WHERE id = $1", job_id)
+    finally:
+        await conn.close()
+
+    # when it is released to the worker
+    await client.post(f"/tasks/{task['id']}/actions", json={"action": "release"})
+
+    # then it fails with the worker's error, not stuck in setting_up
+    assert (await wait_job(client, events, job_id))["state"] == "failed"
+    after = (await client.get(f"/tasks/{task['id']}")).json()
+    assert (after["state"], after["failure_class"]) == ("failed_to_setup", "hook")
+    assert "task type 'vanished' is not installed" in after["error_brief"]
+    assert "shell" in after["error_detail"]
