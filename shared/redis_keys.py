@@ -7,6 +7,8 @@ from shared.ids import is_safe_id
 
 #: A worker's registration expires this long after its last heartbeat.
 WORKER_TTL_S: Final = 10
+#: A worker's note that it saw its command exit is kept this long.
+TASK_EXIT_TTL_S: Final = 600
 #: Progress and live state of a job are dropped this long after the last write.
 JOB_TTL_S: Final = 7 * 24 * 3600
 
@@ -27,6 +29,14 @@ class RedisKeys:
     def worker(self, host_id: str) -> str:
         """Hash of the worker process on `host_id`: pid, create_time, instance, slots."""
         return self._key("host", host_id, "worker")
+
+    def task_exit(self, task_id: str) -> str:
+        """`<claim> <exit status>` written by the worker the moment its command exits.
+
+        It tells the supervisor that the worker saw the exit and will report it, so a report
+        slowed down by log flushing is not mistaken for a process that vanished.
+        """
+        return self._key("task", task_id, "exit")
 
     def job_progress(self, job_id: str) -> str:
         """Hash of task id -> last reported progress (0-100) for `job_id`."""

@@ -70,7 +70,7 @@ async def main(settings: SupervisorSettings) -> None:
             open_broker(settings.amqp_url, topology, f"supervisor-{settings.host_id}")
         )
         redis = await stack.enter_async_context(open_redis(settings.redis_url))
-        watchers = Watchers(pool, settings.report_grace_s)
+        watchers = Watchers(pool, redis, RedisKeys(settings.namespace), settings.report_grace_s)
         stack.push_async_callback(watchers.close)
         channel = await broker.channel_for_consuming(prefetch=256)
         _, _, queue = await declare_all_work_queues(channel, topology, settings.host_id)

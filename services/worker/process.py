@@ -3,7 +3,7 @@
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -15,6 +15,7 @@ _CHUNK: Final = 65536
 _HIDDEN_PREFIX: Final = "VIGIL_"
 
 LineSink = Callable[[Literal["stdout", "stderr"], str], None]
+ExitNote = Callable[[int], Awaitable[None]]
 
 
 @dataclass
@@ -60,9 +61,10 @@ async def _pump(
         sink(name, partial.decode("utf-8", errors="replace"))
 
 
-async def wait(running: Running, sink: LineSink) -> int:
+async def wait(running: Running, sink: LineSink, on_exit: ExitNote) -> int:
     """Feed every output line to `sink` and return the exit status (negative: killed by signal).
 
+    `on_exit` is told the status as soon as the process ends, before the output is drained.
     When the command's main process ends, whatever it left behind in its process group is
     killed, so that a stray background child cannot keep the pipes (and the task) open.
     """
@@ -71,6 +73,7 @@ async def wait(running: Running, sink: LineSink) -> int:
     pumps = asyncio.gather(_pump(proc.stdout, "stdout", sink), _pump(proc.stderr, "stderr", sink))
     try:
         returncode = await proc.wait()
+        await on_exit(returncode)
         kill_group(running.pid)
         await pumps
     except asyncio.CancelledError:

@@ -28,7 +28,7 @@ from shared.messages import RunStage, WatchProcess
 from shared.outcomes import Outcome, command_outcome, hook_failed
 from shared.policy import Policy
 from shared.processes import kill_group
-from shared.redis_keys import RedisKeys
+from shared.redis_keys import TASK_EXIT_TTL_S, RedisKeys
 from shared.retry_policy import recover_in_place
 from shared.states import ACTIONS, FailureClass, Stage, TaskState
 from shared.status_file import StatusReport, read_status
@@ -231,11 +231,21 @@ class StageRunner:
         )
         flusher = asyncio.create_task(self._flush_every(shipper), name=f"logs-{held.task.id}")
         try:
-            return await process.wait(running, shipper.add)
+            return await process.wait(running, shipper.add, self._exit_noter(held))
         finally:
             flusher.cancel()
             await asyncio.gather(flusher, return_exceptions=True)
             await shipper.close()
+
+    def _exit_noter(self, held: Held) -> process.ExitNote:
+        async def note(returncode: int) -> None:
+            try:
+                key = self.keys.task_exit(held.task.id)
+                await self.redis.set(key, f"{held.claim} {returncode}", ex=TASK_EXIT_TTL_S)
+            except (OSError, ConnectionError) as exc:  # the supervisor then judges by its grace
+                logger.warning("could not note the exit of task %s: %s", held.task.id, exc)
+
+        return note
 
     async def _flush_every(self, shipper: LogShipper) -> None:
         while True:
