@@ -287,13 +287,14 @@ async def test_when_a_job_is_cancelled__its_running_tasks_are_killed_and_termina
         await events.wait_for(
             lambda k, _b: events.routing_keys().count(f"task.on_cpu.{job_id}") == 2
         )
-    pids = [t["pid"] for t in (await client.get(f"/jobs/{job_id}/tasks")).json()]
+    tasks = (await client.get(f"/jobs/{job_id}/tasks")).json()
+    processes = [psutil.Process(t["pid"]) for t in tasks]  # before they can be killed
 
     response = await client.post(f"/jobs/{job_id}/actions", json={"action": "cancel"})
 
     assert response.status_code == 202 and response.json()["state"] == "cancelled"
     await events.wait_key(f"job.cancelled.{job_id}")
-    _gone, alive = psutil.wait_procs([psutil.Process(p) for p in pids], timeout=5)
+    _gone, alive = psutil.wait_procs(processes, timeout=5)
     assert alive == []
     tasks = (await client.get(f"/jobs/{job_id}/tasks")).json()
     assert [t["state"] for t in tasks] == ["terminated", "terminated"]
