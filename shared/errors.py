@@ -7,7 +7,22 @@ VigilError
 ├── NotFound            no such job, task or user (or not visible to the caller)
 ├── Conflict            the request is valid but the current state does not allow it
 └── SchemaOutOfDate     the schema is older than the code: run `python -m shared.migrate`
+
+`UNAVAILABLE` is the tuple of errors that a server away for a while (restarting) causes: loops
+log them, pause and go on; they never bring a service down.
 """
+
+from typing import Final
+
+import asyncpg
+import redis.exceptions
+
+UNAVAILABLE: Final = (
+    OSError,  # refused, reset, timed out (ConnectionError and TimeoutError are OSErrors)
+    asyncpg.PostgresError,  # includes the connection errors of a restarting PostgreSQL
+    asyncpg.InterfaceError,  # a pool connection closed under us
+    redis.exceptions.RedisError,  # redis-py's ConnectionError is not the builtin one
+)
 
 
 class VigilError(Exception):

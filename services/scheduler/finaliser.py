@@ -6,7 +6,7 @@ from redis.asyncio import Redis
 
 from shared import jobs_repo
 from shared.db import Pool
-from shared.errors import StaleState
+from shared.errors import UNAVAILABLE, StaleState
 from shared.redis_keys import RedisKeys
 from shared.states import TaskState, job_outcome
 
@@ -44,5 +44,5 @@ class Finaliser:
             keys = [k async for k in self._redis.scan_iter(match=self._keys.job_pattern(job_id))]
             if keys:
                 await self._redis.delete(*keys)
-        except (OSError, ConnectionError) as exc:
+        except UNAVAILABLE as exc:
             logger.warning("could not purge Redis keys of job %s: %s", job_id, exc)

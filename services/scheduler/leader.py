@@ -10,6 +10,7 @@ from typing import Final
 
 import asyncpg
 
+from shared.errors import UNAVAILABLE
 from shared.lifecycle import wait_or_stop
 
 logger = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ class Leadership:
                 if await self._try():
                     logger.info("leading")
                     return True
-            except (OSError, asyncpg.PostgresError) as exc:
+            except UNAVAILABLE as exc:
                 logger.warning("cannot reach the database for leadership: %s", exc)
             if not announced:
                 logger.info("another scheduler leads; standing by")

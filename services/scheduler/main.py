@@ -21,6 +21,7 @@ from services.scheduler.waiters import Waiters
 from shared import outbox
 from shared.amqp import Broker, open_broker
 from shared.db import Pool, check_schema, open_pool
+from shared.errors import UNAVAILABLE
 from shared.lifecycle import stop_on_signals, wait_or_stop
 from shared.redis_client import open_redis
 from shared.redis_keys import RedisKeys
@@ -73,7 +74,7 @@ class Scheduler:
             wake.clear()
             try:
                 busy = await self.run_once()
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, RuntimeError) as exc:
+            except (*UNAVAILABLE, RuntimeError) as exc:
                 logger.warning("scheduler round failed, retrying: %s", exc)
                 await wait_or_stop(stop, _ERROR_PAUSE_S)
                 continue
@@ -94,7 +95,7 @@ async def _listen(dsn: str, wake: asyncio.Event, stop: asyncio.Event) -> None:
     while not stop.is_set():
         try:
             conn = await asyncpg.connect(dsn)
-        except (OSError, asyncpg.PostgresError) as exc:
+        except UNAVAILABLE as exc:
             logger.warning("cannot listen for outbox inserts yet: %s", exc)
             await wait_or_stop(stop, _ERROR_PAUSE_S)
             continue

@@ -17,7 +17,7 @@ from services.supervisor.worker_watch import WorkerWatch
 from shared import tasks_repo
 from shared.amqp import Handler, deliver, open_broker
 from shared.db import Pool, check_schema, open_pool
-from shared.errors import InvalidMessage
+from shared.errors import UNAVAILABLE, InvalidMessage
 from shared.lifecycle import stop_on_signals, wait_or_stop
 from shared.messages import KillTask, Message, WatchProcess
 from shared.processes import kill_group_of
@@ -36,7 +36,7 @@ async def _reconcile_loop(
     while True:
         try:
             await reconcile(pool, redis, keys, watchers, settings.host_id)
-        except (OSError, ConnectionError) as exc:
+        except UNAVAILABLE as exc:
             logger.warning("reconcile failed, will retry: %s", exc)
         if await wait_or_stop(stop, settings.reconcile_s):
             return

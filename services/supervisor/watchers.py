@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 
 from shared import loss, tasks_repo
 from shared.db import Pool
+from shared.errors import UNAVAILABLE
 from shared.outcomes import vanished_outcome
 from shared.processes import exit_waiter
 from shared.redis_keys import RedisKeys
@@ -73,7 +74,7 @@ class Watchers:
         """Whether the worker noted this exit (it will report it); unknown counts as no."""
         try:
             note = await self._redis.get(self._keys.task_exit(task_id))
-        except (OSError, ConnectionError) as exc:
+        except UNAVAILABLE as exc:
             logger.warning("cannot read the exit note of task %s: %s", task_id, exc)
             return False
         return isinstance(note, str) and note.split(" ")[0] == str(claim)

@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from services.supervisor.orphans import reap_worker
 from shared.db import Pool
+from shared.errors import UNAVAILABLE
 from shared.lifecycle import wait_or_stop
 from shared.processes import exit_waiter
 from shared.redis_keys import RedisKeys
@@ -55,7 +56,7 @@ class WorkerWatch:
         while not stop.is_set():
             try:
                 await self._step()
-            except (OSError, ConnectionError) as exc:
+            except UNAVAILABLE as exc:
                 logger.warning("cannot follow the worker registration: %s", exc)
             await self._wait(stop, poll_s)
 

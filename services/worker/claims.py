@@ -13,12 +13,10 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-import asyncpg
-
 from shared import jobs_repo, loss, outputs_repo, tasks_repo
 from shared.datasets import UPSTREAM_KEY
 from shared.db import Connection, Pool
-from shared.errors import StaleState
+from shared.errors import UNAVAILABLE, StaleState
 from shared.messages import RunStage
 from shared.outcomes import Outcome
 from shared.states import ACTIONS, FailureClass, Stage, TaskState, failure_state_for
@@ -153,7 +151,7 @@ class Taker:
                     )
                     await loss.declare(conn, task, outcome)
                     return
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as db_error:
+            except UNAVAILABLE as db_error:
                 logger.warning("cannot record the failure of %s yet: %s", held.task.id, db_error)
                 await asyncio.sleep(_FAIL_PAUSE_S)
 

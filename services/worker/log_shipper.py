@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 from shared import logs_repo, tasks_repo
 from shared.amqp import Broker
 from shared.db import Pool
+from shared.errors import UNAVAILABLE
 from shared.log_lines import parse_line
 from shared.messages import LogRecord
 from shared.redis_keys import JOB_TTL_S, RedisKeys
@@ -87,7 +88,7 @@ class LogShipper:
                 await logs_repo.insert(conn, batch)
                 if progress is not None:
                     await tasks_repo.set_progress(conn, self._task_id, progress)
-        except (OSError, ConnectionError) as exc:
+        except UNAVAILABLE as exc:
             logger.warning("could not persist %d log lines, will retry: %s", len(batch), exc)
             self._pending = batch + self._pending
             return
@@ -100,7 +101,7 @@ class LogShipper:
         try:
             await self._redis.hset(key, self._task_id, progress)
             await self._redis.expire(key, JOB_TTL_S)
-        except (OSError, ConnectionError) as exc:
+        except UNAVAILABLE as exc:
             logger.warning("could not record progress in Redis: %s", exc)
 
     async def _publish(self, batch: list[LogRecord]) -> None:

@@ -14,6 +14,7 @@ from typing import Any, cast
 from redis.asyncio import Redis
 
 from shared.db import Pool
+from shared.errors import UNAVAILABLE
 from shared.lifecycle import wait_or_stop
 from shared.processes import create_time
 from shared.redis_keys import WORKER_TTL_S, RedisKeys
@@ -72,7 +73,7 @@ async def heartbeat(
                 presence.host_id,
                 presence.instance,
             )
-        except (OSError, ConnectionError) as exc:
+        except UNAVAILABLE as exc:
             logger.warning("heartbeat failed: %s", exc)
 
 

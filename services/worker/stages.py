@@ -23,7 +23,7 @@ from services.worker.settings import WorkerSettings
 from shared import attempts_repo, outputs_repo, prerequisites, tasks_repo
 from shared.amqp import Broker
 from shared.db import Pool
-from shared.errors import StaleState
+from shared.errors import UNAVAILABLE, StaleState
 from shared.messages import RunStage, WatchProcess
 from shared.outcomes import Outcome, command_outcome, hook_failed
 from shared.policy import Policy
@@ -242,7 +242,7 @@ class StageRunner:
             try:
                 key = self.keys.task_exit(held.task.id)
                 await self.redis.set(key, f"{held.claim} {returncode}", ex=TASK_EXIT_TTL_S)
-            except (OSError, ConnectionError) as exc:  # the supervisor then judges by its grace
+            except UNAVAILABLE as exc:  # the supervisor then judges by its grace
                 logger.warning("could not note the exit of task %s: %s", held.task.id, exc)
 
         return note

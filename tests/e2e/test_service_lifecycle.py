@@ -5,9 +5,12 @@ import signal
 import subprocess
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
+from redis.asyncio import Redis
 
+from tests.conftest import ADMIN_DATABASE_URL, REDIS_URL
 from tests.e2e.conftest import Events, wait_job
 from tests.e2e.stack import Stack
 
@@ -74,5 +77,39 @@ async def test_when_rabbitmq_restarts__the_services_reconnect_and_jobs_still_com
         await client.post("/jobs", json={"command": "echo after", "inputs": ["x", "y"]})
     ).json()
     job = await _poll_job(client, second["id"], 60)
+    assert job["state"] == "completed"
+    assert all(proc.poll() is None for proc in stack.procs.values())
+
+
+async def _drop_database_and_redis_connections(stack: Stack) -> int:
+    """Cut every connection the services hold to PostgreSQL and Redis, as a restart would."""
+    conn = await asyncpg.connect(ADMIN_DATABASE_URL)
+    try:
+        name = stack.database_url.rsplit("/", 1)[1]
+        cut = await conn.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1",
+            name,
+        )
+    finally:
+        await conn.close()
+    client = Redis.from_url(REDIS_URL)
+    try:
+        await client.client_kill_filter(_type="normal", skipme=True)
+    finally:
+        await client.aclose()
+    return int(cut)
+
+
+async def test_when_database_and_redis_connections_drop__the_services_reconnect_and_carry_on(
+    stack: Stack, client: httpx.AsyncClient
+) -> None:
+    first = (await client.post("/jobs", json={"command": "echo before"})).json()["id"]
+    assert (await _poll_job(client, first, 30))["state"] == "completed"
+
+    assert await _drop_database_and_redis_connections(stack) > 0
+
+    second = await client.post("/jobs", json={"command": "echo after", "inputs": ["x", "y"]})
+    assert second.status_code == 201, second.text
+    job = await _poll_job(client, second.json()["id"], 60)
     assert job["state"] == "completed"
     assert all(proc.poll() is None for proc in stack.procs.values())
