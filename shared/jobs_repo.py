@@ -110,10 +110,12 @@ async def add_tasks(
     return ids
 
 
-async def get(conn: Connection, job_id: str) -> Job | None:
-    """The job with its counts, or None."""
+async def get(conn: Connection, job_id: str, *, with_counts: bool = True) -> Job | None:
+    """The job (with its task counts unless `with_counts` is False), or None."""
     record = await conn.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
-    return Job.from_record(record, await counts(conn, job_id)) if record else None
+    if record is None:
+        return None
+    return Job.from_record(record, await counts(conn, job_id) if with_counts else None)
 
 
 async def counts(conn: Connection, job_id: str) -> dict[str, int]:

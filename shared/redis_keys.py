@@ -42,6 +42,9 @@ class RedisKeys:
         """Hash of task id -> last reported progress (0-100) for `job_id`."""
         return self._key("job", job_id, "progress")
 
-    def job_pattern(self, job_id: str) -> str:
-        """Pattern matching every key of `job_id` (for the purge at the end of a job)."""
-        return self._key("job", job_id) + ":*"
+    def job_keys(self, job_id: str) -> list[str]:
+        """Every key that belongs to `job_id`, for the purge at the end of the job.
+
+        Named, not matched: a SCAN for a pattern walks the whole keyspace, once per job.
+        """
+        return [self.job_progress(job_id)]

@@ -148,21 +148,24 @@ async def transition(
         sets.append(f"{name} = ${len(args)}")
     guard = ""
     if claim is UNCLAIMED:
-        guard = " AND claim IS NULL"
+        guard = " AND t.claim IS NULL"
     elif claim is not ANY_CLAIM:
         args.append(claim)
-        guard = f" AND claim = ${len(args)}"
+        guard = f" AND t.claim = ${len(args)}"
     async with conn.transaction():
-        previous = await conn.fetchval("SELECT state FROM tasks WHERE id = $1 FOR UPDATE", task_id)
+        # One round trip: lock the row, read the state it is leaving, and move it if it may.
         record = await conn.fetchrow(
-            f"UPDATE tasks SET {', '.join(sets)} WHERE id = $1 AND state = ANY($2::task_state[])"
-            f"{guard} RETURNING *",
+            f"UPDATE tasks t SET {', '.join(sets)}"
+            " FROM (SELECT id, state AS previous FROM tasks WHERE id = $1 FOR UPDATE) p"
+            f" WHERE t.id = p.id AND t.state = ANY($2::task_state[]){guard}"
+            " RETURNING t.*, p.previous",
             *args,
         )
         if record is None:
-            raise StaleState(f"task {task_id} is {previous or 'missing'}, not movable to {dst}")
+            now = await conn.fetchval("SELECT state FROM tasks WHERE id = $1", task_id)
+            raise StaleState(f"task {task_id} is {now or 'missing'}, not movable to {dst}")
         task = Task.from_record(record)
-        await outbox.add_task_event(conn, _event(task, TaskState(previous)))
+        await outbox.add_task_event(conn, _event(task, TaskState(record["previous"])))
         if job_event is not None:
             await outbox.add_job_event(conn, job_event)
     return task

@@ -14,7 +14,7 @@ from shared import outbox
 from shared.db import Connection, Pool
 from shared.messages import RunStage
 from shared.prerequisites import met_arrays, unmet_sql
-from shared.states import ACTIONS, IN_FLIGHT, Stage
+from shared.states import ACTIONS, IN_FLIGHT, Stage, TaskState
 from shared.topology import host_key, pool_key
 
 _NEW_TASKS: Final = f"""
@@ -32,11 +32,16 @@ ORDER BY j.created_at
 LIMIT $1
 """
 
+#: Unclaimed states with work for the task's host; the partial index `tasks_resting`
+#: (migration 0003) lists the same states, so that this query never scans finished tasks.
+RESTING_STATES: Final = (TaskState.QUEUED, TaskState.DATA_READY, *ACTIONS)
+_RESTING_LIST: Final = ", ".join(f"'{s.value}'" for s in RESTING_STATES)
+
 _RESTING_TASKS: Final = f"""
 SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id
-WHERE t.claim IS NULL AND t.host IS NOT NULL AND j.state = 'active'
-  AND (t.state = 'queued' OR t.state = ANY($6::task_state[])
-       OR (t.state = 'data_ready' AND NOT {unmet_sql("post_processing")}))
+WHERE t.claim IS NULL AND t.state IN ({_RESTING_LIST})
+  AND t.host IS NOT NULL AND j.state = 'active'
+  AND (t.state <> 'data_ready' OR NOT {unmet_sql("post_processing")})
 LIMIT $1
 """
 
@@ -67,7 +72,7 @@ class Dispatcher:
         args = [self._batch, *met_arrays()]
         async with self._pool.acquire() as conn, conn.transaction():
             new = await conn.fetch(_NEW_TASKS, *args, sorted(s.value for s in IN_FLIGHT))
-            resting = await conn.fetch(_RESTING_TASKS, *args, _ACTION_STATES)
+            resting = await conn.fetch(_RESTING_TASKS, *args)
             ids = [r["id"] for r in new] + [r["id"] for r in resting]
             return await self._claim(conn, ids) if ids else 0
 

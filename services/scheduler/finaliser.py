@@ -41,8 +41,6 @@ class Finaliser:
     async def _purge(self, job_id: str) -> None:
         """Drop the job's ephemeral keys; Redis being away only delays that (keys have TTLs)."""
         try:
-            keys = [k async for k in self._redis.scan_iter(match=self._keys.job_pattern(job_id))]
-            if keys:
-                await self._redis.delete(*keys)
+            await self._redis.delete(*self._keys.job_keys(job_id))
         except UNAVAILABLE as exc:
             logger.warning("could not purge Redis keys of job %s: %s", job_id, exc)

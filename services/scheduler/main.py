@@ -29,7 +29,8 @@ from shared.topology import Topology, declare_work_queue, pool_key
 
 logger = logging.getLogger(__name__)
 
-_SLOW_EVERY_S = 1.0  # the reaper and the outbox pruning need not run every tick
+_REAP_EVERY_S = 1.0  # the reaper need not run every tick
+_PRUNE_EVERY_S = 60.0
 _ERROR_PAUSE_S = 1.0
 
 
@@ -46,7 +47,7 @@ class Scheduler:
         )
         self.reaper = Reaper(pool, settings.dead_host_s)
         self.waiters = Waiters(pool, settings.scheduler_batch)
-        self._last_slow = 0.0
+        self._last_reap = self._last_prune = 0.0
 
     async def run_once(self) -> int:
         """One round of every step; returns how much was done (0 means idle)."""
@@ -54,9 +55,11 @@ class Scheduler:
         done += await self.dispatcher.run_once()
         done += await self.finaliser.run_once()
         now = time.monotonic()
-        if now - self._last_slow >= _SLOW_EVERY_S:
-            self._last_slow = now
+        if now - self._last_reap >= _REAP_EVERY_S:
+            self._last_reap = now
             done += await self.reaper.run_once()
+        if now - self._last_prune >= _PRUNE_EVERY_S:
+            self._last_prune = now
             async with self.pool.acquire() as conn:
                 await outbox.prune(conn, self.settings.outbox_keep_s)
         while (relayed := await self.relay.run_once()) > 0:

@@ -67,7 +67,7 @@ class Taker:
         """
         async with self.pool.acquire() as conn, conn.transaction():
             task = await tasks_repo.get(conn, message.task_id)
-            job = await jobs_repo.get(conn, message.job_id)
+            job = await jobs_repo.get(conn, message.job_id, with_counts=False)
             if task is None or job is None or task.claim != message.claim:
                 return None
             try:

@@ -1,9 +1,11 @@
 """The SQL enums mirror the Python enums, so a state added on one side cannot be forgotten."""
 
+import re
 from enum import StrEnum
 
 import pytest
 
+from services.scheduler.dispatcher import RESTING_STATES
 from shared import db
 from shared.states import FailureClass, JobState, TaskState
 
@@ -23,3 +25,15 @@ async def test_when_reading_a_sql_enum__its_values_equal_the_python_enum(
         sql_type,
     )
     assert {r["enumlabel"] for r in rows} == {member.value for member in enum}
+
+
+async def test_the_resting_index_lists_exactly_the_states_the_dispatcher_queries(
+    pool: db.Pool,
+) -> None:
+    definition = await pool.fetchval(
+        "SELECT pg_get_indexdef(indexrelid) FROM pg_index"
+        " WHERE indexrelid = 'tasks_resting'::regclass"
+    )
+
+    named = set(re.findall(r"'([a-z_]+)'::task_state", definition))
+    assert named == {s.value for s in RESTING_STATES}

@@ -1,6 +1,4 @@
-"""Redis key names: one namespace per installation, safe parts only, per-job purge patterns."""
-
-from fnmatch import fnmatchcase
+"""Redis key names: one namespace per installation, safe parts only, per-job purge lists."""
 
 import pytest
 
@@ -11,29 +9,27 @@ def test_when_there_is_no_namespace__keys_start_with_vigil() -> None:
     keys = RedisKeys()
     assert keys.worker("h-1") == "vigil:host:h-1:worker"
     assert keys.job_progress("j-1") == "vigil:job:j-1:progress"
-    assert keys.job_pattern("j-1") == "vigil:job:j-1:*"
+    assert keys.job_keys("j-1") == ["vigil:job:j-1:progress"]
 
 
 def test_when_there_is_a_namespace__every_key_is_prefixed_by_it() -> None:
     keys = RedisKeys("t42")
     assert keys.worker("h-1") == "t42:vigil:host:h-1:worker"
     assert keys.job_progress("j-1") == "t42:vigil:job:j-1:progress"
-    assert keys.job_pattern("j-1") == "t42:vigil:job:j-1:*"
+    assert keys.job_keys("j-1") == ["t42:vigil:job:j-1:progress"]
 
 
-def test_when_purging_a_job__its_pattern_matches_its_keys_and_no_other_jobs() -> None:
+def test_when_purging_a_job__its_keys_are_its_own_and_no_other_jobs() -> None:
     keys = RedisKeys("ns")
-    pattern = keys.job_pattern("j-1")
-    assert fnmatchcase(keys.job_progress("j-1"), pattern)
-    assert not fnmatchcase(keys.job_progress("j-10"), pattern)
-    assert not fnmatchcase(RedisKeys("other").job_progress("j-1"), pattern)
-    assert not fnmatchcase(keys.worker("j-1"), pattern)
+    assert keys.job_progress("j-1") in keys.job_keys("j-1")
+    assert keys.job_progress("j-10") not in keys.job_keys("j-1")
+    assert RedisKeys("other").job_progress("j-1") not in keys.job_keys("j-1")
 
 
 @pytest.mark.parametrize("part", ["", "a:b", "a*", "[ab]", "?", "A", "a b", "a.b"])
 def test_when_a_key_part_is_unsafe__value_error_is_raised(part: str) -> None:
     keys = RedisKeys()
-    for build in (keys.worker, keys.job_progress, keys.job_pattern):
+    for build in (keys.worker, keys.job_progress, keys.job_keys, keys.task_exit):
         with pytest.raises(ValueError, match="unsafe"):
             build(part)
 
