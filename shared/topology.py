@@ -139,3 +139,24 @@ async def declare_all_work_queues(
         channel, topology, topology.supervisor_queue(host_id), supervise_key(host_id)
     )
     return pool_q, host_q, sup_q
+
+
+async def delete_all(
+    channel: AbstractChannel, topology: Topology, host_ids: list[str], pool: str = DEFAULT_POOL
+) -> None:
+    """Delete an installation's queues (those of `host_ids` and `pool`) and exchanges.
+
+    For tearing down a namespace (tests, uninstall). Messages in the queues are lost.
+    """
+    queues = [topology.pool_queue(pool), topology.dead_letter_queue]
+    for host_id in host_ids:
+        queues += [topology.host_queue(host_id), topology.supervisor_queue(host_id)]
+    for queue in queues:
+        # Quorum queues refuse if_unused=True by closing the connection (design §10).
+        await channel.queue_delete(queue, if_unused=False, if_empty=False)
+    for exchange in (
+        topology.events_exchange,
+        topology.work_exchange,
+        topology.dead_letter_exchange,
+    ):
+        await channel.exchange_delete(exchange)

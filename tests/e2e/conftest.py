@@ -12,7 +12,7 @@ import aio_pika
 import httpx
 import pytest
 
-from shared.topology import Topology
+from shared.topology import Topology, delete_all
 from tests.conftest import AMQP_URL, REDIS_URL, create_database, drop_database, require_servers
 from tests.e2e.stack import Stack
 
@@ -23,23 +23,9 @@ HOST_ID = "e2e-host"
 
 
 async def _delete_topology(namespace: str) -> None:
-    topology = Topology(namespace)
     connection = await aio_pika.connect(AMQP_URL, timeout=10)
     try:
-        channel = await connection.channel()
-        for queue in (
-            topology.pool_queue(),
-            topology.host_queue(HOST_ID),
-            topology.supervisor_queue(HOST_ID),
-            topology.dead_letter_queue,
-        ):
-            await channel.queue_delete(queue, if_unused=False, if_empty=False)
-        for exchange in (
-            topology.events_exchange,
-            topology.work_exchange,
-            topology.dead_letter_exchange,
-        ):
-            await channel.exchange_delete(exchange)
+        await delete_all(await connection.channel(), Topology(namespace), [HOST_ID])
     finally:
         await connection.close()
 

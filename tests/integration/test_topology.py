@@ -18,6 +18,7 @@ from shared.topology import (
     DELIVERY_LIMIT,
     Topology,
     declare_all_work_queues,
+    delete_all,
     host_key,
     pool_key,
     supervise_key,
@@ -40,20 +41,7 @@ async def broker(namespace: str) -> AsyncIterator[Broker]:
         finally:
             # A fresh channel: the test may have closed the publishing one.
             cleanup = await opened.connection.channel()
-            for queue in (
-                topology.pool_queue(),
-                topology.host_queue(HOST),
-                topology.supervisor_queue(HOST),
-                topology.dead_letter_queue,
-            ):
-                # Quorum queues refuse if_unused=True by closing the connection (design §10).
-                await cleanup.queue_delete(queue, if_unused=False, if_empty=False)
-            for exchange in (
-                topology.events_exchange,
-                topology.work_exchange,
-                topology.dead_letter_exchange,
-            ):
-                await cleanup.exchange_delete(exchange)
+            await delete_all(cleanup, topology, [HOST])
             await cleanup.close()
 
 
