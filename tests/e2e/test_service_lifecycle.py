@@ -101,15 +101,14 @@ async def _drop_database_and_redis_connections(stack: Stack) -> int:
 
 
 async def test_when_database_and_redis_connections_drop__the_services_reconnect_and_carry_on(
-    stack: Stack, client: httpx.AsyncClient
+    stack: Stack, client: httpx.AsyncClient, events: Events
 ) -> None:
     first = (await client.post("/jobs", json={"command": "echo before"})).json()["id"]
-    assert (await _poll_job(client, first, 30))["state"] == "completed"
+    assert (await wait_job(client, events, first))["state"] == "completed"
 
     assert await _drop_database_and_redis_connections(stack) > 0
 
     second = await client.post("/jobs", json={"command": "echo after", "inputs": ["x", "y"]})
     assert second.status_code == 201, second.text
-    job = await _poll_job(client, second.json()["id"], 60)
-    assert job["state"] == "completed"
+    assert (await wait_job(client, events, second.json()["id"]))["state"] == "completed"
     assert all(proc.poll() is None for proc in stack.procs.values())
