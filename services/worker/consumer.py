@@ -28,6 +28,7 @@ class Consumer:
         self._prefetch = slots
         self._tasks: set[asyncio.Task[None]] = set()
         self._consuming: list[tuple[AbstractQueue, str]] = []
+        self._stopping = False
 
     async def start(self, broker: Broker, host_id: str, pool_name: str) -> None:
         """Declare this host's queues and start consuming the pool and host queues."""
@@ -48,6 +49,9 @@ class Consumer:
         acked = False
         try:
             async with self._slots:
+                if self._stopping:  # received before intake stopped, not started: give it back
+                    await settle(incoming, ack=False, requeue=True)
+                    return
                 message = decode(incoming.body)
                 if not isinstance(message, RunStage):
                     raise InvalidMessage(f"a worker cannot handle {message.type}")
@@ -69,7 +73,8 @@ class Consumer:
                 await settle(incoming, ack=False, requeue=True)
 
     async def stop_intake(self) -> None:
-        """Stop receiving new messages (those in hand go on)."""
+        """Stop receiving new messages; those running go on, those waiting for a slot go back."""
+        self._stopping = True
         for queue, tag in self._consuming:
             try:
                 await queue.cancel(tag)

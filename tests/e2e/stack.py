@@ -64,6 +64,8 @@ class Stack:
 
     def start(self, service: str) -> None:
         """Start `python -m services.<service>` (appending to its log)."""
+        if service in self._logs:  # a restart: the earlier process's log handle is done
+            self._logs[service].close()
         log = (self.root / f"{service}.log").open("ab")
         self._logs[service] = log
         self.procs[service] = subprocess.Popen(

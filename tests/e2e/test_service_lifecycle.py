@@ -31,6 +31,26 @@ async def test_when_the_worker_gets_sigterm__running_tasks_finish_and_it_exits_c
     assert "drained; 0 task(s) cancelled" in stack.log("worker")
 
 
+async def test_when_the_worker_stops_with_work_waiting__the_waiting_work_goes_back_to_the_queue(
+    stack: Stack, client: httpx.AsyncClient, events: Events
+) -> None:
+    # given more tasks than the worker's 4 slots, 4 of them running
+    body = {"command": "sleep 1", "inputs": [str(i) for i in range(6)]}
+    job_id = (await client.post("/jobs", json=body)).json()["id"]
+    await events.wait_for(lambda _k, _b: events.routing_keys().count(f"task.on_cpu.{job_id}") == 4)
+
+    # when the worker is stopped, then started again
+    stack.procs["worker"].send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(stack.procs["worker"].wait, 30) == 0
+    started_by_first = events.routing_keys().count(f"task.setting_up.{job_id}")
+    stack.start("worker")
+
+    # then the first worker started only what it had slots for, and the rest ran on the second
+    assert started_by_first == 4
+    job = await wait_job(client, events, job_id)
+    assert (job["state"], job["counts"]) == ("completed", {"completed": 6})
+
+
 async def test_when_sigterm_outlasts_the_graceful_timeout__the_task_is_failed_as_lost(
     stack: Stack, client: httpx.AsyncClient, events: Events
 ) -> None:
