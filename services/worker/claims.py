@@ -124,13 +124,7 @@ class Taker:
     async def release(self, held: Held, state: TaskState) -> None:
         """Let go of a task that now waits (its claim returns to the scheduler)."""
         async with self.pool.acquire() as conn:
-            await conn.execute(
-                "UPDATE tasks SET claim = NULL, worker = NULL WHERE id = $1 AND claim = $2"
-                " AND state = $3",
-                held.task.id,
-                held.claim,
-                state.value,
-            )
+            await release(conn, held, state)
 
     async def fail(self, held: Held, exc: BaseException, detail: str) -> None:
         """The worker hit an error of its own while driving the task: fail the task with it.
@@ -161,6 +155,16 @@ class Taker:
             task = await tasks_repo.get(conn, held.task.id)
             if task is not None and task.claim == held.claim and task.worker == self.instance:
                 await loss.declare(conn, task, why=why)
+
+
+async def release(conn: Connection, held: Held, state: TaskState) -> None:
+    """Give the claim of a task resting in `state` back to the scheduler (no state change)."""
+    await conn.execute(
+        "UPDATE tasks SET claim = NULL, worker = NULL WHERE id = $1 AND claim = $2 AND state = $3",
+        held.task.id,
+        held.claim,
+        state.value,
+    )
 
 
 async def _resolve_input(conn: Connection, value: Any) -> Any:

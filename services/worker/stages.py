@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from redis.asyncio import Redis
 
 from services.worker import process
-from services.worker.claims import Held, Taker
+from services.worker.claims import Held, Taker, release
 from services.worker.log_shipper import LogShipper
 from services.worker.settings import WorkerSettings
 from shared import attempts_repo, outputs_repo, prerequisites, tasks_repo
@@ -80,9 +80,6 @@ class StageRunner:
             if held.state is S.SETTING_UP and not await self._setup(held):
                 return
             if held.state in (S.SETTING_UP, S.QUEUED) and not await self._cluster(held):
-                return
-            if await self._waits_before_post_processing(held):
-                await self.taker.release(held, S.DATA_READY)
                 return
             await self._post_process(held)
         except StaleState as exc:
@@ -254,12 +251,12 @@ class StageRunner:
 
     # -- post-processing ---------------------------------------------------------------------
 
-    async def _waits_before_post_processing(self, held: Held) -> bool:
-        async with self.pool.acquire() as conn:
-            return await prerequisites.waits(conn, held.task.id, "post_processing")
-
     async def _post_process(self, held: Held) -> None:
+        """Post-process now, or let go of the task if it waits for prerequisites first."""
         async with self.pool.acquire() as conn, conn.transaction():
+            if await prerequisites.waits(conn, held.task.id, "post_processing"):
+                await release(conn, held, S.DATA_READY)
+                return
             await tasks_repo.transition(
                 conn,
                 held.task.id,
@@ -268,7 +265,11 @@ class StageRunner:
                 claim=held.claim,
                 changes={"worker": self.instance},
             )
-        attempt = await self._start_attempt(held, Stage.POST_PROCESSING.value)
+            started = await attempts_repo.start(
+                conn, held.task.id, held.claim, Stage.POST_PROCESSING.value,
+                host=self.settings.host_id, worker=self.instance,
+            )  # fmt: skip
+        attempt = started.attempt
         ctx = self._context(held, attempt)
         ctx.exit_code = 0
         ctx.status = read_status(ctx.status_file)
