@@ -2,7 +2,8 @@
 
 Runs against a system that is up (`scripts/up`): `python -m bench.throughput [--jobs 2000]`.
 Prints jobs/s from the first submit to the last completion, and submit-to-start latency
-(job created → its command started on a worker) at p50/p99.
+(job created → its command started on a worker) at p50/p99, under that load (mostly backlog)
+and on an idle system (`--probes` jobs submitted one at a time).
 """
 
 import argparse
@@ -76,6 +77,25 @@ async def _start_latencies(
     return latencies, states
 
 
+async def _probe(client: httpx.AsyncClient, name: str, n: int) -> list[str]:
+    """Submit `n` jobs one at a time, each once the previous one is done."""
+    ids = []
+    for _ in range(n):
+        response = await client.post("/jobs", json={"name": name, "command": "true"})
+        response.raise_for_status()
+        ids.append(response.json()["id"])
+        await _wait_done(client, name, 30)
+    return ids
+
+
+def _report(label: str, latencies: list[float]) -> None:
+    if not latencies:
+        return
+    p50, p99 = _pct(latencies, 50) * 1000, _pct(latencies, 99) * 1000
+    mean = statistics.mean(latencies) * 1000
+    print(f"{label}: p50 {p50:.0f} ms, p99 {p99:.0f} ms, mean {mean:.0f} ms")
+
+
 def _pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
@@ -87,6 +107,7 @@ async def main() -> None:
     parser.add_argument("--url", default=os.environ.get("VIGIL_URL", "http://127.0.0.1:8000"))
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--probes", type=int, default=50)
     args = parser.parse_args()
     name = f"bench-{uuid.uuid4().hex[:8]}"
     headers = {"Authorization": f"Bearer {_token()}"}
@@ -97,14 +118,14 @@ async def main() -> None:
         await _wait_done(client, name, args.timeout)
         finished = time.monotonic()
         latencies, states = await _start_latencies(client, ids, args.concurrency)
+        probe_ids = await _probe(client, name + "-idle", args.probes)
+        idle, _ = await _start_latencies(client, probe_ids, args.concurrency)
     total = finished - started
     print(f"jobs: {len(ids)} ({', '.join(f'{k}={v}' for k, v in sorted(states.items()))})")
     print(f"submit: {len(ids) / (submitted - started):.0f} jobs/s over {submitted - started:.1f}s")
     print(f"end to end: {len(ids) / total:.0f} jobs/s ({total:.1f}s, submit to all done)")
-    if latencies:
-        p50, p99 = _pct(latencies, 50) * 1000, _pct(latencies, 99) * 1000
-        mean = statistics.mean(latencies) * 1000
-        print(f"submit-to-start: p50 {p50:.0f} ms, p99 {p99:.0f} ms, mean {mean:.0f} ms")
+    _report("submit-to-start under load", latencies)
+    _report("submit-to-start when idle", idle)
 
 
 if __name__ == "__main__":
