@@ -11,6 +11,7 @@ import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -81,14 +82,23 @@ async def drop_database(name: str) -> None:
         await conn.close()
 
 
+@contextmanager
+def fresh_database(prefix: str) -> Iterator[str]:
+    """A migrated database of its own (URL), dropped on exit; for sync, wide-scoped fixtures."""
+    require_servers()
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    url = asyncio.run(create_database(name))
+    try:
+        yield url
+    finally:
+        asyncio.run(drop_database(name))
+
+
 @pytest.fixture(scope="session")
 def session_database_url() -> Iterator[str]:
     """One migrated database for the whole test session (integration tier)."""
-    require_servers()
-    name = f"vigil_test_{uuid.uuid4().hex[:10]}"
-    url = asyncio.run(create_database(name))
-    yield url
-    asyncio.run(drop_database(name))
+    with fresh_database("vigil_test") as url:
+        yield url
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from redis.asyncio import Redis
 
 from services.supervisor.orphans import reap_worker, stale_instances
 from services.supervisor.watchers import Watchers
-from services.supervisor.worker_watch import registered
 from shared.db import Pool
+from shared.presence import registered
 from shared.redis_keys import RedisKeys
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,6 @@ as soon as the kernel reaps it.
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
@@ -16,30 +15,11 @@ from services.supervisor.orphans import reap_worker
 from shared.db import Pool
 from shared.errors import UNAVAILABLE
 from shared.lifecycle import wait_or_stop
+from shared.presence import WorkerIdentity, registered
 from shared.processes import exit_waiter
 from shared.redis_keys import RedisKeys
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class WorkerIdentity:
-    """The registered worker process of a host."""
-
-    instance: str
-    pid: int
-    create_time: float
-
-
-async def registered(redis: Redis, keys: RedisKeys, host_id: str) -> WorkerIdentity | None:
-    """The worker registered for `host_id`, or None."""
-    fields = await redis.hgetall(keys.worker(host_id))
-    try:
-        return WorkerIdentity(
-            str(fields["instance"]), int(fields["pid"]), float(fields["create_time"])
-        )
-    except (KeyError, ValueError):
-        return None
 
 
 class WorkerWatch:

@@ -7,15 +7,14 @@ supervisor can watch it by pidfd; `hosts.heartbeat_at` lets the scheduler notice
 import asyncio
 import logging
 import os
-import time
 from dataclasses import dataclass
-from typing import Any, cast
 
 from redis.asyncio import Redis
 
 from shared.db import Pool
 from shared.errors import UNAVAILABLE
 from shared.lifecycle import wait_or_stop
+from shared.presence import WorkerIdentity, announce
 from shared.processes import create_time
 from shared.redis_keys import WORKER_TTL_S, RedisKeys
 
@@ -30,22 +29,14 @@ class Presence:
     instance: str
     slots: int
 
-    def fields(self) -> dict[str, str]:
+    def identity(self) -> WorkerIdentity:
         pid = os.getpid()
-        return {
-            "pid": str(pid),
-            "create_time": repr(create_time(pid) or 0.0),
-            "instance": self.instance,
-            "slots": str(self.slots),
-            "started_at": repr(time.time()),
-        }
+        return WorkerIdentity(self.instance, pid, create_time(pid) or 0.0, self.slots)
 
 
 async def register(pool: Pool, redis: Redis, keys: RedisKeys, presence: Presence) -> None:
     """Announce this worker (idempotent): Redis hash with a TTL, and the `hosts` row."""
-    key = keys.worker(presence.host_id)
-    await redis.hset(key, mapping=cast(Any, presence.fields()))  # redis-py's Mapping is invariant
-    await redis.expire(key, WORKER_TTL_S)
+    await announce(redis, keys, presence.host_id, presence.identity())
     await pool.execute(
         "INSERT INTO hosts (id, slots, worker, started_at, heartbeat_at)"
         " VALUES ($1, $2, $3, now(), now()) ON CONFLICT (id) DO UPDATE SET slots = $2,"

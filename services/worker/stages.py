@@ -22,7 +22,7 @@ from services.worker.log_shipper import LogShipper
 from services.worker.settings import WorkerSettings
 from shared import attempts_repo, outputs_repo, prerequisites, tasks_repo
 from shared.amqp import Broker
-from shared.db import Pool
+from shared.db import Connection, Pool
 from shared.errors import UNAVAILABLE, StaleState
 from shared.messages import RunStage, WatchProcess
 from shared.outcomes import Outcome, command_outcome, hook_failed
@@ -265,11 +265,7 @@ class StageRunner:
                 claim=held.claim,
                 changes={"worker": self.instance},
             )
-            started = await attempts_repo.start(
-                conn, held.task.id, held.claim, Stage.POST_PROCESSING.value,
-                host=self.settings.host_id, worker=self.instance,
-            )  # fmt: skip
-        attempt = started.attempt
+            attempt = await self._open_attempt(conn, held, Stage.POST_PROCESSING.value)
         ctx = self._context(held, attempt)
         ctx.exit_code = 0
         ctx.status = read_status(ctx.status_file)
@@ -310,14 +306,13 @@ class StageRunner:
 
     async def _start_attempt(self, held: Held, stage: str) -> int:
         async with self.pool.acquire() as conn, conn.transaction():
-            row = await attempts_repo.start(
-                conn,
-                held.task.id,
-                held.claim,
-                stage,
-                host=self.settings.host_id,
-                worker=self.instance,
-            )
+            return await self._open_attempt(conn, held, stage)
+
+    async def _open_attempt(self, conn: Connection, held: Held, stage: str) -> int:
+        """Open the task's next attempt (of `stage` or a hook) in the caller's transaction."""
+        row = await attempts_repo.start(
+            conn, held.task.id, held.claim, stage, host=self.settings.host_id, worker=self.instance
+        )
         return row.attempt
 
     async def _run_hook(

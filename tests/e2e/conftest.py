@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from shared.topology import Topology, delete_all
-from tests.conftest import AMQP_URL, REDIS_URL, create_database, drop_database, require_servers
+from tests.conftest import AMQP_URL, REDIS_URL, fresh_database
 from tests.e2e.stack import Stack
 
 pytestmark = pytest.mark.e2e
@@ -46,27 +46,24 @@ def e2e_namespace() -> Iterator[str]:
 @pytest.fixture
 def stack(tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
     """The four services, up and healthy, on a fresh database."""
-    require_servers()
-    name = f"vigil_e2e_{uuid.uuid4().hex[:10]}"
-    url = asyncio.run(create_database(name))
-    s = Stack(
-        database_url=url,
-        amqp_url=AMQP_URL,
-        redis_url=REDIS_URL,
-        namespace=e2e_namespace,
-        root=tmp_path,
-        token=uuid.uuid4().hex,
-        host_id=HOST_ID,
-    )
-    try:
-        s.start_all()
-        yield s
-    finally:
-        s.stop_all()
-        for service in ("api", "scheduler", "worker", "supervisor"):
-            # pytest shows what teardown prints only when the test failed
-            print(f"----- {service} -----\n{s.log(service)}")  # noqa: T201
-        asyncio.run(drop_database(name))
+    with fresh_database("vigil_e2e") as url:
+        s = Stack(
+            database_url=url,
+            amqp_url=AMQP_URL,
+            redis_url=REDIS_URL,
+            namespace=e2e_namespace,
+            root=tmp_path,
+            token=uuid.uuid4().hex,
+            host_id=HOST_ID,
+        )
+        try:
+            s.start_all()
+            yield s
+        finally:
+            s.stop_all()
+            for service in ("api", "scheduler", "worker", "supervisor"):
+                # pytest shows what teardown prints only when the test failed
+                print(f"----- {service} -----\n{s.log(service)}")  # noqa: T201
 
 
 @pytest.fixture

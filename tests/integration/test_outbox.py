@@ -15,7 +15,7 @@ from shared import db, outbox
 from shared.messages import JobEvent, JobOutcome, RunStage, TaskEvent, to_jsonable
 from shared.states import Stage, TaskState
 from shared.topology import host_key
-from tests.conftest import create_database, drop_database, require_servers
+from tests.conftest import fresh_database
 
 pytestmark = pytest.mark.integration
 
@@ -23,11 +23,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def outbox_database_url() -> Iterator[str]:
     """A migrated database for this module only."""
-    require_servers()
-    name = f"vigil_outbox_{uuid.uuid4().hex[:10]}"
-    url = asyncio.run(create_database(name))
-    yield url
-    asyncio.run(drop_database(name))
+    with fresh_database("vigil_outbox") as url:
+        yield url
 
 
 @pytest.fixture
