@@ -32,6 +32,12 @@ class Attempt:
     error_brief: str | None
     error_detail: str | None
     log_path: str | None
+    status: dict[str, Any] | None = None
+    decision: str | None = None
+    decision_reason: str | None = None
+    decided_at: datetime | None = None
+    late_report: dict[str, Any] | None = None
+    reaped_at: datetime | None = None
 
     @classmethod
     def from_record(cls, record: Any) -> "Attempt":
@@ -94,11 +100,12 @@ async def finish(
     failure_class: FailureClass | None = None,
     error_brief: str | None = None,
     error_detail: str | None = None,
+    status: dict[str, Any] | None = None,
 ) -> None:
     """Close an attempt with its outcome; an attempt already closed is left as it is."""
     await conn.execute(
         "UPDATE attempts SET ended_at = now(), outcome = $3, exit_code = $4, signal = $5,"
-        " failure_class = $6, error_brief = $7, error_detail = $8"
+        " failure_class = $6, error_brief = $7, error_detail = $8, status = $9"
         " WHERE task_id = $1 AND attempt = $2 AND ended_at IS NULL",
         task_id,
         attempt,
@@ -108,20 +115,65 @@ async def finish(
         failure_class.value if failure_class else None,
         error_brief,
         error_detail,
+        status,
     )
 
 
 async def close_open(
-    conn: Connection, task_id: str, outcome: str, failure_class: FailureClass, brief: str
+    conn: Connection,
+    task_id: str,
+    outcome: str,
+    failure_class: FailureClass,
+    brief: str,
+    *,
+    reaped: bool = False,
 ) -> None:
-    """Close every open attempt of a task (its worker or process is gone)."""
+    """Close every open attempt of a task (its worker or process is gone).
+
+    `reaped`: the caller knows the attempt's process is gone (it killed it or saw it die).
+    """
     await conn.execute(
         "UPDATE attempts SET ended_at = now(), outcome = $2, failure_class = $3,"
-        " error_brief = $4 WHERE task_id = $1 AND ended_at IS NULL",
+        " error_brief = $4, reaped_at = CASE WHEN $5 THEN now() END"
+        " WHERE task_id = $1 AND ended_at IS NULL",
         task_id,
         outcome,
         failure_class.value,
         brief,
+        reaped,
+    )
+
+
+async def mark_reaped(conn: Connection, task_id: str, pid: int) -> None:
+    """Record that the process `pid` of the task's attempt is gone (killed or found dead)."""
+    await conn.execute(
+        "UPDATE attempts SET reaped_at = now()"
+        " WHERE task_id = $1 AND pid = $2 AND reaped_at IS NULL",
+        task_id,
+        pid,
+    )
+
+
+async def record_late_report(
+    conn: Connection, task_id: str, attempt: int, report: dict[str, Any]
+) -> None:
+    """Keep a report that arrived after the attempt was fenced off (it changed nothing)."""
+    await conn.execute(
+        "UPDATE attempts SET late_report = $3 WHERE task_id = $1 AND attempt = $2",
+        task_id,
+        attempt,
+        report,
+    )
+
+
+async def record_decision(conn: Connection, task_id: str, decision: str, reason: str) -> None:
+    """Write triage's decision on the task's last attempt."""
+    await conn.execute(
+        "UPDATE attempts SET decision = $2, decision_reason = $3, decided_at = now()"
+        " WHERE id = (SELECT max(id) FROM attempts WHERE task_id = $1)",
+        task_id,
+        decision,
+        reason,
     )
 
 

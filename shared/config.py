@@ -54,3 +54,6 @@ class HostSettings(CommonSettings):
     work_root: str = "/tmp/vigil-work"
     #: A host whose heartbeat is older than this is declared dead by the scheduler.
     heartbeat_s: float = Field(default=1.0, gt=0)
+    #: Where per-command cgroups (v2) go: "" finds a writable cgroup2 mount, "off" uses
+    #: process groups only (see shared/cgroups.py).
+    cgroup_root: str = ""

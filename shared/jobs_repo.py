@@ -174,14 +174,15 @@ async def transition(
 
 
 async def finished_candidates(conn: Connection, limit: int) -> list[tuple[str, dict[str, int]]]:
-    """Active jobs whose tasks are all terminal, with the counts per state of the tasks that
-    decide the outcome (a task superseded by its resubmitted clone does not)."""
+    """Active jobs whose tasks are all terminal and decided (no failure awaits triage), with
+    the counts per state of the tasks that decide the outcome (a task superseded by its
+    resubmitted clone does not)."""
     rows = await conn.fetch(
         "SELECT j.id, jsonb_object_agg(c.state, c.n) AS counts FROM jobs j"
         " JOIN LATERAL (SELECT state::text AS state, count(*) AS n FROM tasks t"
         "   WHERE t.job_id = j.id AND t.superseded_by IS NULL GROUP BY state) c ON true"
         " WHERE j.state = 'active' AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id"
-        "   AND t.state <> ALL($2::task_state[]))"
+        "   AND (t.state <> ALL($2::task_state[]) OR NOT t.decided))"
         " GROUP BY j.id LIMIT $1",
         limit,
         sorted(s.value for s in TERMINAL),

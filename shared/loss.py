@@ -12,12 +12,18 @@ logger = logging.getLogger(__name__)
 
 
 async def declare(
-    conn: Connection, task: tasks_repo.Task, outcome: Outcome | None = None, why: str = ""
+    conn: Connection,
+    task: tasks_repo.Task,
+    outcome: Outcome | None = None,
+    why: str = "",
+    *,
+    reaped: bool = False,
 ) -> bool:
     """Fail `task` as it was read (state and claim), closing its open attempts.
 
-    `outcome` defaults to `lost` for the task's state. Returns False when the task moved
-    meanwhile (its worker reported first, or someone else declared it): a no-op.
+    `outcome` defaults to `lost` for the task's state; `reaped` says its process is known
+    gone (or about to be killed by the caller). Returns False when the task moved meanwhile
+    (its worker reported first, or someone else declared it): a no-op.
     """
     outcome = outcome or lost_outcome(task.state, why)
     async with conn.transaction():
@@ -35,7 +41,12 @@ async def declare(
             return False
         assert outcome.failure_class is not None
         await attempts_repo.close_open(
-            conn, task.id, outcome.state.value, outcome.failure_class, outcome.brief or why
+            conn,
+            task.id,
+            outcome.state.value,
+            outcome.failure_class,
+            outcome.brief or why,
+            reaped=reaped,
         )
     logger.warning(
         "task %s declared %s: %s",

@@ -72,7 +72,8 @@ class WatchProcess(_Message):
 
 
 class KillTask(_Message):
-    """Ask the supervisor of a host to kill a task's process group (the task was cancelled)."""
+    """Ask the supervisor of a host to kill a task's process tree (cancelled, or lost and about
+    to be resubmitted); it then marks the attempt's process reaped."""
 
     type: Literal["kill_task"] = "kill_task"
     job_id: str
@@ -80,6 +81,7 @@ class KillTask(_Message):
     pid: int
     create_time: float
     reason: str
+    claim: UUID | None = None  # the attempt's claim: names its cgroup, if it has one
 
 
 class TaskEvent(_Message):
@@ -108,6 +110,18 @@ class JobEvent(_Message):
     brief: str | None = None
 
 
+class TaskDecision(_Message):
+    """The triage decided about a failed task (`task.<verdict>.<job id>`): `recovered`,
+    `resubmitted` or `abandoned` (see `shared.analyser.Verdict`)."""
+
+    type: Literal["task_decision"] = "task_decision"
+    job_id: str
+    task_id: str
+    verdict: str
+    reason: str
+    failure_class: FailureClass | None = None
+
+
 class LogRecord(_Message):
     """One output line of a task's command (`log.<severity>.<job id>`)."""
 
@@ -125,7 +139,7 @@ class LogRecord(_Message):
 
 
 Message = Annotated[
-    RunStage | WatchProcess | KillTask | TaskEvent | JobEvent | LogRecord,
+    RunStage | WatchProcess | KillTask | TaskEvent | TaskDecision | JobEvent | LogRecord,
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)

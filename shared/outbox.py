@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from shared.db import Connection
-from shared.messages import JobEvent, KillTask, RunStage, TaskEvent, to_jsonable
+from shared.messages import JobEvent, KillTask, RunStage, TaskDecision, TaskEvent, to_jsonable
 from shared.topology import event_key
 
 ExchangeKind = Literal["events", "work"]
@@ -30,6 +30,12 @@ async def add_task_event(conn: Connection, event: TaskEvent) -> None:
     """Queue `task.<state>.<job id>`."""
     key = event_key("task", event.state.value, event.job_id)
     await _add(conn, "events", key, to_jsonable(event))
+
+
+async def add_task_decision(conn: Connection, decision: TaskDecision) -> None:
+    """Queue `task.<verdict>.<job id>` (recovered, resubmitted, abandoned)."""
+    key = event_key("task", decision.verdict, decision.job_id)
+    await _add(conn, "events", key, to_jsonable(decision))
 
 
 async def add_job_event(conn: Connection, event: JobEvent) -> None:

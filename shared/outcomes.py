@@ -38,12 +38,22 @@ class Outcome:
         return changes
 
     def job_event(self, job_id: str, task_id: str) -> JobEvent | None:
-        """`job.crashed` for a crash, else nothing (job.failed comes when the job ends)."""
-        if not self.crashed:
+        """What a supervisor-detected failure announces at once: `job.crashed` (signal, lost),
+        `job.hung`, or `job.failed` (error log, walltime); nothing for the rest (`job.failed`
+        comes when the job ends)."""
+        outcome = _ANNOUNCED.get(self.failure_class) if self.failure_class else None
+        if outcome is None:
             return None
-        return JobEvent(
-            job_id=job_id, outcome=JobOutcome.CRASHED, task_id=task_id, brief=self.brief
-        )
+        return JobEvent(job_id=job_id, outcome=outcome, task_id=task_id, brief=self.brief)
+
+
+_ANNOUNCED = {
+    FailureClass.SIGNAL: JobOutcome.CRASHED,
+    FailureClass.LOST: JobOutcome.CRASHED,
+    FailureClass.HUNG: JobOutcome.HUNG,
+    FailureClass.ERROR_LOG: JobOutcome.FAILED,
+    FailureClass.WALLTIME: JobOutcome.FAILED,
+}
 
 
 def signal_name(number: int) -> str:
@@ -80,6 +90,33 @@ def vanished_outcome() -> Outcome:
         TaskState.FAILED_ON_CLUSTER,
         FailureClass.SIGNAL,
         brief="process died without its worker reporting an exit (killed from outside?)",
+    )
+
+
+def hung_outcome(silent_s: float) -> Outcome:
+    """No output (or status file) for longer than the job's `hang_timeout`."""
+    return Outcome(
+        TaskState.FAILED_ON_CLUSTER,
+        FailureClass.HUNG,
+        brief=f"no sign of life for {silent_s:.1f}s (hang_timeout): process tree killed",
+    )
+
+
+def walltime_outcome(walltime_s: float) -> Outcome:
+    """The command ran longer than the job's `walltime`."""
+    return Outcome(
+        TaskState.FAILED_ON_CLUSTER,
+        FailureClass.WALLTIME,
+        brief=f"ran past its walltime of {walltime_s:g}s: process tree killed",
+    )
+
+
+def error_log_outcome(severity: str, line: str) -> Outcome:
+    """The command logged a record whose severity is in the job's `fail_on_log`."""
+    return Outcome(
+        TaskState.FAILED_ON_CLUSTER,
+        FailureClass.ERROR_LOG,
+        brief=f"{severity} logged: {line[:500]}",
     )
 
 

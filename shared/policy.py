@@ -32,3 +32,8 @@ class Policy(BaseModel):
         default_factory=lambda: [Severity.ERROR, Severity.CRITICAL, Severity.FATAL]
     )
     fail_fast: bool = False
+    #: The job drops to probing (one task in flight) when at least this share of its last
+    #: `probe_window` finished tasks failed (and at least half the window has finished);
+    #: None never probes.
+    probe_failure_rate: float | None = Field(default=0.5, gt=0, le=1)
+    probe_window: int = Field(default=10, ge=2, le=1000)

@@ -50,7 +50,8 @@ def met_arrays() -> list[list[str]]:
 def unmet_sql(stage: str, task: str = "t.id", first: int = 2) -> str:
     """SQL that is true when `task` has a prerequisite of `stage` not met yet.
 
-    Its four array parameters, from `$first` on, are `met_arrays()`.
+    Its four array parameters, from `$first` on, are `met_arrays()`. A failed task meets
+    `failed` only once the triage decided it stays failed.
     """
     if stage not in ("setup", "post_processing"):
         raise ValueError(f"no prerequisites at stage {stage!r}")
@@ -61,7 +62,7 @@ def unmet_sql(stage: str, task: str = "t.id", first: int = 2) -> str:
         f"(p.required = 'queued' AND o.state = ANY({q}))"
         f" OR (p.required = 'data_ready' AND o.state = ANY({d}))"
         f" OR (p.required = 'completed' AND o.state = ANY({c}))"
-        f" OR (p.required = 'failed' AND o.state = ANY({f}))))"
+        f" OR (p.required = 'failed' AND o.state = ANY({f}) AND o.decided)))"
     )
 
 

@@ -9,8 +9,11 @@ import contextlib
 import os
 import signal
 from collections.abc import Awaitable
+from pathlib import Path
 
 import psutil
+
+from shared import cgroups
 
 #: Create times are floats read from /proc; allow for their rounding.
 _CREATE_TIME_TOLERANCE_S = 0.05
@@ -85,3 +88,43 @@ def exit_waiter(pid: int, created: float) -> Awaitable[None] | None:
     loop.add_reader(fd, on_readable)
     done.add_done_callback(on_cancel)
     return done
+
+
+def signal_tree(pid: int, created: float, cgroup: Path | None, sig: int) -> bool:
+    """Signal the command's whole tree: its cgroup (if any) and its process group.
+
+    Returns whether anything was signalled. A SIGKILL of a cgroup goes through `cgroup.kill`,
+    which also reaches processes forked meanwhile.
+    """
+    hit = kill_group_of(pid, created, sig)
+    members = cgroups.procs(cgroup) if cgroup is not None else []
+    if members and sig == signal.SIGKILL and cgroup is not None:
+        (cgroup / "cgroup.kill").write_text("1")
+        return True
+    for member in members:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, sig)
+            hit = True
+    return hit
+
+
+def tree_alive(pid: int, created: float, cgroup: Path | None) -> bool:
+    """Whether the leader or anything in the command's cgroup or process group still runs."""
+    if is_alive(pid, created) or (cgroup is not None and cgroups.procs(cgroup)):
+        return True
+    try:
+        os.killpg(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+async def terminate_tree(pid: int, created: float, cgroup: Path | None, grace_s: float) -> None:
+    """SIGTERM the tree, give it `grace_s` to exit, then SIGKILL what is left."""
+    signal_tree(pid, created, cgroup, signal.SIGTERM)
+    signal_tree(pid, created, cgroup, signal.SIGCONT)  # a stopped process cannot handle TERM
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    while loop.time() < deadline and tree_alive(pid, created, cgroup):  # noqa: ASYNC110
+        await asyncio.sleep(0.05)  # no event to wait on: a pidfd covers the leader only
+    signal_tree(pid, created, cgroup, signal.SIGKILL)

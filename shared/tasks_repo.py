@@ -15,7 +15,7 @@ from shared import outbox
 from shared.db import Connection
 from shared.errors import StaleState
 from shared.messages import JobEvent, TaskEvent
-from shared.states import TERMINAL, FailureClass, TaskState, sources_for
+from shared.states import FAILED, TERMINAL, FailureClass, TaskState, sources_for
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,8 @@ class Task:
     app_retries: int = 0
     infra_retries: int = 0
     resume: dict[str, Any] | None = None
+    decided: bool = True
+    not_before: datetime | None = None
 
     @classmethod
     def from_record(cls, record: Any) -> "Task":
@@ -79,6 +81,8 @@ SETTABLE: Final = frozenset(
         "app_retries",
         "infra_retries",
         "resume",
+        "decided",
+        "not_before",
     }
 )
 
@@ -134,10 +138,12 @@ async def transition(
 
     `among` narrows the table's sources; `changes` sets other columns (names from SETTABLE).
     Writes `task.<dst>.<job>` (and `job_event` if given) to the outbox in the caller's
-    transaction. Raises `StaleState` when the guard does not match; idempotent in that a
-    repeated call fails the guard instead of applying twice.
+    transaction. Entering a failed state marks the task undecided (`decided = false`) for the
+    scheduler's triage; any other state marks it decided. Raises `StaleState` when the guard
+    does not match; idempotent in that a repeated call fails the guard instead of applying
+    twice.
     """
-    changes = changes or {}
+    changes = {"decided": dst not in FAILED} | (changes or {})
     unknown = set(changes) - SETTABLE
     if unknown:
         raise ValueError(f"cannot set {sorted(unknown)} in a transition")

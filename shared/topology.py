@@ -59,6 +59,14 @@ class Topology:
         """Queue of processes handed by the worker of `host_id` to its supervisor."""
         return self._name("supervise", _safe(host_id))
 
+    def error_log_queue(self, host_id: str, instance: str) -> str:
+        """Exclusive queue of a supervisor instance: error-log records of the jobs it watches."""
+        return self._name("errors", _safe(host_id), _safe(instance))
+
+    def follower_queue(self, follower_id: str) -> str:
+        """Exclusive queue of one live event stream (an SSE client of the api)."""
+        return self._name("follow", _safe(follower_id))
+
 
 def pool_key(pool: str = DEFAULT_POOL) -> str:
     """Routing key on the work exchange for a pool queue."""
@@ -123,6 +131,35 @@ async def declare_work_queue(
     """Declare a durable quorum work queue bound to the work exchange under `routing_key`."""
     queue = await channel.declare_queue(name, durable=True, arguments=_queue_arguments(topology))
     await queue.bind(topology.work_exchange, routing_key)
+    return queue
+
+
+#: A follower's queue keeps at most this many messages; a stalled client loses the oldest.
+FOLLOWER_MAX_LENGTH: Final = 10_000
+
+
+async def declare_follower_queue(
+    channel: AbstractChannel, topology: Topology, name: str, patterns: list[str]
+) -> AbstractQueue:
+    """Declare a follower's queue bound to the events exchange under each of `patterns`.
+
+    A classic queue (never quorum: it is exclusive and short-lived), non-durable, exclusive to
+    the connection and auto-deleted when its consumer goes; bounded by `FOLLOWER_MAX_LENGTH`.
+    `patterns` must be checked beforehand (`shared.topics`).
+    """
+    queue = await channel.declare_queue(
+        name,
+        durable=False,
+        exclusive=True,
+        auto_delete=True,
+        arguments={
+            "x-queue-type": "classic",
+            "x-max-length": FOLLOWER_MAX_LENGTH,
+            "x-overflow": "drop-head",
+        },
+    )
+    for pattern in patterns:
+        await queue.bind(topology.events_exchange, pattern)
     return queue
 
 

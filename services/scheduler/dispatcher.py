@@ -1,7 +1,8 @@
 """Releasing tasks to workers: claim (compare-and-set) and a work message, in one transaction.
 
-New tasks whose setup prerequisites are met go to the pool queue, within each job's
-`release_per_tick` and `max_in_flight`. Unclaimed tasks resting in `queued` or `data_ready`
+New tasks whose setup prerequisites are met (and whose resubmission backoff, `not_before`, has
+passed) go to the pool queue, within each job's `release_per_tick` and `max_in_flight` (1 while
+the job is probing). Unclaimed tasks resting in `queued` or `data_ready`
 (after a recovery, or once post-processing prerequisites are met), or in an action state
 (`recover_*`, `restart_*`: a hook to run), go to their host's queue, since their work dir
 lives there.
@@ -21,9 +22,11 @@ _NEW_TASKS: Final = f"""
 SELECT t.id FROM jobs j CROSS JOIN LATERAL (
     SELECT t.id FROM tasks t
     WHERE t.job_id = j.id AND t.state = 'new' AND t.claim IS NULL
+      AND (t.not_before IS NULL OR t.not_before <= now())
       AND NOT {unmet_sql("setup")}
     ORDER BY t.index
-    LIMIT greatest(0, least(j.release_per_tick, j.max_in_flight - (
+    LIMIT greatest(0, least(j.release_per_tick, (
+        CASE WHEN j.probing_since IS NULL THEN j.max_in_flight ELSE 1 END) - (
         SELECT count(*) FROM tasks x WHERE x.job_id = j.id
           AND (x.claim IS NOT NULL OR x.state = ANY($6::task_state[])))))
 ) t

@@ -1,4 +1,5 @@
-"""The scheduler service: lead, then loop: relay the outbox, release tasks, end jobs, reap hosts.
+"""The scheduler service: lead, then loop: triage failures, release tasks, end jobs, reap hosts,
+relay the outbox.
 
 The loop wakes on every outbox insert (LISTEN `vigil_outbox`) and at least every tick.
 """
@@ -17,9 +18,11 @@ from services.scheduler.leader import Leadership
 from services.scheduler.reaper import Reaper
 from services.scheduler.relay import Relay
 from services.scheduler.settings import SchedulerSettings
+from services.scheduler.triage import Triage, TriageSettings, end_probing, release_quarantines
 from services.scheduler.waiters import Waiters
 from shared import outbox
 from shared.amqp import Broker, open_broker
+from shared.analyser import DefaultAnalyser
 from shared.db import Pool, check_schema, open_pool
 from shared.errors import UNAVAILABLE
 from shared.lifecycle import stop_on_signals, wait_or_stop
@@ -47,17 +50,31 @@ class Scheduler:
         )
         self.reaper = Reaper(pool, settings.dead_host_s)
         self.waiters = Waiters(pool, settings.scheduler_batch)
+        self.triage = Triage(
+            pool,
+            DefaultAnalyser(),
+            TriageSettings(
+                batch=settings.scheduler_batch,
+                fence_timeout_s=settings.fence_timeout_s,
+                quarantine_after=settings.quarantine_after,
+                quarantine_window_s=settings.quarantine_window_s,
+                quarantine_s=settings.quarantine_s,
+            ),
+        )
         self._last_reap = self._last_prune = 0.0
 
     async def run_once(self) -> int:
         """One round of every step; returns how much was done (0 means idle)."""
-        done = await self.waiters.run_once()
+        done = await self.triage.run_once()
+        done += await self.waiters.run_once()
         done += await self.dispatcher.run_once()
         done += await self.finaliser.run_once()
         now = time.monotonic()
         if now - self._last_reap >= _REAP_EVERY_S:
             self._last_reap = now
             done += await self.reaper.run_once()
+            done += await end_probing(self.pool)
+            await release_quarantines(self.pool)
         if now - self._last_prune >= _PRUNE_EVERY_S:
             self._last_prune = now
             async with self.pool.acquire() as conn:

@@ -1,4 +1,6 @@
-"""Noticing dead hosts: a worker that stopped heartbeating loses the tasks it held."""
+"""Noticing dead hosts: when neither the worker nor the supervisor of a host heartbeats any more,
+the tasks its worker held are lost. (A silent worker whose supervisor lives is the supervisor's
+to judge: it can also kill the worker's processes.)"""
 
 import logging
 
@@ -9,7 +11,8 @@ logger = logging.getLogger(__name__)
 
 
 class Reaper:
-    """Declares `lost` every task held by a worker whose heartbeat is older than `dead_after_s`."""
+    """Declares `lost` every task held by the worker of a host whose worker and supervisor
+    heartbeats are both older than `dead_after_s`."""
 
     def __init__(self, pool: Pool, dead_after_s: float) -> None:
         self._pool, self._dead_after_s = pool, dead_after_s
@@ -20,7 +23,9 @@ class Reaper:
         async with self._pool.acquire() as conn:
             dead = await conn.fetch(
                 "SELECT id, worker FROM hosts WHERE worker IS NOT NULL"
-                " AND heartbeat_at < now() - make_interval(secs => $1)",
+                " AND heartbeat_at < now() - make_interval(secs => $1)"
+                " AND (supervisor_heartbeat_at IS NULL"
+                "      OR supervisor_heartbeat_at < now() - make_interval(secs => $1))",
                 self._dead_after_s,
             )
             for host in dead:

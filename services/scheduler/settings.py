@@ -11,8 +11,17 @@ class SchedulerSettings(CommonSettings):
 
     scheduler_tick_s: float = Field(default=0.25, gt=0, le=60)
     scheduler_batch: int = Field(default=500, ge=1, le=10000)
-    #: A host whose worker has not heartbeated for this long is dead: its tasks are lost.
+    #: A host whose worker and supervisor have not heartbeated for this long is dead: its
+    #: tasks are lost.
     dead_host_s: float = Field(default=10.0, gt=0)
+    #: A lost task whose process may still run is resubmitted once its supervisor killed it,
+    #: or after its host has been unreachable this long.
+    fence_timeout_s: float = Field(default=60.0, gt=0)
+    #: A host with this many infra failures (signal, lost, hung) within the window is
+    #: quarantined for `quarantine_s` (0: never).
+    quarantine_after: int = Field(default=5, ge=0)
+    quarantine_window_s: float = Field(default=600.0, gt=0)
+    quarantine_s: float = Field(default=600.0, gt=0)
     #: Published outbox rows are kept this long (for inspection), then pruned.
     outbox_keep_s: float = Field(default=3600.0, gt=0)
     worker_pool: str = DEFAULT_POOL

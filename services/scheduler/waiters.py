@@ -1,7 +1,8 @@
 """Tasks waiting on prerequisites that can no longer be met (design §4) are failed.
 
 A task waits unclaimed in `new` (setup prerequisites) or `data_ready` (post-processing ones).
-When a task it waits for reaches a state from which the required one is out of reach, it goes
+When a task it waits for reaches a state from which the required one is out of reach (and, if
+failed, the triage has decided it will not come back), it goes
 to `failed_setup_prerequisites` / `failed_post_processing_prerequisites`, with a brief naming
 the prerequisite. `recover` puts it back, and its prerequisites are evaluated again.
 """
@@ -22,7 +23,7 @@ SELECT DISTINCT ON (t.id) t.id, t.state, p.stage, p.on_task_id, p.required, o.st
 FROM tasks t
 JOIN task_prerequisites p ON p.task_id = t.id
 JOIN tasks o ON o.id = p.on_task_id
-WHERE t.claim IS NULL
+WHERE t.claim IS NULL AND o.decided
   AND ((t.state = 'new' AND p.stage = 'setup')
        OR (t.state = 'data_ready' AND p.stage = 'post_processing'))
   AND ((p.required = 'queued' AND o.state = ANY($2::task_state[]))

@@ -5,22 +5,28 @@ Stopping the supervisor never stops the processes: a new supervisor re-attaches 
 
 import asyncio
 import logging
+import os
+import secrets
+import signal
 from contextlib import AsyncExitStack
 
 from aio_pika.abc import AbstractIncomingMessage
 from redis.asyncio import Redis
 
+from services.supervisor.error_logs import ErrorLogs
+from services.supervisor.heartbeat import heartbeat
 from services.supervisor.reconcile import reconcile
 from services.supervisor.settings import SupervisorSettings
-from services.supervisor.watchers import Watchers
+from services.supervisor.watchers import Watchers, WatchSettings
 from services.supervisor.worker_watch import WorkerWatch
-from shared import tasks_repo
+from shared import attempts_repo, tasks_repo
 from shared.amqp import Handler, deliver, open_broker
+from shared.cgroups import Cgroups
 from shared.db import Pool, check_schema, open_pool
 from shared.errors import UNAVAILABLE, InvalidMessage
 from shared.lifecycle import stop_on_signals, wait_or_stop
 from shared.messages import KillTask, Message, WatchProcess
-from shared.processes import kill_group_of
+from shared.processes import signal_tree
 from shared.redis_client import open_redis
 from shared.redis_keys import RedisKeys
 from shared.states import TaskState
@@ -30,25 +36,37 @@ logger = logging.getLogger(__name__)
 
 
 async def _reconcile_loop(
-    settings: SupervisorSettings, pool: Pool, redis: Redis, watchers: Watchers, stop: asyncio.Event
+    settings: SupervisorSettings,
+    pool: Pool,
+    redis: Redis,
+    watchers: Watchers,
+    cgroups: Cgroups | None,
+    stop: asyncio.Event,
 ) -> None:
     keys = RedisKeys(settings.namespace)
     while True:
         try:
-            await reconcile(pool, redis, keys, watchers, settings.host_id)
+            await reconcile(
+                pool, redis, keys, watchers, settings.host_id, settings.namespace, cgroups
+            )
         except UNAVAILABLE as exc:
             logger.warning("reconcile failed, will retry: %s", exc)
         if await wait_or_stop(stop, settings.reconcile_s):
             return
 
 
-def _handler(pool: Pool, watchers: Watchers) -> Handler:
+def _handler(pool: Pool, watchers: Watchers, cgroups: Cgroups | None) -> Handler:
     """Handles the host's supervisor queue: processes to watch, processes to kill."""
 
     async def handle(message: Message) -> None:
         if isinstance(message, KillTask):
-            killed = kill_group_of(message.pid, message.create_time)
+            cgroup = (
+                cgroups.path(message.task_id, message.claim) if cgroups and message.claim else None
+            )
+            killed = signal_tree(message.pid, message.create_time, cgroup, signal.SIGKILL)
             logger.info("task %s: %s (killed=%s)", message.task_id, message.reason, killed)
+            async with pool.acquire() as conn:
+                await attempts_repo.mark_reaped(conn, message.task_id, message.pid)
             return
         if not isinstance(message, WatchProcess):
             raise InvalidMessage(f"a supervisor cannot handle {message.type}")
@@ -70,20 +88,50 @@ async def main(settings: SupervisorSettings) -> None:
             open_broker(settings.amqp_url, topology, f"supervisor-{settings.host_id}")
         )
         redis = await stack.enter_async_context(open_redis(settings.redis_url))
-        watchers = Watchers(pool, redis, RedisKeys(settings.namespace), settings.report_grace_s)
+        instance = f"{settings.host_id}-{os.getpid()}-{secrets.token_hex(3)}"
+        cgroups = Cgroups.detect(settings.namespace, settings.cgroup_root)
+        error_logs = ErrorLogs()
+        watchers = Watchers(
+            pool,
+            redis,
+            RedisKeys(settings.namespace),
+            WatchSettings(settings.report_grace_s, settings.vitals_s, settings.kill_grace_s),
+            cgroups,
+            error_logs,
+        )
         stack.push_async_callback(watchers.close)
+        await error_logs.start(
+            broker, topology.error_log_queue(settings.host_id, instance), watchers.on_log
+        )
         channel = await broker.channel_for_consuming(prefetch=256)
         _, _, queue = await declare_all_work_queues(channel, topology, settings.host_id)
-        handler = _handler(pool, watchers)
+        handler = _handler(pool, watchers, cgroups)
 
         async def on_message(incoming: AbstractIncomingMessage) -> None:
             await deliver(incoming, handler)
 
         tag = await queue.consume(on_message)
-        worker_watch = WorkerWatch(pool, redis, RedisKeys(settings.namespace), settings.host_id)
-        logger.info("supervising host %s", settings.host_id)
+        worker_watch = WorkerWatch(
+            pool,
+            redis,
+            RedisKeys(settings.namespace),
+            settings.host_id,
+            cgroups,
+            settings.dead_worker_s,
+        )
+        logger.info(
+            "supervising host %s (%s)",
+            settings.host_id,
+            f"cgroups under {cgroups.root}" if cgroups else "process groups only",
+        )
         async with asyncio.TaskGroup() as tg:
+            tg.create_task(
+                heartbeat(pool, settings.host_id, instance, settings.heartbeat_s, stop),
+                name="heartbeat",
+            )
             tg.create_task(worker_watch.run(stop, settings.worker_poll_s), name="worker-watch")
-            tg.create_task(_reconcile_loop(settings, pool, redis, watchers, stop), name="reconcile")
+            tg.create_task(
+                _reconcile_loop(settings, pool, redis, watchers, cgroups, stop), name="reconcile"
+            )
         await queue.cancel(tag)
     logger.info("supervisor stopped")

@@ -1,15 +1,19 @@
-"""Tasks whose worker died: their process groups are killed and they are declared `lost`."""
+"""Tasks whose worker died: their process trees are killed and they are declared `lost`."""
 
 import logging
+import signal
 
 from shared import loss, tasks_repo
+from shared.cgroups import Cgroups
 from shared.db import Pool
-from shared.processes import kill_group_of
+from shared.processes import signal_tree
 
 logger = logging.getLogger(__name__)
 
 
-async def reap_worker(pool: Pool, host_id: str, instance: str, why: str) -> int:
+async def reap_worker(
+    pool: Pool, host_id: str, instance: str, why: str, cgroups: Cgroups | None
+) -> int:
     """Kill what the dead worker `instance` left running on this host and fail its tasks.
 
     Returns how many tasks were declared lost. Idempotent: tasks already moved are skipped.
@@ -19,10 +23,13 @@ async def reap_worker(pool: Pool, host_id: str, instance: str, why: str) -> int:
         for task in await tasks_repo.held_by(conn, instance):
             if task.host != host_id:
                 continue
+            reaped = task.pid is None
             if task.pid is not None and task.pid_create_time is not None:
-                killed = kill_group_of(task.pid, task.pid_create_time)
-                logger.info("task %s: process group %d killed=%s", task.id, task.pid, killed)
-            lost += await loss.declare(conn, task, why=why)
+                cgroup = cgroups.path(task.id, task.claim) if cgroups and task.claim else None
+                killed = signal_tree(task.pid, task.pid_create_time, cgroup, signal.SIGKILL)
+                logger.info("task %s: process tree %d killed=%s", task.id, task.pid, killed)
+                reaped = True
+            lost += await loss.declare(conn, task, why=why, reaped=reaped)
     return lost
 
 

@@ -1,8 +1,9 @@
 """Comparing PostgreSQL's view of this host with what runs on it.
 
 On start and every `reconcile_s`: every `on_cpu` task of this host is watched (re-attached if
-its process lives, judged at once if not), and tasks held by a worker instance that is no
-longer the registered one are reaped as orphans.
+its process lives, judged at once if not), tasks held by a worker instance that is no longer
+the registered one are reaped as orphans, and stray processes (marked as a task's, but no
+task runs them any more) are killed.
 """
 
 import logging
@@ -10,7 +11,9 @@ import logging
 from redis.asyncio import Redis
 
 from services.supervisor.orphans import reap_worker, stale_instances
+from services.supervisor.strays import kill_strays
 from services.supervisor.watchers import Watchers
+from shared.cgroups import Cgroups
 from shared.db import Pool
 from shared.presence import registered
 from shared.redis_keys import RedisKeys
@@ -19,7 +22,13 @@ logger = logging.getLogger(__name__)
 
 
 async def reconcile(
-    pool: Pool, redis: Redis, keys: RedisKeys, watchers: Watchers, host_id: str
+    pool: Pool,
+    redis: Redis,
+    keys: RedisKeys,
+    watchers: Watchers,
+    host_id: str,
+    namespace: str,
+    cgroups: Cgroups | None,
 ) -> None:
     """One comparison round (idempotent)."""
     async with pool.acquire() as conn:
@@ -31,10 +40,13 @@ async def reconcile(
     for row in running:
         if not watchers.is_watching(row["id"], row["claim"]):
             watchers.watch(row["id"], row["claim"], row["pid"], row["pid_create_time"] or 0.0)
-    await _reap_stale(pool, redis, keys, host_id)
+    await _reap_stale(pool, redis, keys, host_id, cgroups)
+    await kill_strays(pool, namespace, host_id, cgroups)
 
 
-async def _reap_stale(pool: Pool, redis: Redis, keys: RedisKeys, host_id: str) -> None:
+async def _reap_stale(
+    pool: Pool, redis: Redis, keys: RedisKeys, host_id: str, cgroups: Cgroups | None
+) -> None:
     # Holders are read before the registration: a worker registers before it takes any task,
     # so a holder that is not the registration read afterwards is dead or replaced.
     holders = await stale_instances(pool, host_id, None)
@@ -45,6 +57,6 @@ async def _reap_stale(pool: Pool, redis: Redis, keys: RedisKeys, host_id: str) -
         if live is not None and instance == live.instance:
             continue
         why = f"worker {instance} is no longer running on host {host_id}"
-        lost = await reap_worker(pool, host_id, instance, why)
+        lost = await reap_worker(pool, host_id, instance, why, cgroups)
         if lost:
             logger.warning("reconcile: %d task(s) of gone worker %s lost", lost, instance)

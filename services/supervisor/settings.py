@@ -14,3 +14,10 @@ class SupervisorSettings(HostSettings):
     reconcile_s: float = Field(default=2.0, gt=0, le=300)
     #: How often to look up which worker process is registered on this host.
     worker_poll_s: float = Field(default=0.2, gt=0, le=10)
+    #: How often each watcher checks walltime and signs of life (hang_timeout).
+    vitals_s: float = Field(default=0.5, gt=0, le=60)
+    #: A tree being killed gets SIGTERM, then SIGKILL this long after.
+    kill_grace_s: float = Field(default=5.0, ge=0, le=600)
+    #: A live worker that has not heartbeated for this long is judged frozen: its processes
+    #: are killed and its tasks lost.
+    dead_worker_s: float = Field(default=10.0, gt=0)

@@ -1,37 +1,97 @@
-"""A watcher coroutine per running process: notified of its exit by pidfd, then it judges.
+"""A watcher coroutine per running process: its exit, its vitals and its error log.
 
-When a watched process exits, its worker (the parent) notes the exit in Redis at once and reports
-it in PostgreSQL once the output is flushed. A noted exit is the worker's to report (if the
-worker dies first, the worker watch reaps the task). If the task is still `on_cpu` under the same
-claim after `report_grace_s` with no note, no one will report it: the process died of something
-outside Vigil, and the task fails as `signal`.
+- **Exit**: notified by pidfd. The worker (the parent) notes the exit in Redis at once and
+  reports it once the output is flushed. A noted exit is the worker's to report. If the task is
+  still `on_cpu` under the same claim `report_grace_s` later with no note, the process died of
+  something outside Vigil: the task fails as `signal`.
+- **Vitals**: every `vitals_s`, `walltime` (since the cluster attempt started) and
+  `hang_timeout` (since the last sign of life: output written to the run files or a status
+  file; paused while the job is suspended) are checked (`shared.vitals`).
+- **Error log**: a record of the task with a severity in the job's `fail_on_log` (through
+  `ErrorLogs`) fails it as `error_log`.
+
+Each verdict is a compare-and-set on the task (`on_cpu` under the watched claim) before the
+tree is killed (TERM, `kill_grace_s`, KILL), so the worker's own late report is fenced off.
 """
 
 import asyncio
 import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 from redis.asyncio import Redis
 
-from shared import loss, tasks_repo
+from services.supervisor.error_logs import ErrorLogs
+from shared import job_errors, loss, tasks_repo
+from shared.cgroups import Cgroups
 from shared.db import Pool
 from shared.errors import UNAVAILABLE
-from shared.outcomes import vanished_outcome
-from shared.processes import exit_waiter
+from shared.messages import LogRecord
+from shared.outcomes import Outcome, error_log_outcome, vanished_outcome
+from shared.policy import Policy
+from shared.processes import exit_waiter, terminate_tree
 from shared.redis_keys import RedisKeys
-from shared.states import TaskState
+from shared.states import JobState, TaskState
+from shared.vitals import Vitals, verdict
 
 logger = logging.getLogger(__name__)
 
 _POLL_S = 0.05
 
+_LOAD = """
+SELECT t.job_id, t.state::text AS state, t.claim, t.workdir, t.run_number,
+       j.policy, a.attempt, extract(epoch FROM a.started_at) AS started
+FROM tasks t JOIN jobs j ON j.id = t.job_id
+LEFT JOIN LATERAL (SELECT attempt, started_at FROM attempts
+                   WHERE task_id = t.id AND claim = t.claim AND stage = 'cluster'
+                   ORDER BY attempt DESC LIMIT 1) a ON true
+WHERE t.id = $1
+"""
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    report_grace_s: float
+    vitals_s: float
+    kill_grace_s: float
+
+
+@dataclass
+class Watched:
+    """One running command and what is known about it."""
+
+    task_id: str
+    job_id: str
+    claim: UUID
+    pid: int
+    create_time: float
+    attempt: int
+    policy: Policy
+    vitals: Vitals
+    signs: list[Path] = field(default_factory=list)  # files whose writes are signs of life
+    cgroup: Path | None = None
+    ending: bool = False  # a verdict is being applied
+
 
 class Watchers:
-    """The set of watched processes of this host, keyed by (task id, claim)."""
+    """The watched processes of this host, keyed by (task id, claim)."""
 
-    def __init__(self, pool: Pool, redis: Redis, keys: RedisKeys, report_grace_s: float) -> None:
-        self._pool, self._redis, self._keys, self._grace = pool, redis, keys, report_grace_s
+    def __init__(
+        self,
+        pool: Pool,
+        redis: Redis,
+        keys: RedisKeys,
+        settings: WatchSettings,
+        cgroups: Cgroups | None,
+        error_logs: ErrorLogs,
+    ) -> None:
+        self._pool, self._redis, self._keys, self._settings = pool, redis, keys, settings
+        self._cgroups, self._error_logs = cgroups, error_logs
         self._tasks: dict[tuple[str, UUID], asyncio.Task[None]] = {}
+        self._watched: dict[str, Watched] = {}
 
     def is_watching(self, task_id: str, claim: UUID) -> bool:
         return (task_id, claim) in self._tasks
@@ -46,27 +106,159 @@ class Watchers:
         )
         self._tasks[key] = task
         task.add_done_callback(lambda _t: self._tasks.pop(key, None))
-        logger.info("watching task %s (pid %d)", task_id, pid, extra={"task_id": task_id})
 
     async def _watch(self, task_id: str, claim: UUID, pid: int, create_time: float) -> None:
-        waiter = exit_waiter(pid, create_time)
-        if waiter is not None:
-            await waiter
-        await self._judge(task_id, claim, pid)
+        watched = await self._load(task_id, claim, pid, create_time)
+        if watched is None:
+            return
+        self._watched[task_id] = watched
+        logger.info("watching task %s (pid %d)", task_id, pid, extra={"task_id": task_id})
+        try:
+            await self._error_logs.follow(watched.job_id, watched.policy.fail_on_log)
+            await self._check_logged_errors(watched)
+            waiter = exit_waiter(pid, create_time)
+            if waiter is not None and not await self._until_exit(watched, waiter):
+                return
+            if not watched.ending:
+                await self._judge_exit(watched)
+        finally:
+            if self._watched.get(task_id) is watched:
+                del self._watched[task_id]
+            await self._error_logs.unfollow(watched.job_id)
 
-    async def _judge(self, task_id: str, claim: UUID, pid: int) -> None:
+    async def _load(
+        self, task_id: str, claim: UUID, pid: int, create_time: float
+    ) -> Watched | None:
+        async with self._pool.acquire() as conn:
+            row = await conn.fetchrow(_LOAD, task_id)
+        if row is None or row["state"] != TaskState.ON_CPU.value or row["claim"] != claim:
+            return None
+        policy = Policy.model_validate(row["policy"])
+        started = float(row["started"]) if row["started"] is not None else time.time()
+        signs = []
+        if row["workdir"]:
+            run = Path(row["workdir"]) / ".vigil"
+            n = row["run_number"]
+            signs = [run / f"run{n}.stdout", run / f"run{n}.stderr", run / f"status.run{n}.json"]
+        cgroup = self._cgroups.path(task_id, claim) if self._cgroups else None
+        return Watched(
+            task_id=task_id,
+            job_id=row["job_id"],
+            claim=claim,
+            pid=pid,
+            create_time=create_time,
+            attempt=row["attempt"] or 0,
+            policy=policy,
+            vitals=Vitals(started=started, last_sign=started),
+            signs=signs,
+            cgroup=cgroup,
+        )
+
+    # -- while it runs -----------------------------------------------------------------------
+
+    async def _until_exit(self, watched: Watched, waiter: Any) -> bool:
+        """Wait for the exit, checking vitals meanwhile; False if a verdict ended the task."""
+        exited = asyncio.ensure_future(waiter)
+        try:
+            while not watched.ending:
+                done, _ = await asyncio.wait({exited}, timeout=self._settings.vitals_s)
+                if done:
+                    return True
+                await self._check_vitals(watched)
+            return False
+        finally:
+            if not exited.done():
+                exited.cancel()
+
+    async def _check_vitals(self, watched: Watched) -> None:
+        policy = watched.policy
+        if policy.hang_timeout is None and policy.walltime is None:
+            return
+        now = time.time()
+        watched.vitals = watched.vitals.seen(_newest_mtime(watched.signs))
+        if policy.hang_timeout is not None and await self._suspended(watched.job_id):
+            watched.vitals = watched.vitals.seen(now)  # a suspended job is not hung
+        outcome = verdict(now, watched.vitals, policy.hang_timeout, policy.walltime)
+        if outcome is not None:
+            await self.end(watched, outcome)
+
+    async def _suspended(self, job_id: str) -> bool:
+        try:
+            async with self._pool.acquire() as conn:
+                state = await conn.fetchval("SELECT state::text FROM jobs WHERE id = $1", job_id)
+        except UNAVAILABLE:
+            return True  # unknown: never judge a task hung on a guess
+        return bool(state == JobState.SUSPENDED.value)
+
+    async def _check_logged_errors(self, watched: Watched) -> None:
+        """Errors persisted before the log binding existed are read from PostgreSQL."""
+        async with self._pool.acquire() as conn:
+            line = await job_errors.first_error(
+                conn, watched.task_id, watched.attempt, watched.policy.fail_on_log
+            )
+        if line is not None:
+            await self.end(watched, error_log_outcome("error", line), errors=True)
+
+    async def on_log(self, record: LogRecord) -> None:
+        """A record from the error-log binding of a watched job."""
+        watched = self._watched.get(record.task_id)
+        if watched is None or watched.ending or record.attempt != watched.attempt:
+            return
+        if record.severity in watched.policy.fail_on_log:
+            await self.end(
+                watched, error_log_outcome(record.severity.value, record.line), errors=True
+            )
+
+    # -- verdicts ----------------------------------------------------------------------------
+
+    async def end(self, watched: Watched, outcome: Outcome, *, errors: bool = False) -> bool:
+        """Fail the task with `outcome` (if it still runs under the claim), then kill its tree."""
+        if watched.ending:
+            return False
+        watched.ending = True
+        async with self._pool.acquire() as conn, conn.transaction():
+            task = await tasks_repo.get(conn, watched.task_id)
+            if task is None or task.state is not TaskState.ON_CPU or task.claim != watched.claim:
+                return False
+            if not await loss.declare(conn, task, outcome, reaped=True):
+                return False
+            if errors:
+                await job_errors.record_from_logs(
+                    conn,
+                    watched.job_id,
+                    watched.task_id,
+                    watched.attempt,
+                    watched.policy.fail_on_log,
+                )
+        logger.warning(
+            "task %s: %s", watched.task_id, outcome.brief, extra={"task_id": watched.task_id}
+        )
+        await terminate_tree(
+            watched.pid, watched.create_time, watched.cgroup, self._settings.kill_grace_s
+        )
+        return True
+
+    async def _judge_exit(self, watched: Watched) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._grace
+        deadline = loop.time() + self._settings.report_grace_s
         while True:
             async with self._pool.acquire() as conn:
-                task = await tasks_repo.get(conn, task_id)
-                reported = task is None or task.state is not TaskState.ON_CPU or task.claim != claim
-                if reported or await self._noted(task_id, claim):
+                task = await tasks_repo.get(conn, watched.task_id)
+                reported = (
+                    task is None
+                    or task.state is not TaskState.ON_CPU
+                    or task.claim != watched.claim
+                )
+                if reported or await self._noted(watched.task_id, watched.claim):
                     return
                 if loop.time() >= deadline:
                     assert task is not None
-                    if task.pid == pid and await loss.declare(conn, task, vanished_outcome()):
-                        logger.warning("task %s: process %d vanished unreported", task_id, pid)
+                    if task.pid == watched.pid and await loss.declare(
+                        conn, task, vanished_outcome(), reaped=True
+                    ):
+                        logger.warning(
+                            "task %s: process %d vanished unreported", task.id, watched.pid
+                        )
                     return
             await asyncio.sleep(_POLL_S)
 
@@ -84,3 +276,14 @@ class Watchers:
         for task in list(self._tasks.values()):
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+
+
+def _newest_mtime(paths: list[Path]) -> float | None:
+    newest = None
+    for path in paths:
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            continue
+        newest = mtime if newest is None else max(newest, mtime)
+    return newest

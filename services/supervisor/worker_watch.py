@@ -2,7 +2,9 @@
 
 The worker registers itself in Redis (pid, create time, instance). The supervisor follows that
 registration and holds a pidfd on the registered process, so a worker killed with -9 is noticed
-as soon as the kernel reaps it.
+as soon as the kernel reaps it. A worker that is alive but silent (frozen, e.g. SIGSTOP) for
+`dead_worker_s` is judged the same way: its processes are killed and its tasks lost; if it
+wakes up, its late reports are fenced off and it goes on with new work.
 """
 
 import asyncio
@@ -12,6 +14,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from services.supervisor.orphans import reap_worker
+from shared.cgroups import Cgroups
 from shared.db import Pool
 from shared.errors import UNAVAILABLE
 from shared.lifecycle import wait_or_stop
@@ -25,8 +28,17 @@ logger = logging.getLogger(__name__)
 class WorkerWatch:
     """Follows the registered worker; when its process exits, reaps what it held."""
 
-    def __init__(self, pool: Pool, redis: Redis, keys: RedisKeys, host_id: str) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        redis: Redis,
+        keys: RedisKeys,
+        host_id: str,
+        cgroups: Cgroups | None,
+        dead_worker_s: float,
+    ) -> None:
         self._pool, self._redis, self._keys, self._host_id = pool, redis, keys, host_id
+        self._cgroups, self._dead_worker_s = cgroups, dead_worker_s
         self.current: WorkerIdentity | None = None
         self._exit: asyncio.Future[None] | None = None
         self._reaped: set[str] = set()
@@ -54,8 +66,10 @@ class WorkerWatch:
             dead, self.current, self._exit = self.current, None, None
             self._reaped.add(dead.instance)
             why = f"worker {dead.instance} (pid {dead.pid}) died while holding the task"
-            lost = await reap_worker(self._pool, self._host_id, dead.instance, why)
+            lost = await reap_worker(self._pool, self._host_id, dead.instance, why, self._cgroups)
             logger.warning("worker %s died; %d task(s) lost", dead.instance, lost)
+        if self.current is not None:
+            await self._judge_silence(self.current)
         found = await registered(self._redis, self._keys, self._host_id)
         if found is None or found == self.current or found.instance in self._reaped:
             return
@@ -65,6 +79,22 @@ class WorkerWatch:
             return
         self.current, self._exit = found, asyncio.ensure_future(waiter)
         logger.info("watching worker %s (pid %d)", found.instance, found.pid)
+
+    async def _judge_silence(self, worker: WorkerIdentity) -> None:
+        async with self._pool.acquire() as conn:
+            silent = await conn.fetchval(
+                "SELECT heartbeat_at < now() - make_interval(secs => $3) FROM hosts"
+                " WHERE id = $1 AND worker = $2",
+                self._host_id,
+                worker.instance,
+                self._dead_worker_s,
+            )
+        if not silent:
+            return
+        why = f"worker {worker.instance} (pid {worker.pid}) stopped heartbeating"
+        lost = await reap_worker(self._pool, self._host_id, worker.instance, why, self._cgroups)
+        if lost:
+            logger.warning("worker %s is silent; %d task(s) lost", worker.instance, lost)
 
 
 def _done() -> asyncio.Future[None]:

@@ -28,7 +28,9 @@ class Consumer:
         self._prefetch = slots
         self._tasks: set[asyncio.Task[None]] = set()
         self._consuming: list[tuple[AbstractQueue, str]] = []
+        self._pool_queue: AbstractQueue | None = None
         self._stopping = False
+        self._quarantined = False
 
     async def start(self, broker: Broker, host_id: str, pool_name: str) -> None:
         """Declare this host's queues and start consuming the pool and host queues."""
@@ -36,9 +38,26 @@ class Consumer:
         pool_q, host_q, _ = await declare_all_work_queues(
             channel, broker.topology, host_id, pool_name
         )
+        self._pool_queue = pool_q
         for queue in (host_q, pool_q):
             self._consuming.append((queue, await queue.consume(self._on_message)))
         logger.info("consuming %s", ", ".join(q.name for q, _ in self._consuming))
+
+    async def set_quarantined(self, quarantined: bool) -> None:
+        """A quarantined host takes no new tasks: it stops consuming the pool queue (work for
+        tasks whose work dirs are here still comes through the host queue)."""
+        if quarantined == self._quarantined or self._stopping or self._pool_queue is None:
+            return
+        self._quarantined = quarantined
+        queue = self._pool_queue
+        if quarantined:
+            for entry in [e for e in self._consuming if e[0] is queue]:
+                self._consuming.remove(entry)
+                await queue.cancel(entry[1])
+            logger.warning("host quarantined: no new tasks taken from %s", queue.name)
+        else:
+            self._consuming.append((queue, await queue.consume(self._on_message)))
+            logger.info("quarantine over: consuming %s again", queue.name)
 
     async def _on_message(self, incoming: AbstractIncomingMessage) -> None:
         task = asyncio.create_task(self._handle(incoming), name=f"work-{incoming.delivery_tag}")

@@ -17,7 +17,7 @@ from shared.amqp import Broker
 from shared.db import Pool
 from shared.errors import UNAVAILABLE
 from shared.log_lines import parse_line
-from shared.messages import LogRecord
+from shared.messages import LogRecord, Severity
 from shared.redis_keys import JOB_TTL_S, RedisKeys
 from shared.topology import event_key
 
@@ -41,6 +41,7 @@ class LogShipper:
         run_number: int,
         attempt: int,
         files: dict[Stream, Path],
+        fail_on: frozenset[Severity] = frozenset(),
     ) -> None:
         self._pool, self._broker, self._redis, self._keys = pool, broker, redis, keys
         self._job_id, self._task_id = job_id, task_id
@@ -51,6 +52,9 @@ class LogShipper:
         self._pending: list[LogRecord] = []
         self._line_no = 0
         self._progress: int | None = None
+        self._fail_on = fail_on
+        #: The first line whose severity is in the job's `fail_on_log`, if any.
+        self.failing: LogRecord | None = None
         self.last_output = asyncio.get_running_loop().time()
 
     def add(self, stream: Stream, raw: str) -> None:
@@ -58,19 +62,20 @@ class LogShipper:
         parsed = parse_line(raw, stream)
         self._line_no += 1
         self._files[stream].write(parsed.line + "\n")
-        self._pending.append(
-            LogRecord(
-                job_id=self._job_id,
-                task_id=self._task_id,
-                run_number=self._run_number,
-                attempt=self._attempt,
-                line_no=self._line_no,
-                severity=parsed.severity,
-                stream=stream,
-                line=parsed.line,
-                progress=parsed.progress,
-            )
+        record = LogRecord(
+            job_id=self._job_id,
+            task_id=self._task_id,
+            run_number=self._run_number,
+            attempt=self._attempt,
+            line_no=self._line_no,
+            severity=parsed.severity,
+            stream=stream,
+            line=parsed.line,
+            progress=parsed.progress,
         )
+        self._pending.append(record)
+        if self.failing is None and parsed.severity in self._fail_on:
+            self.failing = record
         if parsed.progress is not None:
             self._progress = parsed.progress
         self.last_output = asyncio.get_running_loop().time()

@@ -11,6 +11,7 @@ from services.worker.registration import Presence, heartbeat, register, unregist
 from services.worker.settings import WorkerSettings
 from services.worker.stages import StageRunner
 from shared.amqp import open_broker
+from shared.cgroups import Cgroups
 from shared.db import check_schema, open_pool
 from shared.lifecycle import stop_on_signals
 from shared.redis_client import open_redis
@@ -33,14 +34,26 @@ async def main(settings: WorkerSettings) -> None:
             open_broker(settings.amqp_url, Topology(settings.namespace), f"worker-{instance}")
         )
         redis = await stack.enter_async_context(open_redis(settings.redis_url))
-        runner = StageRunner(settings, pool, broker, redis, keys, load_task_types(), instance)
+        cgroups = Cgroups.detect(settings.namespace, settings.cgroup_root)
+        runner = StageRunner(
+            settings, pool, broker, redis, keys, load_task_types(), instance, cgroups
+        )
         await register(pool, redis, keys, presence)
         consumer = Consumer(runner, settings.worker_slots)
         await consumer.start(broker, settings.host_id, settings.worker_pool)
         logger.info("worker %s up with %d slots", instance, settings.worker_slots)
         async with asyncio.TaskGroup() as tg:
             tg.create_task(
-                heartbeat(pool, redis, keys, presence, settings.heartbeat_s, stop), name="heartbeat"
+                heartbeat(
+                    pool,
+                    redis,
+                    keys,
+                    presence,
+                    settings.heartbeat_s,
+                    stop,
+                    consumer.set_quarantined,
+                ),
+                name="heartbeat",
             )
             await stop.wait()
             await consumer.stop_intake()

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
+from shared import cgroups
 from shared.processes import create_time, kill_group
 
 _CHUNK: Final = 65536
@@ -27,8 +28,11 @@ class Running:
     create_time: float
 
 
-async def spawn(script: str, workdir: Path, env: dict[str, str]) -> Running:
-    """Start `bash -c script` in `workdir`, leading its own session and process group.
+async def spawn(
+    script: str, workdir: Path, env: dict[str, str], cgroup: Path | None = None
+) -> Running:
+    """Start `bash -c script` in `workdir`, leading its own session and process group, and
+    inside `cgroup` when given (it joins before running anything).
 
     The script is one argument to bash: user text is never interpolated into another shell line.
     """
@@ -43,6 +47,7 @@ async def spawn(script: str, workdir: Path, env: dict[str, str]) -> Running:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
+        preexec_fn=cgroups.joiner(cgroup),
     )
     created = create_time(process.pid) or 0.0
     return Running(process, process.pid, created)

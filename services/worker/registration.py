@@ -7,6 +7,7 @@ supervisor can watch it by pidfd; `hosts.heartbeat_at` lets the scheduler notice
 import asyncio
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -54,16 +55,25 @@ async def heartbeat(
     presence: Presence,
     every_s: float,
     stop: asyncio.Event,
+    on_quarantine: Callable[[bool], Awaitable[None]],
 ) -> None:
-    """Refresh the presence every `every_s` seconds until `stop`; errors are logged, not fatal."""
+    """Refresh the presence every `every_s` seconds until `stop`; errors are logged, not fatal.
+
+    A worker that was silent long enough to be declared dead (frozen, partitioned) takes its
+    place again when it wakes. `on_quarantine` is told the host's quarantine flag each time.
+    """
     while not await wait_or_stop(stop, every_s):
         try:
-            await redis.expire(keys.worker(presence.host_id), WORKER_TTL_S)
-            await pool.execute(
-                "UPDATE hosts SET heartbeat_at = now() WHERE id = $1 AND worker = $2",
+            if not await redis.expire(keys.worker(presence.host_id), WORKER_TTL_S):
+                await announce(redis, keys, presence.host_id, presence.identity())
+            quarantined = await pool.fetchval(
+                "UPDATE hosts SET heartbeat_at = now(), worker = $2"
+                " WHERE id = $1 AND (worker = $2 OR worker IS NULL) RETURNING quarantined",
                 presence.host_id,
                 presence.instance,
             )
+            if quarantined is not None:
+                await on_quarantine(bool(quarantined))
         except UNAVAILABLE as exc:
             logger.warning("heartbeat failed: %s", exc)
 

@@ -8,6 +8,7 @@ the step fails with `StaleState` and the worker lets go, killing what it started
 
 import asyncio
 import logging
+import signal
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,16 +21,16 @@ from services.worker import process
 from services.worker.claims import Held, Taker, release
 from services.worker.log_shipper import LogShipper
 from services.worker.settings import WorkerSettings
-from shared import attempts_repo, outputs_repo, prerequisites, tasks_repo
+from shared import attempts_repo, job_errors, marks, outputs_repo, prerequisites, tasks_repo
 from shared.amqp import Broker
+from shared.cgroups import Cgroups
 from shared.db import Connection, Pool
 from shared.errors import UNAVAILABLE, StaleState
-from shared.messages import RunStage, WatchProcess
-from shared.outcomes import Outcome, command_outcome, hook_failed
+from shared.messages import LogRecord, RunStage, Severity, WatchProcess
+from shared.outcomes import Outcome, command_outcome, error_log_outcome, hook_failed
 from shared.policy import Policy
-from shared.processes import kill_group
+from shared.processes import signal_tree
 from shared.redis_keys import TASK_EXIT_TTL_S, RedisKeys
-from shared.retry_policy import recover_in_place
 from shared.states import ACTIONS, FailureClass, Stage, TaskState
 from shared.status_file import StatusReport, read_status
 from shared.task_types import TaskContext, TaskType
@@ -56,6 +57,7 @@ class StageRunner:
     keys: RedisKeys
     task_types: dict[str, TaskType]
     instance: str
+    cgroups: Cgroups | None = None
 
     def __post_init__(self) -> None:
         self.taker = Taker(
@@ -176,17 +178,40 @@ class StageRunner:
             )
             return False
         ctx.status_file.unlink(missing_ok=True)  # a diagnosis is about this attempt only
-        running = await process.spawn(script, ctx.workdir, ctx.environment())
+        cgroup = self.cgroups.create(held.task.id, held.claim) if self.cgroups else None
+        env = ctx.environment() | {
+            marks.VARIABLE: marks.mark(
+                self.settings.namespace, self.settings.host_id, held.task.id, held.claim
+            )
+        }
+        running = await process.spawn(script, ctx.workdir, env, cgroup)
         try:
             await self._mark_on_cpu(held, attempt, running)
         except StaleState:
-            kill_group(running.pid)
+            signal_tree(running.pid, running.create_time, cgroup, signal.SIGKILL)
             await running.process.wait()
             raise
-        returncode = await self._watch_output(held, attempt, ctx, running)
+        policy = Policy.model_validate(held.job.policy)
+        try:
+            returncode, failing = await self._watch_output(held, attempt, ctx, running, policy)
+        finally:
+            if cgroup is not None:
+                signal_tree(running.pid, running.create_time, cgroup, signal.SIGKILL)
+                assert self.cgroups is not None
+                self.cgroups.remove(held.task.id, held.claim)
         status = read_status(ctx.status_file)
         outcome = command_outcome(returncode, status)
-        await self._finish(held, S.ON_CPU, attempt, outcome, keep_claim=True, status=status)
+        if failing is not None:  # the supervisor may have been slower than the exit
+            outcome = error_log_outcome(failing.severity.value, failing.line)
+        await self._finish(
+            held,
+            S.ON_CPU,
+            attempt,
+            outcome,
+            keep_claim=True,
+            status=status,
+            errors_of=policy.fail_on_log if failing is not None else None,
+        )
         return outcome.state is S.DATA_READY
 
     async def _mark_on_cpu(self, held: Held, attempt: int, running: process.Running) -> None:
@@ -213,8 +238,15 @@ class StageRunner:
             logger.warning("could not hand task %s to the supervisor: %s", held.task.id, exc)
 
     async def _watch_output(
-        self, held: Held, attempt: int, ctx: TaskContext, running: process.Running
-    ) -> int:
+        self,
+        held: Held,
+        attempt: int,
+        ctx: TaskContext,
+        running: process.Running,
+        policy: Policy,
+    ) -> tuple[int, LogRecord | None]:
+        """Ship the output until the command exits: (its exit status, its first line with a
+        severity in `fail_on_log`, if any)."""
         shipper = LogShipper(
             pool=self.pool,
             broker=self.broker,
@@ -225,14 +257,16 @@ class StageRunner:
             run_number=ctx.run_number,
             attempt=attempt,
             files={"stdout": ctx.run_file("stdout"), "stderr": ctx.run_file("stderr")},
+            fail_on=frozenset(policy.fail_on_log),
         )
         flusher = asyncio.create_task(self._flush_every(shipper), name=f"logs-{held.task.id}")
         try:
-            return await process.wait(running, shipper.add, self._exit_noter(held))
+            returncode = await process.wait(running, shipper.add, self._exit_noter(held))
         finally:
             flusher.cancel()
             await asyncio.gather(flusher, return_exceptions=True)
             await shipper.close()
+        return returncode, shipper.failing
 
     def _exit_noter(self, held: Held) -> process.ExitNote:
         async def note(returncode: int) -> None:
@@ -339,57 +373,71 @@ class StageRunner:
         keep_claim: bool = False,
         status: StatusReport | None = None,
         outputs: list[OutputRecord] | None = None,
+        errors_of: list[Severity] | None = None,
     ) -> None:
         """Close the attempt and move the task, in one transaction (fenced by the claim).
 
-        An app failure that the policy recovers in place goes on to `recover_cluster` in the
-        same transaction, with the status file's `resume` kept for the next attempt.
+        `errors_of`: the task failed on its error log; keep those records with the job.
+
+        A failure is left for the scheduler's triage (recover, resubmit or give up). A report
+        that comes too late (the task was declared lost, timed out, cancelled...) changes
+        nothing; it is kept on the attempt row, and `StaleState` is raised.
         """
         changes: dict[str, Any] = outcome.changes()
         if not keep_claim or outcome.failure_class is not None:
             changes |= {"claim": None, "worker": None}
-        async with self.pool.acquire() as conn, conn.transaction():
-            await attempts_repo.finish(
-                conn,
-                held.task.id,
-                attempt,
-                outcome.state.value,
-                exit_code=outcome.exit_code,
-                signal=outcome.signal,
-                failure_class=outcome.failure_class,
-                error_brief=outcome.brief,
-                error_detail=outcome.detail,
-            )
-            await tasks_repo.transition(
-                conn,
-                held.task.id,
-                outcome.state,
-                among=frozenset({src}),
-                claim=held.claim,
-                changes=changes,
-                job_event=outcome.job_event(held.task.job_id, held.task.id),
-            )
-            held.state = outcome.state
-            if outputs:
-                await outputs_repo.save(
-                    conn, held.task.id, held.task.run_number, self.settings.host_id, outputs
+        try:
+            async with self.pool.acquire() as conn, conn.transaction():
+                await attempts_repo.finish(
+                    conn,
+                    held.task.id,
+                    attempt,
+                    outcome.state.value,
+                    exit_code=outcome.exit_code,
+                    signal=outcome.signal,
+                    failure_class=outcome.failure_class,
+                    error_brief=outcome.brief,
+                    error_detail=outcome.detail,
+                    status=status.model_dump(mode="json") if status else None,
                 )
-            if self._recovers_in_place(held, outcome, status):
                 await tasks_repo.transition(
                     conn,
                     held.task.id,
-                    S.RECOVER_CLUSTER,
-                    among=frozenset({S.FAILED_ON_CLUSTER}),
-                    claim=tasks_repo.UNCLAIMED,
-                    changes={
-                        "app_retries": held.task.app_retries + 1,
-                        "resume": status.resume if status else None,
-                    },
+                    outcome.state,
+                    among=frozenset({src}),
+                    claim=held.claim,
+                    changes=changes,
+                    job_event=outcome.job_event(held.task.job_id, held.task.id),
                 )
-                held.state = S.RECOVER_CLUSTER
+                if errors_of:
+                    await job_errors.record_from_logs(
+                        conn, held.task.job_id, held.task.id, attempt, errors_of
+                    )
+                if outputs:
+                    await outputs_repo.save(
+                        conn, held.task.id, held.task.run_number, self.settings.host_id, outputs
+                    )
+        except StaleState as exc:
+            await self._record_late(held, attempt, outcome, str(exc))
+            raise
+        held.state = outcome.state
 
-    def _recovers_in_place(self, held: Held, outcome: Outcome, status: StatusReport | None) -> bool:
-        if outcome.state is not S.FAILED_ON_CLUSTER:
-            return False
-        policy = Policy.model_validate(held.job.policy)
-        return recover_in_place(policy, outcome, status, held.task.app_retries)
+    async def _record_late(self, held: Held, attempt: int, outcome: Outcome, why: str) -> None:
+        """Keep the fenced-off report on its attempt row (best effort: it changes nothing)."""
+        report = {
+            "state": outcome.state.value,
+            "failure_class": outcome.failure_class.value if outcome.failure_class else None,
+            "exit_code": outcome.exit_code,
+            "signal": outcome.signal,
+            "brief": outcome.brief,
+            "rejected_because": why,
+            "worker": self.instance,
+        }
+        try:
+            async with self.pool.acquire() as conn:
+                await attempts_repo.record_late_report(conn, held.task.id, attempt, report)
+        except UNAVAILABLE as exc:
+            logger.warning("could not record the late report of task %s: %s", held.task.id, exc)
+        logger.warning(
+            "task %s: late report rejected (%s)", held.task.id, why, extra={"task_id": held.task.id}
+        )

@@ -1,0 +1,267 @@
+"""Deciding about failed tasks: recover in place, resubmit a clone, or give up (design §5).
+
+Every transition into a failed state marks the task undecided (`tasks_repo.transition`). The
+triage takes each undecided task, asks the analyser, applies the decision in one transaction
+with the task row locked, writes it on the task's last attempt and publishes it as
+`task.<verdict>.<job id>`. A job is not finalised while one of its tasks is undecided.
+
+Fencing: a task `lost` while its process may still run (its host was silent, nobody killed
+it) is not resubmitted until that process is known gone: the triage asks the host's
+supervisor to kill it (`KillTask`, which marks the attempt reaped) and waits, unless the host
+stays unreachable for `fence_timeout_s`.
+"""
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from shared import attempts_repo, lineage, outbox, tasks_repo
+from shared.analyser import INFRA, Analyser, Decision, Facts, Verdict
+from shared.db import Connection, Pool
+from shared.messages import JobEvent, JobOutcome, KillTask, TaskDecision
+from shared.policy import Policy
+from shared.revocation import revoke_job
+from shared.states import FAILED, FailureClass, TaskState
+from shared.status_file import StatusReport
+from shared.topology import supervise_key
+
+logger = logging.getLogger(__name__)
+S = TaskState
+
+_UNDECIDED = """
+SELECT t.id FROM tasks t WHERE NOT t.decided AND t.state = ANY($2::task_state[])
+ORDER BY t.updated_at LIMIT $1
+"""
+
+_LOCK = """
+SELECT t.*, j.policy AS job_policy FROM tasks t JOIN jobs j ON j.id = t.job_id
+WHERE t.id = $1 AND NOT t.decided AND t.state = ANY($2::task_state[])
+FOR UPDATE OF t SKIP LOCKED
+"""
+
+_HOST_UNREACHABLE = """
+SELECT coalesce(greatest(heartbeat_at, supervisor_heartbeat_at), heartbeat_at)
+       < now() - make_interval(secs => $2)
+FROM hosts WHERE id = $1
+"""
+
+
+@dataclass(frozen=True)
+class TriageSettings:
+    batch: int
+    fence_timeout_s: float
+    quarantine_after: int  # infra failures on one host within the window; 0 never quarantines
+    quarantine_window_s: float
+    quarantine_s: float
+
+
+class Triage:
+    """Applies the analyser's decisions to undecided failed tasks."""
+
+    def __init__(self, pool: Pool, analyser: Analyser, settings: TriageSettings) -> None:
+        self._pool, self._analyser, self._settings = pool, analyser, settings
+
+    async def run_once(self) -> int:
+        """Decide about one batch of failed tasks; returns how many were decided."""
+        decided = 0
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(_UNDECIDED, self._settings.batch, _FAILED_VALUES)
+            for row in rows:
+                decided += await self._triage(conn, row["id"])
+        return decided
+
+    async def _triage(self, conn: Connection, task_id: str) -> bool:
+        async with conn.transaction():
+            record = await conn.fetchrow(_LOCK, task_id, _FAILED_VALUES)
+            if record is None:  # decided meanwhile, or locked by an operator's action
+                return False
+            task = tasks_repo.Task.from_record(record)
+            policy = Policy.model_validate(record["job_policy"])
+            attempts = await attempts_repo.list_for_task(conn, task.id)
+            last = attempts[-1] if attempts else None
+            if not await self._fenced(conn, task, last):
+                return False
+            decision = self._analyser.decide(_facts(task, policy, last, len(attempts)))
+            await self._apply(conn, task, decision)
+            await attempts_repo.record_decision(
+                conn, task.id, decision.verdict.value, decision.reason
+            )
+            await outbox.add_task_decision(
+                conn,
+                TaskDecision(
+                    job_id=task.job_id,
+                    task_id=task.id,
+                    verdict=decision.verdict.value,
+                    reason=decision.reason,
+                    failure_class=task.failure_class,
+                ),
+            )
+            if task.failure_class in INFRA and last is not None and last.host:
+                await self._count_against_host(conn, last.host)
+            if task.failure_class is not FailureClass.CANCELLED:
+                await _maybe_probe(conn, task.job_id, policy)
+        logger.info(
+            "task %s %s: %s",
+            task.id,
+            decision.verdict.value,
+            decision.reason,
+            extra={"job_id": task.job_id, "task_id": task.id},
+        )
+        return True
+
+    async def _fenced(
+        self, conn: Connection, task: tasks_repo.Task, last: attempts_repo.Attempt | None
+    ) -> bool:
+        """Whether the task's last process is known gone, or its host unreachable for long.
+
+        Only `lost` tasks can have a process of unknown fate; the first time, the host's
+        supervisor is asked to kill it.
+        """
+        if task.failure_class is not FailureClass.LOST or last is None:
+            return True
+        if last.pid is None or last.reaped_at is not None or last.host is None:
+            return True
+        unreachable = await conn.fetchval(
+            _HOST_UNREACHABLE, last.host, self._settings.fence_timeout_s
+        )
+        if unreachable is None or unreachable:
+            return True
+        if last.decision != "fencing":
+            kill = KillTask(
+                job_id=task.job_id,
+                task_id=task.id,
+                pid=last.pid,
+                create_time=task.pid_create_time or 0.0,
+                reason="lost: killed before the task is resubmitted",
+                claim=last.claim,
+            )
+            await outbox.add_work(conn, supervise_key(last.host), kill)
+            await attempts_repo.record_decision(
+                conn, task.id, "fencing", f"waiting for {last.host} to kill pid {last.pid}"
+            )
+        return False
+
+    async def _apply(self, conn: Connection, task: tasks_repo.Task, decision: Decision) -> None:
+        if decision.verdict is Verdict.RECOVERED:
+            await tasks_repo.transition(
+                conn,
+                task.id,
+                S.RECOVER_CLUSTER,
+                among=frozenset({S.FAILED_ON_CLUSTER}),
+                claim=tasks_repo.UNCLAIMED,
+                changes={"app_retries": task.app_retries + 1, "resume": decision.resume},
+            )
+            return
+        await conn.execute("UPDATE tasks SET decided = true WHERE id = $1", task.id)
+        if decision.verdict is Verdict.RESUBMITTED:
+            clone = await lineage.resubmit(conn, task.id)
+            await conn.execute(
+                "UPDATE tasks SET not_before = now() + make_interval(secs => $2) WHERE id = $1",
+                clone.id,
+                decision.delay_s,
+            )
+        elif decision.fail_job:
+            brief = f"fail_fast: task {task.id} failed ({task.failure_class}): {task.error_brief}"
+            await outbox.add_job_event(
+                conn,
+                JobEvent(
+                    job_id=task.job_id, outcome=JobOutcome.FAILED, task_id=task.id, brief=brief
+                ),
+            )
+            await revoke_job(conn, task.job_id, brief)
+
+    async def _count_against_host(self, conn: Connection, host: str) -> None:
+        """Quarantine a host with `quarantine_after` infra failures within the window."""
+        s = self._settings
+        if s.quarantine_after <= 0:
+            return
+        quarantined = await conn.fetchval(
+            "UPDATE hosts h SET quarantined = true,"
+            " quarantined_until = now() + make_interval(secs => $3),"
+            " quarantine_reason = $2 || ' infra failures within ' || $4::text || ' s'"
+            " WHERE h.id = $1 AND NOT h.quarantined AND $2 <= (SELECT count(*) FROM attempts a"
+            "   WHERE a.host = $1 AND a.failure_class IN ('signal', 'lost', 'hung')"
+            "   AND a.ended_at > greatest(now() - make_interval(secs => $4),"
+            "                             coalesce(h.quarantined_until, '-infinity')))"
+            " RETURNING h.id",
+            host,
+            s.quarantine_after,
+            s.quarantine_s,
+            s.quarantine_window_s,
+        )
+        if quarantined:
+            logger.warning("host %s quarantined: repeated infra failures", host)
+
+
+_FAILED_VALUES = sorted(s.value for s in FAILED)
+
+
+def _facts(
+    task: tasks_repo.Task, policy: Policy, last: attempts_repo.Attempt | None, attempts: int
+) -> Facts:
+    status = StatusReport.model_validate(last.status) if last and last.status else None
+    return Facts(
+        state=task.state,
+        failure_class=task.failure_class,
+        policy=policy,
+        infra_retries=task.infra_retries,
+        app_retries=task.app_retries,
+        exit_code=task.exit_code,
+        signal=task.signal,
+        status=status,
+        host=last.host if last else task.host,
+        attempts=attempts,
+    )
+
+
+async def _maybe_probe(conn: Connection, job_id: str, policy: Policy) -> None:
+    """Drop the job to probing when too many of its last finished tasks failed."""
+    if policy.probe_failure_rate is None:
+        return
+    window: Any = await conn.fetchrow(
+        "SELECT count(*) AS n, count(*) FILTER (WHERE state <> 'completed') AS failed FROM ("
+        " SELECT state FROM tasks WHERE job_id = $1"
+        "  AND (state = 'completed' OR state = ANY($3::task_state[]))"
+        "  AND failure_class IS DISTINCT FROM 'cancelled'"
+        " ORDER BY updated_at DESC LIMIT $2) w",
+        job_id,
+        policy.probe_window,
+        _FAILED_VALUES,
+    )
+    n, failed = window["n"], window["failed"]
+    if n * 2 < policy.probe_window or failed < policy.probe_failure_rate * n:
+        return
+    probing = await conn.fetchval(
+        "UPDATE jobs SET probing_since = now() WHERE id = $1 AND probing_since IS NULL"
+        " RETURNING id",
+        job_id,
+    )
+    if probing:
+        logger.warning(
+            "job %s probing: %d of its last %d tasks failed",
+            job_id,
+            failed,
+            n,
+            extra={"job_id": job_id},
+        )
+
+
+async def end_probing(pool: Pool) -> int:
+    """Jobs whose probe succeeded (a task completed since probing began) release fully again."""
+    async with pool.acquire() as conn:
+        status = await conn.execute(
+            "UPDATE jobs j SET probing_since = NULL WHERE probing_since IS NOT NULL"
+            " AND EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'completed'"
+            "   AND t.updated_at > j.probing_since)"
+        )
+    return int(status.split()[-1])
+
+
+async def release_quarantines(pool: Pool) -> int:
+    """Hosts whose quarantine has run out take work again."""
+    async with pool.acquire() as conn:
+        status = await conn.execute(
+            "UPDATE hosts SET quarantined = false, quarantine_reason = NULL"
+            " WHERE quarantined AND quarantined_until <= now()"
+        )
+    return int(status.split()[-1])
