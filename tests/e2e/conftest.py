@@ -102,6 +102,19 @@ class Events:
     def routing_keys(self) -> list[str]:
         return [k for k, _ in self.received]
 
+    def task_states(self, task_id: str | None = None) -> list[str]:
+        """The states of `task.<state>.*` events (not the triage's decisions), in order."""
+        return [
+            b["state"]
+            for _k, b in self.received
+            if b.get("type") == "task_event" and task_id in (None, b["task_id"])
+        ]
+
+    def finals(self, job_id: str) -> int:
+        """How many times the job ended (`job.succeeded|failed` with no task)."""
+        ends = (f"job.succeeded.{job_id}", f"job.failed.{job_id}")
+        return sum(k in ends and b.get("task_id") is None for k, b in self.received)
+
 
 @pytest.fixture
 async def events(stack: Stack) -> AsyncIterator[Events]:
@@ -129,9 +142,13 @@ async def events(stack: Stack) -> AsyncIterator[Events]:
 async def wait_job(
     client: httpx.AsyncClient, events: Events, job_id: str, within: float = 30.0
 ) -> dict[str, Any]:
-    """Wait for `job.succeeded|failed.<job>` and return the job as the API shows it then."""
+    """Wait for the job's end (`job.succeeded|failed.<job>` with no task: a task's own
+    `job.failed`, e.g. for its error log, is not the end) and return the job as the API
+    shows it then."""
     await events.wait_for(
-        lambda k, _b: k in (f"job.succeeded.{job_id}", f"job.failed.{job_id}"), within
+        lambda k, b: k in (f"job.succeeded.{job_id}", f"job.failed.{job_id}")
+        and b.get("task_id") is None,
+        within,
     )
     response = await client.get(f"/jobs/{job_id}")
     response.raise_for_status()

@@ -30,18 +30,11 @@ async def _act(client: httpx.AsyncClient, task_id: str, action: str) -> dict[str
     return dict(response.json())
 
 
-def _states(events: Events, task_id: str) -> list[str]:
-    return [
-        b["state"] for k, b in events.received if k.startswith("task.") and b["task_id"] == task_id
-    ]
-
-
 async def _settled(
     client: httpx.AsyncClient, events: Events, job_id: str, n: int
 ) -> dict[str, Any]:
     """Wait for the job's `n`-th final event (a reopened job finishes again)."""
-    finals = (f"job.succeeded.{job_id}", f"job.failed.{job_id}")
-    await events.wait_for(lambda k, _b: sum(key in finals for key in events.routing_keys()) >= n)
+    await events.wait_for(lambda _k, _b: events.finals(job_id) >= n)
     return dict((await client.get(f"/jobs/{job_id}")).json())
 
 
@@ -79,7 +72,7 @@ async def test_when_a_failed_stage_is_recovered__the_hook_runs_and_the_task_comp
 
     job = await _settled(client, events, job_id, 2)
     assert job["state"] == "completed"
-    after = _states(events, task["id"])
+    after = events.task_states(task["id"])
     start = after.index(hook_states[0])
     assert after[start : start + 3] == hook_states
     assert after[-1] == "completed"
@@ -110,7 +103,7 @@ async def test_when_a_completed_task_is_restarted__it_runs_again_from_that_stage
 
     job = await _settled(client, events, job_id, 2)
     assert job["state"] == "completed"
-    states = _states(events, task["id"])
+    states = events.task_states(task["id"])
     restarted = states[states.index(action) :]
     assert restarted[: len(RESTARTS[action])] == RESTARTS[action]
     assert restarted[-1] == "completed"
@@ -243,7 +236,7 @@ async def test_when_a_task_is_held__it_waits_until_released(
     assert (await wait_job(client, events, job_id))["state"] == "failed"
     after = (await client.get(f"/tasks/{task['id']}")).json()
     assert after["state"] == "failed_setup_prerequisites"
-    assert _states(events, task["id"])[1:] == ["on_hold", "new", "failed_setup_prerequisites"]
+    assert events.task_states(task["id"])[1:] == ["on_hold", "new", "failed_setup_prerequisites"]
 
 
 async def test_when_a_job_is_suspended__nothing_new_starts_until_it_resumes(

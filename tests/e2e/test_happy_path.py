@@ -28,7 +28,13 @@ async def test_when_a_job_runs__every_task_walks_the_normal_path_and_the_job_suc
         'echo "ERROR: not really" >&2; echo "plain stderr" >&2; echo "PROGRESS: 50"; '
         'test "$PWD" = "$VIGIL_WORKDIR" && echo "in workdir"; echo done > out.txt'
     )
-    body = {"name": "happy", "command": command, "inputs": ["a", "b", "c"], "outputs": ["out.txt"]}
+    body = {
+        "name": "happy",
+        "command": command,
+        "inputs": ["a", "b", "c"],
+        "outputs": ["out.txt"],
+        "policy": {"fail_on_log": []},  # the ERROR line is only there to check its severity
+    }
 
     # when
     response = await client.post("/jobs", json=body)
@@ -43,12 +49,7 @@ async def test_when_a_job_runs__every_task_walks_the_normal_path_and_the_job_suc
     tasks = (await client.get(f"/jobs/{job_id}/tasks")).json()
     assert len(tasks) == 3
     for task in tasks:
-        states = [
-            b["state"]
-            for k, b in events.received
-            if b.get("task_id") == task["id"] and k.startswith("task.")
-        ]
-        assert states == NORMAL_PATH
+        assert events.task_states(task["id"]) == NORMAL_PATH
         assert task["state"] == "completed"
         assert task["progress"] == 50
         assert (stack.work_root / job_id / task["id"] / "out.txt").read_text() == "done\n"

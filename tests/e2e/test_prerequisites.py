@@ -96,7 +96,7 @@ async def test_when_the_status_file_says_recoverable__the_task_is_retried_with_i
 
     assert job["state"] == "completed"
     [task] = (await client.get(f"/jobs/{job_id}/tasks")).json()
-    states = [b["state"] for k, b in events.received if k.startswith("task.")]
+    states = events.task_states()
     assert states[states.index("on_cpu") :] == [
         "on_cpu", "failed_on_cluster", "recover_cluster", "recovering_cluster", "queued",
         "on_cpu", "data_ready", "post_processing", "completed",
