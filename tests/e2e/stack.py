@@ -59,6 +59,13 @@ class Stack:
             "VIGIL_WORKER_SLOTS": "4",
             "VIGIL_LOG_LEVEL": "DEBUG",
             "VIGIL_GRACEFUL_TIMEOUT_S": "5",
+            # detection scaled down for tests: a silent worker or host is judged in 3 s
+            "VIGIL_VITALS_S": "0.2",
+            "VIGIL_KILL_GRACE_S": "1",
+            "VIGIL_DEAD_WORKER_S": "3",
+            "VIGIL_DEAD_HOST_S": "3",
+            "VIGIL_FENCE_TIMEOUT_S": "60",
+            "VIGIL_QUARANTINE_AFTER": "0",
             **self.extra_env,
         }
 
