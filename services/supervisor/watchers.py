@@ -249,7 +249,7 @@ class Watchers:
                     or task.state is not TaskState.ON_CPU
                     or task.claim != watched.claim
                 )
-                if reported or await self._noted(watched.task_id, watched.claim):
+                if reported or await self._noted(watched):
                     return
                 if loop.time() >= deadline:
                     assert task is not None
@@ -262,14 +262,14 @@ class Watchers:
                     return
             await asyncio.sleep(_POLL_S)
 
-    async def _noted(self, task_id: str, claim: UUID) -> bool:
+    async def _noted(self, watched: Watched) -> bool:
         """Whether the worker noted this exit (it will report it); unknown counts as no."""
         try:
-            note = await self._redis.get(self._keys.task_exit(task_id))
+            note = await self._redis.hget(self._keys.job_exits(watched.job_id), watched.task_id)
         except UNAVAILABLE as exc:
-            logger.warning("cannot read the exit note of task %s: %s", task_id, exc)
+            logger.warning("cannot read the exit note of task %s: %s", watched.task_id, exc)
             return False
-        return isinstance(note, str) and note.split(" ")[0] == str(claim)
+        return isinstance(note, str) and note.split(" ")[0] == str(watched.claim)
 
     async def close(self) -> None:
         """Stop watching (the processes go on; a new supervisor re-attaches to them)."""

@@ -30,7 +30,7 @@ from shared.messages import LogRecord, RunStage, Severity, WatchProcess
 from shared.outcomes import Outcome, command_outcome, error_log_outcome, hook_failed
 from shared.policy import Policy
 from shared.processes import signal_tree
-from shared.redis_keys import TASK_EXIT_TTL_S, RedisKeys
+from shared.redis_keys import JOB_TTL_S, RedisKeys
 from shared.states import ACTIONS, FailureClass, Stage, TaskState
 from shared.status_file import StatusReport, read_status
 from shared.task_types import TaskContext, TaskType
@@ -271,8 +271,9 @@ class StageRunner:
     def _exit_noter(self, held: Held) -> process.ExitNote:
         async def note(returncode: int) -> None:
             try:
-                key = self.keys.task_exit(held.task.id)
-                await self.redis.set(key, f"{held.claim} {returncode}", ex=TASK_EXIT_TTL_S)
+                key = self.keys.job_exits(held.task.job_id)
+                await self.redis.hset(key, held.task.id, f"{held.claim} {returncode}")
+                await self.redis.expire(key, JOB_TTL_S)
             except UNAVAILABLE as exc:  # the supervisor then judges by its grace
                 logger.warning("could not note the exit of task %s: %s", held.task.id, exc)
 

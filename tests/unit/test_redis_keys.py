@@ -9,14 +9,14 @@ def test_when_there_is_no_namespace__keys_start_with_vigil() -> None:
     keys = RedisKeys()
     assert keys.worker("h-1") == "vigil:host:h-1:worker"
     assert keys.job_progress("j-1") == "vigil:job:j-1:progress"
-    assert keys.job_keys("j-1") == ["vigil:job:j-1:progress"]
+    assert keys.job_keys("j-1") == ["vigil:job:j-1:progress", "vigil:job:j-1:exits"]
 
 
 def test_when_there_is_a_namespace__every_key_is_prefixed_by_it() -> None:
     keys = RedisKeys("t42")
     assert keys.worker("h-1") == "t42:vigil:host:h-1:worker"
     assert keys.job_progress("j-1") == "t42:vigil:job:j-1:progress"
-    assert keys.job_keys("j-1") == ["t42:vigil:job:j-1:progress"]
+    assert keys.job_keys("j-1") == ["t42:vigil:job:j-1:progress", "t42:vigil:job:j-1:exits"]
 
 
 def test_when_purging_a_job__its_keys_are_its_own_and_no_other_jobs() -> None:
@@ -29,7 +29,7 @@ def test_when_purging_a_job__its_keys_are_its_own_and_no_other_jobs() -> None:
 @pytest.mark.parametrize("part", ["", "a:b", "a*", "[ab]", "?", "A", "a b", "a.b"])
 def test_when_a_key_part_is_unsafe__value_error_is_raised(part: str) -> None:
     keys = RedisKeys()
-    for build in (keys.worker, keys.job_progress, keys.job_keys, keys.task_exit):
+    for build in (keys.worker, keys.job_progress, keys.job_keys, keys.job_exits):
         with pytest.raises(ValueError, match="unsafe"):
             build(part)
 

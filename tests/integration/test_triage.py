@@ -1,0 +1,221 @@
+"""The scheduler's triage of failed tasks, against the real PostgreSQL."""
+
+import uuid
+from typing import Any
+
+import pytest
+
+from services.scheduler.triage import Triage, TriageSettings, end_probing, release_quarantines
+from shared import datasets, jobs_repo, tasks_repo, users_repo
+from shared.analyser import DefaultAnalyser
+from shared.db import Connection, Pool
+from shared.jobs_repo import NewJob
+from shared.states import FailureClass, TaskState
+
+pytestmark = pytest.mark.integration
+S = TaskState
+
+
+def _triage(pool: Pool, quarantine_after: int = 0, fence_timeout_s: float = 60.0) -> Triage:
+    settings = TriageSettings(
+        batch=1000,
+        fence_timeout_s=fence_timeout_s,
+        quarantine_after=quarantine_after,
+        quarantine_window_s=600,
+        quarantine_s=600,
+    )
+    return Triage(pool, DefaultAnalyser(rand=lambda: 1.0), settings)
+
+
+async def _job(conn: Connection, inputs: list[Any], policy: dict[str, Any]) -> list[str]:
+    user = await users_repo.ensure_user(
+        conn, f"u-{uuid.uuid4().hex[:10]}", "user", uuid.uuid4().hex
+    )
+    job, _ = await jobs_repo.create(
+        conn, user.id, NewJob("t", "shell", "true", inputs, policy=policy)
+    )
+    return await datasets.task_ids_of(conn, job.id)
+
+
+async def _host(conn: Connection, heartbeat_age_s: float = 0.0) -> str:
+    host = f"h-{uuid.uuid4().hex[:10]}"
+    await conn.execute(
+        "INSERT INTO hosts (id, slots, heartbeat_at, supervisor_heartbeat_at)"
+        " VALUES ($1, 1, now() - make_interval(secs => $2), now() - make_interval(secs => $2))",
+        host,
+        heartbeat_age_s,
+    )
+    return host
+
+
+async def _fail(
+    conn: Connection, task_id: str, cls: FailureClass, host: str, pid: int | None = 4242
+) -> None:
+    """The task ran on `host` as pid and failed with `cls` (through a real transition)."""
+    claim = uuid.uuid4()
+    await conn.execute(
+        "UPDATE tasks SET state = 'on_cpu', claim = $2, host = $3, pid = $4 WHERE id = $1",
+        task_id,
+        claim,
+        host,
+        pid,
+    )
+    await conn.execute(
+        "INSERT INTO attempts (task_id, attempt, run_number, stage, host, claim, pid, ended_at,"
+        " failure_class) SELECT $1, attempt + 1, 1, 'cluster', $2, $3, $4, now(), $5"
+        " FROM tasks WHERE id = $1",
+        task_id,
+        host,
+        claim,
+        pid,
+        cls.value,
+    )
+    await conn.execute("UPDATE tasks SET attempt = attempt + 1 WHERE id = $1", task_id)
+    await tasks_repo.transition(
+        conn,
+        task_id,
+        S.FAILED_ON_CLUSTER,
+        changes={"failure_class": cls, "claim": None, "error_brief": cls.value},
+    )
+
+
+async def _kills(conn: Connection, host: str, task_id: str) -> list[dict[str, Any]]:
+    rows = await conn.fetch(
+        "SELECT body FROM outbox WHERE routing_key = $1 AND body->>'task_id' = $2",
+        f"supervise.{host}",
+        task_id,
+    )
+    return [dict(r["body"]) for r in rows]
+
+
+async def _decision(conn: Connection, task_id: str) -> tuple[str | None, str | None]:
+    row = await conn.fetchrow(
+        "SELECT decision, decision_reason FROM attempts WHERE task_id = $1"
+        " ORDER BY attempt DESC LIMIT 1",
+        task_id,
+    )
+    assert row is not None
+    return row["decision"], row["decision_reason"]
+
+
+async def test_when_a_lost_task_may_still_run__it_is_resubmitted_only_once_its_process_is_gone(
+    pool: Pool,
+) -> None:
+    triage = _triage(pool)
+    async with pool.acquire() as conn:
+        # given a restartable task lost on a host that is still heartbeating
+        [task_id] = await _job(conn, ["x"], {"restartable": True})
+        host = await _host(conn)
+        await _fail(conn, task_id, FailureClass.LOST, host)
+
+        # when triaged: its host's supervisor is asked to kill it, and nothing else happens
+        await triage.run_once()
+        task = await tasks_repo.get(conn, task_id)
+        assert task is not None and (task.decided, task.superseded_by) == (False, None)
+        assert (await _decision(conn, task_id))[0] == "fencing"
+        assert [k["pid"] for k in await _kills(conn, host, task_id)] == [4242]
+        await triage.run_once()
+        assert len(await _kills(conn, host, task_id)) == 1  # asked once only
+
+        # then once the supervisor reports the process reaped, the clone is made, with backoff
+        await conn.execute("UPDATE attempts SET reaped_at = now() WHERE task_id = $1", task_id)
+        await triage.run_once()
+        task = await tasks_repo.get(conn, task_id)
+        assert task is not None and task.decided and task.superseded_by is not None
+        clone = await tasks_repo.get(conn, task.superseded_by)
+        assert clone is not None and clone.state is S.NEW and clone.not_before is not None
+        assert (await _decision(conn, task_id))[0] == "resubmitted"
+
+
+async def test_when_the_host_stays_unreachable_past_the_fence_timeout__the_clone_is_made(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        [task_id] = await _job(conn, ["x"], {"restartable": True})
+        host = await _host(conn, heartbeat_age_s=120)
+        await _fail(conn, task_id, FailureClass.LOST, host)
+        await _triage(pool, fence_timeout_s=60).run_once()
+        task = await tasks_repo.get(conn, task_id)
+        assert task is not None and task.superseded_by is not None
+
+
+async def test_when_a_host_has_repeated_infra_failures__it_is_quarantined_until_released(
+    pool: Pool,
+) -> None:
+    triage = _triage(pool, quarantine_after=2)
+    async with pool.acquire() as conn:
+        host = await _host(conn)
+        first, second = await _job(conn, ["a", "b"], {})
+        await _fail(conn, first, FailureClass.SIGNAL, host)
+        await triage.run_once()
+        assert not await conn.fetchval("SELECT quarantined FROM hosts WHERE id = $1", host)
+
+        await _fail(conn, second, FailureClass.HUNG, host)
+        await triage.run_once()
+        row = await conn.fetchrow("SELECT * FROM hosts WHERE id = $1", host)
+        assert row["quarantined"] and "2 infra failures" in row["quarantine_reason"]
+
+        # its quarantine runs out: it takes work again, and old failures no longer count
+        await conn.execute("UPDATE hosts SET quarantined_until = now() WHERE id = $1", host)
+        assert await release_quarantines(pool) >= 1
+        assert not await conn.fetchval("SELECT quarantined FROM hosts WHERE id = $1", host)
+        [third] = await _job(conn, ["c"], {})
+        await _fail(conn, third, FailureClass.SIGNAL, host)
+        await triage.run_once()
+        assert not await conn.fetchval("SELECT quarantined FROM hosts WHERE id = $1", host)
+
+
+async def test_when_most_recent_tasks_fail__the_job_probes_until_one_completes(
+    pool: Pool,
+) -> None:
+    triage = _triage(pool)
+    async with pool.acquire() as conn:
+        host = await _host(conn)
+        tasks = await _job(conn, list("abcdef"), {"probe_window": 4, "probe_failure_rate": 0.5})
+        job_id = await conn.fetchval("SELECT job_id FROM tasks WHERE id = $1", tasks[0])
+        await _fail(conn, tasks[0], FailureClass.EXIT, host)
+        await triage.run_once()
+        assert await conn.fetchval("SELECT probing_since FROM jobs WHERE id = $1", job_id) is None
+
+        await _fail(conn, tasks[1], FailureClass.EXIT, host)
+        await triage.run_once()
+        assert await conn.fetchval("SELECT probing_since FROM jobs WHERE id = $1", job_id)
+
+        await conn.execute(
+            "UPDATE tasks SET state = 'completed', updated_at = now() WHERE id = $1", tasks[2]
+        )
+        await end_probing(pool)
+        assert await conn.fetchval("SELECT probing_since FROM jobs WHERE id = $1", job_id) is None
+
+
+async def test_while_a_failure_is_undecided__its_job_is_not_finalised(pool: Pool) -> None:
+    async with pool.acquire() as conn:
+        [task_id] = await _job(conn, ["x"], {"restartable": True})
+        job_id = await conn.fetchval("SELECT job_id FROM tasks WHERE id = $1", task_id)
+        await _fail(conn, task_id, FailureClass.SIGNAL, await _host(conn))
+        candidates = [j for j, _ in await jobs_repo.finished_candidates(conn, 10_000)]
+        assert job_id not in candidates
+        await _triage(pool).run_once()  # resubmitted: the job has work again
+        candidates = [j for j, _ in await jobs_repo.finished_candidates(conn, 10_000)]
+        assert job_id not in candidates
+
+
+async def test_with_fail_fast__a_final_failure_terminates_the_rest_of_the_job(pool: Pool) -> None:
+    async with pool.acquire() as conn:
+        failing, waiting, other = await _job(conn, ["a", "b", "c"], {"fail_fast": True})
+        await _fail(conn, failing, FailureClass.EXIT, await _host(conn))
+        await _triage(pool).run_once()
+        tasks = [await tasks_repo.get(conn, t) for t in (failing, waiting, other)]
+        assert [t.state if t else None for t in tasks] == [
+            S.FAILED_ON_CLUSTER,
+            S.TERMINATED,
+            S.TERMINATED,
+        ]
+        assert tasks[1] is not None and "fail_fast" in (tasks[1].error_brief or "")
+        job_id = tasks[0].job_id if tasks[0] else ""
+        assert (
+            await conn.fetchval(
+                "SELECT count(*) FROM outbox WHERE routing_key = $1", f"job.failed.{job_id}"
+            )
+            == 1
+        )
