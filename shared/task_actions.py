@@ -67,7 +67,7 @@ async def _move(
     if action is TaskAction.CANCEL:
         brief = f"cancelled by {actor}"
         changes |= {"failure_class": FailureClass.CANCELLED, "error_brief": brief}
-        await _kill_running(conn, task, brief)
+        await kill_running(conn, task, brief)
         await attempts_repo.close_open(
             conn, task.id, S.TERMINATED.value, FailureClass.CANCELLED, brief
         )
@@ -81,8 +81,9 @@ async def _move(
         raise Conflict(str(exc)) from exc
 
 
-async def _kill_running(conn: Connection, task: tasks_repo.Task, reason: str) -> None:
-    """Ask the task's supervisor to kill its process, if it has one running."""
+async def kill_running(conn: Connection, task: tasks_repo.Task, reason: str) -> None:
+    """Ask the task's supervisor to kill its process (KillTask through the outbox), if it has
+    one running; `task` is the row as read before its transition."""
     if task.state is not S.ON_CPU or task.pid is None or task.host is None:
         return
     kill = KillTask(
@@ -91,6 +92,7 @@ async def _kill_running(conn: Connection, task: tasks_repo.Task, reason: str) ->
         pid=task.pid,
         create_time=task.pid_create_time or 0.0,
         reason=reason,
+        claim=task.claim,
     )
     await outbox.add_work(conn, supervise_key(task.host), kill)
 

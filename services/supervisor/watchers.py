@@ -16,6 +16,7 @@ tree is killed (TERM, `kill_grace_s`, KILL), so the worker's own late report is 
 
 import asyncio
 import logging
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from shared.errors import UNAVAILABLE
 from shared.messages import LogRecord
 from shared.outcomes import Outcome, error_log_outcome, vanished_outcome
 from shared.policy import Policy
-from shared.processes import exit_waiter, terminate_tree
+from shared.processes import exit_waiter, signal_tree, terminate_tree
 from shared.redis_keys import RedisKeys
 from shared.states import JobState, TaskState
 from shared.vitals import Vitals, verdict
@@ -253,9 +254,11 @@ class Watchers:
                     return
                 if loop.time() >= deadline:
                     assert task is not None
-                    if task.pid == watched.pid and await loss.declare(
-                        conn, task, vanished_outcome(), reaped=True
-                    ):
+                    if task.pid != watched.pid:
+                        return
+                    # what the dead leader left behind dies with it, before anything reruns
+                    signal_tree(watched.pid, watched.create_time, watched.cgroup, signal.SIGKILL)
+                    if await loss.declare(conn, task, vanished_outcome(), reaped=True):
                         logger.warning(
                             "task %s: process %d vanished unreported", task.id, watched.pid
                         )

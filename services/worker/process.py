@@ -3,15 +3,17 @@
 import asyncio
 import contextlib
 import os
+import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
 from shared import cgroups
-from shared.processes import create_time, kill_group
+from shared.processes import create_time, exit_waiter, signal_tree
 
 _CHUNK: Final = 65536
+_REAP_POLL_S: Final = 0.005
 #: Variables of the worker that a command must not see (credentials, service wiring).
 _HIDDEN_PREFIX: Final = "VIGIL_"
 
@@ -21,11 +23,12 @@ ExitNote = Callable[[int], Awaitable[None]]
 
 @dataclass
 class Running:
-    """A started command: its process and identity."""
+    """A started command: its process, identity and cgroup (if any)."""
 
     process: asyncio.subprocess.Process
     pid: int
     create_time: float
+    cgroup: Path | None = None
 
 
 async def spawn(
@@ -50,7 +53,7 @@ async def spawn(
         preexec_fn=cgroups.joiner(cgroup),
     )
     created = create_time(process.pid) or 0.0
-    return Running(process, process.pid, created)
+    return Running(process, process.pid, created, cgroup)
 
 
 async def _pump(
@@ -70,19 +73,27 @@ async def wait(running: Running, sink: LineSink, on_exit: ExitNote) -> int:
     """Feed every output line to `sink` and return the exit status (negative: killed by signal).
 
     `on_exit` is told the status as soon as the process ends, before the output is drained.
-    When the command's main process ends, whatever it left behind in its process group is
-    killed, so that a stray background child cannot keep the pipes (and the task) open.
+    When the command's main process ends, whatever it left behind in its process group and
+    cgroup is killed, so that a stray background child cannot keep the pipes (and the task)
+    open. The exit is seen by pidfd: asyncio's `Process.wait()` (Python 3.11) returns only
+    once the pipes are closed, which a surviving child would delay.
     """
     proc = running.process
     assert proc.stdout is not None and proc.stderr is not None
     pumps = asyncio.gather(_pump(proc.stdout, "stdout", sink), _pump(proc.stderr, "stderr", sink))
     try:
-        returncode = await proc.wait()
+        exited = exit_waiter(running.pid, running.create_time)
+        if exited is not None:
+            await exited
+        while proc.returncode is None:  # noqa: ASYNC110  (the child watcher reaps it shortly)
+            await asyncio.sleep(_REAP_POLL_S)
+        returncode = proc.returncode
         await on_exit(returncode)
-        kill_group(running.pid)
+        signal_tree(running.pid, running.create_time, running.cgroup, signal.SIGKILL)
         await pumps
+        await proc.wait()
     except asyncio.CancelledError:
-        kill_group(running.pid)
+        signal_tree(running.pid, running.create_time, running.cgroup, signal.SIGKILL)
         pumps.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await pumps

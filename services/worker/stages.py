@@ -195,9 +195,7 @@ class StageRunner:
         try:
             returncode, failing = await self._watch_output(held, attempt, ctx, running, policy)
         finally:
-            if cgroup is not None:
-                signal_tree(running.pid, running.create_time, cgroup, signal.SIGKILL)
-                assert self.cgroups is not None
+            if self.cgroups is not None:
                 self.cgroups.remove(held.task.id, held.claim)
         status = read_status(ctx.status_file)
         outcome = command_outcome(returncode, status)

@@ -1,0 +1,148 @@
+"""A Vigil installation of its own for benchmarks: api, scheduler, and N hosts (a worker and a
+supervisor each) as real processes on this machine, in a namespace and database of their own.
+
+Used by `bench.chaos` (and its end-to-end test), which kills and restarts these processes.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import asyncpg
+import httpx
+
+from shared.migrate import migrate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def create_database(admin_url: str, name: str) -> str:
+    """Create and migrate database `name` on the server of `admin_url`; returns its URL."""
+    conn = await asyncpg.connect(admin_url)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    url = admin_url.rsplit("/", 1)[0] + "/" + name
+    await migrate(url)
+    return url
+
+
+async def drop_database(admin_url: str, name: str) -> None:
+    conn = await asyncpg.connect(admin_url)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+@dataclass
+class Cluster:
+    """The processes of one installation; `name` is `api`, `scheduler`, `worker@<host>`..."""
+
+    database_url: str
+    amqp_url: str
+    redis_url: str
+    namespace: str
+    root: Path
+    hosts: list[str]
+    slots: int = 4
+    extra_env: dict[str, str] = field(default_factory=dict)
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    port: int = field(default_factory=_free_port)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _logs: dict[str, IO[bytes]] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _env(self, host: str | None) -> dict[str, str]:
+        env = {
+            **os.environ,
+            "VIGIL_DATABASE_URL": self.database_url,
+            "VIGIL_AMQP_URL": self.amqp_url,
+            "VIGIL_REDIS_URL": self.redis_url,
+            "VIGIL_NAMESPACE": self.namespace,
+            "VIGIL_API_PORT": str(self.port),
+            "VIGIL_BOOTSTRAP_TOKEN": self.token,
+            "VIGIL_WORK_ROOT": str(self.root / "work"),
+            "VIGIL_WORKER_SLOTS": str(self.slots),
+            **self.extra_env,
+        }
+        if host is not None:
+            env["VIGIL_HOST_ID"] = host
+        return env
+
+    def start(self, name: str) -> None:
+        """Start (or restart) one process, appending to `<root>/<name>.log`."""
+        service, _, host = name.partition("@")
+        if name in self._logs:
+            self._logs[name].close()
+        log = (self.root / f"{name}.log").open("ab")
+        self._logs[name] = log
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", f"services.{service}"],
+            env=self._env(host or None),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+
+    def names(self) -> list[str]:
+        per_host = [f"{s}@{h}" for h in self.hosts for s in ("supervisor", "worker")]
+        return ["api", "scheduler", *per_host]
+
+    def start_all(self, timeout_s: float = 60.0) -> None:
+        (self.root / "work").mkdir(parents=True, exist_ok=True)
+        for name in self.names():
+            self.start(name)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for name, proc in self.procs.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited early:\n{self.log(name)}")
+            try:
+                if httpx.get(self.base_url + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"api not healthy in {timeout_s}s:\n{self.log('api')}")
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs[name]
+        proc.send_signal(sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            proc.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for log in self._logs.values():
+            log.close()
+
+    def log(self, name: str) -> str:
+        path = self.root / f"{name}.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
