@@ -43,6 +43,7 @@ import httpx
 from redis.asyncio import Redis
 
 from bench.cluster import Cluster, create_database, drop_database
+from services.scheduler.finaliser import REPURGE_AFTER_S
 from shared.marks import marked_processes
 from shared.topology import Topology, delete_all
 
@@ -335,7 +336,8 @@ def _effects(root: Path) -> list[str]:
 
 
 async def _check_leftovers(cluster: Cluster, ended: list[str], problems: list[str]) -> None:
-    await asyncio.sleep(3)  # the supervisors' next sweep, the consumers' last no-ops
+    # the supervisors' next sweep, the consumers' last no-ops, the finaliser's second purge
+    await asyncio.sleep(REPURGE_AFTER_S + 3)
     redis = Redis.from_url(cluster.redis_url, decode_responses=True)
     try:
         pattern = f"{cluster.namespace}:vigil:job:*"

@@ -68,3 +68,16 @@ async def for_job(
         limit,
     )
     return [StoredLog(**dict(r)) for r in records]
+
+
+async def prune_ended_jobs(conn: Connection, retention_s: float, limit: int = 10_000) -> int:
+    """Delete the logs of jobs that ended more than `retention_s` ago (at most `limit` lines per
+    call, oldest jobs first, so that a large backlog is pruned in bounded steps)."""
+    status = await conn.execute(
+        "DELETE FROM logs WHERE seq IN (SELECT l.seq FROM jobs j JOIN logs l ON l.job_id = j.id"
+        " WHERE j.finished_at < now() - make_interval(secs => $1)"
+        " ORDER BY j.finished_at LIMIT $2)",
+        retention_s,
+        limit,
+    )
+    return int(status.split()[-1])

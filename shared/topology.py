@@ -105,13 +105,18 @@ def _queue_arguments(topology: Topology) -> dict[str, Any]:
     }
 
 
+async def declare_events_exchange(channel: AbstractChannel, topology: Topology) -> AbstractExchange:
+    """Declare the topic exchange of events (alone: for followers, who need nothing else)."""
+    return await channel.declare_exchange(
+        topology.events_exchange, aio_pika.ExchangeType.TOPIC, durable=True
+    )
+
+
 async def declare_exchanges(
     channel: AbstractChannel, topology: Topology
 ) -> tuple[AbstractExchange, AbstractExchange]:
     """Declare the events, work and dead-letter exchanges and the DLQ; returns (events, work)."""
-    events = await channel.declare_exchange(
-        topology.events_exchange, aio_pika.ExchangeType.TOPIC, durable=True
-    )
+    events = await declare_events_exchange(channel, topology)
     work = await channel.declare_exchange(
         topology.work_exchange, aio_pika.ExchangeType.DIRECT, durable=True
     )
@@ -161,6 +166,18 @@ async def declare_follower_queue(
     for pattern in patterns:
         await queue.bind(topology.events_exchange, pattern)
     return queue
+
+
+async def declare_error_log_queue(channel: AbstractChannel, name: str) -> AbstractQueue:
+    """Declare a supervisor's error-log queue: classic, non-durable, exclusive, auto-deleted
+    (it is bound and unbound to `log.<severity>.<job id>` as jobs come and go)."""
+    return await channel.declare_queue(
+        name,
+        durable=False,
+        exclusive=True,
+        auto_delete=True,
+        arguments={"x-queue-type": "classic"},
+    )
 
 
 async def declare_all_work_queues(

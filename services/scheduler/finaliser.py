@@ -1,6 +1,8 @@
 """Ending jobs: an active job whose tasks are all terminal becomes completed or failed."""
 
 import logging
+import time
+from collections import deque
 
 from redis.asyncio import Redis
 
@@ -13,15 +15,22 @@ from shared.states import TaskState, job_outcome
 logger = logging.getLogger(__name__)
 
 
+#: A job's keys are purged again this long after it ended: a worker still draining the output
+#: of a killed command (or just woken from a freeze) may write its exit note or progress late.
+REPURGE_AFTER_S = 15.0
+
+
 class Finaliser:
     """Gives finished jobs their final state and `job.succeeded` / `job.failed` event."""
 
     def __init__(self, pool: Pool, redis: Redis, keys: RedisKeys, batch: int) -> None:
         self._pool, self._redis, self._keys, self._batch = pool, redis, keys, batch
+        self._repurge: deque[tuple[float, str]] = deque()
 
     async def run_once(self) -> int:
         """Finalise one batch of finished jobs; returns how many."""
         finished = 0
+        await self._repurge_due()
         async with self._pool.acquire() as conn:
             for job_id, counts in await jobs_repo.finished_candidates(conn, self._batch):
                 state = job_outcome({TaskState(s): n for s, n in counts.items()})
@@ -35,8 +44,14 @@ class Finaliser:
                     continue
                 logger.info("job %s %s", job_id, state.value, extra={"job_id": job_id})
                 await self._purge(job_id)
+                self._repurge.append((time.monotonic() + REPURGE_AFTER_S, job_id))
                 finished += 1
         return finished
+
+    async def _repurge_due(self) -> None:
+        now = time.monotonic()
+        while self._repurge and self._repurge[0][0] <= now:
+            await self._purge(self._repurge.popleft()[1])
 
     async def _purge(self, job_id: str) -> None:
         """Drop the job's ephemeral keys; Redis being away only delays that (keys have TTLs)."""

@@ -20,7 +20,7 @@ from services.scheduler.relay import Relay
 from services.scheduler.settings import SchedulerSettings
 from services.scheduler.triage import Triage, TriageSettings, end_probing, release_quarantines
 from services.scheduler.waiters import Waiters
-from shared import outbox
+from shared import logs_repo, outbox
 from shared.amqp import Broker, open_broker
 from shared.analyser import DefaultAnalyser
 from shared.db import Pool, check_schema, open_pool
@@ -79,6 +79,7 @@ class Scheduler:
             self._last_prune = now
             async with self.pool.acquire() as conn:
                 await outbox.prune(conn, self.settings.outbox_keep_s)
+                await logs_repo.prune_ended_jobs(conn, self.settings.log_retention_s)
         while (relayed := await self.relay.run_once()) > 0:
             done += relayed
         return done

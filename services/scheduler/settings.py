@@ -22,6 +22,8 @@ class SchedulerSettings(CommonSettings):
     quarantine_after: int = Field(default=5, ge=0)
     quarantine_window_s: float = Field(default=600.0, gt=0)
     quarantine_s: float = Field(default=600.0, gt=0)
+    #: The logs of a job are deleted this long after it ended (centralised logs' retention).
+    log_retention_s: float = Field(default=30 * 86400.0, gt=0)
     #: Published outbox rows are kept this long (for inspection), then pruned.
     outbox_keep_s: float = Field(default=3600.0, gt=0)
     worker_pool: str = DEFAULT_POOL

@@ -14,7 +14,7 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
 from shared.amqp import Broker, settle
 from shared.errors import InvalidMessage
 from shared.messages import LogRecord, Severity, decode
-from shared.topology import event_key
+from shared.topology import declare_error_log_queue, event_key
 
 logger = logging.getLogger(__name__)
 
@@ -33,9 +33,7 @@ class ErrorLogs:
     async def start(self, broker: Broker, queue_name: str, on_record: OnRecord) -> None:
         """Declare the queue and consume it with `on_record`."""
         channel = await broker.channel_for_consuming(prefetch=64)
-        self._queue = await channel.declare_queue(
-            queue_name, durable=False, exclusive=True, auto_delete=True
-        )
+        self._queue = await declare_error_log_queue(channel, queue_name)
         self._exchange = broker.topology.events_exchange
 
         async def on_message(incoming: AbstractIncomingMessage) -> None:

@@ -39,3 +39,6 @@ CREATE TABLE job_errors (
 );
 CREATE INDEX job_errors_job ON job_errors (job_id, id);
 CREATE INDEX jobs_probing ON jobs (id) WHERE probing_since IS NOT NULL;
+
+-- The scheduler prunes the logs of jobs ended longer ago than the retention.
+CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from services.scheduler.triage import Triage, TriageSettings, end_probing, release_quarantines
-from shared import datasets, jobs_repo, tasks_repo, users_repo
+from shared import datasets, jobs_repo, logs_repo, tasks_repo, users_repo
 from shared.analyser import DefaultAnalyser
 from shared.db import Connection, Pool
 from shared.jobs_repo import NewJob
@@ -219,3 +219,32 @@ async def test_with_fail_fast__a_final_failure_terminates_the_rest_of_the_job(po
             )
             == 1
         )
+
+
+async def test_the_logs_of_jobs_ended_past_the_retention_are_pruned_and_no_others(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        old, recent = await _job(conn, ["a"], {}), await _job(conn, ["b"], {})
+        for [task_id], age_s in ((old, 7200), (recent, 60)):
+            await conn.execute(
+                "UPDATE jobs SET state = 'completed',"
+                " finished_at = now() - make_interval(secs => $2)"
+                " WHERE id = (SELECT job_id FROM tasks WHERE id = $1)",
+                task_id,
+                age_s,
+            )
+            await conn.execute(
+                "INSERT INTO logs (job_id, task_id, run_number, attempt, line_no, ts, severity,"
+                " stream, line) SELECT job_id, id, 1, 1, 1, now(), 'info', 'stdout', 'hello'"
+                " FROM tasks WHERE id = $1",
+                task_id,
+            )
+        await logs_repo.prune_ended_jobs(conn, retention_s=3600)
+        left = {
+            r["task_id"]
+            for r in await conn.fetch(
+                "SELECT task_id FROM logs WHERE task_id = ANY($1)", [old[0], recent[0]]
+            )
+        }
+        assert left == {recent[0]}
