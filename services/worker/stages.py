@@ -127,6 +127,14 @@ class StageRunner:
     ) -> None:
         """Record the hook's attempt and move the task (its failure fields stay as they were)."""
         async with self.pool.acquire() as conn, conn.transaction():
+            task = await tasks_repo.transition(
+                conn,
+                held.task.id,
+                state,
+                among=frozenset({held.state}),
+                claim=held.claim,
+                changes=changes if failure is None else {"claim": None, "worker": None},
+            )
             await attempts_repo.finish(
                 conn,
                 held.task.id,
@@ -135,14 +143,6 @@ class StageRunner:
                 failure_class=failure.failure_class if failure else None,
                 error_brief=failure.brief if failure else None,
                 error_detail=failure.detail if failure else None,
-            )
-            task = await tasks_repo.transition(
-                conn,
-                held.task.id,
-                state,
-                among=frozenset({held.state}),
-                claim=held.claim,
-                changes=changes if failure is None else {"claim": None, "worker": None},
             )
         held.task, held.state = task, state
 
@@ -387,6 +387,16 @@ class StageRunner:
             changes |= {"claim": None, "worker": None}
         try:
             async with self.pool.acquire() as conn, conn.transaction():
+                # the task row first, then the attempt: the order of every writer of both
+                await tasks_repo.transition(
+                    conn,
+                    held.task.id,
+                    outcome.state,
+                    among=frozenset({src}),
+                    claim=held.claim,
+                    changes=changes,
+                    job_event=outcome.job_event(held.task.job_id, held.task.id),
+                )
                 await attempts_repo.finish(
                     conn,
                     held.task.id,
@@ -398,15 +408,6 @@ class StageRunner:
                     error_brief=outcome.brief,
                     error_detail=outcome.detail,
                     status=status.model_dump(mode="json") if status else None,
-                )
-                await tasks_repo.transition(
-                    conn,
-                    held.task.id,
-                    outcome.state,
-                    among=frozenset({src}),
-                    claim=held.claim,
-                    changes=changes,
-                    job_event=outcome.job_event(held.task.job_id, held.task.id),
                 )
                 if errors_of:
                     await job_errors.record_from_logs(
