@@ -84,6 +84,19 @@ class KillTask(_Message):
     claim: UUID | None = None  # the attempt's claim: names its cgroup, if it has one
 
 
+class FreezeTask(_Message):
+    """Ask the supervisor of a host to stop (SIGSTOP) or continue (SIGCONT) a task's process
+    tree: its job was suspended or resumed."""
+
+    type: Literal["freeze_task"] = "freeze_task"
+    job_id: str
+    task_id: str
+    pid: int
+    create_time: float
+    claim: UUID | None = None
+    frozen: bool
+
+
 class TaskEvent(_Message):
     """A task changed state (`task.<state>.<job id>`)."""
 
@@ -139,7 +152,14 @@ class LogRecord(_Message):
 
 
 Message = Annotated[
-    RunStage | WatchProcess | KillTask | TaskEvent | TaskDecision | JobEvent | LogRecord,
+    RunStage
+    | WatchProcess
+    | KillTask
+    | FreezeTask
+    | TaskEvent
+    | TaskDecision
+    | JobEvent
+    | LogRecord,
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)

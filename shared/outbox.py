@@ -9,7 +9,15 @@ from datetime import datetime
 from typing import Any, Literal
 
 from shared.db import Connection
-from shared.messages import JobEvent, KillTask, RunStage, TaskDecision, TaskEvent, to_jsonable
+from shared.messages import (
+    FreezeTask,
+    JobEvent,
+    KillTask,
+    RunStage,
+    TaskDecision,
+    TaskEvent,
+    to_jsonable,
+)
 from shared.topology import event_key
 
 ExchangeKind = Literal["events", "work"]
@@ -44,7 +52,9 @@ async def add_job_event(conn: Connection, event: JobEvent) -> None:
     await _add(conn, "events", key, to_jsonable(event))
 
 
-async def add_work(conn: Connection, routing_key: str, message: RunStage | KillTask) -> None:
+async def add_work(
+    conn: Connection, routing_key: str, message: RunStage | KillTask | FreezeTask
+) -> None:
     """Queue a work message for the work exchange under `routing_key` (a topology key)."""
     await _add(conn, "work", routing_key, to_jsonable(message))
 

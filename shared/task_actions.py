@@ -13,7 +13,7 @@ from shared import attempts_repo, jobs_repo, outbox, tasks_repo
 from shared.actions import JobAction, Plan, TaskAction, plan
 from shared.db import Connection
 from shared.errors import Conflict, NotFound, StaleState
-from shared.messages import JobEvent, JobOutcome, KillTask
+from shared.messages import FreezeTask, JobEvent, JobOutcome, KillTask
 from shared.states import FAILED, TERMINAL, FailureClass, JobState, TaskState
 from shared.topology import supervise_key
 
@@ -175,6 +175,28 @@ async def _set_job_state(
         for task_id in await _task_ids(conn, job_id, exclude=TERMINAL):
             await apply_to_task(conn, task_id, TaskAction.CANCEL, actor)
     await jobs_repo.transition(conn, job_id, target, event)
+    if action in (JobAction.SUSPEND, JobAction.RESUME):
+        await _freeze_running(conn, job_id, frozen=action is JobAction.SUSPEND)
+
+
+async def _freeze_running(conn: Connection, job_id: str, *, frozen: bool) -> None:
+    """Ask the supervisors to stop (or continue) the job's running commands."""
+    rows = await conn.fetch(
+        "SELECT * FROM tasks WHERE job_id = $1 AND state = 'on_cpu' AND pid IS NOT NULL"
+        " AND host IS NOT NULL",
+        job_id,
+    )
+    for task in map(tasks_repo.Task.from_record, rows):
+        assert task.pid is not None and task.host is not None
+        freeze = FreezeTask(
+            job_id=job_id,
+            task_id=task.id,
+            pid=task.pid,
+            create_time=task.pid_create_time or 0.0,
+            claim=task.claim,
+            frozen=frozen,
+        )
+        await outbox.add_work(conn, supervise_key(task.host), freeze)
 
 
 async def _recover_failed(conn: Connection, job_id: str, actor: str) -> None:

@@ -25,7 +25,7 @@ from shared.cgroups import Cgroups
 from shared.db import Pool, check_schema, open_pool
 from shared.errors import UNAVAILABLE, InvalidMessage
 from shared.lifecycle import stop_on_signals, wait_or_stop
-from shared.messages import KillTask, Message, WatchProcess
+from shared.messages import FreezeTask, KillTask, Message, WatchProcess
 from shared.processes import signal_tree
 from shared.redis_client import open_redis
 from shared.redis_keys import RedisKeys
@@ -67,6 +67,16 @@ def _handler(pool: Pool, watchers: Watchers, cgroups: Cgroups | None) -> Handler
             logger.info("task %s: %s (killed=%s)", message.task_id, message.reason, killed)
             async with pool.acquire() as conn:
                 await attempts_repo.mark_reaped(conn, message.task_id, message.pid)
+            return
+        if isinstance(message, FreezeTask):
+            cgroup = (
+                cgroups.path(message.task_id, message.claim) if cgroups and message.claim else None
+            )
+            sig = signal.SIGSTOP if message.frozen else signal.SIGCONT
+            signal_tree(message.pid, message.create_time, cgroup, sig)
+            logger.info(
+                "task %s: %s", message.task_id, "stopped" if message.frozen else "continued"
+            )
             return
         if not isinstance(message, WatchProcess):
             raise InvalidMessage(f"a supervisor cannot handle {message.type}")

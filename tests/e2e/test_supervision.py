@@ -350,3 +350,31 @@ def _wait_log(stack: Stack, service: str, text: str, within: float = 10.0) -> No
             return
         time.sleep(0.05)
     raise TimeoutError(f"{service} never logged {text!r}")
+
+
+async def test_when_a_job_is_suspended__its_processes_stop_and_are_not_judged_hung(
+    stack: Stack, client: httpx.AsyncClient, events: Events
+) -> None:
+    # given a talkative task with a short hang_timeout
+    command = "for i in $(seq 30); do echo $i; sleep 0.1; done"
+    job_id = await _submit(client, {"command": command, "policy": {"hang_timeout": 1}})
+    task = await _on_cpu(client, events, job_id)
+
+    # when its job is suspended: the process is stopped, and stays silent past hang_timeout
+    await client.post(f"/jobs/{job_id}/actions", json={"action": "suspend"})
+    assert await _status(task["pid"], psutil.STATUS_STOPPED)
+    await asyncio.sleep(2.5)  # an observation window: nothing may happen in it
+    assert f"job.hung.{job_id}" not in events.routing_keys()
+
+    # then, resumed, it continues and completes
+    await client.post(f"/jobs/{job_id}/actions", json={"action": "resume"})
+    assert (await wait_job(client, events, job_id))["state"] == "completed"
+
+
+async def _status(pid: int, wanted: str, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if psutil.Process(pid).status() == wanted:
+            return True
+        await asyncio.sleep(0.05)
+    return False
