@@ -173,21 +173,43 @@ async def transition(
     return Job.from_record(record)
 
 
+_FINISHED_COUNTS = (
+    "SELECT j.id, jsonb_object_agg(c.state, c.n) AS counts FROM jobs j"
+    " JOIN LATERAL (SELECT state::text AS state, count(*) AS n FROM tasks t"
+    "   WHERE t.job_id = j.id AND t.superseded_by IS NULL GROUP BY state) c ON true"
+    " WHERE j.state = 'active' AND {which} AND NOT EXISTS (SELECT 1 FROM tasks t"
+    "   WHERE t.job_id = j.id AND (t.state <> ALL($2::task_state[]) OR NOT t.decided))"
+    " GROUP BY j.id LIMIT $1"
+)
+
+
 async def finished_candidates(conn: Connection, limit: int) -> list[tuple[str, dict[str, int]]]:
     """Active jobs whose tasks are all terminal and decided (no failure awaits triage), with
     the counts per state of the tasks that decide the outcome (a task superseded by its
     resubmitted clone does not)."""
     rows = await conn.fetch(
-        "SELECT j.id, jsonb_object_agg(c.state, c.n) AS counts FROM jobs j"
-        " JOIN LATERAL (SELECT state::text AS state, count(*) AS n FROM tasks t"
-        "   WHERE t.job_id = j.id AND t.superseded_by IS NULL GROUP BY state) c ON true"
-        " WHERE j.state = 'active' AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id"
-        "   AND (t.state <> ALL($2::task_state[]) OR NOT t.decided))"
-        " GROUP BY j.id LIMIT $1",
-        limit,
-        sorted(s.value for s in TERMINAL),
+        _FINISHED_COUNTS.format(which="true"), limit, sorted(s.value for s in TERMINAL)
     )
     return [(r["id"], {k: int(v) for k, v in r["counts"].items()}) for r in rows]
+
+
+async def lock_finished(conn: Connection, job_id: str) -> dict[str, int] | None:
+    """In the caller's transaction: lock the job row, then its counts if it is still an
+    active job whose tasks are all terminal and decided (else None).
+
+    Whoever adds work to a job (`datasets.add_inputs`, `task_actions.reopen_job`) locks the
+    row first too, so a job is never finalised under a task added meanwhile.
+    """
+    state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", job_id)
+    if state != JobState.ACTIVE.value:
+        return None
+    rows = await conn.fetch(
+        _FINISHED_COUNTS.format(which="j.id = $3"),
+        1,
+        sorted(s.value for s in TERMINAL),
+        job_id,
+    )
+    return {k: int(v) for k, v in rows[0]["counts"].items()} if rows else None
 
 
 def outcome_event(job_id: str, state: JobState) -> JobEvent:

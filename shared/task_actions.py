@@ -116,8 +116,11 @@ async def duplicate(conn: Connection, task: tasks_repo.Task) -> tasks_repo.Task:
 
 
 async def reopen_job(conn: Connection, job_id: str) -> None:
-    """A finished job with work to do again becomes `active` (no-op otherwise)."""
-    state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1", job_id)
+    """A finished job with work to do again becomes `active` (no-op otherwise).
+
+    The job row is locked, like the finaliser does, so that the two are serialised.
+    """
+    state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", job_id)
     if state in (JobState.COMPLETED.value, JobState.FAILED.value):
         await jobs_repo.transition(conn, job_id, JobState.ACTIVE)
 

@@ -287,6 +287,10 @@ class TaskPublic(BaseModel):
     workdir: str | None
     created_at: datetime
     updated_at: datetime
+    infra_retries: int = Field(description="Resubmissions used by this task's lineage.")
+    app_retries: int = Field(description="Recoveries in place used.")
+    decided: bool = Field(description="False while a failure awaits the scheduler's triage.")
+    not_before: datetime | None = Field(description="Not released before (resubmission backoff).")
 
     @classmethod
     def from_task(cls, task: Task, prerequisites: list[PrerequisitePublic]) -> "TaskPublic":
@@ -318,6 +322,17 @@ class AttemptPublic(BaseModel):
     error_brief: str | None
     error_detail: str | None
     log_path: str | None
+    status: dict[str, Any] | None = Field(description="The status file the attempt left.")
+    decision: str | None = Field(
+        description="What the triage decided after this attempt failed: recovered,"
+        " resubmitted, abandoned (or fencing while it waits for the old process to die)."
+    )
+    decision_reason: str | None
+    decided_at: datetime | None
+    late_report: dict[str, Any] | None = Field(
+        description="A report from this attempt that arrived after it was fenced off."
+    )
+    reaped_at: datetime | None = Field(description="When its process was known to be gone.")
 
     @classmethod
     def from_attempt(cls, attempt: Attempt) -> "AttemptPublic":
@@ -335,6 +350,16 @@ class TaskDetail(TaskPublic):
     ) -> "TaskDetail":
         view = TaskPublic.from_task(task, prerequisites)
         return cls(**dict(view), attempts=[AttemptPublic.from_attempt(a) for a in attempts])
+
+
+class JobErrorPublic(BaseModel):
+    """An error-severity log record that failed a task of the job, with the lines before it."""
+
+    task_id: str
+    ts: datetime
+    severity: str
+    brief: str
+    detail: str | None
 
 
 class LogPublic(BaseModel):

@@ -7,10 +7,10 @@ from collections import deque
 from redis.asyncio import Redis
 
 from shared import jobs_repo
-from shared.db import Pool
-from shared.errors import UNAVAILABLE, StaleState
+from shared.db import Connection, Pool
+from shared.errors import UNAVAILABLE
 from shared.redis_keys import RedisKeys
-from shared.states import TaskState, job_outcome
+from shared.states import JobState, TaskState, job_outcome
 
 logger = logging.getLogger(__name__)
 
@@ -32,21 +32,25 @@ class Finaliser:
         finished = 0
         await self._repurge_due()
         async with self._pool.acquire() as conn:
-            for job_id, counts in await jobs_repo.finished_candidates(conn, self._batch):
-                state = job_outcome({TaskState(s): n for s, n in counts.items()})
+            for job_id, _ in await jobs_repo.finished_candidates(conn, self._batch):
+                state = await self._finalise(conn, job_id)
                 if state is None:
-                    continue
-                try:
-                    await jobs_repo.transition(
-                        conn, job_id, state, jobs_repo.outcome_event(job_id, state)
-                    )
-                except StaleState:
                     continue
                 logger.info("job %s %s", job_id, state.value, extra={"job_id": job_id})
                 await self._purge(job_id)
                 self._repurge.append((time.monotonic() + REPURGE_AFTER_S, job_id))
                 finished += 1
         return finished
+
+    async def _finalise(self, conn: Connection, job_id: str) -> JobState | None:
+        """End the job if, with its row locked, it is still finished; its final state."""
+        async with conn.transaction():
+            counts = await jobs_repo.lock_finished(conn, job_id)
+            state = job_outcome({TaskState(s): n for s, n in counts.items()}) if counts else None
+            if state is None:
+                return None
+            await jobs_repo.transition(conn, job_id, state, jobs_repo.outcome_event(job_id, state))
+        return state
 
     async def _repurge_due(self) -> None:
         now = time.monotonic()

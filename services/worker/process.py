@@ -65,6 +65,9 @@ async def _pump(
         *lines, partial = partial.split(b"\n")
         for line in lines:
             sink(name, line.decode("utf-8", errors="replace"))
+        # A read of buffered data does not suspend: without this, a command printing faster
+        # than we parse starves the event loop (heartbeats included) for as long as it prints.
+        await asyncio.sleep(0)
     if partial:
         sink(name, partial.decode("utf-8", errors="replace"))
 

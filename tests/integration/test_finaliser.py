@@ -1,0 +1,57 @@
+"""The finaliser against concurrent additions of work (real PostgreSQL and Redis)."""
+
+import asyncio
+import uuid
+
+import pytest
+from redis.asyncio import Redis
+
+from services.scheduler.finaliser import Finaliser
+from shared import datasets, jobs_repo, task_actions, users_repo
+from shared.db import Connection, Pool
+from shared.jobs_repo import NewJob
+from shared.redis_keys import RedisKeys
+from tests.conftest import REDIS_URL
+
+pytestmark = pytest.mark.integration
+
+
+async def test_when_a_task_is_added_while_the_job_is_being_finalised__the_job_stays_active(
+    pool: Pool, namespace: str
+) -> None:
+    redis = Redis.from_url(REDIS_URL, decode_responses=True)
+    finaliser = Finaliser(pool, redis, RedisKeys(namespace), batch=10_000)
+    try:
+        async with pool.acquire() as adder, pool.acquire() as conn:
+            # given a job whose only task failed for good
+            user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+            job, _ = await jobs_repo.create(conn, user.id, NewJob("f", "shell", "true", ["a"]))
+            [task_id] = await datasets.task_ids_of(conn, job.id)
+            await conn.execute(
+                "UPDATE tasks SET state = 'failed_on_cluster' WHERE id = $1", task_id
+            )
+
+            # when a duplicate is being added (its transaction holds the job row) while the
+            # finaliser looks at the job
+            async with adder.transaction():
+                await jobs_repo.add_tasks(adder, job.id, ["b"], 1)
+                await task_actions.reopen_job(adder, job.id)
+                finalising = asyncio.create_task(finaliser.run_once())
+                await _until_someone_waits_for_a_lock(conn)
+                assert not finalising.done()
+
+            # then the finaliser, seeing the new task once it has the row, leaves the job active
+            await finalising
+            assert (await jobs_repo.get(conn, job.id)).state.value == "active"  # type: ignore[union-attr]
+    finally:
+        await redis.aclose()
+
+
+async def _until_someone_waits_for_a_lock(conn: Connection, within: float = 5.0) -> None:
+    """The finaliser has reached the job row and waits for it (polled: no event to wait on)."""
+    async with asyncio.timeout(within):
+        while not await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        ):
+            await asyncio.sleep(0.01)  # noqa: ASYNC110
