@@ -50,8 +50,8 @@ async def test_when_a_task_is_added_while_the_job_is_being_finalised__the_job_st
 async def _until_someone_waits_for_a_lock(conn: Connection, within: float = 5.0) -> None:
     """The finaliser has reached the job row and waits for it (polled: no event to wait on)."""
     async with asyncio.timeout(within):
-        while not await conn.fetchval(
+        while not await conn.fetchval(  # noqa: ASYNC110
             "SELECT count(*) FROM pg_stat_activity"
             " WHERE wait_event_type = 'Lock' AND datname = current_database()"
         ):
-            await asyncio.sleep(0.01)  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
