@@ -19,7 +19,7 @@ from shared.db import Connection, Pool
 from shared.errors import UNAVAILABLE, StaleState
 from shared.messages import RunStage
 from shared.outcomes import Outcome
-from shared.states import ACTIONS, FailureClass, Stage, TaskState, failure_state_for
+from shared.states import ACTIONS, FailureClass, JobState, Stage, TaskState, failure_state_for
 
 S = TaskState
 logger = logging.getLogger(__name__)
@@ -63,12 +63,21 @@ class Taker:
         """Make the message's claim this worker's; None when the message is stale (a no-op).
 
         Setup and hooks move the task into their running state (`setting_up`, `recovering_*`,
-        `restarting_*`); the cluster and post-processing stages adopt a resting task.
+        `restarting_*`); the cluster and post-processing stages adopt a resting task. Work of
+        a job suspended since it was dispatched is given back unstarted (claim released, state
+        unchanged): the scheduler dispatches it again once the job is resumed.
         """
         async with self.pool.acquire() as conn, conn.transaction():
             task = await tasks_repo.get(conn, message.task_id)
             job = await jobs_repo.get(conn, message.job_id, with_counts=False)
             if task is None or job is None or task.claim != message.claim:
+                return None
+            if job.state is JobState.SUSPENDED:
+                await conn.execute(
+                    "UPDATE tasks SET claim = NULL, worker = NULL WHERE id = $1 AND claim = $2",
+                    task.id,
+                    message.claim,
+                )
                 return None
             try:
                 state = await self._enter(conn, task, message)

@@ -42,6 +42,7 @@ async def main(settings: WorkerSettings) -> None:
         consumer = Consumer(runner, settings.worker_slots)
         await consumer.start(broker, settings.host_id, settings.worker_pool)
         logger.info("worker %s up with %d slots", instance, settings.worker_slots)
+        drained = asyncio.Event()  # the heartbeat goes on while draining: the worker lives
         async with asyncio.TaskGroup() as tg:
             tg.create_task(
                 heartbeat(
@@ -50,7 +51,7 @@ async def main(settings: WorkerSettings) -> None:
                     keys,
                     presence,
                     settings.heartbeat_s,
-                    stop,
+                    drained,
                     consumer.set_quarantined,
                 ),
                 name="heartbeat",
@@ -60,5 +61,6 @@ async def main(settings: WorkerSettings) -> None:
             logger.info("intake stopped; %d task(s) in flight", consumer.in_flight)
             cancelled = await consumer.drain(settings.graceful_timeout_s)
             logger.info("drained; %d task(s) cancelled and failed as lost", cancelled)
+            drained.set()
         await unregister(pool, redis, keys, presence)
     logger.info("worker %s stopped", instance)

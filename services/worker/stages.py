@@ -31,7 +31,7 @@ from shared.outcomes import Outcome, command_outcome, error_log_outcome, hook_fa
 from shared.policy import Policy
 from shared.processes import signal_tree
 from shared.redis_keys import JOB_TTL_S, RedisKeys
-from shared.states import ACTIONS, FailureClass, Stage, TaskState
+from shared.states import ACTIONS, FailureClass, JobState, Stage, TaskState
 from shared.status_file import StatusReport, read_status
 from shared.task_types import TaskContext, TaskType
 from shared.task_types.base import HOOK_FOR_ACTION, OutputRecord
@@ -163,6 +163,9 @@ class StageRunner:
     # -- cluster -----------------------------------------------------------------------------
 
     async def _cluster(self, held: Held) -> bool:
+        if await self._suspended(held):  # suspended since setup: do not start the command
+            await self.taker.release(held, S.QUEUED)
+            return False
         attempt = await self._start_attempt(held, Stage.CLUSTER.value)
         ctx = self._context(held, attempt)
         ctx.safe_mkdir(".vigil")
@@ -211,6 +214,11 @@ class StageRunner:
             errors_of=policy.fail_on_log if failing is not None else None,
         )
         return outcome.state is S.DATA_READY
+
+    async def _suspended(self, held: Held) -> bool:
+        async with self.pool.acquire() as conn:
+            state = await conn.fetchval("SELECT state::text FROM jobs WHERE id = $1", held.job.id)
+        return bool(state == JobState.SUSPENDED.value)
 
     async def _mark_on_cpu(self, held: Held, attempt: int, running: process.Running) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
