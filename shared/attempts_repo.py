@@ -38,6 +38,7 @@ class Attempt:
     decided_at: datetime | None = None
     late_report: dict[str, Any] | None = None
     reaped_at: datetime | None = None
+    detected_after_s: float | None = None
 
     @classmethod
     def from_record(cls, record: Any) -> "Attempt":
@@ -101,11 +102,16 @@ async def finish(
     error_brief: str | None = None,
     error_detail: str | None = None,
     status: dict[str, Any] | None = None,
+    detected_after_s: float | None = None,
 ) -> None:
-    """Close an attempt with its outcome; an attempt already closed is left as it is."""
+    """Close an attempt with its outcome; an attempt already closed is left as it is.
+
+    `detected_after_s`: for a failure, how long after it happened it was recorded.
+    """
     await conn.execute(
         "UPDATE attempts SET ended_at = now(), outcome = $3, exit_code = $4, signal = $5,"
-        " failure_class = $6, error_brief = $7, error_detail = $8, status = $9"
+        " failure_class = $6, error_brief = $7, error_detail = $8, status = $9,"
+        " detected_after_s = $10"
         " WHERE task_id = $1 AND attempt = $2 AND ended_at IS NULL",
         task_id,
         attempt,
@@ -116,6 +122,7 @@ async def finish(
         error_brief,
         error_detail,
         status,
+        detected_after_s,
     )
 
 
@@ -127,6 +134,7 @@ async def close_open(
     brief: str,
     *,
     reaped: bool = False,
+    detected_after_s: float | None = None,
 ) -> None:
     """Close every open attempt of a task (its worker or process is gone).
 
@@ -134,13 +142,14 @@ async def close_open(
     """
     await conn.execute(
         "UPDATE attempts SET ended_at = now(), outcome = $2, failure_class = $3,"
-        " error_brief = $4, reaped_at = CASE WHEN $5 THEN now() END"
+        " error_brief = $4, reaped_at = CASE WHEN $5 THEN now() END, detected_after_s = $6"
         " WHERE task_id = $1 AND ended_at IS NULL",
         task_id,
         outcome,
         failure_class.value,
         brief,
         reaped,
+        detected_after_s,
     )
 
 

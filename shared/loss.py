@@ -1,6 +1,7 @@
 """Declaring a task lost: its worker, host or process is gone while the task was held."""
 
 import logging
+import time
 
 from shared import attempts_repo, tasks_repo
 from shared.db import Connection
@@ -18,11 +19,13 @@ async def declare(
     why: str = "",
     *,
     reaped: bool = False,
+    since: float | None = None,
 ) -> bool:
     """Fail `task` as it was read (state and claim), closing its open attempts.
 
     `outcome` defaults to `lost` for the task's state; `reaped` says its process is known
-    gone (or about to be killed by the caller). Returns False when the task moved meanwhile
+    gone (or about to be killed by the caller); `since` is when (epoch seconds) the failure
+    happened, if known, for the detection latency. Returns False when the task moved meanwhile
     (its worker reported first, or someone else declared it): a no-op.
     """
     outcome = outcome or lost_outcome(task.state, why)
@@ -47,6 +50,7 @@ async def declare(
             outcome.failure_class,
             outcome.brief or why,
             reaped=reaped,
+            detected_after_s=max(0.0, time.time() - since) if since is not None else None,
         )
     logger.warning(
         "task %s declared %s: %s",

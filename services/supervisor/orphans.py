@@ -12,7 +12,12 @@ logger = logging.getLogger(__name__)
 
 
 async def reap_worker(
-    pool: Pool, host_id: str, instance: str, why: str, cgroups: Cgroups | None
+    pool: Pool,
+    host_id: str,
+    instance: str,
+    why: str,
+    cgroups: Cgroups | None,
+    since: float | None = None,
 ) -> int:
     """Kill what the dead worker `instance` left running on this host and fail its tasks.
 
@@ -29,7 +34,7 @@ async def reap_worker(
                 killed = signal_tree(task.pid, task.pid_create_time, cgroup, signal.SIGKILL)
                 logger.info("task %s: process tree %d killed=%s", task.id, task.pid, killed)
                 reaped = True
-            lost += await loss.declare(conn, task, why=why, reaped=reaped)
+            lost += await loss.declare(conn, task, why=why, reaped=reaped, since=since)
     return lost
 
 

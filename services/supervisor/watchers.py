@@ -35,7 +35,7 @@ from shared.outcomes import Outcome, error_log_outcome, vanished_outcome
 from shared.policy import Policy
 from shared.processes import exit_waiter, signal_tree, terminate_tree
 from shared.redis_keys import RedisKeys
-from shared.states import JobState, TaskState
+from shared.states import FailureClass, JobState, TaskState
 from shared.vitals import Vitals, verdict
 
 logger = logging.getLogger(__name__)
@@ -75,6 +75,7 @@ class Watched:
     signs: list[Path] = field(default_factory=list)  # files whose writes are signs of life
     cgroup: Path | None = None
     ending: bool = False  # a verdict is being applied
+    exited_at: float | None = None  # epoch seconds, when the pidfd said it exited
 
 
 class Watchers:
@@ -120,6 +121,7 @@ class Watchers:
             waiter = exit_waiter(pid, create_time)
             if waiter is not None and not await self._until_exit(watched, waiter):
                 return
+            watched.exited_at = time.time()
             if not watched.ending:
                 await self._judge_exit(watched)
         finally:
@@ -181,7 +183,7 @@ class Watchers:
             watched.vitals = watched.vitals.seen(now)  # a suspended job is not hung
         outcome = verdict(now, watched.vitals, policy.hang_timeout, policy.walltime)
         if outcome is not None:
-            await self.end(watched, outcome)
+            await self.end(watched, outcome, since=_limit_passed(watched, outcome))
 
     async def _suspended(self, job_id: str) -> bool:
         try:
@@ -207,13 +209,25 @@ class Watchers:
             return
         if record.severity in watched.policy.fail_on_log:
             await self.end(
-                watched, error_log_outcome(record.severity.value, record.line), errors=True
+                watched,
+                error_log_outcome(record.severity.value, record.line),
+                errors=True,
+                since=record.ts.timestamp(),
             )
 
     # -- verdicts ----------------------------------------------------------------------------
 
-    async def end(self, watched: Watched, outcome: Outcome, *, errors: bool = False) -> bool:
-        """Fail the task with `outcome` (if it still runs under the claim), then kill its tree."""
+    async def end(
+        self,
+        watched: Watched,
+        outcome: Outcome,
+        *,
+        errors: bool = False,
+        since: float | None = None,
+    ) -> bool:
+        """Fail the task with `outcome` (if it still runs under the claim), then kill its tree.
+
+        `since`: when the failure happened (epoch seconds), for the detection latency."""
         if watched.ending:
             return False
         watched.ending = True
@@ -221,7 +235,7 @@ class Watchers:
             task = await tasks_repo.get(conn, watched.task_id)
             if task is None or task.state is not TaskState.ON_CPU or task.claim != watched.claim:
                 return False
-            if not await loss.declare(conn, task, outcome, reaped=True):
+            if not await loss.declare(conn, task, outcome, reaped=True, since=since):
                 return False
             if errors:
                 await job_errors.record_from_logs(
@@ -258,7 +272,10 @@ class Watchers:
                         return
                     # what the dead leader left behind dies with it, before anything reruns
                     signal_tree(watched.pid, watched.create_time, watched.cgroup, signal.SIGKILL)
-                    if await loss.declare(conn, task, vanished_outcome(), reaped=True):
+                    vanished = vanished_outcome()
+                    if await loss.declare(
+                        conn, task, vanished, reaped=True, since=watched.exited_at
+                    ):
                         logger.warning(
                             "task %s: process %d vanished unreported", task.id, watched.pid
                         )
@@ -279,6 +296,14 @@ class Watchers:
         for task in list(self._tasks.values()):
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+
+
+def _limit_passed(watched: Watched, outcome: Outcome) -> float:
+    """When the walltime or hang_timeout that `outcome` is about ran out (epoch seconds)."""
+    policy, vitals = watched.policy, watched.vitals
+    if outcome.failure_class is FailureClass.WALLTIME and policy.walltime is not None:
+        return vitals.started + policy.walltime
+    return vitals.last_sign + (policy.hang_timeout or 0.0)
 
 
 def _newest_mtime(paths: list[Path]) -> float | None:

@@ -9,6 +9,7 @@ wakes up, its late reports are fenced off and it goes on with new work.
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from redis.asyncio import Redis
@@ -39,6 +40,7 @@ class WorkerWatch:
     ) -> None:
         self._pool, self._redis, self._keys, self._host_id = pool, redis, keys, host_id
         self._cgroups, self._dead_worker_s = cgroups, dead_worker_s
+        self._exited_at: float | None = None
         self.current: WorkerIdentity | None = None
         self._exit: asyncio.Future[None] | None = None
         self._reaped: set[str] = set()
@@ -66,7 +68,9 @@ class WorkerWatch:
             dead, self.current, self._exit = self.current, None, None
             self._reaped.add(dead.instance)
             why = f"worker {dead.instance} (pid {dead.pid}) died while holding the task"
-            lost = await reap_worker(self._pool, self._host_id, dead.instance, why, self._cgroups)
+            lost = await reap_worker(
+                self._pool, self._host_id, dead.instance, why, self._cgroups, self._exited_at
+            )
             logger.warning("worker %s died; %d task(s) lost", dead.instance, lost)
         if self.current is not None:
             await self._judge_silence(self.current)
@@ -78,7 +82,11 @@ class WorkerWatch:
             self.current, self._exit = found, _done()
             return
         self.current, self._exit = found, asyncio.ensure_future(waiter)
+        self._exit.add_done_callback(self._note_exit)
         logger.info("watching worker %s (pid %d)", found.instance, found.pid)
+
+    def _note_exit(self, _exit: "asyncio.Future[None]") -> None:
+        self._exited_at = time.time()
 
     async def _judge_silence(self, worker: WorkerIdentity) -> None:
         async with self._pool.acquire() as conn:

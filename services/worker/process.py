@@ -4,6 +4,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ class Running:
     pid: int
     create_time: float
     cgroup: Path | None = None
+    exited_at: float | None = None  # epoch seconds, once the exit was seen
 
 
 async def spawn(
@@ -91,6 +93,7 @@ async def wait(running: Running, sink: LineSink, on_exit: ExitNote) -> int:
         while proc.returncode is None:  # noqa: ASYNC110  (the child watcher reaps it shortly)
             await asyncio.sleep(_REAP_POLL_S)
         returncode = proc.returncode
+        running.exited_at = time.time()
         await on_exit(returncode)
         signal_tree(running.pid, running.create_time, running.cgroup, signal.SIGKILL)
         await pumps

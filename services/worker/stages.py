@@ -9,6 +9,7 @@ the step fails with `StaleState` and the worker lets go, killing what it started
 import asyncio
 import logging
 import signal
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -212,6 +213,7 @@ class StageRunner:
             keep_claim=True,
             status=status,
             errors_of=policy.fail_on_log if failing is not None else None,
+            since=running.exited_at if outcome.failure_class is not None else None,
         )
         return outcome.state is S.DATA_READY
 
@@ -381,8 +383,11 @@ class StageRunner:
         status: StatusReport | None = None,
         outputs: list[OutputRecord] | None = None,
         errors_of: list[Severity] | None = None,
+        since: float | None = None,
     ) -> None:
         """Close the attempt and move the task, in one transaction (fenced by the claim).
+
+        `since`: when the failure happened (epoch seconds), for the detection latency.
 
         `errors_of`: the task failed on its error log; keep those records with the job.
 
@@ -416,6 +421,7 @@ class StageRunner:
                     error_brief=outcome.brief,
                     error_detail=outcome.detail,
                     status=status.model_dump(mode="json") if status else None,
+                    detected_after_s=max(0.0, time.time() - since) if since else None,
                 )
                 if errors_of:
                     await job_errors.record_from_logs(

@@ -14,7 +14,8 @@ ALTER TABLE attempts
     ADD COLUMN decision_reason text,
     ADD COLUMN decided_at timestamptz,
     ADD COLUMN late_report jsonb,       -- a report from this attempt after it was fenced off
-    ADD COLUMN reaped_at timestamptz;   -- its process is known gone (killed or found dead)
+    ADD COLUMN reaped_at timestamptz,   -- its process is known gone (killed or found dead)
+    ADD COLUMN detected_after_s double precision;  -- from the failure to its failed state
 CREATE INDEX attempts_host_failures ON attempts (host, ended_at)
     WHERE failure_class IN ('signal', 'lost', 'hung');
 

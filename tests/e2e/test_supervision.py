@@ -87,8 +87,8 @@ async def test_when_a_task_logs_an_error__it_fails_as_error_log_and_the_error_is
     assert "ERROR: disk on fire" in task["error_brief"]
     assert await _gone(task["pid"])
     assert (await wait_job(client, events, job_id))["state"] == "failed"
-    [error] = await _rows(stack, "SELECT * FROM job_errors WHERE job_id = $1", job_id)
-    assert error["brief"] == "ERROR: disk on fire"
+    [error] = (await client.get(f"/jobs/{job_id}/errors")).json()
+    assert (error["task_id"], error["brief"]) == (task["id"], "ERROR: disk on fire")
     assert "starting" in error["detail"]
 
 
@@ -167,12 +167,13 @@ async def test_when_a_restartable_task_is_killed_by_a_signal__a_clone_runs_and_c
     assert (clone["state"], clone["resubmitted_from"]) == ("completed", original["id"])
     [row] = await _rows(
         stack,
-        "SELECT decision, decision_reason FROM attempts WHERE task_id = $1"
+        "SELECT decision, decision_reason, detected_after_s FROM attempts WHERE task_id = $1"
         " AND decision IS NOT NULL",
         original["id"],
     )
     assert row["decision"] == "resubmitted"
     assert "signal: resubmitted (1/3)" in row["decision_reason"]
+    assert row["detected_after_s"] is not None and row["detected_after_s"] < 5
 
 
 async def test_when_a_task_is_not_restartable__a_signal_fails_it_without_a_clone(

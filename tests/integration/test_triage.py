@@ -153,7 +153,8 @@ async def test_when_a_host_has_repeated_infra_failures__it_is_quarantined_until_
         await _fail(conn, second, FailureClass.HUNG, host)
         await triage.run_once()
         row = await conn.fetchrow("SELECT * FROM hosts WHERE id = $1", host)
-        assert row is not None and row["quarantined"] and "2 infra failures" in row["quarantine_reason"]
+        assert row is not None and row["quarantined"]
+        assert "2 infra failures" in row["quarantine_reason"]
 
         # its quarantine runs out: it takes work again, and old failures no longer count
         await conn.execute("UPDATE hosts SET quarantined_until = now() WHERE id = $1", host)
