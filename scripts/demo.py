@@ -95,12 +95,14 @@ def cmd_wait(args: argparse.Namespace) -> int:
 def print_where(job_id: str | None, token_source: str) -> None:
     out()
     out("Where to look:")
-    rows: list[tuple[str, str | None]] = [("API docs", "/docs")]
+    rows: list[tuple[str, str | None]] = [("dashboard", "/"), ("API docs", "/docs")]
     if job_id:
+        rows += [("its page", f"/ui/jobs/{job_id}")]
         rows += [("the job", f"/jobs/{job_id}"), ("its logs", f"/jobs/{job_id}/logs")]
     rows += [("metrics", "/metrics"), ("service logs", None)]
     for label, path in rows:
         out(f"  {label:<13} {API + path if path is not None else '.run/logs/<service>.log'}")
+    out("  (the dashboard asks for the token once, and keeps it in a cookie for the session)")
     out()
     out("Use the API (Bearer token, operator role):")
     if token_source == "env":

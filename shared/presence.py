@@ -47,3 +47,21 @@ async def registered(redis: Redis, keys: RedisKeys, host_id: str) -> WorkerIdent
         )
     except (KeyError, ValueError):
         return None
+
+
+async def heartbeat_ages(redis: Redis, keys: RedisKeys, host_ids: list[str]) -> dict[str, float]:
+    """Seconds since the last heartbeat of each registered worker among `host_ids`.
+
+    Every heartbeat resets the registration's TTL to `WORKER_TTL_S`, so the age is what the TTL
+    has lost. Hosts with no registration (expired: no heartbeat for `WORKER_TTL_S`) are left
+    out. One round trip (a pipeline of PTTL).
+    """
+    pipe = redis.pipeline(transaction=False)
+    for host_id in host_ids:
+        pipe.pttl(keys.worker(host_id))
+    remaining = await pipe.execute()
+    return {
+        host_id: max(WORKER_TTL_S - ms / 1000, 0.0)
+        for host_id, ms in zip(host_ids, remaining, strict=True)
+        if ms >= 0
+    }

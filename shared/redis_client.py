@@ -7,8 +7,12 @@ from redis.asyncio import Redis
 
 
 @asynccontextmanager
-async def open_redis(url: str) -> AsyncIterator[Redis]:
-    """A client that decodes replies to str and reconnects by itself after a Redis restart."""
+async def open_redis(url: str, *, check: bool = True) -> AsyncIterator[Redis]:
+    """A client that decodes replies to str and reconnects by itself after a Redis restart.
+
+    With `check` (the default) Redis must answer a ping first; without it the client is handed
+    out even while Redis is down, for a service that can do without it for a while.
+    """
     client = Redis.from_url(
         url,
         decode_responses=True,
@@ -17,7 +21,8 @@ async def open_redis(url: str) -> AsyncIterator[Redis]:
         health_check_interval=15,
     )
     try:
-        await client.ping()
+        if check:
+            await client.ping()
         yield client
     finally:
         await client.aclose()

@@ -1,10 +1,14 @@
 """Users and their bearer tokens (stored as sha256 hashes, never in clear)."""
 
 import hashlib
+import re
+import secrets
 from dataclasses import dataclass
-from typing import Literal
+from datetime import datetime
+from typing import Final, Literal
 
 from shared.db import Connection
+from shared.errors import Conflict, NotFound
 from shared.ids import new_id
 
 Role = Literal["user", "operator"]
@@ -56,3 +60,70 @@ async def ensure_user(conn: Connection, name: str, role: Role, token: str) -> Us
             record["id"],
         )
     return User(record["id"], record["name"], record["role"])
+
+
+#: What a user name looks like: it appears in logs, error briefs and the admin command's output.
+NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$"
+_NAME_RE: Final = re.compile(NAME_PATTERN)
+
+
+@dataclass(frozen=True)
+class UserSummary:
+    """A user as `list-users` shows it: never a token, only how many they hold."""
+
+    user: User
+    tokens: int
+    created_at: datetime
+
+
+def new_token() -> str:
+    """A fresh random bearer token (256 bits, URL-safe text)."""
+    return secrets.token_urlsafe(32)
+
+
+def check_name(name: str) -> str:
+    """Return `name` if it is a valid user name; raise ValueError saying what one looks like."""
+    if not _NAME_RE.fullmatch(name):
+        raise ValueError(
+            f"user name {name[:100]!r} is not valid: 1 to 64 letters, digits or '._@-',"
+            " starting with a letter or digit"
+        )
+    return name
+
+
+async def create_user(conn: Connection, name: str, role: Role) -> User:
+    """Create user `name`; raises `Conflict` if the name is taken, ValueError if malformed."""
+    record = await conn.fetchrow(
+        "INSERT INTO users (id, name, role) VALUES ($1, $2, $3)"
+        " ON CONFLICT (name) DO NOTHING RETURNING id, name, role",
+        new_id("u"),
+        check_name(name),
+        role,
+    )
+    if record is None:
+        raise Conflict(f"a user named {name!r} already exists")
+    return User(record["id"], record["name"], record["role"])
+
+
+async def add_token(conn: Connection, name: str, token: str) -> User:
+    """Give user `name` one more token (stored hashed); raises `NotFound` for an unknown user."""
+    record = await conn.fetchrow("SELECT id, name, role FROM users WHERE name = $1", name)
+    if record is None:
+        raise NotFound(f"no user named {name[:100]!r}")
+    await conn.execute(
+        "INSERT INTO tokens (token_hash, user_id) VALUES ($1, $2)", hash_token(token), record["id"]
+    )
+    return User(record["id"], record["name"], record["role"])
+
+
+async def list_users(conn: Connection) -> list[UserSummary]:
+    """Every user by name, with the number of tokens each holds."""
+    rows = await conn.fetch(
+        "SELECT u.id, u.name, u.role, u.created_at, count(t.token_hash) AS tokens"
+        " FROM users u LEFT JOIN tokens t ON t.user_id = u.id"
+        " GROUP BY u.id ORDER BY u.name"
+    )
+    return [
+        UserSummary(User(r["id"], r["name"], r["role"]), int(r["tokens"]), r["created_at"])
+        for r in rows
+    ]

@@ -1,7 +1,7 @@
 """`create_app(settings)`: the FastAPI application, its lifespan and its routes.
 
-The lifespan opens the database pool, refuses to start on an out-of-date schema and makes the
-bootstrap operator; nothing is created at import.
+The lifespan opens the database pool and a Redis client, refuses to start on an out-of-date
+schema and makes the bootstrap operator; nothing is created at import.
 """
 
 import logging
@@ -13,12 +13,17 @@ from fastapi import FastAPI
 
 from services.api import errors
 from services.api.body_limit import BodyLimit
+from services.api.event_hub import EventHub
 from services.api.metrics import Metrics
-from services.api.routes import health, jobs, tasks
+from services.api.rate_limit import SubmitLimiter
+from services.api.routes import admin, events, health, hosts, jobs, pages, tasks
 from services.api.settings import ApiSettings
 from shared import db, users_repo
 from shared.errors import SchemaOutOfDate
+from shared.redis_client import open_redis
+from shared.redis_keys import RedisKeys
 from shared.task_types.registry import load_task_types
+from shared.topology import Topology
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +42,11 @@ type}]}` naming the field; a body larger than the limit answers 413.
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: ApiSettings = app.state.settings
-    async with db.open_pool(settings.database_url) as pool:
+    async with (
+        db.open_pool(settings.database_url) as pool,
+        # Not checked at start: the api serves without Redis (rate limits are then not applied).
+        open_redis(settings.redis_url, check=False) as redis,
+    ):
         try:
             await db.check_schema(pool)
         except SchemaOutOfDate as exc:
@@ -49,8 +58,15 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                     conn, BOOTSTRAP_OPERATOR, "operator", settings.bootstrap_token
                 )
         app.state.pool = pool
+        app.state.redis = redis
+        app.state.limiter = SubmitLimiter(
+            redis, app.state.redis_keys, settings.submit_rate_per_s, settings.submit_burst
+        )
         logger.info("api ready", extra={"action": "start"})
-        yield
+        try:
+            yield
+        finally:
+            await app.state.events.close()  # ends every live event stream
         logger.info("api stopping: closing the database pool", extra={"action": "stop"})
 
 
@@ -59,10 +75,16 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app = FastAPI(title="Vigil", version="1", description=_DESCRIPTION, lifespan=_lifespan)
     app.state.settings = settings
     app.state.metrics = Metrics()
+    app.state.redis_keys = RedisKeys(settings.namespace)
     # Loaded here, not at import: a broken plugin stops the api at start, not at a submission.
     app.state.task_types = load_task_types()
+    # One broker connection per api process for every live event stream, opened on first use.
+    app.state.events = EventHub(
+        settings.amqp_url, Topology(settings.namespace), settings.max_event_streams
+    )
     errors.install(app)
-    for module in (health, jobs, tasks):
+    for module in (health, jobs, tasks, admin, events, hosts):
         app.include_router(module.router)
+    pages.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app

@@ -2,20 +2,27 @@
 and path ids validated before they reach any SQL.
 """
 
+import logging
 from collections.abc import Mapping
-from typing import Annotated, cast
+from typing import Annotated, Any, Final, cast
 
 from fastapi import Depends, HTTPException, Path, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from redis.asyncio import Redis
 
+from services.api import session
 from services.api.errors import invalid
+from services.api.event_hub import EventHub
 from services.api.metrics import Metrics
+from services.api.rate_limit import SubmitLimiter
 from services.api.settings import ApiSettings
 from shared import users_repo
 from shared.db import Pool
 from shared.ids import is_safe_id
 from shared.task_types.base import TaskType
 from shared.users_repo import User
+
+logger = logging.getLogger(__name__)
 
 _bearer = HTTPBearer(auto_error=False, description="A token given to a user or operator.")
 
@@ -36,7 +43,17 @@ def _task_types(request: Request) -> Mapping[str, TaskType]:
     return cast(Mapping[str, TaskType], request.app.state.task_types)
 
 
+def _event_hub(request: Request) -> EventHub:
+    return cast(EventHub, request.app.state.events)
+
+
+def _redis(request: Request) -> Redis:
+    return cast(Redis, request.app.state.redis)
+
+
 PoolDep = Annotated[Pool, Depends(_pool)]
+EventHubDep = Annotated[EventHub, Depends(_event_hub)]
+RedisDep = Annotated[Redis, Depends(_redis)]
 SettingsDep = Annotated[ApiSettings, Depends(_settings)]
 MetricsDep = Annotated[Metrics, Depends(_metrics)]
 TaskTypesDep = Annotated[Mapping[str, TaskType], Depends(_task_types)]
@@ -51,20 +68,68 @@ def _unauthorized() -> HTTPException:
 
 
 async def _current_user(
+    request: Request,
     pool: PoolDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> User:
-    if credentials is None or not credentials.credentials:
+    token = session.token_of(request, credentials.credentials if credentials else None)
+    if token is None:
         raise _unauthorized()
     async with pool.acquire() as conn:
-        user = await users_repo.by_token(conn, credentials.credentials)
+        user = await users_repo.by_token(conn, token)
     if user is None:
         raise _unauthorized()
     return user
 
 
-#: The user the bearer token belongs to; 401 (with `WWW-Authenticate: Bearer`) otherwise.
+#: The user the bearer token (or the dashboard's session cookie) belongs to; 401 (with
+#: `WWW-Authenticate: Bearer`) otherwise.
 CurrentUser = Annotated[User, Depends(_current_user)]
+
+#: For the OpenAPI schema: what every route that needs a token may answer (give it to the router).
+AUTH_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
+    401: {"description": "Missing or invalid bearer token."}
+}
+
+
+def _operator(user: CurrentUser) -> User:
+    if not user.is_operator:
+        raise HTTPException(status_code=status.HTTP_403_FORBIDDEN, detail="operators only")
+    return user
+
+
+#: The caller, who must be an operator: 401 without a valid token, 403 for a plain user.
+OperatorUser = Annotated[User, Depends(_operator)]
+
+
+def _limiter(request: Request) -> SubmitLimiter:
+    return cast(SubmitLimiter, request.app.state.limiter)
+
+
+async def _submission_allowed(
+    request: Request,
+    user: CurrentUser,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    limiter: Annotated[SubmitLimiter, Depends(_limiter)],
+) -> User:
+    if user.is_operator:  # trusted with bulk loads and benchmarks (they can stop everything)
+        return user
+    token = session.token_of(request, credentials.credentials if credentials else None)
+    assert token is not None  # `user` was found by it
+    refused = await limiter.take(token)
+    if refused is not None:
+        logger.info("submission refused: %s", refused.message, extra={"user": user.name})
+        raise HTTPException(
+            status_code=status.HTTP_429_TOO_MANY_REQUESTS,
+            detail=refused.message,
+            headers={"Retry-After": str(refused.retry_after_s)},
+        )
+    return user
+
+
+#: The caller of a submission route, within their token's rate limit (429 otherwise); operators
+#: are not limited.
+SubmittingUser = Annotated[User, Depends(_submission_allowed)]
 
 
 def _job_id(job_id: Annotated[str, Path(description="A job id, e.g. `j-3k9x0q7mzt1a`.")]) -> str:

@@ -1,41 +1,138 @@
-"""Prometheus metrics of the api, in a registry of the app's own (no global registry)."""
+"""Prometheus metrics of the api, in a registry of the app's own (no global registry).
+
+Everything but the submission counter is read at scrape time from the truth: PostgreSQL (jobs
+and tasks per state, failed attempts per class, the detection latency histogram, the outbox
+backlog, the emergency stop) and
+Redis (worker heartbeats). Each is one grouped query, whatever the size of the history.
+"""
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
+from redis.asyncio import Redis
 
 from services.api import queries
+from shared import presence
 from shared.db import Connection
-from shared.states import JobState, TaskState
+from shared.errors import UNAVAILABLE
+from shared.redis_keys import RedisKeys
+from shared.states import FailureClass, JobState, TaskState
+
+logger = logging.getLogger(__name__)
+
+#: Most hosts exported (a fleet is far smaller; the bound keeps a scrape bounded anyway).
+MAX_HOSTS: Final = 1000
+#: A Redis slower than this to answer is left out of the scrape.
+REDIS_TIMEOUT_S: Final = 1.0
+_EXCHANGES: Final = ("events", "work")
+#: Upper bounds (seconds) of the detection latency histogram.
+LATENCY_BOUNDS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class _DetectionLatency(Collector):
+    """`vigil_detection_latency_seconds`: from a failure (a process's death, a limit or error
+    record, a worker's death) to the task's failed state, per failure class; refreshed at
+    each scrape from `attempts.detected_after_s`."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, queries.Latencies] = {}
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(
+            "vigil_detection_latency_seconds",
+            "Seconds from a failure to the task's failed state, per failure class",
+            labels=["failure_class"],
+        )
+        for cls, latencies in sorted(self.latest.items()):
+            buckets = [(repr(b), n) for b, n in latencies.buckets]
+            buckets.append(("+Inf", latencies.count))
+            family.add_metric([cls], buckets, latencies.total)
+        yield family
 
 
 class Metrics:
-    """Counters updated by the routes, and gauges of jobs and tasks per state set at scrape."""
+    """Counters updated by the routes, and gauges refreshed from the truth at each scrape."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._lock = asyncio.Lock()  # one scrape at a time: a scrape clears and refills labels
         self.jobs_submitted = Counter(
             "vigil_api_jobs_submitted",
             "Jobs created through this api process",
             registry=self.registry,
         )
-        self.jobs = Gauge(
-            "vigil_jobs",
-            "Jobs per state, counted at scrape time",
-            ["state"],
-            registry=self.registry,
+        self.jobs = self._gauge("vigil_jobs", "Jobs per state", "state")
+        self.tasks = self._gauge("vigil_tasks", "Tasks per state", "state")
+        self.failed_attempts = self._gauge(
+            "vigil_attempts_failed", "Attempts that ended with each failure class", "failure_class"
         )
-        self.tasks = Gauge(
-            "vigil_tasks",
-            "Tasks per state, counted at scrape time",
-            ["state"],
+        self.outbox_pending = self._gauge(
+            "vigil_outbox_pending",
+            "Messages committed but not yet relayed to the broker, per exchange (work: stage"
+            " and kill messages on their way to the work queues)",
+            "exchange",
+        )
+        self.heartbeat_age = self._gauge(
+            "vigil_host_heartbeat_age_seconds",
+            "Seconds since the host's worker last heartbeated: from its Redis registration,"
+            " or from PostgreSQL's last record once the registration has expired",
+            "host",
+        )
+        self.registered = self._gauge(
+            "vigil_host_worker_registered",
+            "1 while the host's worker is registered in Redis (absent: Redis did not answer)",
+            "host",
+        )
+        self.detection = _DetectionLatency()
+        self.registry.register(self.detection)
+        self.emergency_stop = Gauge(
+            "vigil_emergency_stop_in_force",
+            "1 while an emergency stop is in force",
             registry=self.registry,
         )
 
-    async def scrape(self, conn: Connection) -> bytes:
-        """Refresh the per-state gauges from the database and render the text exposition."""
-        jobs = await queries.jobs_per_state(conn)
-        tasks = await queries.tasks_per_state(conn)
-        for job_state in JobState:
-            self.jobs.labels(job_state.value).set(jobs.get(job_state.value, 0))
-        for task_state in TaskState:
-            self.tasks.labels(task_state.value).set(tasks.get(task_state.value, 0))
-        return generate_latest(self.registry)
+    def _gauge(self, name: str, text: str, label: str) -> Gauge:
+        return Gauge(name, text + ", read at scrape time", [label], registry=self.registry)
+
+    async def scrape(self, conn: Connection, redis: Redis, keys: RedisKeys) -> bytes:
+        """Refresh every gauge from PostgreSQL and Redis and render the text exposition.
+
+        A Redis that does not answer leaves the Redis-based figures out (logged), never fails.
+        """
+        async with self._lock:
+            _fill(self.jobs, await queries.jobs_per_state(conn), [s.value for s in JobState])
+            _fill(self.tasks, await queries.tasks_per_state(conn), [s.value for s in TaskState])
+            failed = await queries.failed_attempts_per_class(conn)
+            _fill(self.failed_attempts, failed, [c.value for c in FailureClass])
+            _fill(self.outbox_pending, await queries.outbox_pending(conn), _EXCHANGES)
+            self.emergency_stop.set(int(await queries.emergency_stop_in_force(conn)))
+            self.detection.latest = await queries.detection_latencies(conn, LATENCY_BOUNDS)
+            await self._hosts(conn, redis, keys)
+            return generate_latest(self.registry)
+
+    async def _hosts(self, conn: Connection, redis: Redis, keys: RedisKeys) -> None:
+        ages = await queries.host_heartbeat_ages(conn, MAX_HOSTS)
+        self.heartbeat_age.clear()
+        self.registered.clear()
+        try:
+            async with asyncio.timeout(REDIS_TIMEOUT_S):
+                live = await presence.heartbeat_ages(redis, keys, sorted(ages))
+        except (*UNAVAILABLE, TimeoutError) as exc:
+            logger.warning("metrics without worker registrations (Redis: %r)", exc)
+            live = None
+        for host_id, age in ages.items():
+            if live is not None:
+                self.registered.labels(host_id).set(int(host_id in live))
+                age = live.get(host_id, age)
+            self.heartbeat_age.labels(host_id).set(round(age, 3))
+
+
+def _fill(gauge: Gauge, counts: dict[str, int], labels: list[str] | tuple[str, ...]) -> None:
+    """Set one sample per known label (0 when absent) and any other label found."""
+    for label in {*labels, *counts}:
+        gauge.labels(label).set(counts.get(label, 0))

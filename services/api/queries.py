@@ -1,6 +1,8 @@
 """Read queries the api needs that the shared repositories do not have (parameterised SQL only)."""
 
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from shared.db import Connection
@@ -72,3 +74,67 @@ async def jobs_per_state(conn: Connection) -> dict[str, int]:
     """Number of jobs in each state (for the metrics scrape)."""
     rows = await conn.fetch("SELECT state::text AS state, count(*) AS n FROM jobs GROUP BY state")
     return {row["state"]: int(row["n"]) for row in rows}
+
+
+async def failed_attempts_per_class(conn: Connection) -> dict[str, int]:
+    """Number of attempts that ended with each failure class, over all history."""
+    rows = await conn.fetch(
+        "SELECT failure_class::text AS class, count(*) AS n FROM attempts"
+        " WHERE failure_class IS NOT NULL GROUP BY failure_class"
+    )
+    return {row["class"]: int(row["n"]) for row in rows}
+
+
+@dataclass(frozen=True)
+class Latencies:
+    """Detection latencies as a histogram: cumulative counts per upper bound, count and sum."""
+
+    buckets: list[tuple[float, int]]
+    count: int
+    total: float
+
+
+async def detection_latencies(conn: Connection, bounds: Sequence[float]) -> dict[str, Latencies]:
+    """The detection latency (`attempts.detected_after_s`) of every failed attempt that has
+    one, as a histogram per failure class. One grouped query; `bounds` are constants."""
+    counts = ", ".join(
+        f"count(*) FILTER (WHERE detected_after_s <= {float(b)!r}) AS b{i}"
+        for i, b in enumerate(bounds)
+    )
+    rows = await conn.fetch(
+        f"SELECT failure_class::text AS class, count(*) AS n,"
+        f" coalesce(sum(detected_after_s), 0) AS total, {counts}"
+        " FROM attempts WHERE detected_after_s IS NOT NULL GROUP BY failure_class"
+    )
+    return {
+        row["class"]: Latencies(
+            [(b, int(row[f"b{i}"])) for i, b in enumerate(bounds)],
+            int(row["n"]),
+            float(row["total"]),
+        )
+        for row in rows
+    }
+
+
+async def outbox_pending(conn: Connection) -> dict[str, int]:
+    """Outbox rows not yet relayed to the broker, per exchange (`events`, `work`)."""
+    rows = await conn.fetch(
+        "SELECT exchange, count(*) AS n FROM outbox WHERE published_at IS NULL GROUP BY exchange"
+    )
+    return {row["exchange"]: int(row["n"]) for row in rows}
+
+
+async def host_heartbeat_ages(conn: Connection, limit: int) -> dict[str, float]:
+    """Seconds since each host's last heartbeat as PostgreSQL recorded it (at most `limit`)."""
+    rows = await conn.fetch(
+        "SELECT id, extract(epoch FROM now() - heartbeat_at)::float8 AS age FROM hosts"
+        " ORDER BY id LIMIT $1",
+        limit,
+    )
+    return {row["id"]: max(float(row["age"]), 0.0) for row in rows}
+
+
+async def emergency_stop_in_force(conn: Connection) -> bool:
+    """True while an emergency stop is in force."""
+    found = await conn.fetchval("SELECT 1 FROM emergency_stops WHERE resumed_at IS NULL")
+    return found is not None

@@ -13,7 +13,7 @@ _TOKEN_RE: Final = re.compile(r"[\x21-\x7e]+")  # visible ASCII: it travels in a
 
 
 class ApiSettings(CommonSettings):
-    """`VIGIL_API_HOST`, `VIGIL_API_PORT`, `VIGIL_BOOTSTRAP_TOKEN` and the request limits."""
+    """`VIGIL_API_HOST`, `VIGIL_API_PORT`, `VIGIL_BOOTSTRAP_TOKEN`, request and rate limits."""
 
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8000, ge=1, le=65535)
@@ -23,6 +23,16 @@ class ApiSettings(CommonSettings):
     max_body_bytes: int = Field(default=1024 * 1024, gt=0)
     #: Most inputs (hence tasks) one submission may carry.
     max_inputs: int = Field(default=10_000, ge=1)
+    #: `GET /events` sends a `: keepalive` comment this often.
+    sse_keepalive_s: float = Field(default=15.0, gt=0)
+    #: Most event streams (SSE clients) one api process serves at once (a channel each).
+    max_event_streams: int = Field(default=500, ge=1, le=2000)
+    #: Submissions (`POST /jobs`, `POST /jobs/{id}/inputs`) one user token may make per second,
+    #: on average (`VIGIL_SUBMIT_RATE_PER_S`); more get 429 with `Retry-After`. Operators are
+    #: not limited.
+    submit_rate_per_s: float = Field(default=5.0, gt=0, le=1_000_000)
+    #: Submissions one token may make at once after a quiet spell (`VIGIL_SUBMIT_BURST`).
+    submit_burst: int = Field(default=20, ge=1, le=1_000_000)
 
     @field_validator("bootstrap_token")
     @classmethod

@@ -2,7 +2,8 @@
 one transaction, so that a failure anywhere leaves no trace (never a half-created job).
 
 A job with `inputs_from` is created without inputs and chained (design §6): one promised input
-per task of the upstream job, each waiting for its upstream task to complete.
+per task of the upstream job, each waiting for its upstream task to complete. A job submitted
+during an emergency stop is created suspended (`shared.emergency.hold_if_stopped`).
 """
 
 import logging
@@ -14,7 +15,7 @@ from services.api import queries
 from services.api.access import owner_filter
 from services.api.errors import invalid
 from services.api.schemas import JobCreate
-from shared import datasets, jobs_repo
+from shared import datasets, emergency, jobs_repo
 from shared.db import Connection, Pool
 from shared.jobs_repo import Job
 from shared.users_repo import User
@@ -34,6 +35,7 @@ async def submit(
         await _check_references(conn, user, body)
         job, created = await jobs_repo.create(conn, user.id, body.to_new_job(idempotency_key))
         if created:
+            await emergency.hold_if_stopped(conn, job.id)
             job = await _fill(conn, job.id, body)
     if created:
         logger.info(

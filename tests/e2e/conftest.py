@@ -146,8 +146,9 @@ async def wait_job(
     `job.failed`, e.g. for its error log, is not the end) and return the job as the API
     shows it then."""
     await events.wait_for(
-        lambda k, b: k in (f"job.succeeded.{job_id}", f"job.failed.{job_id}")
-        and b.get("task_id") is None,
+        lambda k, b: (
+            k in (f"job.succeeded.{job_id}", f"job.failed.{job_id}") and b.get("task_id") is None
+        ),
         within,
     )
     response = await client.get(f"/jobs/{job_id}")

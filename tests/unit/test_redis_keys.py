@@ -37,3 +37,9 @@ def test_when_a_key_part_is_unsafe__value_error_is_raised(part: str) -> None:
 def test_when_reading_the_ttls__a_worker_expires_fast_and_job_state_lasts_days() -> None:
     assert 0 < WORKER_TTL_S <= 60
     assert JOB_TTL_S >= 24 * 3600
+
+
+def test_when_a_submit_bucket_is_named__it_is_namespaced_and_takes_safe_parts_only() -> None:
+    assert RedisKeys("t42").submit_bucket("ab12") == "t42:vigil:api:submit:ab12"
+    with pytest.raises(ValueError, match="unsafe"):
+        RedisKeys().submit_bucket("secret token")

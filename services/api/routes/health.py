@@ -5,12 +5,13 @@ import logging
 from typing import Final
 
 import asyncpg
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Request, Response, status
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from services.api import queries
-from services.api.deps import CurrentUser, MetricsDep, PoolDep
+from services.api.deps import AUTH_RESPONSES, CurrentUser, MetricsDep, PoolDep, RedisDep
 from services.api.schemas import Health
+from shared.redis_keys import RedisKeys
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +42,16 @@ async def healthz(pool: PoolDep, response: Response) -> Health:
 @router.get(
     "/metrics",
     response_class=Response,
-    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text."}},
+    responses=AUTH_RESPONSES
+    | {200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text."}},
 )
-async def metrics(user: CurrentUser, pool: PoolDep, registry: MetricsDep) -> Response:
-    """Counters of this process and jobs/tasks per state, in the Prometheus text format."""
+async def metrics(
+    user: CurrentUser, pool: PoolDep, redis: RedisDep, registry: MetricsDep, request: Request
+) -> Response:
+    """The Prometheus text format: jobs and tasks per state, failed attempts per failure
+    class, the outbox backlog, worker heartbeat ages, the emergency stop, and this process's
+    submissions. Any valid token may read it."""
+    keys: RedisKeys = request.app.state.redis_keys
     async with pool.acquire() as conn:
-        body = await registry.scrape(conn)
+        body = await registry.scrape(conn, redis, keys)
     return Response(content=body, media_type=CONTENT_TYPE_LATEST)

@@ -14,37 +14,43 @@ from services.api import cursor, queries, submission
 from services.api.access import owner_filter, visible_job
 from services.api.actions import InputsAdded, InputsAppend, JobActionRequest
 from services.api.deps import (
+    AUTH_RESPONSES,
     CurrentUser,
     JobIdPath,
     MetricsDep,
     PoolDep,
     SettingsDep,
+    SubmittingUser,
     TaskTypesDep,
 )
 from services.api.errors import invalid
 from services.api.schemas import (
     TEXT_PATTERN,
     JobCreate,
+    JobErrorPublic,
     JobPublic,
     JobsPage,
     LogPublic,
     LogsPage,
     TaskPublic,
 )
-from shared import datasets, jobs_repo, logs_repo, task_actions, tasks_repo
+from shared import datasets, job_errors, jobs_repo, logs_repo, task_actions, tasks_repo
 from shared.ids import ID_PATTERN
 from shared.messages import Severity
 from shared.states import JobState
 
 logger = logging.getLogger(__name__)
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], responses=AUTH_RESPONSES)
 
 _NOT_FOUND: Final[dict[int | str, dict[str, Any]]] = {
     404: {"description": "No such job, or it belongs to another user."}
 }
 _CONFLICT: Final[dict[int | str, dict[str, Any]]] = {
     409: {"description": "The job's state does not allow it; the detail says why."}
+}
+_RATE_LIMITED: Final[dict[int | str, dict[str, Any]]] = {
+    429: {"description": "Too many submissions with this token; `Retry-After` says when to retry."}
 }
 _INT4_MAX: Final = 2**31 - 1
 _INT8_MAX: Final = 2**63 - 1
@@ -74,10 +80,11 @@ IdempotencyKey = Annotated[
     responses={
         200: {"model": JobPublic, "description": "The job made earlier with this Idempotency-Key."},
         413: {"description": "The body is larger than the limit."},
+        429: _RATE_LIMITED[429],
     },
 )
 async def submit_job(
-    user: CurrentUser,
+    user: SubmittingUser,
     body: JobCreate,
     pool: PoolDep,
     settings: SettingsDep,
@@ -142,6 +149,21 @@ async def get_job(user: CurrentUser, job_id: JobIdPath, pool: PoolDep) -> JobPub
     async with pool.acquire() as conn:
         job = await visible_job(conn, user, job_id)
     return JobPublic.from_job(job)
+
+
+@router.get("/{job_id}/errors", responses=_NOT_FOUND)
+async def list_errors(
+    user: CurrentUser,
+    job_id: JobIdPath,
+    pool: PoolDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[JobErrorPublic]:
+    """The error-severity log records that failed tasks of the job (`fail_on_log`), oldest
+    first, each with the lines that led up to it as its `detail`."""
+    async with pool.acquire() as conn:
+        await visible_job(conn, user, job_id)
+        errors = await job_errors.list_for_job(conn, job_id, limit)
+    return [JobErrorPublic.model_validate(e, from_attributes=True) for e in errors]
 
 
 @router.get("/{job_id}/tasks", responses=_NOT_FOUND)
@@ -219,10 +241,14 @@ async def act_on_job(
 @router.post(
     "/{job_id}/inputs",
     status_code=status.HTTP_201_CREATED,
-    responses=_NOT_FOUND | {409: {"description": "The job is cancelled."}},
+    responses=_NOT_FOUND | _RATE_LIMITED | {409: {"description": "The job is cancelled."}},
 )
 async def append_inputs(
-    user: CurrentUser, job_id: JobIdPath, body: InputsAppend, pool: PoolDep, settings: SettingsDep
+    user: SubmittingUser,
+    job_id: JobIdPath,
+    body: InputsAppend,
+    pool: PoolDep,
+    settings: SettingsDep,
 ) -> InputsAdded:
     """Append one `new` task per input (a finished job becomes active again): 201.
 

@@ -8,13 +8,13 @@ from fastapi import APIRouter, status
 from services.api import queries
 from services.api.access import visible_task
 from services.api.actions import TaskActionPublic, TaskActionRequest
-from services.api.deps import CurrentUser, PoolDep, TaskIdPath
+from services.api.deps import AUTH_RESPONSES, CurrentUser, PoolDep, TaskIdPath
 from services.api.schemas import PrerequisitePublic, TaskDetail, TaskPublic
 from shared import attempts_repo, task_actions
 
 logger = logging.getLogger(__name__)
 
-router = APIRouter(prefix="/tasks", tags=["tasks"])
+router = APIRouter(prefix="/tasks", tags=["tasks"], responses=AUTH_RESPONSES)
 
 _NOT_FOUND: Final[dict[int | str, dict[str, Any]]] = {
     404: {"description": "No such task, or it belongs to another user's job."}

@@ -1,0 +1,107 @@
+"""`python -m services.api.admin`: manage users and their bearer tokens (design §9).
+
+    python -m services.api.admin create-user alice --role user      # prints alice's first token
+    python -m services.api.admin create-token alice                 # prints one more token
+    python -m services.api.admin list-users
+
+The database is the one named by `VIGIL_DATABASE_URL`. A token is printed once and stored only
+as its sha256 hash: it cannot be shown again, only replaced by a new one.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
+from typing import Annotated, TypeVar
+
+import asyncpg
+import typer
+from pydantic import ValidationError
+
+from shared import db, users_repo
+from shared.config import CommonSettings
+from shared.db import Connection
+from shared.errors import UNAVAILABLE, Conflict, NotFound, SchemaOutOfDate
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    help="Manage Vigil users and their tokens (VIGIL_DATABASE_URL names the database).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+class RoleChoice(StrEnum):
+    """What `--role` accepts."""
+
+    USER = "user"
+    OPERATOR = "operator"
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=1)
+
+
+def _run(action: Callable[[Connection], Awaitable[T]]) -> T:
+    """Run `action` on a connection to the configured database; clear errors, exit code 1."""
+
+    async def main(url: str) -> T:
+        async with db.open_pool(url, min_size=1, max_size=1) as pool:
+            await db.check_schema(pool)
+            async with pool.acquire() as conn:
+                return await action(conn)
+
+    try:
+        url = CommonSettings().database_url
+    except ValidationError as exc:
+        raise _fail(f"invalid settings: {exc}") from None
+    try:
+        return asyncio.run(main(url))
+    except (Conflict, NotFound, SchemaOutOfDate, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    except (*UNAVAILABLE, asyncpg.InterfaceError) as exc:
+        raise _fail(f"cannot use the database at VIGIL_DATABASE_URL: {exc}") from None
+
+
+@app.command("create-user")
+def create_user(
+    name: Annotated[str, typer.Argument(help="The new user's name.")],
+    role: Annotated[RoleChoice, typer.Option(help="What the user may see and do.")],
+) -> None:
+    """Create a user and print their first token (it is not shown again)."""
+    token = users_repo.new_token()
+
+    async def create(conn: Connection) -> None:
+        async with conn.transaction():
+            await users_repo.create_user(conn, name, role.value)
+            await users_repo.add_token(conn, name, token)
+
+    _run(create)
+    typer.echo(token)
+
+
+@app.command("create-token")
+def create_token(name: Annotated[str, typer.Argument(help="An existing user's name.")]) -> None:
+    """Print a new token for an existing user (their other tokens stay valid)."""
+    token = users_repo.new_token()
+
+    async def add(conn: Connection) -> None:
+        await users_repo.add_token(conn, name, token)
+
+    _run(add)
+    typer.echo(token)
+
+
+@app.command("list-users")
+def list_users() -> None:
+    """Print every user: name, role, number of tokens, creation time."""
+    users = _run(users_repo.list_users)
+    typer.echo(f"{'NAME':<32} {'ROLE':<9} {'TOKENS':>6}  CREATED")
+    for found in users:
+        created = found.created_at.isoformat(timespec="seconds")
+        typer.echo(f"{found.user.name:<32} {found.user.role:<9} {found.tokens:>6}  {created}")
+
+
+if __name__ == "__main__":
+    app()

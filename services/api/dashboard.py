@@ -1,0 +1,103 @@
+"""What the dashboard pages show: bounded reads from PostgreSQL and pure display decisions.
+
+Every query here is bounded by a limit and served by an index (tasks by `(job_id, index)`, logs
+by `(job_id, seq)`), so a page stays fast with thousands of jobs and tasks.
+"""
+
+import json
+from typing import Any, Final
+
+from shared.actions import JobAction, TaskAction, allowed_states
+from shared.db import Connection
+from shared.jobs_repo import Job
+from shared.logs_repo import StoredLog
+from shared.states import FAILED, JobState, TaskState
+from shared.tasks_repo import Task
+
+#: Tasks per page of the job page.
+TASKS_PER_PAGE: Final = 200
+#: Log lines shown when the job page opens (more arrive live).
+LOG_TAIL: Final = 200
+#: Failed tasks (latest first) and kept errors (first first) listed at the top of the job page.
+PROBLEMS: Final = 20
+
+_STATE_ORDER: Final = {state.value: i for i, state in enumerate(TaskState)}
+_JOB_ACTIONS: Final[dict[JobState, list[JobAction]]] = {
+    JobState.ACTIVE: [JobAction.SUSPEND, JobAction.CANCEL],
+    JobState.SUSPENDED: [JobAction.RESUME, JobAction.CANCEL],
+    JobState.COMPLETED: [],
+    JobState.FAILED: [],
+    JobState.CANCELLED: [],
+}
+
+
+def ordered_counts(counts: dict[str, int]) -> list[tuple[str, int]]:
+    """Task counts in lifecycle order (the order of `TaskState`)."""
+    return sorted(counts.items(), key=lambda item: _STATE_ORDER.get(item[0], len(_STATE_ORDER)))
+
+
+def failed_count(counts: dict[str, int]) -> int:
+    """How many tasks are in a failed state."""
+    return sum(n for state, n in counts.items() if state in {s.value for s in FAILED})
+
+
+def job_actions(job: Job) -> list[str]:
+    """The job actions worth offering in the job's state (the api still has the last word)."""
+    offered = list(_JOB_ACTIONS.get(job.state, []))
+    if failed_count(job.counts) and job.state is not JobState.CANCELLED:
+        offered.append(JobAction.RECOVER_FAILED)
+    return [a.value for a in offered]
+
+
+def task_actions(state: TaskState) -> list[str]:
+    """The task actions that a task in `state` accepts (`shared.actions`' table)."""
+    return [a.value for a in TaskAction if state in allowed_states(a)]
+
+
+async def owner_names(conn: Connection, owner_ids: list[str]) -> dict[str, str]:
+    """User id -> name for `owner_ids`."""
+    rows = await conn.fetch(
+        "SELECT id, name FROM users WHERE id = ANY($1::text[])", sorted(set(owner_ids))
+    )
+    return {r["id"]: r["name"] for r in rows}
+
+
+async def tasks_page(conn: Connection, job_id: str, after: int, limit: int) -> list[Task]:
+    """Tasks of the job with an index above `after`, by index, at most `limit`."""
+    rows = await conn.fetch(
+        "SELECT * FROM tasks WHERE job_id = $1 AND index > $2 ORDER BY index LIMIT $3",
+        job_id,
+        after,
+        limit,
+    )
+    return [Task.from_record(r) for r in rows]
+
+
+async def failed_tasks(conn: Connection, job_id: str, limit: int = PROBLEMS) -> list[Task]:
+    """The job's failed tasks, latest change first, at most `limit`."""
+    rows = await conn.fetch(
+        "SELECT * FROM tasks WHERE job_id = $1 AND state = ANY($2::task_state[])"
+        " ORDER BY updated_at DESC LIMIT $3",
+        job_id,
+        sorted(s.value for s in FAILED),
+        limit,
+    )
+    return [Task.from_record(r) for r in rows]
+
+
+async def log_tail(conn: Connection, job_id: str, limit: int = LOG_TAIL) -> list[StoredLog]:
+    """The job's last `limit` log lines, in order."""
+    rows = await conn.fetch(
+        "SELECT seq, ts, task_id, run_number, attempt, severity, stream, line FROM logs"
+        " WHERE job_id = $1 ORDER BY seq DESC LIMIT $2",
+        job_id,
+        limit,
+    )
+    return [StoredLog(**dict(r)) for r in reversed(rows)]
+
+
+def short_input(value: Any, limit: int = 80) -> str:
+    """A task's input as one short line of text (the template escapes it)."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,227 @@
+"""Live event streams: one broker connection per api process, one channel per stream.
+
+`EventHub.subscribe()` gives a `Subscription`: an exclusive, auto-deleted classic queue bound to
+checked topic patterns on the events exchange, consumed with manual acks and a small prefetch
+(a slow client slows its own queue, which is bounded, and nothing else). The connection is
+opened on the first subscription and reconnects by itself (robust); the hub holds a strong
+reference to every live subscription (aio-pika restores only objects still referenced,
+design §10) and closes them all when the api stops.
+"""
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable
+from typing import Final
+
+import aio_pika
+import aiormq
+from aio_pika.abc import (
+    AbstractIncomingMessage,
+    AbstractQueue,
+    AbstractRobustChannel,
+    AbstractRobustConnection,
+)
+
+from shared.amqp import settle
+from shared.errors import UNAVAILABLE
+from shared.topology import Topology, declare_events_exchange, declare_follower_queue
+
+logger = logging.getLogger(__name__)
+
+#: Deliveries a stream may hold unacknowledged (acked once written to the client).
+PREFETCH: Final = 64
+#: Longest wait for the broker while opening a stream.
+OPEN_TIMEOUT_S: Final = 10.0
+
+_BROKER_ERRORS: Final = (*UNAVAILABLE, aiormq.exceptions.AMQPError, TimeoutError)
+
+
+class StreamsUnavailable(Exception):
+    """No stream can be opened now: the broker does not answer, or the api has too many."""
+
+
+class Subscription:
+    """One stream's queue; `next()` gives its messages in order, None once closed."""
+
+    def __init__(self, channel: AbstractRobustChannel, queue: AbstractQueue) -> None:
+        self.channel = channel
+        self.queue = queue
+        self._inbox: asyncio.Queue[AbstractIncomingMessage | None] = asyncio.Queue()
+        self._closed = False
+        self._tag: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The queue's name (for logs and tests)."""
+        return self.queue.name
+
+    async def start(self) -> None:
+        """Start consuming; messages wait in the inbox until `next()` takes them."""
+        self._tag = await self.queue.consume(self._inbox.put, no_ack=False)
+
+    async def next(self) -> AbstractIncomingMessage | None:
+        """The next message (ack it with `ack()` once delivered), or None when closed."""
+        if self._closed:
+            return None
+        return await self._inbox.get()
+
+    async def ack(self, message: AbstractIncomingMessage) -> None:
+        """Acknowledge a delivered message (ignored if its channel is gone)."""
+        await settle(message, ack=True)
+
+    async def close(self) -> None:
+        """Delete the queue and close the channel; idempotent, never raises broker errors."""
+        if self._closed:
+            return
+        self._closed = True
+        self._inbox.put_nowait(None)
+        # Deleted explicitly: auto-delete would also do it when the channel closes, but not
+        # while a reconnecting robust channel is about to re-declare it.
+        await _quietly(self._delete(), f"delete event queue {self.name}")
+        await _quietly(self.channel.close(), f"close the channel of {self.name}")
+
+    async def _delete(self) -> None:
+        async with asyncio.timeout(OPEN_TIMEOUT_S):
+            if self._tag is not None:
+                await self.queue.cancel(self._tag)
+            await self.queue.delete(if_unused=False, if_empty=False)
+
+
+class EventHub:
+    """The api process's follower side of the events exchange."""
+
+    def __init__(self, amqp_url: str, topology: Topology, max_streams: int) -> None:
+        self._url = amqp_url
+        self._topology = topology
+        self._max_streams = max_streams
+        self._connection: AbstractRobustConnection | None = None
+        self._lock = asyncio.Lock()
+        self._live: set[Subscription] = set()
+        self._closers: dict[Subscription, asyncio.Task[None]] = {}  # strong refs while closing
+        self._idle = asyncio.Event()  # set while no stream is open
+        self._idle.set()
+        self._closing = False
+        #: Connections opened so far (one per process, unless the first attempt failed).
+        self.connects = 0
+
+    def queue_names(self) -> list[str]:
+        """The queues of the streams open now."""
+        return sorted(s.name for s in self._live)
+
+    async def wait_idle(self) -> None:
+        """Return once no stream is open (at once if none is)."""
+        await self._idle.wait()
+
+    async def subscribe(self, patterns: list[str]) -> Subscription:
+        """A consuming subscription bound to every checked pattern in `patterns`.
+
+        When this returns, the bindings exist: every event published from now on reaches it.
+        Raises `StreamsUnavailable` when the broker does not answer or the api is at its limit.
+        """
+        if self._closing:
+            raise StreamsUnavailable("the api is shutting down")
+        if len(self._live) >= self._max_streams:
+            raise StreamsUnavailable(f"this api serves {self._max_streams} event streams already")
+        try:
+            async with asyncio.timeout(OPEN_TIMEOUT_S):
+                connection = await self._connect()
+                channel = await connection.channel(publisher_confirms=False)
+        except _BROKER_ERRORS as exc:
+            logger.warning("cannot open an event stream: %s", exc)
+            raise StreamsUnavailable("the message broker does not answer; retry later") from exc
+        assert isinstance(channel, AbstractRobustChannel)  # channels of a robust connection
+        name = self._topology.follower_queue(uuid.uuid4().hex[:16])
+        subscription: Subscription | None = None
+        try:
+            async with asyncio.timeout(OPEN_TIMEOUT_S):
+                await channel.set_qos(prefetch_count=PREFETCH)
+                queue = await declare_follower_queue(channel, self._topology, name, patterns)
+                subscription = Subscription(channel, queue)
+                self._live.add(subscription)
+                self._idle.clear()
+                await subscription.start()
+        except _BROKER_ERRORS as exc:
+            if subscription is not None:
+                await self.release(subscription)
+            else:
+                await _close_quietly(channel)
+            logger.warning("cannot open an event stream: %s", exc)
+            raise StreamsUnavailable("the message broker does not answer; retry later") from exc
+        logger.debug("event stream %s follows %s", name, patterns)
+        return subscription
+
+    async def release(self, subscription: Subscription) -> None:
+        """Close a subscription and forget it (idempotent).
+
+        The closing runs in a task of its own, so a caller cancelled meanwhile (a request whose
+        client went away) cannot leave the queue and its channel behind.
+        """
+        closer = self._closers.get(subscription)
+        if closer is None:
+            if subscription not in self._live:
+                return
+            closer = asyncio.create_task(
+                self._close(subscription), name=f"close-{subscription.name}"
+            )
+            self._closers[subscription] = closer
+        await asyncio.shield(closer)
+
+    async def _close(self, subscription: Subscription) -> None:
+        try:
+            await subscription.close()
+        finally:
+            self._live.discard(subscription)
+            del self._closers[subscription]
+            if not self._live:
+                self._idle.set()
+
+    async def close(self) -> None:
+        """End every stream and close the connection (the api is stopping)."""
+        self._closing = True
+        await asyncio.gather(*(self.release(s) for s in list(self._live)))
+        async with self._lock:
+            if self._connection is not None:
+                await _quietly(self._connection.close(), "close the broker connection")
+                self._connection = None
+
+    async def _connect(self) -> AbstractRobustConnection:
+        async with self._lock:
+            if self._connection is None:
+                connection = await aio_pika.connect_robust(
+                    self._url,
+                    client_properties={"connection_name": "api-events"},
+                    timeout=OPEN_TIMEOUT_S,
+                )
+                try:
+                    channel = await connection.channel()
+                    await declare_events_exchange(channel, self._topology)
+                    await channel.close()
+                except _BROKER_ERRORS:
+                    await _close_quietly(connection)
+                    raise
+                self._connection = connection
+                self.connects += 1
+                logger.info("connected to the broker for event streams")
+            return self._connection
+
+
+async def _close_quietly(closable: AbstractRobustChannel | AbstractRobustConnection) -> None:
+    await _quietly(closable.close(), "close")
+
+
+async def _quietly(step: Awaitable[object], what: str) -> None:
+    """Await a broker call during a close; its failure is logged, never raised.
+
+    aiormq reports a call cut short by its channel closing as `CancelledError`: that one is
+    swallowed too, unless this task itself is being cancelled.
+    """
+    try:
+        await step
+    except (*_BROKER_ERRORS, RuntimeError) as exc:
+        logger.warning("could not %s: %s", what, exc)
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+        logger.warning("could not %s: the broker call was cancelled", what)

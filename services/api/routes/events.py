@@ -1,0 +1,107 @@
+"""`GET /events`: follow topic patterns of the events exchange as Server-Sent Events (design §9).
+
+The wire format is `services.api.sse`'s. A user may follow only their own jobs, each named by
+id; an operator may follow anything, wildcards included.
+"""
+
+import logging
+from typing import Annotated, Any, Final
+
+from fastapi import APIRouter, HTTPException, Query, status
+
+from services.api import sse
+from services.api.access import owner_filter
+from services.api.deps import AUTH_RESPONSES, CurrentUser, EventHubDep, PoolDep, SettingsDep
+from services.api.errors import invalid
+from services.api.event_hub import StreamsUnavailable
+from shared import topics
+from shared.db import Connection
+from shared.errors import NotFound
+from shared.topics import InvalidTopic, Topic
+from shared.users_repo import User
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(tags=["events"], responses=AUTH_RESPONSES)
+
+_STREAM_DOC: Final = (
+    'One event per message: `data: {"routing_key": "<key>", "body": <JSON body>}` and a'
+    " blank line (default event type), plus a `: keepalive` comment every 15 s."
+)
+_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
+    200: {
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "description": _STREAM_DOC,
+    },
+    403: {"description": "A user named a wildcard job (users follow their own jobs by id)."},
+    404: {"description": "A named job does not exist or belongs to another user."},
+    503: {"description": "The message broker does not answer, or the api serves too many streams."},
+}
+
+
+async def _check_access(conn: Connection, user: User, wanted: list[Topic]) -> None:
+    """Raise 403 for a user's wildcard job word and `NotFound` for a job that is not theirs."""
+    owner = owner_filter(user)
+    if owner is None:
+        return
+    for topic in wanted:
+        if topic.job is None:
+            raise HTTPException(
+                status_code=status.HTTP_403_FORBIDDEN,
+                detail=f"topic {topic.pattern!r}: users may follow only their own jobs, each"
+                " named by its id (no '*' or '#' in the job word)",
+            )
+    job_ids = sorted({t.job for t in wanted if t.job is not None})
+    rows = await conn.fetch(
+        "SELECT id FROM jobs WHERE id = ANY($1::text[]) AND owner_id = $2", job_ids, owner
+    )
+    missing = set(job_ids) - {r["id"] for r in rows}
+    if missing:
+        raise NotFound(f"job {min(missing)!r} not found")
+
+
+@router.get(
+    "/events",
+    response_class=sse.EventStream,
+    status_code=status.HTTP_200_OK,  # FastAPI cannot read it from EventStream.__init__
+    responses=_RESPONSES,
+)
+async def follow_events(
+    user: CurrentUser,
+    pool: PoolDep,
+    hub: EventHubDep,
+    settings: SettingsDep,
+    topic: Annotated[
+        list[str] | None,
+        Query(
+            description="A pattern `<family>.<word>.<job>`: family `log`, `job` or `task`; word"
+            " a severity, outcome or state, or `*`; job a job id, `*` or `#`. Repeat for more"
+            f" (at most {topics.MAX_TOPICS}).",
+            examples=["job.*.*", "log.error.j-3k9x0q7mzt1a"],
+        ),
+    ] = None,
+) -> sse.EventStream:
+    """Stream the events matching the topics, from now on, until the client goes away.
+
+    When the response headers arrive, the subscription is in place. 422 names a malformed
+    topic.
+    """
+    try:
+        wanted = topics.parse_all(topic or [])
+    except InvalidTopic as exc:
+        raise invalid(("query", "topic"), str(exc)) from exc
+    async with pool.acquire() as conn:
+        await _check_access(conn, user, wanted)
+    try:
+        subscription = await hub.subscribe([t.pattern for t in wanted])
+    except StreamsUnavailable as exc:
+        raise HTTPException(
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE, detail=str(exc)
+        ) from exc
+    logger.info(
+        "%s follows %s",
+        user.name,
+        ", ".join(t.pattern for t in wanted),
+        extra={"action": "follow", "user": user.name},
+    )
+    return sse.EventStream(hub, subscription, settings.sse_keepalive_s)

@@ -1,0 +1,82 @@
+"""`GET /hosts`: the fleet, for anyone signed in (design §9)."""
+
+import dataclasses
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Request, status
+from pydantic import BaseModel, ConfigDict, Field
+
+from services.api import hosts
+from services.api.deps import AUTH_RESPONSES, CurrentUser, OperatorUser, PoolDep, RedisDep
+from services.api.errors import invalid
+from shared import quarantine
+from shared.ids import is_safe_id
+from shared.redis_keys import RedisKeys
+
+router = APIRouter(tags=["hosts"], responses=AUTH_RESPONSES)
+
+
+class HostPublic(BaseModel):
+    """One host. Ages are in seconds (null: never heard of); `worker_registered` is null when
+    Redis does not answer."""
+
+    id: str
+    slots: int
+    worker: str | None
+    worker_registered: bool | None
+    worker_heartbeat_age_s: float | None
+    supervisor_heartbeat_age_s: float | None
+    running_tasks: int
+    quarantined: bool
+    quarantined_until: datetime | None
+    quarantine_reason: str | None
+    started_at: datetime | None
+
+
+@router.get("/hosts")
+async def list_hosts(
+    user: CurrentUser, pool: PoolDep, redis: RedisDep, request: Request
+) -> list[HostPublic]:
+    """Every host by id: heartbeat ages of its worker and supervisor, slots, running tasks
+    (in-flight states) and quarantine."""
+    keys: RedisKeys = request.app.state.redis_keys
+    async with pool.acquire() as conn:
+        found = await hosts.list_hosts(conn, redis, keys)
+    return [HostPublic(**dataclasses.asdict(h)) for h in found]
+
+
+class HostAction(BaseModel):
+    """`release` ends a host's quarantine; `quarantine` stops it taking new tasks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["release", "quarantine"]
+    reason: str = Field(default="", max_length=500)
+    duration_s: float = Field(default=quarantine.DEFAULT_QUARANTINE_S, gt=0, le=365 * 86400)
+
+
+@router.post(
+    "/hosts/{host_id}/actions",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={
+        403: {"description": "The caller is not an operator."},
+        404: {"description": "No such host."},
+        409: {"description": "Release of a host that is not quarantined."},
+    },
+)
+async def act_on_host(
+    user: OperatorUser,
+    host_id: Annotated[str, Path(description="A host id.")],
+    body: HostAction,
+    pool: PoolDep,
+) -> dict[str, str]:
+    """Release a host from quarantine (or quarantine it), operators only."""
+    if not is_safe_id(host_id):
+        raise invalid(("path", "host_id"), f"host id {host_id[:100]!r} is not a valid id")
+    async with pool.acquire() as conn:
+        if body.action == "release":
+            await quarantine.release(conn, host_id, user.name)
+        else:
+            await quarantine.quarantine(conn, host_id, user.name, body.reason, body.duration_s)
+    return {"host": host_id, "action": body.action}

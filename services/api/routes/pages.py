@@ -1,0 +1,322 @@
+"""The operator dashboard (`GET /`, `/ui/...`): server-rendered pages, live over `/events`.
+
+Pages are plain HTML from `templates/`; `static/dashboard.js` follows the page's topics with
+`EventSource` and swaps in row fragments (`/ui/.../row`) rendered by the same templates, so all
+markup and all escaping happen here. Controls call the JSON api with `fetch()`. A browser signs
+in once (`/login`) and is then known by its session cookie (`services.api.session`).
+"""
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Annotated, Any, Final
+from urllib.parse import parse_qs, urlencode
+
+from fastapi import APIRouter, FastAPI, Query, Request, status
+from fastapi.responses import RedirectResponse, Response
+from fastapi.security.utils import get_authorization_scheme_param
+from fastapi.staticfiles import StaticFiles
+
+from services.api import cursor, dashboard, hosts, queries, session
+from services.api.access import owner_filter, visible_job, visible_task
+from services.api.deps import CurrentUser, JobIdPath, PoolDep, RedisDep, TaskIdPath
+from services.api.templates import STATIC_DIR, Pages
+from shared import job_errors, jobs_repo, users_repo
+from shared.db import Connection
+from shared.errors import NotFound
+from shared.jobs_repo import Job
+from shared.redis_keys import RedisKeys
+from shared.states import JobState
+from shared.tasks_repo import Task
+from shared.topics import MAX_TOPICS
+from shared.users_repo import User
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(include_in_schema=False)
+
+#: Jobs per page of the jobs list (at most; the default is smaller).
+MAX_JOBS_PER_PAGE: Final = 100
+_MAX_TOKEN_CHARS: Final = 1000
+
+_pages = Pages()
+
+
+def install(app: FastAPI) -> None:
+    """Add the dashboard's routes and its static files (`/static`) to `app`."""
+    app.include_router(router)
+    app.mount("/static", StaticFiles(directory=Path(STATIC_DIR)), name="static")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobRow:
+    """A row of the jobs list (and the head of the job page)."""
+
+    job: Job
+    owner: str
+    show_owner: bool
+    counts: list[tuple[str, int]]
+    actions: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskRow:
+    """A row of the job page's task table."""
+
+    task: Task
+    input: str
+    actions: list[str]
+
+
+def _job_row(job: Job, owners: dict[str, str], viewer: User) -> JobRow:
+    return JobRow(
+        job=job,
+        owner=owners.get(job.owner_id, job.owner_id),
+        show_owner=viewer.is_operator,
+        counts=dashboard.ordered_counts(job.counts),
+        actions=dashboard.job_actions(job),
+    )
+
+
+def _task_row(task: Task) -> TaskRow:
+    return TaskRow(task, dashboard.short_input(task.input), dashboard.task_actions(task.state))
+
+
+async def _page_user(request: Request, conn: Connection) -> User | None:
+    """The signed-in user of a page request (cookie, or a bearer header), or None."""
+    scheme, bearer = get_authorization_scheme_param(request.headers.get("Authorization"))
+    token = session.token_of(request, bearer if scheme.lower() == "bearer" else None)
+    return await users_repo.by_token(conn, token) if token else None
+
+
+def _to_login() -> RedirectResponse:
+    return RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
+
+
+def _page(template: str, user: User, page: str, data: dict[str, Any], **context: Any) -> Response:
+    page_data = {"page": page, "operator": user.is_operator, **data}
+    return _pages.render(template, user=user, page=page, page_data=page_data, **context)
+
+
+def _not_found(user: User, what: str) -> Response:
+    return _pages.render(
+        "error.html",
+        status_code=status.HTTP_404_NOT_FOUND,
+        user=user,
+        page="error",
+        page_data={"page": "error", "operator": user.is_operator},
+        title="Not found",
+        message=f"{what} does not exist, or you may not see it.",
+    )
+
+
+# ----- signing in ---------------------------------------------------------------------------
+
+
+@router.get("/login")
+async def login_page() -> Response:
+    """The sign-in form."""
+    return _pages.render("login.html", user=None, page="login", page_data={}, error=None)
+
+
+@router.post("/login")
+async def login(request: Request, pool: PoolDep) -> Response:
+    """Check the posted token; on success keep it in the session cookie and go to the jobs."""
+    if not session.same_origin(request):
+        return _login_error("sign in from this site's own page", status.HTTP_403_FORBIDDEN)
+    form = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=10)
+    token = (form.get("token") or [""])[0].strip()
+    if not token or len(token) > _MAX_TOKEN_CHARS:
+        return _login_error("paste a token", status.HTTP_422_UNPROCESSABLE_CONTENT)
+    async with pool.acquire() as conn:
+        user = await users_repo.by_token(conn, token)
+    if user is None:
+        return _login_error("this token is not valid", status.HTTP_401_UNAUTHORIZED)
+    response = RedirectResponse("/", status_code=status.HTTP_303_SEE_OTHER)
+    session.sign_in(response, request, token)
+    logger.info("%s signed in to the dashboard", user.name, extra={"user": user.name})
+    return response
+
+
+def _login_error(message: str, code: int) -> Response:
+    return _pages.render(
+        "login.html", status_code=code, user=None, page="login", page_data={}, error=message
+    )
+
+
+@router.post("/logout")
+async def logout() -> Response:
+    """Forget the session cookie."""
+    response = RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
+    session.sign_out(response)
+    return response
+
+
+# ----- jobs ---------------------------------------------------------------------------------
+
+
+@router.get("/")
+async def jobs_page(
+    request: Request,
+    pool: PoolDep,
+    state: Annotated[str, Query(max_length=40)] = "",
+    limit: Annotated[int, Query(ge=1, le=MAX_JOBS_PER_PAGE)] = 20,
+    page: Annotated[str | None, Query(alias="cursor", max_length=cursor.MAX_CURSOR_CHARS)] = None,
+) -> Response:
+    """The jobs list, newest first, with task counts; live for the jobs shown."""
+    async with pool.acquire() as conn:
+        user = await _page_user(request, conn)
+        if user is None:
+            return _to_login()
+        job_state = JobState(state) if state in {s.value for s in JobState} else None
+        try:
+            before = cursor.decode(page) if page else None
+        except ValueError:
+            before = None
+        jobs = await jobs_repo.list_jobs(
+            conn,
+            owner_id=owner_filter(user),
+            state=job_state,
+            name=None,
+            limit=limit + 1,
+            before=before,
+        )
+        shown = jobs[:limit]
+        counts = await queries.counts_for_jobs(conn, [j.id for j in shown])
+        owners = await dashboard.owner_names(conn, [j.owner_id for j in shown])
+    shown = [dataclasses.replace(j, counts=counts.get(j.id, {})) for j in shown]
+    query = {"limit": limit} | ({"state": job_state.value} if job_state else {})
+    next_url = None
+    if len(jobs) > limit:
+        next_url = "/?" + urlencode(query | {"cursor": cursor.encode(*_key(shown[-1]))})
+    data = {
+        "operator": user.is_operator,
+        "topics": _jobs_topics(user, shown),
+        # New jobs are added live only where they belong: the first page, unfiltered.
+        "live_new": before is None and job_state is None,
+    }
+    return _page(
+        "jobs.html",
+        user,
+        "jobs",
+        data,
+        rows=[_job_row(j, owners, user) for j in shown],
+        show_owner=user.is_operator,
+        states=[s.value for s in JobState],
+        state=job_state.value if job_state else "",
+        limit=limit,
+        max_limit=MAX_JOBS_PER_PAGE,
+        first_url="/?" + urlencode(query) if before is not None else None,
+        next_url=next_url,
+    )
+
+
+def _key(job: Job) -> tuple[Any, str]:
+    return job.created_at, job.id
+
+
+def _jobs_topics(user: User, jobs: list[Job]) -> list[str]:
+    """What the jobs list follows: everything for an operator; a user, the jobs shown."""
+    if user.is_operator:
+        return ["job.*.*", "task.*.*"]
+    return [f"task.*.{job.id}" for job in jobs[:MAX_TOPICS]]
+
+
+@router.get("/ui/jobs/{job_id}")
+async def job_page(
+    request: Request,
+    job_id: JobIdPath,
+    pool: PoolDep,
+    after: Annotated[int | None, Query(ge=-1, le=2**31 - 1)] = None,
+) -> Response:
+    """One job: its state and counts, errors, tasks (a page at a time) and live logs."""
+    async with pool.acquire() as conn:
+        user = await _page_user(request, conn)
+        if user is None:
+            return _to_login()
+        try:
+            job = await visible_job(conn, user, job_id)
+        except NotFound:
+            return _not_found(user, f"Job {job_id}")
+        limit = dashboard.TASKS_PER_PAGE
+        tasks = await dashboard.tasks_page(conn, job_id, -1 if after is None else after, limit + 1)
+        failed = await dashboard.failed_tasks(conn, job_id)
+        errors = await job_errors.list_for_job(conn, job_id, dashboard.PROBLEMS)
+        logs = await dashboard.log_tail(conn, job_id)
+        owners = await dashboard.owner_names(conn, [job.owner_id])
+    next_after = tasks[limit - 1].index if len(tasks) > limit else None
+    data = {
+        "job_id": job_id,
+        "topics": [f"task.*.{job_id}", f"job.*.{job_id}", f"log.*.{job_id}"],
+        # Tasks appended later (new inputs, resubmitted clones) belong on the last page only.
+        "append_new_tasks": next_after is None,
+    }
+    return _page(
+        "job.html",
+        user,
+        "job",
+        data,
+        view=_job_row(job, owners, user),
+        tasks=[_task_row(t) for t in tasks[:limit]],
+        failed=failed,
+        errors=errors,
+        logs=logs,
+        log_tail=dashboard.LOG_TAIL,
+        after=after,
+        next_after=next_after,
+    )
+
+
+@router.get("/ui/jobs/{job_id}/row")
+async def job_row(user: CurrentUser, job_id: JobIdPath, pool: PoolDep) -> Response:
+    """The jobs list's row of one job (HTML fragment)."""
+    async with pool.acquire() as conn:
+        job = await visible_job(conn, user, job_id)
+        owners = await dashboard.owner_names(conn, [job.owner_id])
+    return _pages.fragment("_rows.html", "job_row", _job_row(job, owners, user))
+
+
+@router.get("/ui/jobs/{job_id}/summary")
+async def job_summary(user: CurrentUser, job_id: JobIdPath, pool: PoolDep) -> Response:
+    """The head of the job page: state, counts and controls (HTML fragment)."""
+    async with pool.acquire() as conn:
+        job = await visible_job(conn, user, job_id)
+        owners = await dashboard.owner_names(conn, [job.owner_id])
+    return _pages.fragment("_rows.html", "job_summary", _job_row(job, owners, user))
+
+
+@router.get("/ui/tasks/{task_id}/row")
+async def task_row(user: CurrentUser, task_id: TaskIdPath, pool: PoolDep) -> Response:
+    """The job page's row of one task (HTML fragment)."""
+    async with pool.acquire() as conn:
+        task = await visible_task(conn, user, task_id)
+    return _pages.fragment("_rows.html", "task_row", _task_row(task))
+
+
+# ----- hosts --------------------------------------------------------------------------------
+
+
+@router.get("/ui/hosts")
+async def hosts_page(request: Request, pool: PoolDep, redis: RedisDep) -> Response:
+    """Every host: heartbeats, load and quarantine (refreshed by the page every few seconds)."""
+    async with pool.acquire() as conn:
+        user = await _page_user(request, conn)
+        if user is None:
+            return _to_login()
+        found = await hosts.list_hosts(conn, redis, _keys(request))
+    return _page("hosts.html", user, "hosts", {"topics": []}, hosts=found)
+
+
+@router.get("/ui/hosts/rows")
+async def host_rows(
+    user: CurrentUser, request: Request, pool: PoolDep, redis: RedisDep
+) -> Response:
+    """The hosts table's rows (HTML fragment)."""
+    async with pool.acquire() as conn:
+        found = await hosts.list_hosts(conn, redis, _keys(request))
+    return _pages.fragment("_rows.html", "host_rows", found)
+
+
+def _keys(request: Request) -> RedisKeys:
+    keys: RedisKeys = request.app.state.redis_keys
+    return keys

@@ -1,0 +1,401 @@
+// Vigil dashboard: follows the page's topics over /events (EventSource) and swaps in row
+// fragments rendered (and escaped) by the server. Text from events is only ever set with
+// textContent. Controls call the JSON api with fetch(); the session cookie signs them and the
+// X-Vigil-Request header marks them as the dashboard's own (see services/api/session.py).
+"use strict";
+
+(function () {
+  const page = JSON.parse(document.getElementById("vigil-page").textContent || "{}");
+  const HEADERS = { "Content-Type": "application/json", "X-Vigil-Request": "dashboard" };
+  const FEED_MAX = 100;
+  const LOG_MAX = 1000;
+  const PROBLEMS = new Set(["failed", "crashed", "hung"]); // job outcomes listed as errors
+  const RESTING = new Set(["completed", "failed", "cancelled", "terminated",
+    "failed_to_setup", "failed_on_cluster", "failed_to_post_process",
+    "failed_setup_prerequisites", "failed_post_processing_prerequisites"]);
+
+  // ----- small helpers ------------------------------------------------------------------
+
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  let flashTimer = null;
+  function flash(text, kind) {
+    const box = document.getElementById("flash");
+    if (!box) return;
+    box.textContent = text;
+    box.dataset.kind = kind || "info";
+    clearTimeout(flashTimer);
+    flashTimer = setTimeout(() => { box.textContent = ""; delete box.dataset.kind; }, 10000);
+  }
+
+  function describe(data, status) {
+    if (data && typeof data.detail === "string") return data.detail;
+    if (data && Array.isArray(data.detail)) return data.detail.map((d) => d.msg).join("; ");
+    return "request failed (HTTP " + status + ")";
+  }
+
+  async function api(method, path, body) {
+    const response = await fetch(path, {
+      method: method,
+      headers: HEADERS,
+      credentials: "same-origin",
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    let data = null;
+    try { data = await response.json(); } catch (e) { data = null; }
+    if (!response.ok) throw new Error(describe(data, response.status));
+    return data;
+  }
+
+  // An HTML fragment rendered by the server (already escaped there); null when gone.
+  async function fragment(path) {
+    const response = await fetch(path, { credentials: "same-origin" });
+    if (response.status === 404) return null;
+    if (!response.ok) throw new Error("HTTP " + response.status + " for " + path);
+    return response.text();
+  }
+
+  function parseRow(html) {
+    const template = document.createElement("template");
+    template.innerHTML = html.trim();
+    return template.content.firstElementChild;
+  }
+
+  function byData(name, value) {
+    return document.querySelector("[" + name + '="' + CSS.escape(value) + '"]');
+  }
+
+  const timers = new Map();
+  function later(key, fn, ms) {
+    if (timers.has(key)) return;
+    timers.set(key, setTimeout(() => {
+      timers.delete(key);
+      fn().catch((e) => console.warn(key, e));
+    }, ms));
+  }
+
+  // ----- the live stream ----------------------------------------------------------------
+
+  function setLive(state) {
+    const badge = document.getElementById("live");
+    if (!badge) return;
+    badge.dataset.state = state;
+    badge.textContent = { on: "● live", retry: "◌ reconnecting", off: "○ offline" }[state];
+  }
+
+  let source = null;
+  function follow(topics, onEvent, onOpen) {
+    if (source) source.close();
+    source = null;
+    if (!topics || !topics.length) return;
+    const query = topics.map((t) => "topic=" + encodeURIComponent(t)).join("&");
+    source = new EventSource("/events?" + query);
+    source.onopen = () => { setLive("on"); if (onOpen) onOpen(); };
+    source.onerror = () => setLive(source && source.readyState === EventSource.CLOSED ? "off" : "retry");
+    source.onmessage = (message) => {
+      let event;
+      try { event = JSON.parse(message.data); } catch (e) { return; }
+      addToFeed(event);
+      onEvent(event);
+    };
+  }
+
+  function summary(event) {
+    const body = event.body || {};
+    if (event.routing_key.startsWith("log.")) return body.line;
+    if (body.type === "task_event") return body.state + (body.error_brief ? ": " + body.error_brief : "");
+    if (body.type === "job_event") return body.outcome + (body.brief ? ": " + body.brief : "");
+    if (body.type === "task_decision") return body.verdict + ": " + body.reason;
+    return "";
+  }
+
+  function addToFeed(event) {
+    const feed = document.getElementById("feed");
+    if (!feed) return;
+    const item = el("li", "feed-item");
+    item.dataset.key = event.routing_key;
+    item.append(el("span", "ts", new Date().toLocaleTimeString()), " ",
+      el("span", "mono key", event.routing_key), " ", el("span", "what", summary(event)));
+    feed.prepend(item);
+    while (feed.childElementCount > FEED_MAX) feed.lastElementChild.remove();
+  }
+
+  // ----- jobs list ----------------------------------------------------------------------
+
+  function jobsTopics() {
+    if (page.operator) return page.topics;
+    const ids = Array.from(document.querySelectorAll("#jobs tbody tr[data-job-id]"))
+      .map((row) => row.dataset.jobId).slice(0, 20);
+    return ids.map((id) => "task.*." + id);
+  }
+
+  async function refreshJobRow(jobId) {
+    const html = await fragment("/ui/jobs/" + encodeURIComponent(jobId) + "/row");
+    const row = byData("data-job-id", jobId);
+    if (html === null) return false;
+    const fresh = parseRow(html);
+    if (row) {
+      row.replaceWith(fresh);
+      return false;
+    }
+    if (!page.live_new) return false;
+    document.querySelector("#jobs tbody").prepend(fresh);
+    const empty = document.getElementById("no-jobs");
+    if (empty) empty.hidden = true;
+    return true;
+  }
+
+  function onJobsEvent(event) {
+    const jobId = event.body && event.body.job_id;
+    if (!jobId) return;
+    if (byData("data-job-id", jobId) || page.live_new) {
+      later("job:" + jobId, () => refreshJobRow(jobId), 300);
+    }
+  }
+
+  function refreshUnsettledJobs() {
+    document.querySelectorAll("#jobs tbody tr[data-job-id]").forEach((row) => {
+      if (!RESTING.has(row.dataset.state)) {
+        later("job:" + row.dataset.jobId, () => refreshJobRow(row.dataset.jobId), 50);
+      }
+    });
+  }
+
+  // A user may not follow every job (only their own, by id): new ones are looked for here.
+  async function lookForNewJobs() {
+    const data = await api("GET", "/jobs?limit=10");
+    let added = false;
+    for (const job of data.items.reverse()) {
+      if (!byData("data-job-id", job.id)) added = (await refreshJobRow(job.id)) || added;
+    }
+    if (added) follow(jobsTopics(), onJobsEvent, refreshUnsettledJobs);
+  }
+
+  function startJobs() {
+    follow(jobsTopics(), onJobsEvent, refreshUnsettledJobs);
+    if (!page.operator && page.live_new) {
+      const poll = () => lookForNewJobs().then(() => { if (!source) setLive("on"); }, (e) => {
+        if (!source) setLive("retry");
+        console.warn(e);
+      });
+      poll();
+      setInterval(poll, 5000);
+    }
+  }
+
+  // ----- one job ------------------------------------------------------------------------
+
+  const seenLogs = new Set();
+  function logKey(taskId, attempt, ts, line) {
+    return taskId + "|" + attempt + "|" + Date.parse(ts) + "|" + line;
+  }
+
+  function appendLog(record) {
+    const box = document.getElementById("logs");
+    if (!box) return;
+    const key = logKey(record.task_id, record.attempt, record.ts, record.line);
+    if (seenLogs.has(key)) return;
+    seenLogs.add(key);
+    const atBottom = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
+    const line = el("div", "log sev-" + record.severity);
+    if (record.seq !== undefined) line.dataset.seq = record.seq;
+    line.append(el("span", "ts", new Date(record.ts).toISOString().replace("T", " ").slice(0, 19)),
+      " ", el("span", "mono", record.task_id), " ", el("span", "sev", record.severity),
+      " ", el("span", "line", record.line));
+    box.append(line);
+    while (box.childElementCount > LOG_MAX) box.firstElementChild.remove();
+    if (atBottom) box.scrollTop = box.scrollHeight;
+  }
+
+  // Lines stored between the page's rendering and the stream's opening.
+  async function catchUpLogs() {
+    const stored = document.querySelectorAll("#logs .log[data-seq]");
+    const after = stored.length ? stored[stored.length - 1].dataset.seq : 0;
+    const data = await api("GET", "/jobs/" + encodeURIComponent(page.job_id) + "/logs?after=" + after);
+    data.items.forEach(appendLog);
+  }
+
+  async function refreshTaskRow(taskId) {
+    const html = await fragment("/ui/tasks/" + encodeURIComponent(taskId) + "/row");
+    if (html === null) return;
+    const row = byData("data-task-id", taskId);
+    const fresh = parseRow(html);
+    if (row) row.replaceWith(fresh);
+    else if (page.append_new_tasks) document.querySelector("#tasks tbody").append(fresh);
+  }
+
+  async function refreshSummary() {
+    const html = await fragment("/ui/jobs/" + encodeURIComponent(page.job_id) + "/summary");
+    const current = document.getElementById("job-summary");
+    if (html !== null && current) current.replaceWith(parseRow(html));
+  }
+
+  function addJobError(event) {
+    const list = document.getElementById("job-errors");
+    const body = event.body || {};
+    if (!list) return;
+    const item = el("li", "live-error");
+    item.append(el("span", "ts", new Date().toLocaleTimeString()), " ",
+      el("span", "mono", event.routing_key), " ", el("span", "what", summary(event)));
+    list.prepend(item);
+    const empty = document.getElementById("no-errors");
+    if (empty) empty.hidden = true;
+    if (body.task_id) later("task:" + body.task_id, () => refreshTaskRow(body.task_id), 250);
+  }
+
+  function onJobEvent(event) {
+    const key = event.routing_key;
+    const body = event.body || {};
+    if (key.startsWith("log.")) {
+      appendLog(body);
+      if (body.progress !== null && body.progress !== undefined) {
+        later("task:" + body.task_id, () => refreshTaskRow(body.task_id), 500);
+      }
+      return;
+    }
+    if (key.startsWith("job.") && PROBLEMS.has(body.outcome)) addJobError(event);
+    if (body.task_id) later("task:" + body.task_id, () => refreshTaskRow(body.task_id), 250);
+    later("summary", refreshSummary, 400);
+  }
+
+  function refreshAfterOpen() {
+    later("summary", refreshSummary, 50);
+    later("logs", catchUpLogs, 50);
+    document.querySelectorAll("#tasks tbody tr[data-task-id]").forEach((row) => {
+      if (!RESTING.has(row.dataset.state)) {
+        later("task:" + row.dataset.taskId, () => refreshTaskRow(row.dataset.taskId), 50);
+      }
+    });
+  }
+
+  function startJob() {
+    follow(page.topics, onJobEvent, refreshAfterOpen);
+  }
+
+  // ----- hosts --------------------------------------------------------------------------
+
+  // Hosts have no events (heartbeats are not published): the table is fetched again instead.
+  async function refreshHosts() {
+    const html = await fragment("/ui/hosts/rows");
+    const body = document.querySelector("#hosts tbody");
+    if (html === null || !body) return;
+    body.innerHTML = html; // rendered and escaped by the server
+    const empty = document.getElementById("no-hosts");
+    if (empty) empty.hidden = body.childElementCount > 0;
+  }
+
+  function startHosts() {
+    const tick = () => refreshHosts().then(() => setLive("on"), (e) => {
+      setLive("retry");
+      console.warn(e);
+    });
+    tick();
+    setInterval(tick, 3000);
+  }
+
+  // ----- controls -----------------------------------------------------------------------
+
+  async function jobAction(jobId, action, extra) {
+    if (action === "cancel" && !window.confirm("Cancel job " + jobId + "? Its running tasks are killed.")) return;
+    try {
+      const job = await api("POST", "/jobs/" + encodeURIComponent(jobId) + "/actions",
+        Object.assign({ action: action }, extra || {}));
+      flash("job " + jobId + ": " + action.replace("_", " ") + " accepted, now " + job.state, "ok");
+    } catch (e) {
+      flash("job " + jobId + ": " + action.replace("_", " ") + " refused: " + e.message, "error");
+      return;
+    }
+    if (page.page === "job") later("summary", refreshSummary, 10);
+    else later("job:" + jobId, () => refreshJobRow(jobId), 10);
+  }
+
+  async function taskAction(taskId, action) {
+    if (action === "cancel" && !window.confirm("Cancel this task?")) return;
+    try {
+      const result = await api("POST", "/tasks/" + encodeURIComponent(taskId) + "/actions", { action: action });
+      flash("task " + taskId + ": " + action.replace(/_/g, " ") + " accepted, now " + result.task.state, "ok");
+      if (result.created) later("task:" + result.created.id, () => refreshTaskRow(result.created.id), 10);
+    } catch (e) {
+      flash("task " + taskId + ": " + action.replace(/_/g, " ") + " refused: " + e.message, "error");
+    }
+    later("task:" + taskId, () => refreshTaskRow(taskId), 10);
+  }
+
+  async function emergencyStop() {
+    const reason = window.prompt("Emergency stop: every job is suspended and all running work is killed.\nReason:");
+    if (reason === null) return;
+    if (!reason.trim()) { flash("an emergency stop needs a reason", "error"); return; }
+    try {
+      await api("POST", "/admin/emergency-stop", { reason: reason.trim() });
+      flash("emergency stop in force: " + reason.trim(), "ok");
+    } catch (e) {
+      flash("emergency stop refused: " + e.message, "error");
+    }
+    await showEmergency();
+  }
+
+  async function emergencyResume() {
+    try {
+      await api("POST", "/admin/resume");
+      flash("emergency stop lifted", "ok");
+    } catch (e) {
+      flash("resume refused: " + e.message, "error");
+    }
+    await showEmergency();
+  }
+
+  async function showEmergency() {
+    if (!page.operator) return;
+    let status;
+    try { status = await api("GET", "/admin/emergency-stop"); } catch (e) { return; }
+    let banner = document.getElementById("emergency-banner");
+    if (!status.in_force) { if (banner) banner.remove(); return; }
+    if (!banner) {
+      banner = el("div", "banner");
+      banner.id = "emergency-banner";
+      document.querySelector("main").prepend(banner);
+    }
+    const latest = status.latest || {};
+    banner.replaceChildren(el("b", "", "Emergency stop in force"),
+      " ", el("span", "reason", latest.reason || ""), " ");
+    const resume = el("button", "act", "Resume");
+    resume.type = "button";
+    resume.id = "emergency-resume";
+    banner.append(resume);
+  }
+
+  document.addEventListener("click", (event) => {
+    const target = event.target.closest("button");
+    if (!target) return;
+    if (target.dataset.jobAction) {
+      jobAction(target.dataset.job, target.dataset.jobAction);
+    } else if (target.hasAttribute("data-task-apply")) {
+      const select = target.closest("tr").querySelector("select.task-action");
+      if (select) taskAction(target.dataset.task, select.value);
+    } else if (target.id === "emergency-stop") {
+      emergencyStop();
+    } else if (target.id === "emergency-resume") {
+      emergencyResume();
+    }
+  });
+
+  document.addEventListener("submit", (event) => {
+    if (event.target.id !== "throttle") return;
+    event.preventDefault();
+    const form = event.target;
+    jobAction(page.job_id, "throttle", {
+      max_in_flight: Number(form.elements.max_in_flight.value),
+      release_per_tick: Number(form.elements.release_per_tick.value),
+    });
+  });
+
+  if (page.page === "jobs") startJobs();
+  else if (page.page === "job") startJob();
+  else if (page.page === "hosts") startHosts();
+  showEmergency();
+})();

@@ -1,0 +1,298 @@
+"""The dashboard in a real headless Chromium against the four services as processes.
+
+Debian's chromium is driven by Playwright (`executable_path`: no browser download). Screenshots
+of the main pages are saved under `tests/artifacts/` (git-ignored); their paths are printed.
+"""
+
+import os
+import shutil
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+from playwright.async_api import Browser, Dialog, Page, async_playwright, expect
+
+from shared import users_repo
+from tests.e2e.conftest import HOST_ID, Events
+from tests.e2e.stack import Stack
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = os.environ.get("VIGIL_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+HOSTILE_NAME = "<img src=x onerror=alert(1)>"
+HOSTILE_INPUT = "<script>alert(2)</script>"
+HOSTILE_LINE = "<img src=y onerror=alert(3)>"
+LIVE_MS = 30_000  # longest wait for something to show up on a page
+
+
+@dataclass
+class Tab:
+    """A signed-in page, with the dialogs it opened and the script errors it raised."""
+
+    page: Page
+    prompt_answer: str = ""
+    dialogs: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    async def on_dialog(self, dialog: Dialog) -> None:
+        self.dialogs.append(f"{dialog.type}: {dialog.message}")
+        if dialog.type == "alert":
+            await dialog.dismiss()
+        else:
+            await dialog.accept(self.prompt_answer)
+
+    async def open(self, path: str) -> None:
+        """Go to `path` and wait until its live stream is open (when it has one)."""
+        await self.page.goto(path)
+        if await self.page.locator("#live").count():
+            await expect(self.page.locator("#live")).to_have_attribute("data-state", "on")
+
+    async def screenshot(self, name: str) -> Path:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / f"{name}.png"
+        await self.page.screenshot(path=str(path), full_page=True)
+        print(f"screenshot: {path}")  # noqa: T201
+        return path
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    """Debian's chromium (`scripts/lib.sh`'s `ensure_chromium` installs it for CI)."""
+    found = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
+    if found is None:
+        pytest.skip(f"no chromium at {CHROMIUM} nor on PATH: `apt-get install chromium`")
+    return found
+
+
+@pytest.fixture
+async def browser(chromium_path: str) -> AsyncIterator[Browser]:
+    expect.set_options(timeout=LIVE_MS)
+    async with async_playwright() as playwright:
+        chromium = await playwright.chromium.launch(executable_path=chromium_path)
+        try:
+            yield chromium
+        finally:
+            await chromium.close()
+
+
+@asynccontextmanager
+async def signed_in(browser: Browser, stack: Stack, token: str) -> AsyncIterator[Tab]:
+    """A new browser context signed in with `token` through the sign-in form."""
+    context = await browser.new_context(
+        base_url=stack.base_url, viewport={"width": 1400, "height": 900}
+    )
+    context.set_default_timeout(LIVE_MS)
+    page = await context.new_page()
+    opened = Tab(page)
+    page.on("dialog", opened.on_dialog)
+    page.on("pageerror", lambda exc: opened.errors.append(str(exc)))
+    try:
+        await page.goto("/login")
+        await page.fill("#token", token)
+        await page.click("#sign-in")
+        await page.wait_for_url(stack.base_url + "/")
+        yield opened
+        assert opened.errors == []
+    finally:
+        await context.close()
+
+
+@pytest.fixture
+async def tab(browser: Browser, stack: Stack) -> AsyncIterator[Tab]:
+    """A page signed in as the stack's operator."""
+    async with signed_in(browser, stack, stack.token) as opened:
+        yield opened
+
+
+async def _submit(client: httpx.AsyncClient, **body: object) -> str:
+    response = await client.post("/jobs", json=body)
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+async def test_when_a_job_is_submitted__it_appears_and_completes_live_without_a_reload(
+    tab: Tab, client: httpx.AsyncClient, events: Events
+) -> None:
+    # given: the jobs page, open and live
+    await tab.open("/")
+    await tab.page.evaluate("window.vigilTestMarker = 42")
+
+    # when: a job is submitted through the API
+    job_id = await _submit(
+        client,
+        name="live demo",
+        command='echo "hello $VIGIL_INPUT"; echo "PROGRESS: 100"',
+        inputs=["a", "b"],
+    )
+
+    # then: it appears, and ends completed, on the same page
+    row = tab.page.locator(f'#jobs tr[data-job-id="{job_id}"]')
+    await expect(row).to_be_visible()
+    await expect(row).to_have_attribute("data-state", "completed")
+    await expect(row.locator('.count[data-state="completed"] b')).to_have_text("2")
+    await expect(tab.page.locator(f'#feed li[data-key="job.succeeded.{job_id}"]')).to_have_count(1)
+    assert await tab.page.evaluate("window.vigilTestMarker") == 42  # never reloaded
+    await events.wait_key(f"job.succeeded.{job_id}")
+    await tab.screenshot("jobs-page")
+
+    # and its page shows the tasks, their progress and their logs
+    await row.locator("a").click()
+    await expect(tab.page.locator("#job-state")).to_have_text("completed")
+    tasks = tab.page.locator("#tasks tr[data-task-id]")
+    await expect(tasks).to_have_count(2)
+    await expect(tasks.nth(0)).to_have_attribute("data-state", "completed")
+    await expect(tasks.nth(0).locator("td.progress")).to_contain_text("100%")
+    await expect(tab.page.locator("#logs")).to_contain_text("hello a")
+    await expect(tab.page.locator("#logs")).to_contain_text("hello b")
+    await tab.screenshot("job-page-completed")
+
+
+async def test_when_buttons_are_pressed__the_page_shows_their_effect_live(
+    tab: Tab, client: httpx.AsyncClient
+) -> None:
+    # given: a job whose two tasks sleep for long, shown on its page
+    job_id = await _submit(client, name="sleeper", command="sleep 300", inputs=["x", "y"])
+    await tab.open(f"/ui/jobs/{job_id}")
+    tasks = tab.page.locator("#tasks tr[data-task-id]")
+    for i in (0, 1):
+        await expect(tasks.nth(i)).to_have_attribute("data-state", "on_cpu")
+
+    # when: suspend, then resume, the job
+    await tab.page.click('button[data-job-action="suspend"]')
+    # then
+    await expect(tab.page.locator("#job-summary")).to_have_attribute("data-state", "suspended")
+    await expect(tab.page.locator("#flash")).to_contain_text("suspend accepted")
+    await tab.page.click('button[data-job-action="resume"]')
+    await expect(tab.page.locator("#job-summary")).to_have_attribute("data-state", "active")
+
+    # when: the first task is cancelled with its row's control
+    first = tasks.nth(0)
+    await first.locator("select.task-action").select_option("cancel")
+    await first.locator("button[data-task-apply]").click()
+    # then: the row shows it terminated; the other still runs
+    await expect(first).to_have_attribute("data-state", "terminated")
+    await expect(tasks.nth(1)).to_have_attribute("data-state", "on_cpu")
+
+    # when: the whole job is cancelled (the confirmation is accepted)
+    await tab.page.click('button[data-job-action="cancel"]')
+    # then
+    await expect(tab.page.locator("#job-summary")).to_have_attribute("data-state", "cancelled")
+    await expect(tasks.nth(1)).to_have_attribute("data-state", "terminated")
+    assert any(d.startswith("confirm: Cancel job") for d in tab.dialogs)
+    job = (await client.get(f"/jobs/{job_id}")).json()
+    assert job["state"] == "cancelled"
+    assert job["counts"] == {"terminated": 2}
+    await tab.screenshot("job-page-cancelled")
+
+
+async def test_when_a_job_name_input_and_output_are_hostile__they_show_as_text(
+    tab: Tab, client: httpx.AsyncClient, events: Events
+) -> None:
+    # given: the jobs page open before the job exists, so its row arrives live
+    await tab.open("/")
+    job_id = await _submit(
+        client,
+        name=HOSTILE_NAME,
+        command=f"echo '{HOSTILE_LINE}'",
+        inputs=[HOSTILE_INPUT],
+    )
+
+    # then: on the jobs page
+    row = tab.page.locator(f'#jobs tr[data-job-id="{job_id}"]')
+    await expect(row).to_have_attribute("data-state", "completed")
+    assert await row.locator("td.name").inner_text() == HOSTILE_NAME
+    assert await tab.page.locator("#jobs img, #feed img").count() == 0
+
+    # and on its page, whose log line arrives live
+    await tab.open(f"/ui/jobs/{job_id}")
+    await expect(tab.page.locator("#job-summary .name")).to_have_text(HOSTILE_NAME)
+    await expect(tab.page.locator("#tasks td.input")).to_have_text(HOSTILE_INPUT)
+    await expect(tab.page.locator("#logs .line")).to_have_text([HOSTILE_LINE])
+    assert await tab.page.locator("main img, main script").count() == 0
+    assert tab.dialogs == []  # no alert() ever ran
+    await tab.screenshot("job-page-hostile")
+
+
+async def test_the_hosts_page_shows_the_stack_host_with_its_worker_and_supervisor(
+    tab: Tab, client: httpx.AsyncClient
+) -> None:
+    await tab.open("/ui/hosts")
+    row = tab.page.locator(f'#hosts tr[data-host-id="{HOST_ID}"]')
+    await expect(row).to_contain_text("registered")
+    await expect(row.locator("td.age").nth(0)).to_contain_text("s ago")
+    await expect(row.locator("td.age").nth(1)).to_contain_text("s ago")
+    await expect(row.locator("td.quarantine")).to_have_text("no")
+
+    # when a long job runs, the page (refreshing itself) counts it
+    job_id = await _submit(client, command="sleep 300")
+    await expect(row.locator("td.running")).to_have_text("1")
+    await tab.screenshot("hosts-page")
+    await client.post(f"/jobs/{job_id}/actions", json={"action": "cancel"})
+    await expect(row.locator("td.running")).to_have_text("0")
+
+
+async def test_when_an_operator_presses_emergency_stop__work_stops_until_resumed(
+    tab: Tab, client: httpx.AsyncClient
+) -> None:
+    # given: a running job on the jobs page
+    job_id = await _submit(client, name="long", command="sleep 300")
+    await tab.open(f"/ui/jobs/{job_id}")
+    task = tab.page.locator("#tasks tr[data-task-id]").first
+    await expect(task).to_have_attribute("data-state", "on_cpu")
+
+    # when: the operator presses the emergency stop and gives a reason
+    tab.prompt_answer = "e2e drill"
+    await tab.page.click("#emergency-stop")
+
+    # then: the banner says so, the job is suspended and its command killed
+    await expect(tab.page.locator("#emergency-banner")).to_contain_text("e2e drill")
+    await expect(tab.page.locator("#job-summary")).to_have_attribute("data-state", "suspended")
+    await expect(task).to_have_attribute("data-state", "failed_on_cluster")
+    await expect(task.locator("td.error")).to_contain_text("emergency stop")
+    await tab.screenshot("emergency-stop")
+
+    # when: resumed from the banner
+    await tab.page.click("#emergency-resume")
+    # then
+    await expect(tab.page.locator("#emergency-banner")).to_have_count(0)
+    await expect(tab.page.locator("#job-summary")).to_have_attribute("data-state", "active")
+    await expect(task).to_have_attribute("data-state", "on_cpu")
+    await client.post(f"/jobs/{job_id}/actions", json={"action": "cancel"})
+
+
+async def test_when_a_user_submits_a_job__it_appears_on_their_dashboard_and_no_one_elses_does(
+    browser: Browser, stack: Stack, client: httpx.AsyncClient
+) -> None:
+    # given: a plain user, signed in, with no job yet
+    token = uuid.uuid4().hex
+    conn = await asyncpg.connect(stack.database_url)
+    try:
+        await users_repo.ensure_user(conn, f"alice-{token[:6]}", "user", token)
+    finally:
+        await conn.close()
+    headers = {"Authorization": f"Bearer {token}"}
+    async with (
+        signed_in(browser, stack, token) as tab,
+        httpx.AsyncClient(base_url=stack.base_url, headers=headers, timeout=10) as alice,
+    ):
+        await tab.open("/")
+        assert not await tab.page.locator("#emergency-stop").count()
+
+        # when: the operator submits a job, then the user
+        theirs = await _submit(client, name="operator's", command="true")
+        mine = await _submit(alice, name="alice's", command="echo mine", inputs=["1", "2"])
+
+        # then: the user's appears (users cannot follow every job, so the page looks for new
+        # ones) and ends completed, followed by id; the operator's never shows
+        row = tab.page.locator(f'#jobs tr[data-job-id="{mine}"]')
+        await expect(row).to_have_attribute("data-state", "completed")
+        await expect(row.locator('.count[data-state="completed"] b')).to_have_text("2")
+        assert await tab.page.locator(f'tr[data-job-id="{theirs}"]').count() == 0
+        assert await tab.page.locator("#jobs th", has_text="Owner").count() == 0
+        await tab.screenshot("jobs-page-user")

@@ -1,0 +1,158 @@
+"""`GET /hosts` on the real database and Redis: heartbeats, running tasks, quarantine."""
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from shared.presence import WorkerIdentity, announce
+from shared.redis_client import open_redis
+from shared.redis_keys import RedisKeys
+from tests.conftest import REDIS_URL
+from tests.integration.test_api_harness import Api, running_api
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def api(session_database_url: str, namespace: str) -> AsyncIterator[Api]:
+    async with running_api(session_database_url, namespace=namespace, redis_url=REDIS_URL) as a:
+        yield a
+
+
+@pytest.fixture
+async def redis() -> AsyncIterator[Redis]:
+    async with open_redis(REDIS_URL) as client:
+        yield client
+
+
+async def _host(api: Api, *, worker: str | None, worker_age_s: float, **columns: Any) -> str:
+    """Given-step: a `hosts` row (its heartbeats `worker_age_s` and the given ages ago)."""
+    host_id = f"h-{uuid.uuid4().hex[:10]}"
+    await api.pool.execute(
+        "INSERT INTO hosts (id, slots, worker, heartbeat_at) VALUES ($1, 4, $2,"
+        " now() - make_interval(secs => $3))",
+        host_id,
+        worker,
+        worker_age_s,
+    )
+    for name, value in columns.items():
+        await api.pool.execute(f"UPDATE hosts SET {name} = $2 WHERE id = $1", host_id, value)
+    return host_id
+
+
+async def _tasks_on(api: Api, host_id: str, *states: str) -> None:
+    job = await api.submit(api.user, inputs=[str(i) for i in range(len(states))])
+    rows = await api.pool.fetch("SELECT id FROM tasks WHERE job_id = $1 ORDER BY index", job["id"])
+    for row, state in zip(rows, states, strict=True):
+        await api.pool.execute(
+            "UPDATE tasks SET state = $2, host = $3 WHERE id = $1", row["id"], state, host_id
+        )
+
+
+def _by_id(hosts: list[dict[str, Any]], host_id: str) -> dict[str, Any]:
+    [found] = [h for h in hosts if h["id"] == host_id]
+    return found
+
+
+async def test_when_hosts_work__each_shows_heartbeat_ages_running_tasks_and_quarantine(
+    api: Api, redis: Redis, namespace: str
+) -> None:
+    # given: a live host with a registered worker, three tasks of which two are in flight
+    live = await _host(
+        api,
+        worker="w-1",
+        worker_age_s=3,
+        supervisor="s-1",
+        supervisor_heartbeat_at=await api.pool.fetchval("SELECT now() - interval '1 second'"),
+    )
+    await announce(redis, RedisKeys(namespace), live, WorkerIdentity("w-1", 1234, 1.5, 4))
+    await _tasks_on(api, live, "on_cpu", "queued", "completed")
+    # and a quarantined host whose worker is gone
+    until = await api.pool.fetchval("SELECT now() + interval '10 minutes'")
+    sick = await _host(
+        api,
+        worker=None,
+        worker_age_s=60,
+        quarantined=True,
+        quarantined_until=until,
+        quarantine_reason="5 infra failures within 600 s",
+    )
+
+    # when
+    response = await api.client.get("/hosts", headers=api.user.headers)
+
+    # then
+    assert response.status_code == 200
+    hosts = response.json()
+    first = _by_id(hosts, live)
+    assert first["worker"] == "w-1"
+    assert first["worker_registered"] is True
+    assert 3 <= first["worker_heartbeat_age_s"] < 10
+    assert 1 <= first["supervisor_heartbeat_age_s"] < 10
+    assert first["slots"] == 4
+    assert first["running_tasks"] == 2
+    assert first["quarantined"] is False
+    second = _by_id(hosts, sick)
+    assert second["worker"] is None
+    assert second["worker_registered"] is False
+    assert second["worker_heartbeat_age_s"] is None
+    assert second["supervisor_heartbeat_age_s"] is None
+    assert second["running_tasks"] == 0
+    assert second["quarantined"] is True
+    assert second["quarantine_reason"] == "5 infra failures within 600 s"
+    assert second["quarantined_until"] is not None
+    ids = [h["id"] for h in hosts]
+    assert ids == sorted(ids)
+
+
+async def test_when_redis_does_not_answer__hosts_are_listed_with_presence_unknown(
+    session_database_url: str,
+) -> None:
+    async with running_api(session_database_url, redis_url="redis://127.0.0.1:1/0") as api:
+        host_id = await _host(api, worker="w-2", worker_age_s=1)
+        response = await api.client.get("/hosts", headers=api.operator.headers)
+    assert response.status_code == 200
+    assert _by_id(response.json(), host_id)["worker_registered"] is None
+
+
+async def test_without_a_token__401(api: Api) -> None:
+    response = await api.client.get("/hosts")
+    assert response.status_code == 401
+
+
+async def test_when_an_operator_quarantines_and_releases_a_host__hosts_shows_it(api: Api) -> None:
+    host_id = await _host(api, worker="w-1", worker_age_s=0)
+    url = f"/hosts/{host_id}/actions"
+
+    response = await api.client.post(
+        url, json={"action": "quarantine", "reason": "disk errors"}, headers=api.operator.headers
+    )
+    assert response.status_code == 202, response.text
+    shown = _by_id((await api.client.get("/hosts", headers=api.user.headers)).json(), host_id)
+    assert shown["quarantined"] and "disk errors" in shown["quarantine_reason"]
+
+    response = await api.client.post(url, json={"action": "release"}, headers=api.operator.headers)
+    assert response.status_code == 202, response.text
+    shown = _by_id((await api.client.get("/hosts", headers=api.user.headers)).json(), host_id)
+    assert not shown["quarantined"]
+
+
+async def test_when_a_host_action_is_wrong__it_is_refused_with_the_reason(api: Api) -> None:
+    host_id = await _host(api, worker=None, worker_age_s=0)
+    ops = api.operator.headers
+    release = {"action": "release"}
+    again = await api.client.post(f"/hosts/{host_id}/actions", json=release, headers=ops)
+    assert (again.status_code, "not quarantined" in again.text) == (409, True)
+    missing = await api.client.post("/hosts/h-nowhere/actions", json=release, headers=ops)
+    assert missing.status_code == 404
+    unknown = await api.client.post(
+        f"/hosts/{host_id}/actions", json={"action": "reboot"}, headers=ops
+    )
+    assert unknown.status_code == 422
+    as_user = await api.client.post(
+        f"/hosts/{host_id}/actions", json=release, headers=api.user.headers
+    )
+    assert as_user.status_code == 403

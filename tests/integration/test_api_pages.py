@@ -1,0 +1,273 @@
+"""The dashboard's server side: signing in, pages, fragments, escaping and access (no browser).
+
+The browser itself is exercised by `tests/e2e/test_dashboard.py`.
+"""
+
+import html
+import json
+import re
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from services.api import session
+from tests.integration.test_api_harness import Api, Caller, running_api
+
+pytestmark = pytest.mark.integration
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+
+
+@pytest.fixture
+async def api(session_database_url: str) -> AsyncIterator[Api]:
+    async with running_api(session_database_url) as running:
+        yield running
+
+
+def _token(caller: Caller) -> str:
+    return caller.headers["Authorization"].removeprefix("Bearer ")
+
+
+def _cookie(caller: Caller, **extra: str) -> dict[str, str]:
+    """Headers of a browser signed in as `caller` (the session cookie, no bearer)."""
+    return {"Cookie": f"{session.COOKIE}={_token(caller)}", **extra}
+
+
+def _page_data(page: httpx.Response) -> dict[str, Any]:
+    found = re.search(r'<script type="application/json" id="vigil-page">(.*?)</script>', page.text)
+    assert found, page.text
+    data: dict[str, Any] = json.loads(found.group(1))
+    return data
+
+
+async def _jobs_of(api: Api, caller: Caller, count: int) -> list[str]:
+    """Given-step: `count` jobs of `caller`, made in SQL (no rate limit), oldest first."""
+    rows = await api.pool.fetch(
+        "INSERT INTO jobs (id, owner_id, name, type, command, created_at)"
+        " SELECT 'j-p' || $3 || '-' || i, $1, 'bulk ' || i, 'shell', 'true',"
+        "  now() - make_interval(secs => $2 - i)"
+        " FROM generate_series(1, $2) AS i RETURNING id",
+        caller.user.id,
+        count,
+        uuid.uuid4().hex[:8],
+    )
+    return [r["id"] for r in rows]
+
+
+async def test_when_not_signed_in__pages_send_to_the_sign_in_form(api: Api) -> None:
+    for path in ("/", "/ui/hosts", "/ui/jobs/j-abc"):
+        response = await api.client.get(path)
+        assert response.status_code == 303, path
+        assert response.headers["location"] == "/login"
+    form = await api.client.get("/login")
+    assert form.status_code == 200
+    assert 'name="token"' in form.text
+    assert "script-src 'self'" in form.headers["content-security-policy"]
+
+
+async def test_when_a_valid_token_is_posted__an_http_only_strict_session_cookie_is_set(
+    api: Api,
+) -> None:
+    response = await api.client.post("/login", data={"token": _token(api.user)})
+    assert response.status_code == 303
+    assert response.headers["location"] == "/"
+    cookie = response.headers["set-cookie"]
+    assert cookie.startswith(f"{session.COOKIE}={_token(api.user)};")
+    assert "HttpOnly" in cookie
+    assert "SameSite=strict" in cookie
+    assert "Path=/" in cookie
+    out = await api.client.post("/logout")
+    assert out.status_code == 303
+    assert f'{session.COOKIE}="";' in out.headers["set-cookie"]
+
+
+@pytest.mark.parametrize("token", ["", "not-a-token", "x" * 2000])
+async def test_when_a_bad_token_is_posted__the_form_says_so_and_no_cookie_is_set(
+    api: Api, token: str
+) -> None:
+    response = await api.client.post("/login", data={"token": token})
+    assert response.status_code in (401, 422)
+    assert 'id="login-error"' in response.text
+    assert "set-cookie" not in response.headers
+
+
+async def test_when_the_login_form_is_posted_from_another_site__403(api: Api) -> None:
+    for origin in ("https://evil.example", "http://api.evil.example", "null"):
+        response = await api.client.post(
+            "/login", data={"token": _token(api.user)}, headers={"Origin": origin}
+        )
+        assert response.status_code == 403, origin
+        assert "set-cookie" not in response.headers
+    own = await api.client.post(
+        "/login", data={"token": _token(api.user)}, headers={"Origin": "http://api"}
+    )
+    assert own.status_code == 303
+
+
+async def test_when_a_page_is_asked_with_a_bearer_header__it_is_served(api: Api) -> None:
+    page = await api.client.get("/", headers=api.user.headers)
+    assert page.status_code == 200
+    assert _page_data(page)["page"] == "jobs"
+
+
+async def test_when_a_job_has_a_hostile_name_and_input__every_page_shows_them_as_text(
+    api: Api,
+) -> None:
+    # given
+    job = await api.submit(api.user, name=HOSTILE, inputs=["<script>alert(2)</script>"])
+    task_id = await api.pool.fetchval("SELECT id FROM tasks WHERE job_id = $1", job["id"])
+    await api.pool.execute(
+        "INSERT INTO logs (job_id, task_id, run_number, attempt, line_no, ts, severity, stream,"
+        " line) VALUES ($1, $2, 1, 1, 1, now(), 'info', 'stdout', $3)",
+        job["id"],
+        task_id,
+        "</div><script>alert(3)</script>",
+    )
+    headers = _cookie(api.user)
+
+    # when
+    pages = [
+        await api.client.get("/", headers=headers),
+        await api.client.get(f"/ui/jobs/{job['id']}", headers=headers),
+        await api.client.get(f"/ui/jobs/{job['id']}/row", headers=headers),
+        await api.client.get(f"/ui/jobs/{job['id']}/summary", headers=headers),
+        await api.client.get(f"/ui/tasks/{task_id}/row", headers=headers),
+    ]
+
+    # then
+    for page in pages:
+        assert page.status_code == 200, page.text
+        assert "<img" not in page.text and "<script>alert" not in page.text
+    assert html.escape(HOSTILE, quote=False) in pages[0].text
+    assert "&lt;script&gt;alert(2)&lt;/script&gt;" in pages[1].text
+    assert "&lt;/div&gt;&lt;script&gt;alert(3)&lt;/script&gt;" in pages[1].text
+    assert html.escape(HOSTILE, quote=False) in pages[2].text
+
+
+async def test_when_a_user_signs_in__the_jobs_page_lists_their_jobs_only_and_follows_them(
+    api: Api,
+) -> None:
+    mine = await api.submit(api.user, name="mine")
+    theirs = await api.submit(api.other, name="theirs")
+
+    page = await api.client.get("/", headers=_cookie(api.user))
+
+    assert page.status_code == 200
+    assert mine["id"] in page.text and theirs["id"] not in page.text
+    data = _page_data(page)
+    assert data["page"] == "jobs" and data["operator"] is False
+    assert f"task.*.{mine['id']}" in data["topics"]
+    assert all(not t.endswith(".*") for t in data["topics"])
+    assert 'id="emergency-stop"' not in page.text
+
+
+async def test_when_an_operator_signs_in__the_jobs_page_shows_owners_and_follows_everything(
+    api: Api,
+) -> None:
+    theirs = await api.submit(api.other, name="theirs")
+    page = await api.client.get("/", headers=_cookie(api.operator))
+    assert theirs["id"] in page.text
+    assert api.other.user.name in page.text
+    assert _page_data(page)["topics"] == ["job.*.*", "task.*.*"]
+    assert 'id="emergency-stop"' in page.text
+
+
+async def test_when_there_are_many_jobs__the_list_pages_through_them_newest_first(
+    api: Api, session_database_url: str
+) -> None:
+    # given: a fresh user with 45 jobs
+    async with running_api(session_database_url) as fresh:
+        ids = await _jobs_of(fresh, fresh.user, 45)
+        headers = _cookie(fresh.user)
+        seen: list[str] = []
+        url: str | None = "/?limit=20"
+        pages = 0
+        # when: following the "next page" links to the end
+        while url is not None:
+            page = await fresh.client.get(url, headers=headers)
+            assert page.status_code == 200
+            rows = re.findall(r'<tr data-job-id="([^"]+)"', page.text)
+            assert len(rows) <= 20
+            seen += rows
+            found = re.search(r'<a href="([^"]+)" id="next-page">', page.text)
+            url = html.unescape(found.group(1)) if found else None
+            pages += 1
+    # then
+    assert pages == 3
+    assert seen == list(reversed(ids))
+
+
+async def test_when_an_operator_lists_thousands_of_jobs__one_page_is_rendered(
+    api: Api,
+) -> None:
+    await _jobs_of(api, api.other, 3000)
+    page = await api.client.get("/?limit=50", headers=_cookie(api.operator))
+    assert page.status_code == 200
+    assert len(re.findall(r"<tr data-job-id=", page.text)) == 50
+    assert 'id="next-page"' in page.text
+
+
+async def test_when_a_user_opens_another_users_job__404_page_and_fragments(api: Api) -> None:
+    theirs = await api.submit(api.other)
+    task_id = await api.pool.fetchval("SELECT id FROM tasks WHERE job_id = $1", theirs["id"])
+    headers = _cookie(api.user)
+    page = await api.client.get(f"/ui/jobs/{theirs['id']}", headers=headers)
+    assert page.status_code == 404
+    assert "does not exist" in page.text
+    for path in (f"/ui/jobs/{theirs['id']}/row", f"/ui/tasks/{task_id}/row"):
+        assert (await api.client.get(path, headers=headers)).status_code == 404
+
+
+async def test_when_a_user_opens_their_job__it_follows_that_job_and_offers_its_actions(
+    api: Api,
+) -> None:
+    job = await api.submit(api.user, inputs=["a", "b"])
+    page = await api.client.get(f"/ui/jobs/{job['id']}", headers=_cookie(api.user))
+    assert page.status_code == 200
+    data = _page_data(page)
+    assert data["topics"] == [f"task.*.{job['id']}", f"job.*.{job['id']}", f"log.*.{job['id']}"]
+    assert data["append_new_tasks"] is True
+    assert len(re.findall(r"<tr data-task-id=", page.text)) == 2
+    assert 'data-job-action="suspend"' in page.text
+    assert 'data-job-action="cancel"' in page.text
+    assert '<option value="hold">' in page.text
+
+
+async def test_when_a_cookie_signed_request_changes_something__it_needs_the_dashboard_header(
+    api: Api,
+) -> None:
+    job = await api.submit(api.user)
+    url = f"/jobs/{job['id']}/actions"
+    body = {"action": "suspend"}
+
+    forged = await api.client.post(url, json=body, headers=_cookie(api.user))
+    assert forged.status_code == 403
+    assert session.FETCH_HEADER in forged.json()["detail"]
+
+    headers = _cookie(api.user, **{session.FETCH_HEADER: "dashboard"})
+    accepted = await api.client.post(url, json=body, headers=headers)
+    assert accepted.status_code == 202
+    assert accepted.json()["state"] == "suspended"
+
+
+async def test_when_a_cookie_signs_a_read__no_header_is_needed(api: Api) -> None:
+    job = await api.submit(api.user)
+    response = await api.client.get(f"/jobs/{job['id']}", headers=_cookie(api.user))
+    assert response.status_code == 200
+
+
+async def test_the_hosts_page_and_its_rows_render_for_any_user(api: Api) -> None:
+    page = await api.client.get("/ui/hosts", headers=_cookie(api.user))
+    rows = await api.client.get("/ui/hosts/rows", headers=_cookie(api.user))
+    assert page.status_code == 200 and 'id="hosts"' in page.text
+    assert rows.status_code == 200
+
+
+async def test_the_static_files_are_served(api: Api) -> None:
+    script = await api.client.get("/static/dashboard.js")
+    style = await api.client.get("/static/dashboard.css")
+    assert script.status_code == 200 and "EventSource" in script.text
+    assert style.status_code == 200

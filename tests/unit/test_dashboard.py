@@ -1,0 +1,101 @@
+"""Pure parts of the dashboard and the SSE format: what is offered, how it is ordered, framing."""
+
+import json
+from datetime import UTC, datetime
+
+from services.api import dashboard
+from services.api.sse import KEEPALIVE, OPENED, frame
+from services.api.templates import Pages
+from shared.actions import TaskAction, plan
+from shared.errors import Conflict
+from shared.jobs_repo import Job
+from shared.states import JobState, TaskState
+
+
+def _job(state: JobState, counts: dict[str, int]) -> Job:
+    now = datetime.now(UTC)
+    return Job(
+        id="j-1",
+        owner_id="u-1",
+        name="n",
+        type="shell",
+        command="true",
+        outputs=[],
+        params={},
+        policy={},
+        prerequisites={},
+        inputs_from=None,
+        state=state,
+        max_in_flight=10,
+        release_per_tick=10,
+        created_at=now,
+        finished_at=None,
+        counts=counts,
+    )
+
+
+def test_the_task_actions_offered_are_exactly_those_the_api_accepts() -> None:
+    for state in TaskState:
+        offered = set(dashboard.task_actions(state))
+        for action in TaskAction:
+            try:
+                plan(action, state)
+                accepted = True
+            except Conflict:
+                accepted = False
+            assert (action.value in offered) == accepted, (state, action)
+
+
+def test_job_actions_follow_the_job_state_and_failed_tasks() -> None:
+    assert dashboard.job_actions(_job(JobState.ACTIVE, {"on_cpu": 1})) == ["suspend", "cancel"]
+    assert dashboard.job_actions(_job(JobState.SUSPENDED, {})) == ["resume", "cancel"]
+    assert dashboard.job_actions(_job(JobState.FAILED, {"failed_on_cluster": 2})) == [
+        "recover_failed"
+    ]
+    assert dashboard.job_actions(_job(JobState.COMPLETED, {"completed": 3})) == []
+    assert dashboard.job_actions(_job(JobState.CANCELLED, {"failed_to_setup": 1})) == []
+
+
+def test_counts_come_in_lifecycle_order() -> None:
+    counts = {"completed": 1, "new": 2, "failed_on_cluster": 3, "on_cpu": 4}
+    assert [s for s, _ in dashboard.ordered_counts(counts)] == [
+        "new",
+        "on_cpu",
+        "completed",
+        "failed_on_cluster",
+    ]
+
+
+def test_inputs_are_shortened_to_one_line() -> None:
+    assert dashboard.short_input("a\nb   c") == "a b c"
+    assert dashboard.short_input({"k": [1, 2]}) == '{"k": [1, 2]}'
+    assert len(dashboard.short_input("x" * 500)) == 80
+
+
+def test_an_sse_frame_is_one_data_line_whatever_the_body() -> None:
+    body = json.dumps({"line": "a\nb\r\nc\u2028d"}).encode()
+    out = frame("log.info.j-1", body)
+    assert out.startswith(b"data: ") and out.endswith(b"\n\n")
+    assert out.count(b"\n") == 2 and b"\r" not in out
+    assert json.loads(out[6:]) == {
+        "routing_key": "log.info.j-1",
+        "body": {"line": "a\nb\r\nc\u2028d"},
+    }
+    assert json.loads(frame("k", b"\xff not json")[6:])["body"] == "\ufffd not json"
+    assert KEEPALIVE == b": keepalive\n\n" and OPENED.startswith(b":")
+
+
+def test_templates_escape_every_value() -> None:
+    pages = Pages()
+    response = pages.render(
+        "error.html",
+        user=None,
+        page="error",
+        page_data={"x": "</script><b>"},
+        title="<i>t",
+        message="<b>m",
+    )
+    text = bytes(response.body).decode()
+    assert "&lt;i&gt;t" in text and "&lt;b&gt;m" in text
+    assert "</script><b>" not in text
+    assert response.headers["content-security-policy"].startswith("default-src 'none'")
