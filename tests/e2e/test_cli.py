@@ -1,0 +1,215 @@
+"""The installed `vigil` command against the four services: submit, wait, logs, events, actions,
+and the errors a user meets (API down, token refused), each as one line without a traceback.
+"""
+
+import importlib.util
+import os
+import select
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.e2e.stack import Stack, free_port
+from vigil import Client, Event
+
+pytestmark = pytest.mark.e2e
+
+VIGIL = Path(sys.executable).with_name("vigil")
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "resubmit_on_signal.py"
+WAIT_S = 60
+
+JOB_YAML = """
+name: greet
+command: echo "hello $VIGIL_INPUT"
+inputs: [a, b]
+"""
+
+
+@pytest.fixture
+def env(stack: Stack, tmp_path: Path) -> dict[str, str]:
+    """The environment of a user of the stack: its URL and token, no config file."""
+    assert VIGIL.exists(), f"{VIGIL} is missing: pip install -e . installs the command"
+    home = tmp_path / "home"
+    home.mkdir()
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "XDG_"))}
+    return kept | {"HOME": str(home), "VIGIL_URL": stack.base_url, "VIGIL_TOKEN": stack.token}
+
+
+def vigil(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `vigil args...` to its end."""
+    return subprocess.run(
+        [str(VIGIL), *args], env=env, capture_output=True, text=True, timeout=WAIT_S + 30
+    )
+
+
+@contextmanager
+def following(env: dict[str, str], *args: str) -> Iterator[subprocess.Popen[str]]:
+    """`vigil events args...`, yielded once it says its subscription is in place."""
+    proc = subprocess.Popen(
+        [str(VIGIL), "events", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        ready, _, _ = select.select([proc.stderr], [], [], 15)
+        assert ready, "vigil events did not open its stream in 15 s"
+        assert proc.stderr.readline().startswith("following "), proc.stderr.read()
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_when_a_job_file_is_submitted__wait_exits_0_and_logs_show_its_output(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    # given
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(JOB_YAML)
+
+    # when
+    with following(env, "--count", "1", "job.succeeded.*") as events:
+        submitted = vigil(env, "submit", str(job_file))
+        assert submitted.returncode == 0, submitted.stderr
+        job_id = submitted.stdout.strip()
+        waited = vigil(env, "wait", job_id, "--timeout", str(WAIT_S))
+        event_lines, _ = events.communicate(timeout=WAIT_S)
+
+    # then
+    assert job_id.startswith("j-")
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    assert waited.stdout.strip() == f"job {job_id} completed: 2 completed"
+    assert event_lines.startswith(f"job.succeeded.{job_id} {{")
+    logs = vigil(env, "logs", job_id)
+    assert logs.returncode == 0, logs.stderr
+    texts = sorted(line.split(None, 2)[2] for line in logs.stdout.splitlines())
+    assert texts == ["hello a", "hello b"]
+    assert vigil(env, "logs", job_id, "-f", "--severity", "info").stdout == logs.stdout
+    listed = vigil(env, "status")
+    assert job_id in listed.stdout and "completed" in listed.stdout
+    assert "e2e-host" in vigil(env, "hosts").stdout
+
+
+def test_when_a_job_fails__wait_exits_1_and_status_shows_the_failed_task(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    # given
+    job_file = tmp_path / "failing.json"
+    job_file.write_text('{"name": "failing", "command": "echo trying; exit 3", "inputs": ["x"]}')
+
+    # when
+    submitted = vigil(env, "submit", str(job_file), "--wait", "--timeout", str(WAIT_S))
+
+    # then
+    assert submitted.returncode == 1, submitted.stdout + submitted.stderr
+    job_id, summary, *failed_table = submitted.stdout.splitlines()
+    assert summary == f"job {job_id} failed: 1 failed_on_cluster"
+    assert any("failed_on_cluster" in row and "exit" in row for row in failed_table)
+    status = vigil(env, "status", job_id)
+    assert status.returncode == 0 and "failed tasks" in status.stdout
+    task_id = next(w for w in status.stdout.split() if w.startswith("t-"))
+    assert "trying" in vigil(env, "logs", job_id, "--task", task_id).stdout
+    recovered = vigil(env, "recover", task_id)
+    assert recovered.stdout.strip() == f"task {task_id}: recover accepted, now recover_cluster"
+
+
+def test_when_the_api_is_down_or_refuses_the_token__the_error_is_one_clear_line(
+    env: dict[str, str],
+) -> None:
+    down = f"http://127.0.0.1:{free_port()}"
+
+    unreachable = vigil(env | {"VIGIL_URL": down}, "status")
+    refused = vigil(env | {"VIGIL_TOKEN": "not-the-token"}, "status")
+    no_token = vigil({k: v for k, v in env.items() if k != "VIGIL_TOKEN"}, "wait", "j-1")
+    missing = vigil(env, "status", "j-000000000000")
+
+    assert unreachable.returncode == 4
+    assert unreachable.stderr.startswith(f"vigil: cannot reach the Vigil API at {down}: ")
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("vigil: the API refused the token (401): set VIGIL_TOKEN")
+    assert no_token.returncode == 2
+    assert no_token.stderr.startswith("vigil: no token is set and the API requires one (401)")
+    assert missing.returncode == 1
+    assert missing.stderr == "vigil: job 'j-000000000000' not found (404)\n"
+    for result in (unreachable, refused, no_token, missing):
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_when_an_operator_controls_a_running_job__each_command_says_what_it_did(
+    stack: Stack, env: dict[str, str]
+) -> None:
+    # given: a job whose task is running
+    with (
+        Client(stack.base_url, stack.token) as client,
+        client.subscribe(["task.on_cpu.*"]) as started,
+    ):
+        job_id = client.submit({"name": "long", "command": "sleep 60"})["id"]
+        assert next(started).routing_key == f"task.on_cpu.{job_id}"
+
+    # when / then
+    throttled = vigil(env, "throttle", job_id, "--max-in-flight", "2", "--release-per-tick", "1")
+    assert throttled.stdout == f"job {job_id}: throttle accepted, now active\n"
+    assert vigil(env, "suspend", job_id).stdout.endswith("now suspended\n")
+    assert vigil(env, "resume", job_id).stdout.endswith("now active\n")
+    stopped = vigil(env, "emergency-stop", "--reason", "e2e drill")
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.endswith("in force: 1 job(s) suspended, 1 task(s) killed\n")
+    again = vigil(env, "emergency-stop", "--reason", "twice")
+    assert again.returncode == 1 and "(409)" in again.stderr
+    resumed = vigil(env, "resume-all")
+    assert resumed.stdout.endswith("lifted: 1 job(s) resumed, 1 task(s) recovered\n")
+    assert vigil(env, "cancel", job_id).stdout == f"job {job_id}: cancel accepted, now cancelled\n"
+    assert vigil(env, "wait", job_id).returncode == 2
+
+
+def _example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("resubmit_on_signal", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_when_the_documented_resubmission_rule_runs__a_killed_task_is_duplicated_twice(
+    stack: Stack, env: dict[str, str]
+) -> None:
+    # given: the rule of docs/examples, listening before the job exists
+    client = Client(stack.base_url, stack.token)
+    _example().install(client)
+    failures: list[str] = []
+
+    @client.on("task.failed_on_cluster.*")
+    def count(event: Event) -> None:
+        failures.append(event.body["task_id"])
+        if len(failures) == 3:
+            client.stop_listening()
+
+    subscribed = threading.Event()
+    listener = threading.Thread(
+        target=client.listen, kwargs={"on_open": subscribed.set}, daemon=True
+    )
+    listener.start()
+    assert subscribed.wait(15), "the event stream did not open"
+
+    # when: every run of the command is killed by SIGKILL
+    job_id = client.submit({"name": "killed", "command": "kill -9 $$", "inputs": ["x"]})["id"]
+    listener.join(WAIT_S)
+
+    # then: the original and two duplicates failed, and no third duplicate was made
+    states = [(t["id"], t["state"]) for t in client.tasks(job_id)]
+    assert not listener.is_alive(), f"saw {len(failures)} failure(s) of 3; tasks: {states}"
+    waited = vigil(env, "wait", job_id, "--timeout", str(WAIT_S))
+    assert waited.returncode == 1, waited.stdout + waited.stderr
+    tasks = client.tasks(job_id)
+    client.close()
+    assert [t["id"] for t in tasks] == failures
+    assert {(t["input"], t["state"], t["failure_class"], t["signal"]) for t in tasks} == {
+        ("x", "failed_on_cluster", "signal", 9)
+    }

@@ -1,0 +1,76 @@
+"""The command line refuses bad arguments and configuration before any request, with exit 2."""
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from vigil import render
+from vigil.cli import app
+
+runner = CliRunner()
+
+
+def _run(args: list[str], tmp_path: Path, **env: str) -> tuple[int, str]:
+    # An address nothing listens on: any request would fail with exit 4, not 2.
+    base = {"VIGIL_URL": "http://127.0.0.1:9", "VIGIL_CONFIG": "/dev/null", "HOME": str(tmp_path)}
+    result = runner.invoke(app, args, env=base | env)
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["status", "x-1"], "neither a job id (j-...) nor a task id (t-...)"),
+        (["recover", "abc"], "neither a job id"),
+        (["restart", "j-1", "--stage", "setup"], "restart takes a task id, not 'j-1'"),
+        (["wait", "t-1"], "wait takes a job id"),
+        (["suspend", "t-1"], "suspend takes a job id"),
+        (["logs", "j-1", "--task", "j-2"], "--task takes a task id"),
+        (["throttle", "j-1"], "throttle needs --max-in-flight and/or --release-per-tick"),
+        (["status", "j-../admin"], "not a valid job id"),
+        (["events", "job failed"], "topic pattern"),
+        (["--url", "ftp://host", "status"], "not an http:// or https:// URL"),
+    ],
+)
+def test_when_an_argument_is_wrong__the_command_says_why_and_exits_2(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    code, output = _run(args, tmp_path)
+
+    assert code == 2, output
+    assert message in output
+    assert output.startswith("vigil: ") and "Traceback" not in output
+
+
+def test_when_the_job_file_is_not_a_job__submit_exits_2_naming_the_place(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("command: x\ninputs: [2024-01-05]\n")
+
+    code, output = _run(["submit", str(job)], tmp_path)
+
+    assert code == 2
+    assert "inputs[0]" in output
+
+
+def test_when_the_config_file_is_missing_or_wrong__the_command_exits_2(tmp_path: Path) -> None:
+    code, output = _run(["status"], tmp_path, VIGIL_CONFIG=str(tmp_path / "none.toml"))
+    assert (code, "does not exist" in output) == (2, True)
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("token = 3\n")
+    code, output = _run(["status"], tmp_path, VIGIL_CONFIG=str(bad))
+    assert (code, "token must be a string" in output) == (2, True)
+
+
+def test_when_a_stage_is_not_one_of_the_three__the_usage_error_lists_them(tmp_path: Path) -> None:
+    code, output = _run(["restart", "t-1", "--stage", "hook"], tmp_path)
+
+    assert code == 2
+    assert "setup" in output and "post_processing" in output
+
+
+def test_when_text_from_the_api_holds_control_characters__they_are_shown_escaped() -> None:
+    line = {"task_id": "t-1", "severity": "info", "line": "\x1b[2Jgone\rback\tok"}
+
+    assert render.log_line(line) == "t-1 info     \\x1b[2Jgone\\x0dback\tok"

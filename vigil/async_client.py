@@ -1,0 +1,289 @@
+"""`AsyncClient`: the same API as `vigil.client.Client`, for asyncio programs.
+
+    async with AsyncClient.from_env() as client:
+        job = await client.submit({"command": "echo hi"})
+        async for line in client.logs(job["id"], follow=True):
+            print(line["line"])
+
+Callbacks given to `on()` may be plain functions or coroutine functions.
+"""
+
+import asyncio
+import inspect
+import itertools
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
+from contextlib import aclosing, asynccontextmanager
+from typing import Any, Self, TypeVar, cast, overload
+
+import httpx
+
+from vigil import calls, config
+from vigil.calls import Call, Host, Job, LogLine, Task
+from vigil.client import EVENTS_READ_TIMEOUT_S, MAX_RETRY_WAIT_S, POLL_S
+from vigil.errors import Unreachable
+from vigil.sse import Event, EventParser
+from vigil.states import JOB_FINAL
+from vigil.topics import Subscriptions
+
+logger = logging.getLogger(__name__)
+
+AsyncEventHandler = Callable[[Event], object]
+H = TypeVar("H", bound=AsyncEventHandler)
+
+
+class AsyncClient:
+    """A connection to one Vigil API as one user; see `Client` for each method's contract.
+
+    Give `http` (an `httpx.AsyncClient`, e.g. over `httpx.ASGITransport`) to choose the
+    transport; the client then does not close it.
+    """
+
+    def __init__(
+        self,
+        url: str = config.DEFAULT_URL,
+        token: str | None = None,
+        *,
+        timeout: float = 10.0,
+        http: httpx.AsyncClient | None = None,
+        poll_s: float = POLL_S,
+        rate_limit_retries: int = 3,
+    ) -> None:
+        self.url = config.check_url(url)
+        self.poll_s = poll_s
+        self.rate_limit_retries = rate_limit_retries
+        self._timeout = timeout
+        self._http = http or httpx.AsyncClient(timeout=timeout)
+        self._owns_http = http is None
+        token = config.check_token(token)
+        self._auth = {"Authorization": f"Bearer {token}"} if token else {}
+        self._subscriptions: Subscriptions[AsyncEventHandler] = Subscriptions()
+        self._stop = asyncio.Event()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **options: Any) -> Self:
+        """A client for `VIGIL_URL`/`VIGIL_TOKEN`, else the config file (see `vigil.config`)."""
+        found = config.load(env)
+        return cls(found.url, found.token, **options)
+
+    async def aclose(self) -> None:
+        """Close the connections (unless the `httpx.AsyncClient` was given). Idempotent."""
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def submit(self, job: Mapping[str, Any], idempotency_key: str | None = None) -> Job:
+        return cast(Job, await self._send(calls.submit(job, idempotency_key)))
+
+    async def job(self, job_id: str) -> Job:
+        return cast(Job, await self._send(calls.job(job_id)))
+
+    async def jobs_page(
+        self,
+        *,
+        state: str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        call = calls.jobs_page(state, name, limit, cursor)
+        return cast(dict[str, Any], await self._send(call))
+
+    async def jobs(
+        self,
+        *,
+        state: str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> AsyncIterator[Job]:
+        while True:
+            page = await self.jobs_page(state=state, name=name, limit=limit, cursor=cursor)
+            for item in page["items"]:
+                yield item
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return
+
+    async def tasks(self, job_id: str) -> list[Task]:
+        return cast(list[Task], await self._send(calls.tasks(job_id)))
+
+    async def task(self, task_id: str) -> Task:
+        return cast(Task, await self._send(calls.task(task_id)))
+
+    async def append_inputs(self, job_id: str, inputs: list[Any]) -> dict[str, Any]:
+        return cast(dict[str, Any], await self._send(calls.append_inputs(job_id, inputs)))
+
+    async def job_action(self, job_id: str, action: str, **fields: Any) -> Job:
+        return cast(Job, await self._send(calls.job_action(job_id, action, fields)))
+
+    async def task_action(self, task_id: str, action: str) -> dict[str, Any]:
+        return cast(dict[str, Any], await self._send(calls.task_action(task_id, action)))
+
+    async def hosts(self) -> list[Host]:
+        return cast(list[Host], await self._send(calls.hosts()))
+
+    async def emergency_stop(self, reason: str) -> dict[str, Any]:
+        return cast(dict[str, Any], await self._send(calls.emergency_stop(reason)))
+
+    async def resume_all(self) -> dict[str, Any]:
+        return cast(dict[str, Any], await self._send(calls.resume_all()))
+
+    async def wait(self, job_id: str, on_progress: Callable[[Job], object] | None = None) -> Job:
+        """Poll the job until it is completed, failed or cancelled; returns it then.
+
+        For a time limit, wrap the call in `asyncio.timeout()` (the asyncio way).
+        """
+        while True:
+            job = await self.job(job_id)
+            if on_progress is not None:
+                on_progress(job)
+            if job["state"] in JOB_FINAL:
+                return job
+            await asyncio.sleep(self.poll_s)
+
+    async def logs(
+        self,
+        job_id: str,
+        *,
+        task: str | None = None,
+        run: int | None = None,
+        severity: str | None = None,
+        after: int = 0,
+        follow: bool = False,
+        limit: int = 1000,
+    ) -> AsyncIterator[LogLine]:
+        ended = False
+        while True:
+            call = calls.logs_page(
+                job_id, task=task, run=run, severity=severity, after=after, limit=limit
+            )
+            page = cast(dict[str, Any], await self._send(call))
+            for item in page["items"]:
+                yield item
+            after = page["next_after"] if page["next_after"] is not None else after
+            if len(page["items"]) == limit:
+                continue
+            if not follow or ended:
+                return
+            ended = (await self.job(job_id))["state"] in JOB_FINAL
+            if not ended:
+                await asyncio.sleep(self.poll_s)
+
+    @asynccontextmanager
+    async def subscribe(
+        self, patterns: Iterable[str], *, read_timeout: float | None = EVENTS_READ_TIMEOUT_S
+    ) -> AsyncIterator[AsyncIterator[Event]]:
+        call = calls.events(patterns)
+        timeout = httpx.Timeout(self._timeout, read=read_timeout)
+        try:
+            request = call.request_args(self.url, self._auth)
+            async with self._http.stream(**request, timeout=timeout) as response:
+                if not response.is_success:
+                    await response.aread()
+                    calls.result(response)
+                yield _events_of(response)
+        except httpx.TransportError as exc:
+            raise calls.unreachable(self.url, exc) from exc
+
+    async def events(
+        self, patterns: Iterable[str], *, read_timeout: float | None = EVENTS_READ_TIMEOUT_S
+    ) -> AsyncGenerator[Event, None]:
+        async with self.subscribe(patterns, read_timeout=read_timeout) as stream:
+            async for event in stream:
+                yield event
+
+    @overload
+    def on(self, pattern: str) -> Callable[[H], H]: ...
+    @overload
+    def on(self, pattern: str, fn: H) -> H: ...
+    def on(self, pattern: str, fn: H | None = None) -> H | Callable[[H], H]:
+        def register(handler: H) -> H:
+            self._subscriptions.add(pattern, handler)
+            return handler
+
+        return register if fn is None else register(fn)
+
+    async def follow(
+        self,
+        patterns: Iterable[str],
+        *,
+        reconnect: bool = True,
+        retry_s: float = 1.0,
+        on_open: Callable[[], object] | None = None,
+    ) -> AsyncGenerator[Event, None]:
+        patterns = list(patterns)
+        self._stop.clear()
+        while not self._stop.is_set():
+            try:
+                async with self.subscribe(patterns) as stream:
+                    if on_open is not None:
+                        on_open()
+                    async for event in stream:
+                        yield event
+                        if self._stop.is_set():
+                            return
+            except Unreachable as exc:
+                if not reconnect:
+                    raise
+                logger.warning("%s; following again in %gs", exc, retry_s)
+            if not reconnect or await self._stopped_within(retry_s):
+                return
+
+    async def listen(
+        self,
+        *,
+        reconnect: bool = True,
+        retry_s: float = 1.0,
+        on_open: Callable[[], object] | None = None,
+    ) -> None:
+        patterns = self._subscriptions.patterns()
+        stream = self.follow(patterns, reconnect=reconnect, retry_s=retry_s, on_open=on_open)
+        async with aclosing(stream):
+            async for event in stream:
+                await self.dispatch(event)
+
+    def stop_listening(self) -> None:
+        """Make `listen()` return (from a callback or another task of the same loop)."""
+        self._stop.set()
+
+    async def dispatch(self, event: Event) -> None:
+        """Call (and await, for coroutine functions) every callback matching the event."""
+        for handler in self._subscriptions.handlers_for(event.routing_key):
+            outcome = handler(event)
+            if inspect.isawaitable(outcome):
+                await outcome
+
+    async def _stopped_within(self, seconds: float) -> bool:
+        try:
+            async with asyncio.timeout(seconds):
+                await self._stop.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def _send(self, call: Call) -> Any:
+        for attempt in itertools.count(1):
+            try:
+                response = await self._http.request(**call.request_args(self.url, self._auth))
+            except httpx.TransportError as exc:
+                raise calls.unreachable(self.url, exc) from exc
+            delay = calls.retry_after(response)
+            if delay is None or attempt > self.rate_limit_retries or delay > MAX_RETRY_WAIT_S:
+                break
+            logger.info("rate limited by the API; retrying in %gs", delay)
+            await asyncio.sleep(delay)
+        return calls.result(response)
+
+
+async def _events_of(response: httpx.Response) -> AsyncIterator[Event]:
+    parser = EventParser()
+    async for line in response.aiter_lines():
+        event = parser.feed(line)
+        if event is not None:
+            yield event

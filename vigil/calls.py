@@ -1,0 +1,165 @@
+"""Every API request as data (`Call`), and how an answer becomes a result or an error.
+
+Shared by `Client` and `AsyncClient`, which only send the calls: the paths, parameters and
+error mapping of the HTTP contract (design §9) live here once. Ids are checked before they
+go into a path, so a malformed one never reaches another route.
+"""
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import httpx
+
+from vigil import topics
+from vigil.errors import BadResponse, RateLimited, Unreachable, UsageError, api_error
+
+_ID_RE: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")  # shared/ids.py's ID_PATTERN
+
+Job = dict[str, Any]
+Task = dict[str, Any]
+LogLine = dict[str, Any]
+Host = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One HTTP request to the API; `path` is relative to the API's base URL."""
+
+    method: str
+    path: str
+    params: list[tuple[str, str | int]] = field(default_factory=list)
+    json: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def request_args(self, base_url: str, auth: Mapping[str, str]) -> dict[str, Any]:
+        """Keyword arguments for `httpx.Client.request` / `stream` (and the async ones)."""
+        return {
+            "method": self.method,
+            "url": base_url + self.path,
+            "params": self.params,
+            "json": self.json,
+            "headers": {**auth, **self.headers},
+        }
+
+
+def check_id(kind: str, value: str) -> str:
+    """`value` if it is well-formed server id; raises `UsageError` naming `kind` otherwise."""
+    if not _ID_RE.fullmatch(value):
+        raise UsageError(f"{value[:100]!r} is not a valid {kind} id (e.g. j-3k9x0q7mzt1a)")
+    return value
+
+
+def submit(job: Mapping[str, Any], idempotency_key: str | None) -> Call:
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
+    return Call("POST", "/jobs", json=dict(job), headers=headers)
+
+
+def job(job_id: str) -> Call:
+    return Call("GET", f"/jobs/{check_id('job', job_id)}")
+
+
+def jobs_page(state: str | None, name: str | None, limit: int, cursor: str | None) -> Call:
+    params = _params(state=state, name=name, limit=limit, cursor=cursor)
+    return Call("GET", "/jobs", params=params)
+
+
+def tasks(job_id: str) -> Call:
+    return Call("GET", f"/jobs/{check_id('job', job_id)}/tasks")
+
+
+def task(task_id: str) -> Call:
+    return Call("GET", f"/tasks/{check_id('task', task_id)}")
+
+
+def logs_page(
+    job_id: str, *, task: str | None, run: int | None, severity: str | None, after: int, limit: int
+) -> Call:
+    params = _params(task=task, run=run, severity=severity, after=after, limit=limit)
+    return Call("GET", f"/jobs/{check_id('job', job_id)}/logs", params=params)
+
+
+def job_action(job_id: str, action: str, fields: Mapping[str, Any]) -> Call:
+    body = {"action": action} | {k: v for k, v in fields.items() if v is not None}
+    return Call("POST", f"/jobs/{check_id('job', job_id)}/actions", json=body)
+
+
+def task_action(task_id: str, action: str) -> Call:
+    return Call("POST", f"/tasks/{check_id('task', task_id)}/actions", json={"action": action})
+
+
+def append_inputs(job_id: str, inputs: list[Any]) -> Call:
+    return Call("POST", f"/jobs/{check_id('job', job_id)}/inputs", json={"inputs": inputs})
+
+
+def hosts() -> Call:
+    return Call("GET", "/hosts")
+
+
+def emergency_stop(reason: str) -> Call:
+    return Call("POST", "/admin/emergency-stop", json={"reason": reason})
+
+
+def resume_all() -> Call:
+    return Call("POST", "/admin/resume")
+
+
+def events(patterns: Iterable[str]) -> Call:
+    """`GET /events` for the topic patterns (at least one, each checked)."""
+    checked = list(dict.fromkeys(topics.check_pattern(p) for p in patterns))
+    if not checked:
+        raise UsageError("name at least one topic pattern, e.g. 'job.*.*'")
+    return Call("GET", "/events", params=[("topic", p) for p in checked])
+
+
+def _params(**values: str | int | None) -> list[tuple[str, str | int]]:
+    return [(name, value) for name, value in values.items() if value is not None]
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """For a 429 whose `Retry-After` is a number of seconds: that number; else None."""
+    if response.status_code != httpx.codes.TOO_MANY_REQUESTS:
+        return None
+    try:
+        seconds = float(response.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+    return seconds if 0 <= seconds < float("inf") else None
+
+
+def result(response: httpx.Response) -> Any:
+    """The decoded JSON of a 2xx answer (None when empty); raises `ApiError` or `BadResponse`."""
+    if response.is_success:
+        return _json(response) if response.content else None
+    body = _json(response) if _is_json(response) else None
+    detail = body.get("detail") if isinstance(body, dict) else body
+    if detail is None:
+        detail = response.text[:200] or response.reason_phrase
+    error = api_error(response.status_code, detail)
+    if isinstance(error, RateLimited):
+        error.retry_after = retry_after(response)
+    raise error
+
+
+def unreachable(url: str, exc: httpx.TransportError) -> Unreachable:
+    """The `Unreachable` error for a transport failure talking to `url`."""
+    reason = str(exc) or type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        reason = f"no answer in time ({type(exc).__name__})"
+    return Unreachable(url, reason)
+
+
+def _is_json(response: httpx.Response) -> bool:
+    content_type: str = response.headers.get("content-type", "")
+    return content_type.startswith("application/json")
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise BadResponse(
+            f"the answer to {response.request.method} {response.request.url} is not JSON"
+            f" (status {response.status_code}): is this the Vigil API?"
+        ) from exc

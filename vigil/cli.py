@@ -1,0 +1,368 @@
+"""`vigil`: the command-line client. Every command goes through `vigil.client.Client`.
+
+Ids say what they name: `j-...` is a job, `t-...` a task. Exit codes: see `vigil.session`.
+"""
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, ParamSpec
+
+import typer
+from rich.console import Console
+
+from vigil import jobfile, render
+from vigil.client import Client
+from vigil.errors import UsageError, VigilError
+from vigil.session import EXIT_BY_STATE, Session, explain
+from vigil.states import TASK_FAILED
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+app = typer.Typer(
+    help="Submit, watch and control Vigil jobs. Ids: j-... is a job, t-... a task.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+P = ParamSpec("P")
+
+
+def command(name: str | None = None) -> Callable[[Callable[P, None]], Callable[P, None]]:
+    """`app.command`, with every `VigilError` shown as one line on stderr and an exit code."""
+
+    def register(fn: Callable[P, None]) -> Callable[P, None]:
+        @functools.wraps(fn)
+        def run(*args: P.args, **kwargs: P.kwargs) -> None:
+            try:
+                fn(*args, **kwargs)
+            except BrokenPipeError:
+                # The reader went away (`vigil logs JOB | head`): stop quietly, as cat does.
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                raise typer.Exit(0) from None
+            except VigilError as exc:
+                session = _session_of(kwargs.get("ctx"))
+                message, code = explain(exc, session.found if session else None)
+                print(f"vigil: {render.printable(message)}", file=sys.stderr)
+                raise typer.Exit(code) from None
+
+        app.command(name)(run)
+        return run
+
+    return register
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    url: Annotated[
+        str | None,
+        typer.Option(help="The API's URL (default: VIGIL_URL, the config file, or :8000)."),
+    ] = None,
+) -> None:
+    """Configuration: VIGIL_URL and VIGIL_TOKEN, else ~/.config/vigil/config.toml (or the
+    file named by VIGIL_CONFIG) with `url = "..."` and `token = "..."`."""
+    ctx.obj = Session(url)
+
+
+def _session_of(ctx: Any) -> Session | None:
+    # Typer hands commands its own click Context, not always a `typer.Context` instance.
+    find = getattr(ctx, "find_object", None)
+    return find(Session) if find is not None else None
+
+
+def _session(ctx: typer.Context) -> Session:
+    session = ctx.find_object(Session)
+    assert session is not None  # made by `main` for every command
+    return session
+
+
+def _kind(some_id: str) -> str:
+    if some_id.startswith("j-"):
+        return "job"
+    if some_id.startswith("t-"):
+        return "task"
+    raise UsageError(f"{some_id!r} is neither a job id (j-...) nor a task id (t-...)")
+
+
+def _expect(kind: str, some_id: str, command: str) -> str:
+    if _kind(some_id) != kind:
+        raise UsageError(f"{command} takes a {kind} id, not {some_id!r}")
+    return some_id
+
+
+# -- submitting and watching ------------------------------------------------------------------
+
+
+@command()
+def submit(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="A job file, YAML or JSON (.json).")],
+    wait: Annotated[bool, typer.Option("--wait", help="Then wait for it, like `wait`.")] = False,
+    timeout: Annotated[
+        float | None, typer.Option(min=0, help="With --wait: give up after this many seconds.")
+    ] = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option(help="Submitting again with the same key makes no new job.")
+    ] = None,
+) -> None:
+    """Submit the job in FILE and print its id."""
+    body = jobfile.load(file)
+    with _session(ctx).client() as client:
+        job = client.submit(body, idempotency_key)
+        print(render.printable(job["id"]), flush=True)
+        if wait:
+            _wait(client, job["id"], timeout)
+
+
+class JobState(StrEnum):
+    """`--state` choices (the server's `JobState`)."""
+
+    ACTIVE = "active"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@command()
+def status(
+    ctx: typer.Context,
+    some_id: Annotated[str | None, typer.Argument(metavar="[JOB|TASK]")] = None,
+    state: Annotated[JobState | None, typer.Option(help="Only jobs in this state.")] = None,
+    name: Annotated[str | None, typer.Option(help="Only jobs of this name.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=500, help="Most jobs listed.")] = 20,
+) -> None:
+    """List jobs; or show one job (tasks per state, failed tasks) or one task (attempts)."""
+    with _session(ctx).client() as client:
+        if some_id is None:
+            wanted = state.value if state else None
+            page = client.jobs_page(state=wanted, name=name, limit=limit)
+            out.print(render.jobs_table(page["items"]))
+            if page["next_cursor"] is not None:
+                print(f"(the {limit} newest shown; --limit for more)", file=sys.stderr)
+        elif _kind(some_id) == "job":
+            job = client.job(some_id)
+            failed = [t for t in client.tasks(some_id) if t["state"] in TASK_FAILED]
+            out.print(*render.job_detail(job, failed))
+        else:
+            out.print(*render.task_detail(client.task(some_id)))
+
+
+@command("wait")
+def wait_command(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="JOB")],
+    timeout: Annotated[
+        float | None, typer.Option(min=0, help="Give up after this many seconds (exit 3).")
+    ] = None,
+) -> None:
+    """Wait for the job to end, with a progress bar (exit 0 completed, 1 failed, 2 cancelled).
+
+    Exit 3 when --timeout passes first.
+    """
+    _expect("job", job_id, "wait")
+    with _session(ctx).client() as client:
+        _wait(client, job_id, timeout)
+
+
+def _wait(client: Client, job_id: str, timeout: float | None) -> NoReturn:
+    with render.progress(err) as bar:
+        handle = bar.add_task(job_id, total=None)
+        job = client.wait(
+            job_id,
+            on_progress=lambda view: bar.update(handle, **render.progress_fields(view)),
+            timeout=timeout,
+        )
+    print(render.job_summary(job))
+    if job["state"] == "failed":
+        failed = [t for t in client.tasks(job_id) if t["state"] in TASK_FAILED]
+        out.print(render.failed_table(failed))
+    raise typer.Exit(EXIT_BY_STATE[job["state"]])
+
+
+class Severity(StrEnum):
+    """`--severity` choices (the server's `Severity`; a unit test keeps them equal)."""
+
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+    CRITICAL = "critical"
+    FATAL = "fatal"
+
+
+@command()
+def logs(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="JOB")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new lines until the job ends.")
+    ] = False,
+    task: Annotated[str | None, typer.Option(help="Only this task's lines.")] = None,
+    severity: Annotated[Severity | None, typer.Option(help="Only lines of this severity.")] = None,
+    run: Annotated[int | None, typer.Option(min=1, help="Only this run of the tasks.")] = None,
+) -> None:
+    """Print the job's output lines: task, severity, text."""
+    _expect("job", job_id, "logs")
+    if task is not None:
+        _expect("task", task, "--task")
+    with _session(ctx).client() as client:
+        level = severity.value if severity else None
+        for line in client.logs(job_id, task=task, severity=level, run=run, follow=follow):
+            print(render.log_line(line), flush=follow)
+
+
+@command()
+def events(
+    ctx: typer.Context,
+    topics: Annotated[list[str], typer.Argument(metavar="TOPIC...", help="e.g. 'job.*.*'")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Reconnect when the stream breaks.")
+    ] = False,
+    count: Annotated[int | None, typer.Option("--count", "-n", min=1, help="Stop after N.")] = None,
+) -> None:
+    """Print events matching the topic patterns (`*` one word, `#` any): key and JSON body.
+
+    A user names their own jobs by id (`job.*.j-...`); operators may use wildcards there.
+    """
+    seen = 0
+
+    def opened() -> None:
+        print(f"following {' '.join(topics)}", file=sys.stderr, flush=True)
+
+    with _session(ctx).client() as client:
+        for event in client.follow(topics, reconnect=follow, on_open=opened):
+            print(render.event_line(event), flush=True)
+            seen += 1
+            if count is not None and seen >= count:
+                return
+
+
+# -- acting on jobs and tasks -----------------------------------------------------------------
+
+
+def _task_action(ctx: typer.Context, task_id: str, action: str) -> None:
+    with _session(ctx).client() as client:
+        done = client.task_action(task_id, action)
+    task = done["task"]
+    line = f"task {task['id']}: {action} accepted, now {task['state']}"
+    if done.get("created"):
+        line += f"; new task {done['created']['id']}"
+    print(render.printable(line))
+
+
+def _job_action(ctx: typer.Context, job_id: str, action: str, **fields: Any) -> None:
+    with _session(ctx).client() as client:
+        job = client.job_action(job_id, action, **fields)
+    print(render.printable(f"job {job['id']}: {action} accepted, now {job['state']}"))
+
+
+IdArg = Annotated[str, typer.Argument(metavar="JOB|TASK")]
+JobArg = Annotated[str, typer.Argument(metavar="JOB")]
+TaskArg = Annotated[str, typer.Argument(metavar="TASK")]
+
+
+@command()
+def recover(ctx: typer.Context, some_id: IdArg) -> None:
+    """Recover a failed task, or every failed task of a job."""
+    if _kind(some_id) == "task":
+        _task_action(ctx, some_id, "recover")
+    else:
+        _job_action(ctx, some_id, "recover_failed")
+
+
+class RestartStage(StrEnum):
+    """`--stage` choices: `restart_<stage>` task actions."""
+
+    SETUP = "setup"
+    CLUSTER = "cluster"
+    POST_PROCESSING = "post_processing"
+
+
+@command()
+def restart(
+    ctx: typer.Context,
+    task_id: TaskArg,
+    stage: Annotated[RestartStage, typer.Option(help="The stage to run again from.")],
+) -> None:
+    """Run a task again from a stage (a completed or failed task)."""
+    _task_action(ctx, _expect("task", task_id, "restart"), f"restart_{stage.value}")
+
+
+@command()
+def cancel(ctx: typer.Context, some_id: IdArg) -> None:
+    """Cancel a task, or a whole job."""
+    if _kind(some_id) == "task":
+        _task_action(ctx, some_id, "cancel")
+    else:
+        _job_action(ctx, some_id, "cancel")
+
+
+@command()
+def suspend(ctx: typer.Context, job_id: JobArg) -> None:
+    """Release no more tasks of the job (running ones go on)."""
+    _job_action(ctx, _expect("job", job_id, "suspend"), "suspend")
+
+
+@command()
+def resume(ctx: typer.Context, job_id: JobArg) -> None:
+    """Release the tasks of a suspended job again."""
+    _job_action(ctx, _expect("job", job_id, "resume"), "resume")
+
+
+@command()
+def throttle(
+    ctx: typer.Context,
+    job_id: JobArg,
+    max_in_flight: Annotated[int | None, typer.Option(min=1, help="Most tasks at once.")] = None,
+    release_per_tick: Annotated[
+        int | None, typer.Option(min=1, help="Most new tasks released per scheduler tick.")
+    ] = None,
+) -> None:
+    """Limit how many of the job's tasks run at once and how fast new ones start."""
+    _expect("job", job_id, "throttle")
+    if max_in_flight is None and release_per_tick is None:
+        raise UsageError("throttle needs --max-in-flight and/or --release-per-tick")
+    _job_action(
+        ctx, job_id, "throttle", max_in_flight=max_in_flight, release_per_tick=release_per_tick
+    )
+
+
+# -- operators --------------------------------------------------------------------------------
+
+
+@command()
+def hosts(ctx: typer.Context) -> None:
+    """List the worker hosts."""
+    with _session(ctx).client() as client:
+        out.print(render.hosts_table(client.hosts()))
+
+
+@command("emergency-stop")
+def emergency_stop(
+    ctx: typer.Context,
+    reason: Annotated[str, typer.Option(help="Why: kept with the stop.")],
+) -> None:
+    """Suspend every job and kill all running work (operators)."""
+    with _session(ctx).client() as client:
+        stop = client.emergency_stop(reason)
+    print(render.printable(render.stop_summary(stop)))
+
+
+@command("resume-all")
+def resume_all(ctx: typer.Context) -> None:
+    """Lift an emergency stop (operators)."""
+    with _session(ctx).client() as client:
+        resumed = client.resume_all()
+    print(render.printable(render.resume_summary(resumed)))
+
+
+if __name__ == "__main__":  # python -m vigil.cli
+    sys.exit(app())

@@ -1,0 +1,344 @@
+"""`Client`: the Vigil HTTP API from Python, synchronously (see `AsyncClient` for asyncio).
+
+    with Client.from_env() as client:
+        job = client.submit({"name": "hello", "command": "echo $VIGIL_INPUT", "inputs": [1, 2]})
+        final = client.wait(job["id"])
+
+Results are the API's JSON objects as dicts (design §9 names their fields). Errors are
+`vigil.errors.VigilError`s: `Unreachable` when no answer came, an `ApiError` subclass when the
+API refused (`Unauthorized`, `NotFound`, `Conflict`, `InvalidRequest`).
+"""
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from contextlib import closing, contextmanager
+from typing import Any, Final, Self, TypeVar, cast, overload
+
+import httpx
+
+from vigil import calls, config
+from vigil.calls import Call, Host, Job, LogLine, Task
+from vigil.errors import Unreachable, WaitTimeout
+from vigil.sse import Event, events_in
+from vigil.states import JOB_FINAL
+from vigil.topics import Subscriptions
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two looks at a job (`wait`) or its log (`logs(follow=True)`).
+POLL_S: Final = 0.5
+#: A 429 asking to wait longer than this is not retried but raised (`RateLimited`).
+MAX_RETRY_WAIT_S: Final = 30.0
+#: An event stream silent for this long (the API sends keepalives far more often) is dead.
+EVENTS_READ_TIMEOUT_S: Final = 90.0
+
+EventHandler = Callable[[Event], object]
+H = TypeVar("H", bound=EventHandler)
+
+
+class Client:
+    """A connection to one Vigil API as one user (the bearer `token`).
+
+    Give `http` (an `httpx.Client`) to choose the transport, proxies or TLS settings; the
+    client then does not close it. A submission refused with 429 is sent again after the
+    `Retry-After` the API gives, up to `rate_limit_retries` times. Usable as a context
+    manager; not thread-safe except for `stop_listening()`.
+    """
+
+    def __init__(
+        self,
+        url: str = config.DEFAULT_URL,
+        token: str | None = None,
+        *,
+        timeout: float = 10.0,
+        http: httpx.Client | None = None,
+        poll_s: float = POLL_S,
+        rate_limit_retries: int = 3,
+    ) -> None:
+        self.url = config.check_url(url)
+        self.poll_s = poll_s
+        self.rate_limit_retries = rate_limit_retries
+        self._timeout = timeout
+        self._http = http or httpx.Client(timeout=timeout)
+        self._owns_http = http is None
+        token = config.check_token(token)
+        self._auth = {"Authorization": f"Bearer {token}"} if token else {}
+        self._subscriptions: Subscriptions[EventHandler] = Subscriptions()
+        self._stop = threading.Event()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **options: Any) -> Self:
+        """A client for `VIGIL_URL`/`VIGIL_TOKEN`, else the config file (see `vigil.config`)."""
+        found = config.load(env)
+        return cls(found.url, found.token, **options)
+
+    def close(self) -> None:
+        """Close the connections (unless the `httpx.Client` was given). Idempotent."""
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- jobs and tasks ------------------------------------------------------------------------
+
+    def submit(self, job: Mapping[str, Any], idempotency_key: str | None = None) -> Job:
+        """Submit a job (the body of `POST /jobs`); returns it. The same `idempotency_key`
+        again returns the job made the first time instead of a second one."""
+        return cast(Job, self._send(calls.submit(job, idempotency_key)))
+
+    def job(self, job_id: str) -> Job:
+        """The job with its task `counts` per state."""
+        return cast(Job, self._send(calls.job(job_id)))
+
+    def jobs_page(
+        self,
+        *,
+        state: str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """One page of jobs, newest first: `{"items": [...], "next_cursor": ... or None}`."""
+        return cast(dict[str, Any], self._send(calls.jobs_page(state, name, limit, cursor)))
+
+    def jobs(
+        self,
+        *,
+        state: str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Iterator[Job]:
+        """Every job (an operator's: everyone's), newest first, fetched `limit` at a time."""
+        while True:
+            page = self.jobs_page(state=state, name=name, limit=limit, cursor=cursor)
+            yield from page["items"]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return
+
+    def tasks(self, job_id: str) -> list[Task]:
+        """Every task of the job, by index."""
+        return cast(list[Task], self._send(calls.tasks(job_id)))
+
+    def task(self, task_id: str) -> Task:
+        """One task, with `attempts` (the audit rows, oldest first)."""
+        return cast(Task, self._send(calls.task(task_id)))
+
+    def append_inputs(self, job_id: str, inputs: list[Any]) -> dict[str, Any]:
+        """Add one task per input; returns `{"job": ..., "task_ids": [...]}`."""
+        return cast(dict[str, Any], self._send(calls.append_inputs(job_id, inputs)))
+
+    def job_action(self, job_id: str, action: str, **fields: Any) -> Job:
+        """`cancel`, `suspend`, `resume`, `recover_failed` or `throttle` (with `max_in_flight`
+        and/or `release_per_tick`); returns the job. `Conflict` when its state does not allow it."""
+        return cast(Job, self._send(calls.job_action(job_id, action, fields)))
+
+    def task_action(self, task_id: str, action: str) -> dict[str, Any]:
+        """`recover`, `restart_setup|cluster|post_processing`, `duplicate`, `cancel`, `hold`
+        or `release`; returns `{"task": ..., "created": new task of a duplicate, or None}`."""
+        return cast(dict[str, Any], self._send(calls.task_action(task_id, action)))
+
+    # -- operators ----------------------------------------------------------------------------
+
+    def hosts(self) -> list[Host]:
+        """The worker hosts: heartbeat age, slots, running tasks, quarantine."""
+        return cast(list[Host], self._send(calls.hosts()))
+
+    def emergency_stop(self, reason: str) -> dict[str, Any]:
+        """Suspend every active job and kill all running work (operators only; `Forbidden`
+        otherwise, `Conflict` while a stop is in force); returns the stop."""
+        return cast(dict[str, Any], self._send(calls.emergency_stop(reason)))
+
+    def resume_all(self) -> dict[str, Any]:
+        """Lift the emergency stop in force: returns `{"stop", "jobs_resumed",
+        "tasks_recovered"}`. `Conflict` when no stop is in force."""
+        return cast(dict[str, Any], self._send(calls.resume_all()))
+
+    # -- following ----------------------------------------------------------------------------
+
+    def wait(
+        self,
+        job_id: str,
+        on_progress: Callable[[Job], object] | None = None,
+        timeout: float | None = None,
+    ) -> Job:
+        """Poll the job until it is completed, failed or cancelled; returns it then.
+
+        `on_progress(job)` is called with every view read, the last one included. Raises
+        `WaitTimeout` (holding the last view) after `timeout` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if on_progress is not None:
+                on_progress(job)
+            if job["state"] in JOB_FINAL:
+                return job
+            left = _left(deadline)
+            if left is not None and left <= 0:
+                raise WaitTimeout(job_id, cast(float, timeout), job)
+            time.sleep(self.poll_s if left is None else min(self.poll_s, left))
+
+    def logs(
+        self,
+        job_id: str,
+        *,
+        task: str | None = None,
+        run: int | None = None,
+        severity: str | None = None,
+        after: int = 0,
+        follow: bool = False,
+        limit: int = 1000,
+    ) -> Iterator[LogLine]:
+        """The job's log lines in order, from the one after sequence number `after`.
+
+        With `follow`, keeps polling for new lines until the job has ended (completed, failed
+        or cancelled) and every line of it was given.
+        """
+        ended = False
+        while True:
+            call = calls.logs_page(
+                job_id, task=task, run=run, severity=severity, after=after, limit=limit
+            )
+            page = cast(dict[str, Any], self._send(call))
+            yield from page["items"]
+            after = page["next_after"] if page["next_after"] is not None else after
+            if len(page["items"]) == limit:
+                continue
+            if not follow or ended:
+                return
+            # Lines are stored before a task's end is, so once the job has ended one more
+            # read gets the rest.
+            ended = self.job(job_id)["state"] in JOB_FINAL
+            if not ended:
+                time.sleep(self.poll_s)
+
+    @contextmanager
+    def subscribe(
+        self, patterns: Iterable[str], *, read_timeout: float | None = EVENTS_READ_TIMEOUT_S
+    ) -> Iterator[Iterator[Event]]:
+        """Open `GET /events` for the topic `patterns`: within the block the subscription is in
+        place (the API binds it before answering) and the iterator gives events as they come.
+
+        The iterator ends when the API closes the stream. `Unreachable` when the stream cannot
+        be opened, breaks, or stays silent longer than `read_timeout` (keepalives count).
+        """
+        call = calls.events(patterns)
+        timeout = httpx.Timeout(self._timeout, read=read_timeout)
+        try:
+            request = call.request_args(self.url, self._auth)
+            with self._http.stream(**request, timeout=timeout) as response:
+                if not response.is_success:
+                    response.read()
+                    calls.result(response)
+                yield events_in(response.iter_lines())
+        except httpx.TransportError as exc:
+            raise calls.unreachable(self.url, exc) from exc
+
+    def events(
+        self, patterns: Iterable[str], *, read_timeout: float | None = EVENTS_READ_TIMEOUT_S
+    ) -> Generator[Event, None, None]:
+        """The events matching `patterns` from when the stream opens until it ends (see
+        `subscribe`). Events published while no stream is open are not seen."""
+        with self.subscribe(patterns, read_timeout=read_timeout) as stream:
+            yield from stream
+
+    @overload
+    def on(self, pattern: str) -> Callable[[H], H]: ...
+    @overload
+    def on(self, pattern: str, fn: H) -> H: ...
+    def on(self, pattern: str, fn: H | None = None) -> H | Callable[[H], H]:
+        """Call `fn(event)` for every event matching the topic `pattern`, while `listen()` runs.
+
+        Usable as a decorator: `@client.on("task.failed_on_cluster.*")`.
+        """
+
+        def register(handler: H) -> H:
+            self._subscriptions.add(pattern, handler)
+            return handler
+
+        return register if fn is None else register(fn)
+
+    def follow(
+        self,
+        patterns: Iterable[str],
+        *,
+        reconnect: bool = True,
+        retry_s: float = 1.0,
+        on_open: Callable[[], object] | None = None,
+    ) -> Generator[Event, None, None]:
+        """`events(patterns)` that, with `reconnect`, opens the stream again `retry_s` after
+        it broke or the API closed it; `on_open()` is called each time a subscription is in
+        place. Ends at `stop_listening()` (noticed at the next event or keepalive); errors
+        the API answers (401, 403, 404) end it too."""
+        patterns = list(patterns)
+        self._stop.clear()
+        while not self._stop.is_set():
+            try:
+                with self.subscribe(patterns) as stream:
+                    if on_open is not None:
+                        on_open()
+                    for event in stream:
+                        yield event
+                        if self._stop.is_set():
+                            return
+            except Unreachable as exc:
+                if not reconnect:
+                    raise
+                logger.warning("%s; following again in %gs", exc, retry_s)
+            if not reconnect or self._stop.wait(retry_s):
+                return
+
+    def listen(
+        self,
+        *,
+        reconnect: bool = True,
+        retry_s: float = 1.0,
+        on_open: Callable[[], object] | None = None,
+    ) -> None:
+        """Follow the events of every registered pattern, calling the matching callbacks.
+
+        Runs until `stop_listening()`; see `follow()` for reconnecting and `on_open`. An
+        exception a callback raises ends it.
+        """
+        patterns = self._subscriptions.patterns()
+        following = self.follow(patterns, reconnect=reconnect, retry_s=retry_s, on_open=on_open)
+        with closing(following) as stream:
+            for event in stream:
+                self.dispatch(event)
+
+    def stop_listening(self) -> None:
+        """Make `listen()` return (safe from another thread or from a callback)."""
+        self._stop.set()
+
+    def dispatch(self, event: Event) -> None:
+        """Call every registered callback whose pattern matches the event's routing key."""
+        for handler in self._subscriptions.handlers_for(event.routing_key):
+            handler(event)
+
+    # -- sending ------------------------------------------------------------------------------
+
+    def _send(self, call: Call) -> Any:
+        for attempt in itertools.count(1):
+            try:
+                response = self._http.request(**call.request_args(self.url, self._auth))
+            except httpx.TransportError as exc:
+                raise calls.unreachable(self.url, exc) from exc
+            delay = calls.retry_after(response)
+            if delay is None or attempt > self.rate_limit_retries or delay > MAX_RETRY_WAIT_S:
+                break
+            logger.info("rate limited by the API; retrying in %gs", delay)
+            time.sleep(delay)
+        return calls.result(response)
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else deadline - time.monotonic()

@@ -1,0 +1,68 @@
+"""Job files: the body of `POST /jobs` written as YAML or JSON.
+
+A `.json` file is read as JSON, anything else as YAML (which JSON also is). The result must be
+a mapping of JSON values: YAML's dates, sets and binary values, and non-finite numbers, are
+refused with the place they were found, rather than failing later inside the HTTP client.
+The API checks the fields themselves (its 422 names the one at fault).
+"""
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from vigil.errors import JobFileError
+
+#: Largest job file read; the API's own body limit is about this size too.
+MAX_FILE_BYTES: Final = 4 * 1024 * 1024
+
+
+def load(path: Path) -> dict[str, Any]:
+    """The job in the file at `path`; raises `JobFileError` saying what is wrong and where."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise JobFileError(f"{path}: {size} bytes; job files are at most {MAX_FILE_BYTES}")
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise JobFileError(f"cannot read job file {path}: {exc}") from exc
+    return parse(text, str(path), as_json=path.suffix.lower() == ".json")
+
+
+def parse(text: str, name: str, *, as_json: bool = False) -> dict[str, Any]:
+    """The job in `text` (YAML, or JSON when `as_json`); `name` is used in error messages."""
+    try:
+        data = json.loads(text) if as_json else yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise JobFileError(f"{name}: not valid JSON: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise JobFileError(f"{name}: not valid YAML: {' '.join(str(exc).split())}") from exc
+    if data is None:
+        raise JobFileError(f"{name}: the file is empty; a job needs at least a command")
+    if not isinstance(data, dict):
+        raise JobFileError(
+            f"{name}: a job file holds a mapping (name: ..., command: ...), not a"
+            f" {type(data).__name__}"
+        )
+    check_json(data, "")
+    return data
+
+
+def check_json(value: Any, where: str) -> None:
+    """Raise `JobFileError` naming the first place in `value` that is not a JSON value."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise JobFileError(f"{where or 'the job'}: key {key!r} must be a string")
+            check_json(item, f"{where}.{key}" if where else key)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_json(item, f"{where}[{index}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise JobFileError(f"{where}: {value} is not a JSON number")
+    elif not isinstance(value, str | int | float | bool) and value is not None:
+        raise JobFileError(
+            f"{where}: {value!r} (a {type(value).__name__}) is not a JSON value; quote it"
+        )

@@ -1,0 +1,208 @@
+"""How the command-line client shows things: rich tables and progress, plain lines for logs.
+
+Everything that comes from the API (names, log lines, error briefs) may hold terminal control
+sequences written by a job's command: it goes through `printable()` before it is shown, and
+into rich only as `Text`, never as markup.
+"""
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from vigil.sse import Event
+from vigil.states import TASK_FAILED, done_and_total
+
+_CONTROL_RE: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: Failed tasks listed under a job (`status`, a failed `wait`); the rest are counted.
+MAX_FAILED_SHOWN: Final = 20
+
+
+def printable(value: Any) -> str:
+    """`value` as text with control characters (escape sequences, CR) shown as `\\xNN`."""
+    text = "" if value is None else str(value)
+    return _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def cell(value: Any) -> Text:
+    """A table cell that rich shows as is (no markup, no control characters)."""
+    return Text("-" if value is None or value == "" else printable(value))
+
+
+def log_line(line: Mapping[str, Any]) -> str:
+    """`<task> <severity> <text>`: one stored output line."""
+    return (
+        f"{printable(line['task_id'])} {printable(line['severity']):<8} {printable(line['line'])}"
+    )
+
+
+def event_line(event: Event) -> str:
+    """`<routing key> <body as JSON>` on one line."""
+    body = json.dumps(event.body, ensure_ascii=False, sort_keys=True)
+    return f"{printable(event.routing_key)} {printable(body)}"
+
+
+def counts_text(counts: Mapping[str, int]) -> str:
+    """`3 completed, 1 on_cpu`: tasks per state, most first."""
+    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return ", ".join(f"{n} {state}" for state, n in ordered if n) or "no tasks"
+
+
+def job_summary(job: Mapping[str, Any]) -> str:
+    """`job j-1 completed: 3 completed`."""
+    counts = job.get("counts", {})
+    return f"job {printable(job['id'])} {printable(job['state'])}: {counts_text(counts)}"
+
+
+def jobs_table(jobs: Iterable[Mapping[str, Any]]) -> Table:
+    """One row per job: id, name, state, tasks at rest out of all, failed tasks, created."""
+    table = Table("JOB", "NAME", "STATE", "TASKS", "FAILED", "CREATED", box=None)
+    for job in jobs:
+        counts = job.get("counts", {})
+        done, total = done_and_total(counts)
+        failed = sum(n for state, n in counts.items() if state in TASK_FAILED)
+        table.add_row(
+            cell(job["id"]),
+            cell(job["name"]),
+            cell(job["state"]),
+            cell(f"{done}/{total}"),
+            cell(failed),
+            cell(_time(job.get("created_at"))),
+        )
+    return table
+
+
+def job_detail(job: Mapping[str, Any], failed_tasks: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """What `status JOB` prints: the job's fields, its counts per state, its failed tasks."""
+    head = Table(box=None, show_header=False)
+    for label, key in (("job", "id"), ("name", "name"), ("state", "state"), ("type", "type")):
+        head.add_row(label, cell(job.get(key)))
+    head.add_row("created", cell(_time(job.get("created_at"))))
+    head.add_row("finished", cell(_time(job.get("finished_at"))))
+    head.add_row("throttle", cell(_throttle(job)))
+    counts = Table("STATE", "TASKS", box=None)
+    for state, n in sorted(job.get("counts", {}).items()):
+        counts.add_row(cell(state), cell(n))
+    parts: list[Any] = [head, Text(""), counts]
+    if failed_tasks:
+        parts += [Text(""), failed_table(failed_tasks)]
+    return parts
+
+
+def failed_table(tasks: Sequence[Mapping[str, Any]]) -> Table:
+    """Failed tasks with their failure class and error brief (the first `MAX_FAILED_SHOWN`)."""
+    table = Table("TASK", "INDEX", "STATE", "CLASS", "ERROR", box=None, title="failed tasks")
+    for task in tasks[:MAX_FAILED_SHOWN]:
+        table.add_row(
+            cell(task["id"]),
+            cell(task.get("index")),
+            cell(task["state"]),
+            cell(task.get("failure_class")),
+            cell(task.get("error_brief")),
+        )
+    if len(tasks) > MAX_FAILED_SHOWN:
+        table.caption = f"and {len(tasks) - MAX_FAILED_SHOWN} more"
+    return table
+
+
+def task_detail(task: Mapping[str, Any]) -> list[Any]:
+    """What `status TASK` prints: the task's fields and its attempts."""
+    head = Table(box=None, show_header=False)
+    for key in ("id", "job_id", "index", "input", "state", "run_number", "attempt", "host"):
+        head.add_row(key, cell(json.dumps(task.get(key)) if key == "input" else task.get(key)))
+    for key in ("failure_class", "exit_code", "signal", "error_brief", "progress"):
+        if task.get(key) is not None:
+            head.add_row(key, cell(task[key]))
+    attempts = Table("ATTEMPT", "RUN", "STAGE", "HOST", "OUTCOME", "ERROR", box=None)
+    for row in task.get("attempts", []):
+        attempts.add_row(
+            cell(row.get("attempt")),
+            cell(row.get("run_number")),
+            cell(row.get("stage")),
+            cell(row.get("host")),
+            cell(row.get("outcome")),
+            cell(row.get("error_brief")),
+        )
+    return [head, Text(""), attempts]
+
+
+def hosts_table(hosts: Sequence[Mapping[str, Any]]) -> Table:
+    """One row per host: slots, running tasks, heartbeat ages, quarantine."""
+    table = Table("HOST", "SLOTS", "RUNNING", "WORKER", "SUPERVISOR", "QUARANTINE", box=None)
+    for host in hosts:
+        table.add_row(
+            cell(host.get("id")),
+            cell(host.get("slots")),
+            cell(host.get("running_tasks")),
+            cell(_age(host.get("worker_heartbeat_age_s"))),
+            cell(_age(host.get("supervisor_heartbeat_age_s"))),
+            cell(_quarantine(host)),
+        )
+    return table
+
+
+def stop_summary(stop: Mapping[str, Any]) -> str:
+    """What an emergency stop did."""
+    return (
+        f"emergency stop {stop.get('id')} in force: {stop.get('jobs_suspended')} job(s)"
+        f" suspended, {stop.get('tasks_killed')} task(s) killed"
+    )
+
+
+def resume_summary(resumed: Mapping[str, Any]) -> str:
+    """What lifting an emergency stop did."""
+    stop = resumed.get("stop") or {}
+    jobs, tasks = resumed.get("jobs_resumed") or [], resumed.get("tasks_recovered") or []
+    return (
+        f"emergency stop {stop.get('id')} lifted: {len(jobs)} job(s) resumed,"
+        f" {len(tasks)} task(s) recovered"
+    )
+
+
+def progress(console: Console) -> Progress:
+    """The bar `wait` shows on a terminal: tasks at rest out of all (none when redirected)."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    )
+
+
+def progress_fields(job: Mapping[str, Any]) -> dict[str, Any]:
+    """`Progress.update` arguments for a view of the job."""
+    done, total = done_and_total(job.get("counts", {}))
+    description = f"{printable(job['id'])} {printable(job['state'])}"
+    return {"completed": done, "total": max(total, 1), "description": description}
+
+
+def _time(value: Any) -> str | None:
+    # ISO 8601 from the API: shown to the second, without the offset clutter of UTC.
+    if not isinstance(value, str):
+        return None
+    return value[:19].replace("T", " ") + (" UTC" if value.endswith(("Z", "+00:00")) else "")
+
+
+def _age(seconds: Any) -> str | None:
+    return f"{seconds:.1f}s ago" if isinstance(seconds, int | float) else None
+
+
+def _quarantine(host: Mapping[str, Any]) -> str:
+    if not host.get("quarantined"):
+        return "no"
+    until = _time(host.get("quarantined_until"))
+    reason = host.get("quarantine_reason")
+    return "yes" + (f" until {until}" if until else "") + (f": {reason}" if reason else "")
+
+
+def _throttle(job: Mapping[str, Any]) -> str:
+    return (
+        f"max_in_flight {job.get('max_in_flight')}, release_per_tick {job.get('release_per_tick')}"
+    )
