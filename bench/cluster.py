@@ -21,9 +21,10 @@ import httpx
 from shared.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
+_PER_HOST = ("supervisor", "worker")
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -62,13 +63,17 @@ class Cluster:
     slots: int = 4
     extra_env: dict[str, str] = field(default_factory=dict)
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
-    port: int = field(default_factory=_free_port)
+    port: int = field(default_factory=free_port)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _logs: dict[str, IO[bytes]] = field(default_factory=dict)
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def work_root(self) -> Path:
+        return self.root / "work"
 
     def _env(self, host: str | None) -> dict[str, str]:
         env = {
@@ -79,7 +84,7 @@ class Cluster:
             "VIGIL_NAMESPACE": self.namespace,
             "VIGIL_API_PORT": str(self.port),
             "VIGIL_BOOTSTRAP_TOKEN": self.token,
-            "VIGIL_WORK_ROOT": str(self.root / "work"),
+            "VIGIL_WORK_ROOT": str(self.work_root),
             "VIGIL_WORKER_SLOTS": str(self.slots),
             **self.extra_env,
         }
@@ -88,8 +93,13 @@ class Cluster:
         return env
 
     def start(self, name: str) -> None:
-        """Start (or restart) one process, appending to `<root>/<name>.log`."""
+        """Start (or restart) one process, appending to `<root>/<name>.log`.
+
+        With a single host, its worker and supervisor are simply `worker` and `supervisor`.
+        """
         service, _, host = name.partition("@")
+        if not host and service in _PER_HOST:
+            [host] = self.hosts
         if name in self._logs:
             self._logs[name].close()
         log = (self.root / f"{name}.log").open("ab")
@@ -103,13 +113,19 @@ class Cluster:
         )
 
     def names(self) -> list[str]:
-        per_host = [f"{s}@{h}" for h in self.hosts for s in ("supervisor", "worker")]
+        if len(self.hosts) == 1:
+            return ["api", "scheduler", *_PER_HOST]
+        per_host = [f"{s}@{h}" for h in self.hosts for s in _PER_HOST]
         return ["api", "scheduler", *per_host]
 
     def start_all(self, timeout_s: float = 60.0) -> None:
-        (self.root / "work").mkdir(parents=True, exist_ok=True)
+        self.work_root.mkdir(parents=True, exist_ok=True)
         for name in self.names():
             self.start(name)
+        self.wait_healthy(timeout_s)
+
+    def wait_healthy(self, timeout_s: float = 30.0) -> None:
+        """Until the api answers /healthz; raises with the log of a process that died."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for name, proc in self.procs.items():

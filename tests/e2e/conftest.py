@@ -14,7 +14,7 @@ import pytest
 
 from shared.topology import Topology, delete_all
 from tests.conftest import AMQP_URL, REDIS_URL, fresh_database
-from tests.e2e.stack import Stack
+from tests.e2e.stack import E2E_ENV, Stack
 
 pytestmark = pytest.mark.e2e
 
@@ -53,15 +53,15 @@ def stack(tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
             redis_url=REDIS_URL,
             namespace=e2e_namespace,
             root=tmp_path,
-            token=uuid.uuid4().hex,
-            host_id=HOST_ID,
+            hosts=[HOST_ID],
+            extra_env=E2E_ENV,
         )
         try:
             s.start_all()
             yield s
         finally:
             s.stop_all()
-            for service in ("api", "scheduler", "worker", "supervisor"):
+            for service in s.names():
                 # pytest shows what teardown prints only when the test failed
                 print(f"----- {service} -----\n{s.log(service)}")  # noqa: T201
 

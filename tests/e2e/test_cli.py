@@ -15,7 +15,8 @@ from types import ModuleType
 
 import pytest
 
-from tests.e2e.stack import Stack, free_port
+from bench.cluster import free_port
+from tests.e2e.stack import Stack
 from vigil import Client, Event
 
 pytestmark = pytest.mark.e2e

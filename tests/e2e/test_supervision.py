@@ -223,6 +223,12 @@ async def test_with_fail_fast__the_first_failure_fails_the_job_and_revokes_the_r
 # -- lost workers and hosts: never two executions at once -----------------------------------------
 
 
+def _sleeps_once(tmp_path: Path) -> str:
+    """A command that sleeps a minute on its first run only, then ends at once."""
+    marker = tmp_path / f"first-{uuid.uuid4().hex}"
+    return f"if mkdir {marker} 2>/dev/null; then sleep 60; fi; echo done"
+
+
 async def _no_overlap(stack: Stack, job_id: str) -> None:
     """No two cluster attempts of one input overlap: each ended (its process reaped) first."""
     rows = await _rows(
@@ -244,9 +250,7 @@ async def test_when_the_worker_is_killed__its_restartable_tasks_are_resubmitted_
     stack: Stack, client: httpx.AsyncClient, events: Events, tmp_path: Path
 ) -> None:
     # given a restartable task running (it sleeps only on its first run)
-    marker = tmp_path / f"first-{uuid.uuid4().hex}"
-    command = f"if mkdir {marker} 2>/dev/null; then sleep 60; fi; echo done"
-    job_id = await _submit(client, {"command": command, "policy": FAST_RETRY})
+    job_id = await _submit(client, {"command": _sleeps_once(tmp_path), "policy": FAST_RETRY})
     task = await _on_cpu(client, events, job_id)
 
     # when the worker dies, and comes back
@@ -266,9 +270,7 @@ async def test_when_the_worker_freezes__its_tasks_are_lost_and_its_late_report_i
     stack: Stack, client: httpx.AsyncClient, events: Events, tmp_path: Path
 ) -> None:
     # given a restartable task whose first run ends by itself after 4 s
-    marker = tmp_path / f"first-{uuid.uuid4().hex}"
-    command = f"if mkdir {marker} 2>/dev/null; then sleep 60; fi; echo done"
-    job_id = await _submit(client, {"command": command, "policy": FAST_RETRY})
+    job_id = await _submit(client, {"command": _sleeps_once(tmp_path), "policy": FAST_RETRY})
     task = await _on_cpu(client, events, job_id)
 
     # when the worker is stopped past its heartbeat deadline, then resumed
@@ -322,9 +324,7 @@ async def test_when_the_whole_host_goes_silent__its_task_is_resubmitted_only_aft
     stack: Stack, client: httpx.AsyncClient, events: Events, tmp_path: Path
 ) -> None:
     # given a restartable task running on a host
-    marker = tmp_path / f"first-{uuid.uuid4().hex}"
-    command = f"if mkdir {marker} 2>/dev/null; then sleep 60; fi; echo done"
-    job_id = await _submit(client, {"command": command, "policy": FAST_RETRY})
+    job_id = await _submit(client, {"command": _sleeps_once(tmp_path), "policy": FAST_RETRY})
     task = await _on_cpu(client, events, job_id)
 
     # when worker and supervisor both die: the scheduler declares the task lost
