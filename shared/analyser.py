@@ -30,6 +30,19 @@ class Verdict(StrEnum):
 
 
 @dataclass(frozen=True)
+class PastAttempt:
+    """One earlier (or the last) attempt of the task, oldest first in `Facts.history`."""
+
+    stage: str
+    outcome: str | None
+    failure_class: str | None
+    exit_code: int | None
+    signal: int | None
+    host: str | None
+    decision: str | None
+
+
+@dataclass(frozen=True)
 class Facts:
     """Everything known about a failed task when its failure is triaged."""
 
@@ -43,6 +56,10 @@ class Facts:
     status: StatusReport | None = None
     host: str | None = None
     attempts: int = 0
+    history: tuple[PastAttempt, ...] = ()
+    task_id: str = ""
+    job_id: str = ""
+    input: object = None
 
 
 @dataclass(frozen=True)

@@ -37,3 +37,5 @@ class Policy(BaseModel):
     #: None never probes.
     probe_failure_rate: float | None = Field(default=0.5, gt=0, le=1)
     probe_window: int = Field(default=10, ge=2, le=1000)
+    #: Which analyser decides after a failed attempt (a `vigil.analysers` entry point).
+    analyser: str = Field(default="default", pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")

@@ -18,7 +18,7 @@ from services.api.metrics import Metrics
 from services.api.rate_limit import SubmitLimiter
 from services.api.routes import admin, events, health, hosts, jobs, pages, tasks
 from services.api.settings import ApiSettings
-from shared import db, users_repo
+from shared import analysers, db, users_repo
 from shared.errors import SchemaOutOfDate
 from shared.redis_client import open_redis
 from shared.redis_keys import RedisKeys
@@ -78,6 +78,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.state.redis_keys = RedisKeys(settings.namespace)
     # Loaded here, not at import: a broken plugin stops the api at start, not at a submission.
     app.state.task_types = load_task_types()
+    app.state.analysers = frozenset(analysers.available_names())
     # One broker connection per api process for every live event stream, opened on first use.
     app.state.events = EventHub(
         settings.amqp_url, Topology(settings.namespace), settings.max_event_streams

@@ -59,6 +59,14 @@ MetricsDep = Annotated[Metrics, Depends(_metrics)]
 TaskTypesDep = Annotated[Mapping[str, TaskType], Depends(_task_types)]
 
 
+def _analysers(request: Request) -> frozenset[str]:
+    return cast(frozenset[str], request.app.state.analysers)
+
+
+#: The names of the analysers a job may choose (`policy.analyser`).
+AnalysersDep = Annotated[frozenset[str], Depends(_analysers)]
+
+
 def _unauthorized() -> HTTPException:
     return HTTPException(
         status_code=status.HTTP_401_UNAUTHORIZED,

@@ -6,7 +6,7 @@ Views are built from repository records by `from_…` constructors.
 """
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 
@@ -23,6 +23,7 @@ from pydantic import (
 
 from services.api import json_values
 from services.api.errors import invalid
+from shared.analysers import DEFAULT as DEFAULT_ANALYSER
 from shared.attempts_repo import Attempt
 from shared.ids import is_safe_id
 from shared.jobs_repo import Job, NewJob
@@ -159,13 +160,24 @@ class JobCreate(BaseModel):
             seen.add(name)
         return value
 
-    def check_against(self, task_types: Mapping[str, TaskType], max_inputs: int) -> None:
+    def check_against(
+        self,
+        task_types: Mapping[str, TaskType],
+        max_inputs: int,
+        analysers: Collection[str] = (DEFAULT_ANALYSER,),
+    ) -> None:
         """Raise a 422 `RequestValidationError` naming every problem found.
 
         Problems: an unknown type, params that do not fit the type's `params_model`, more than
-        `max_inputs` inputs.
+        `max_inputs` inputs, an analyser that is not installed.
         """
         errors: list[Any] = []
+        if self.policy.analyser not in analysers:
+            msg = (
+                f"unknown analyser {self.policy.analyser!r};"
+                f" installed: {', '.join(sorted(analysers))}"
+            )
+            errors.extend(invalid(("body", "policy", "analyser"), msg).errors())
         task_type = task_types.get(self.type)
         if task_type is None:
             known = ", ".join(sorted(task_types)) or "none installed"

@@ -22,7 +22,7 @@ from services.scheduler.triage import Triage, TriageSettings, end_probing, relea
 from services.scheduler.waiters import Waiters
 from shared import logs_repo, outbox
 from shared.amqp import Broker, open_broker
-from shared.analyser import DefaultAnalyser
+from shared.analysers import load_analysers
 from shared.db import Pool, check_schema, open_pool
 from shared.errors import UNAVAILABLE
 from shared.lifecycle import stop_on_signals, wait_or_stop
@@ -52,7 +52,7 @@ class Scheduler:
         self.waiters = Waiters(pool, settings.scheduler_batch)
         self.triage = Triage(
             pool,
-            DefaultAnalyser(),
+            load_analysers(),
             TriageSettings(
                 batch=settings.scheduler_batch,
                 fence_timeout_s=settings.fence_timeout_s,

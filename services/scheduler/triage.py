@@ -12,11 +12,12 @@ stays unreachable for `fence_timeout_s`.
 """
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
-from shared import attempts_repo, lineage, outbox, tasks_repo
-from shared.analyser import INFRA, Analyser, Decision, Facts, Verdict
+from shared import analysers, attempts_repo, lineage, outbox, tasks_repo
+from shared.analyser import INFRA, Analyser, Decision, Facts, PastAttempt, Verdict
 from shared.db import Connection, Pool
 from shared.messages import JobEvent, JobOutcome, KillTask, TaskDecision
 from shared.policy import Policy
@@ -58,8 +59,10 @@ class TriageSettings:
 class Triage:
     """Applies the analyser's decisions to undecided failed tasks."""
 
-    def __init__(self, pool: Pool, analyser: Analyser, settings: TriageSettings) -> None:
-        self._pool, self._analyser, self._settings = pool, analyser, settings
+    def __init__(
+        self, pool: Pool, analysers: Mapping[str, Analyser], settings: TriageSettings
+    ) -> None:
+        self._pool, self._analysers, self._settings = pool, analysers, settings
 
     async def run_once(self) -> int:
         """Decide about one batch of failed tasks; returns how many were decided."""
@@ -81,7 +84,7 @@ class Triage:
             last = attempts[-1] if attempts else None
             if not await self._fenced(conn, task, last):
                 return False
-            decision = self._analyser.decide(_facts(task, policy, last, len(attempts)))
+            decision = self._decide(_facts(task, policy, attempts))
             await self._apply(conn, task, decision)
             await attempts_repo.record_decision(
                 conn, task.id, decision.verdict.value, decision.reason
@@ -108,6 +111,16 @@ class Triage:
             extra={"job_id": task.job_id, "task_id": task.id},
         )
         return True
+
+    def _decide(self, facts: Facts) -> Decision:
+        """The job's analyser decides; one that is not installed here falls back to default."""
+        name = facts.policy.analyser
+        analyser = self._analysers.get(name)
+        if analyser is not None:
+            return analyser.decide(facts)
+        decision = self._analysers[analysers.DEFAULT].decide(facts)
+        why = f"analyser {name!r} is not installed on the scheduler, default used: "
+        return replace(decision, reason=why + decision.reason)
 
     async def _fenced(
         self, conn: Connection, task: tasks_repo.Task, last: attempts_repo.Attempt | None
@@ -196,10 +209,21 @@ class Triage:
 _FAILED_VALUES = sorted(s.value for s in FAILED)
 
 
-def _facts(
-    task: tasks_repo.Task, policy: Policy, last: attempts_repo.Attempt | None, attempts: int
-) -> Facts:
+def _facts(task: tasks_repo.Task, policy: Policy, attempts: list[attempts_repo.Attempt]) -> Facts:
+    last = attempts[-1] if attempts else None
     status = StatusReport.model_validate(last.status) if last and last.status else None
+    history = tuple(
+        PastAttempt(
+            stage=a.stage,
+            outcome=a.outcome,
+            failure_class=a.failure_class,
+            exit_code=a.exit_code,
+            signal=a.signal,
+            host=a.host,
+            decision=a.decision,
+        )
+        for a in attempts
+    )
     return Facts(
         state=task.state,
         failure_class=task.failure_class,
@@ -210,7 +234,11 @@ def _facts(
         signal=task.signal,
         status=status,
         host=last.host if last else task.host,
-        attempts=attempts,
+        attempts=len(attempts),
+        history=history,
+        task_id=task.id,
+        job_id=task.job_id,
+        input=task.input,
     )
 
 

@@ -198,6 +198,15 @@ async def test_when_the_body_is_invalid__the_answer_is_422_naming_the_field_and_
     assert await api.jobs_of(api.user) == 0
 
 
+async def test_when_the_analyser_is_unknown__the_answer_names_the_installed_ones(api: Api) -> None:
+    body = {"command": "x", "policy": {"analyser": "nope"}}
+    response = await api.client.post("/jobs", json=body, headers=api.user.headers)
+
+    assert_names(response, ["body", "policy", "analyser"], "unknown analyser 'nope'")
+    assert "default" in response.text
+    assert await api.jobs_of(api.user) == 0
+
+
 async def test_when_the_type_is_unknown__the_answer_names_every_installed_type(api: Api) -> None:
     response = await api.client.post(
         "/jobs", json={"command": "x", "type": "nope"}, headers=api.user.headers

@@ -16,6 +16,7 @@ import aio_pika
 import pytest
 import uvicorn
 
+from bench.cluster import free_port
 from services.api.app import create_app
 from services.api.settings import ApiSettings
 from shared import db, logs_repo, users_repo
@@ -23,7 +24,6 @@ from shared.messages import LogRecord, Severity, TaskEvent, encode
 from shared.states import FailureClass, TaskState
 from shared.topology import Topology, declare_events_exchange, event_key
 from tests.conftest import AMQP_URL, REDIS_URL
-from tests.e2e.stack import free_port
 from vigil import (
     Client,
     Conflict,

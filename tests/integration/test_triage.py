@@ -7,7 +7,7 @@ import pytest
 
 from services.scheduler.triage import Triage, TriageSettings, end_probing, release_quarantines
 from shared import datasets, jobs_repo, logs_repo, tasks_repo, users_repo
-from shared.analyser import DefaultAnalyser
+from shared.analyser import Decision, DefaultAnalyser, Facts, Verdict
 from shared.db import Connection, Pool
 from shared.jobs_repo import NewJob
 from shared.states import FailureClass, TaskState
@@ -24,7 +24,7 @@ def _triage(pool: Pool, quarantine_after: int = 0, fence_timeout_s: float = 60.0
         quarantine_window_s=600,
         quarantine_s=600,
     )
-    return Triage(pool, DefaultAnalyser(rand=lambda: 1.0), settings)
+    return Triage(pool, {"default": DefaultAnalyser(rand=lambda: 1.0)}, settings)
 
 
 async def _job(conn: Connection, inputs: list[Any], policy: dict[str, Any]) -> list[str]:
@@ -249,3 +249,28 @@ async def test_the_logs_of_jobs_ended_past_the_retention_are_pruned_and_no_other
             )
         }
         assert left == {recent[0]}
+
+
+async def test_when_a_job_names_an_analyser__it_decides_and_a_missing_one_falls_back(
+    pool: Pool,
+) -> None:
+    class GiveUp:
+        def decide(self, facts: Facts) -> Decision:
+            assert [a.failure_class for a in facts.history] == ["lost"]
+            return Decision(Verdict.ABANDONED, f"site rule for {facts.task_id}")
+
+    settings = TriageSettings(
+        batch=1000, fence_timeout_s=60, quarantine_after=0, quarantine_window_s=1, quarantine_s=1
+    )
+    triage = Triage(pool, {"default": DefaultAnalyser(), "give-up": GiveUp()}, settings)
+    async with pool.acquire() as conn:
+        host = await _host(conn)
+        [mine] = await _job(conn, ["a"], {"restartable": True, "analyser": "give-up"})
+        [gone] = await _job(conn, ["b"], {"restartable": True, "analyser": "not-here"})
+        for task_id in (mine, gone):
+            await _fail(conn, task_id, FailureClass.LOST, host, pid=None)
+        await triage.run_once()
+        assert await _decision(conn, mine) == ("abandoned", f"site rule for {mine}")
+        verdict, reason = await _decision(conn, gone)
+        assert verdict == "resubmitted"
+        assert reason is not None and reason.startswith("analyser 'not-here' is not installed")

@@ -15,6 +15,7 @@ from services.api.access import owner_filter, visible_job
 from services.api.actions import InputsAdded, InputsAppend, JobActionRequest
 from services.api.deps import (
     AUTH_RESPONSES,
+    AnalysersDep,
     CurrentUser,
     JobIdPath,
     MetricsDep,
@@ -89,6 +90,7 @@ async def submit_job(
     pool: PoolDep,
     settings: SettingsDep,
     task_types: TaskTypesDep,
+    analysers: AnalysersDep,
     metrics: MetricsDep,
     response: Response,
     idempotency_key: IdempotencyKey = None,
@@ -101,7 +103,7 @@ async def submit_job(
     With an `Idempotency-Key` this user already used, nothing is created and the earlier job
     is returned with 200 (the body is not compared). A 422 names the field at fault.
     """
-    body.check_against(task_types, settings.max_inputs)
+    body.check_against(task_types, settings.max_inputs, analysers)
     job, created = await submission.submit(pool, user, body, idempotency_key)
     if created:
         metrics.jobs_submitted.inc()
