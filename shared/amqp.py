@@ -5,11 +5,13 @@ One `Broker` per service. Publishing uses a channel with publisher confirms and
 (design §10), and every publish has a timeout (a confirm can hang on a dead connection).
 """
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Final
+from urllib.parse import urlsplit
 
 import aio_pika
 import aiormq
@@ -28,6 +30,8 @@ from shared.topology import Topology, declare_exchanges
 logger = logging.getLogger(__name__)
 
 PUBLISH_TIMEOUT_S: Final = 10.0
+#: Longest pause between two attempts to reach a broker that is not up yet.
+CONNECT_PAUSE_MAX_S: Final = 5.0
 
 
 @dataclass
@@ -66,12 +70,44 @@ class Broker:
         return channel
 
 
+async def connect(
+    url: str, name: str, give_up_after_s: float | None = None
+) -> AbstractRobustConnection:
+    """A robust connection, waiting for the broker if it is not up yet (a service started
+    while RabbitMQ restarts waits for it, instead of dying); raises `AMQPConnectionError`
+    once `give_up_after_s` have passed (None: never gives up)."""
+    loop = asyncio.get_running_loop()
+    deadline = None if give_up_after_s is None else loop.time() + give_up_after_s
+    pause = 0.2
+    while True:
+        try:
+            return await aio_pika.connect_robust(
+                url, client_properties={"connection_name": name}, timeout=10
+            )
+        except (aiormq.exceptions.AMQPConnectionError, ConnectionError, OSError) as exc:
+            if deadline is not None and loop.time() + pause > deadline:
+                raise aiormq.exceptions.AMQPConnectionError(
+                    f"RabbitMQ at {_without_password(url)} did not answer: {exc}"
+                ) from exc
+            logger.warning("waiting for RabbitMQ (%s): %s", _without_password(url), exc)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, CONNECT_PAUSE_MAX_S)
+
+
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
+
+
 @asynccontextmanager
-async def open_broker(url: str, topology: Topology, name: str) -> AsyncIterator[Broker]:
-    """Connect (reconnecting by itself afterwards), declare the exchanges, close on exit."""
-    connection = await aio_pika.connect_robust(
-        url, client_properties={"connection_name": name}, timeout=10
-    )
+async def open_broker(
+    url: str, topology: Topology, name: str, give_up_after_s: float | None = None
+) -> AsyncIterator[Broker]:
+    """Connect (waiting for the broker, reconnecting by itself afterwards), declare the
+    exchanges, close on exit."""
+    connection = await connect(url, name, give_up_after_s)
     try:
         channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
         events, work = await declare_exchanges(channel, topology)

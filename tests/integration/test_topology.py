@@ -8,10 +8,11 @@ import uuid
 from collections.abc import AsyncIterator
 
 import aio_pika
+import aiormq
 import pytest
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
-from shared.amqp import Broker, open_broker
+from shared.amqp import Broker, connect, open_broker
 from shared.messages import RunStage, WatchProcess, decode
 from shared.states import Stage
 from shared.topology import (
@@ -196,3 +197,9 @@ async def test_when_an_event_has_no_listener__publish_event_drops_it_without_err
     broker: Broker,
 ) -> None:
     await broker.publish_event("task.new.j-1", _work())
+
+
+async def test_when_the_broker_does_not_answer__connecting_waits_then_gives_up_clearly() -> None:
+    with pytest.raises(aiormq.exceptions.AMQPConnectionError, match=r"guest:\*\*\*@") as caught:
+        await connect("amqp://guest:secret@127.0.0.1:1/", "test", give_up_after_s=1.0)
+    assert "secret" not in str(caught.value)
