@@ -41,6 +41,8 @@ class JobOutcome(StrEnum):
     CRASHED = "crashed"  # a process died of a signal or lost its worker
     HUNG = "hung"  # a process showed no sign of life for hang_timeout
     CANCELLED = "cancelled"  # a user cancelled the job
+    PURGED = "purged"  # the job's logs, kept outputs and work dirs were removed
+    ACTIVATED = "activated"  # a configuring job went into production
 
 
 class _Message(BaseModel):
@@ -95,6 +97,17 @@ class FreezeTask(_Message):
     create_time: float
     claim: UUID | None = None
     frozen: bool
+
+
+class RemoveWorkdirs(_Message):
+    """Ask the worker of a host to delete work dirs of `job_id` (its job was purged, or test
+    tasks were thrown away); only dirs inside its work root are removed. Idempotent."""
+
+    type: Literal["remove_workdirs"] = "remove_workdirs"
+    job_id: str
+    task_ids: list[str]
+    workdirs: list[str]
+    reason: str = ""
 
 
 class TaskEvent(_Message):
@@ -156,6 +169,7 @@ Message = Annotated[
     | WatchProcess
     | KillTask
     | FreezeTask
+    | RemoveWorkdirs
     | TaskEvent
     | TaskDecision
     | JobEvent

@@ -13,6 +13,7 @@ from shared.messages import (
     FreezeTask,
     JobEvent,
     KillTask,
+    RemoveWorkdirs,
     RunStage,
     TaskDecision,
     TaskEvent,
@@ -53,7 +54,9 @@ async def add_job_event(conn: Connection, event: JobEvent) -> None:
 
 
 async def add_work(
-    conn: Connection, routing_key: str, message: RunStage | KillTask | FreezeTask
+    conn: Connection,
+    routing_key: str,
+    message: RunStage | KillTask | FreezeTask | RemoveWorkdirs,
 ) -> None:
     """Queue a work message for the work exchange under `routing_key` (a topology key)."""
     await _add(conn, "work", routing_key, to_jsonable(message))

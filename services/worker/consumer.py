@@ -7,13 +7,15 @@ broker hands them to someone else if this worker dies.
 
 import asyncio
 import logging
+from pathlib import Path
 
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
 
+from services.worker import cleanup
 from services.worker.stages import StageRunner
 from shared.amqp import Broker, settle
 from shared.errors import InvalidMessage
-from shared.messages import RunStage, decode
+from shared.messages import RemoveWorkdirs, RunStage, decode
 from shared.topology import declare_all_work_queues
 
 logger = logging.getLogger(__name__)
@@ -67,13 +69,17 @@ class Consumer:
     async def _handle(self, incoming: AbstractIncomingMessage) -> None:
         acked = False
         try:
+            message = decode(incoming.body)
+            if isinstance(message, RemoveWorkdirs):  # takes no slot: it runs no task
+                await cleanup.remove_workdirs(Path(self._runner.settings.work_root), message)
+                await settle(incoming, ack=True)
+                return
+            if not isinstance(message, RunStage):
+                raise InvalidMessage(f"a worker cannot handle {message.type}")
             async with self._slots:
                 if self._stopping:  # received before intake stopped, not started: give it back
                     await settle(incoming, ack=False, requeue=True)
                     return
-                message = decode(incoming.body)
-                if not isinstance(message, RunStage):
-                    raise InvalidMessage(f"a worker cannot handle {message.type}")
                 held = await self._runner.take(message)
                 await settle(incoming, ack=True)
                 acked = True
