@@ -36,6 +36,8 @@ class JobAction(StrEnum):
     RESUME = "resume"
     RECOVER_FAILED = "recover_failed"
     THROTTLE = "throttle"
+    ACTIVATE = "activate"  # a configuring job: make its tasks and run them
+    PURGE = "purge"  # an ended job: delete its logs, kept outputs and work dirs
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ upstream task to complete. Inputs appended upstream flow on to every job chained
 
 from typing import Any, Final
 
-from shared import jobs_repo
+from shared import harvest, jobs_repo
 from shared.db import Connection
 from shared.errors import Conflict, NotFound
 from shared.prerequisites import Required
@@ -15,12 +15,19 @@ from shared.states import JobState
 
 #: The key of a promised input: `{"upstream_task": "<task id>"}`, resolved by the worker.
 UPSTREAM_KEY: Final = "upstream_task"
-_APPENDABLE: Final = (JobState.ACTIVE, JobState.SUSPENDED, JobState.COMPLETED, JobState.FAILED)
+_APPENDABLE: Final = (
+    JobState.CONFIGURING,
+    JobState.ACTIVE,
+    JobState.SUSPENDED,
+    JobState.COMPLETED,
+    JobState.FAILED,
+)
 
 
 async def add_inputs(conn: Connection, job_id: str, inputs: list[Any]) -> list[str]:
     """Append one task per input to `job_id` (reopening a finished job); returns the new ids.
 
+    A configuring job holds the inputs until it is activated (no task yet: returns []).
     Raises `NotFound` for no such job and `Conflict` for a cancelled one. Chained jobs get
     their promised inputs for the new tasks in the same transaction.
     """
@@ -30,13 +37,28 @@ async def add_inputs(conn: Connection, job_id: str, inputs: list[Any]) -> list[s
             raise NotFound(f"no job {job_id}")
         if JobState(state) not in _APPENDABLE:
             raise Conflict(f"cannot append inputs to a job in state {state}")
-        index = await _next_index(conn, job_id)
-        ids = await jobs_repo.add_tasks(conn, job_id, inputs, start_index=index)
-        await apply_job_prerequisites(conn, job_id, ids)
+        await harvest.check_not_purged(conn, job_id, "append inputs to it")
+        if JobState(state) is JobState.CONFIGURING:
+            await conn.execute(
+                "UPDATE jobs SET inputs = coalesce(inputs, '[]'::jsonb) || $2::jsonb WHERE id = $1",
+                job_id,
+                inputs,
+            )
+            return []
+        ids = await add_tasks(conn, job_id, inputs)
         if JobState(state) in (JobState.COMPLETED, JobState.FAILED):
             await jobs_repo.transition(conn, job_id, JobState.ACTIVE)
-        for downstream in await _chained_from(conn, job_id):
-            await chain(conn, downstream, ids)
+    return ids
+
+
+async def add_tasks(conn: Connection, job_id: str, inputs: list[Any]) -> list[str]:
+    """In the caller's transaction, with the job row locked: one task per input after the
+    job's last, waiting as the job's prerequisites say, chained on to downstream jobs."""
+    index = await jobs_repo.next_index(conn, job_id)
+    ids = await jobs_repo.add_tasks(conn, job_id, inputs, start_index=index)
+    await apply_job_prerequisites(conn, job_id, ids)
+    for downstream in await _chained_from(conn, job_id):
+        await chain(conn, downstream, ids)
     return ids
 
 
@@ -45,20 +67,25 @@ async def chain(conn: Connection, job_id: str, upstream_task_ids: list[str]) -> 
     if not upstream_task_ids:
         return []
     promised = [{UPSTREAM_KEY: tid} for tid in upstream_task_ids]
-    index = await _next_index(conn, job_id)
+    index = await jobs_repo.next_index(conn, job_id)
     ids = await jobs_repo.add_tasks(conn, job_id, promised, start_index=index)
+    await promise(conn, ids, upstream_task_ids)
+    await apply_job_prerequisites(conn, job_id, ids)
+    for downstream in await _chained_from(conn, job_id):
+        await chain(conn, downstream, ids)
+    return ids
+
+
+async def promise(conn: Connection, task_ids: list[str], upstream_task_ids: list[str]) -> None:
+    """Make each task wait (before setup) for its upstream task to complete."""
     await conn.executemany(
         "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
         " VALUES ($1, 'setup', $2, $3) ON CONFLICT DO NOTHING",
         [
             (tid, up, Required.COMPLETED.value)
-            for tid, up in zip(ids, upstream_task_ids, strict=True)
+            for tid, up in zip(task_ids, upstream_task_ids, strict=True)
         ],
     )
-    await apply_job_prerequisites(conn, job_id, ids)
-    for downstream in await _chained_from(conn, job_id):
-        await chain(conn, downstream, ids)
-    return ids
 
 
 async def upstream_task_ids(conn: Connection, job_id: str) -> list[str]:
@@ -73,22 +100,19 @@ async def upstream_task_ids(conn: Connection, job_id: str) -> list[str]:
 
 
 async def task_ids_of(conn: Connection, job_id: str) -> list[str]:
-    """The ids of the tasks of `job_id`, by index."""
-    rows = await conn.fetch("SELECT id FROM tasks WHERE job_id = $1 ORDER BY index", job_id)
+    """The ids of the tasks of `job_id` (test tasks left out), by index."""
+    rows = await conn.fetch(
+        "SELECT id FROM tasks WHERE job_id = $1 AND NOT test ORDER BY index", job_id
+    )
     return [r["id"] for r in rows]
 
 
-async def _next_index(conn: Connection, job_id: str) -> int:
-    return int(
-        await conn.fetchval(
-            "SELECT coalesce(max(index), -1) + 1 FROM tasks WHERE job_id = $1", job_id
-        )
-    )
-
-
 async def _chained_from(conn: Connection, job_id: str) -> list[str]:
+    """Jobs chained from `job_id` that take its new tasks now (a configuring one takes them
+    all when it is activated)."""
     rows = await conn.fetch(
-        "SELECT id FROM jobs WHERE inputs_from = $1 AND state <> 'cancelled' ORDER BY created_at",
+        "SELECT id FROM jobs WHERE inputs_from = $1"
+        " AND state NOT IN ('cancelled', 'configuring') ORDER BY created_at",
         job_id,
     )
     return [r["id"] for r in rows]

@@ -26,6 +26,9 @@ class NewJob:
     prerequisites: dict[str, dict[str, str]] = field(default_factory=dict)
     inputs_from: str | None = None
     idempotency_key: str | None = None
+    #: Created `configuring`: the inputs are held on the job and no task is made until
+    #: `activate` (only test tasks run meanwhile).
+    configuring: bool = False
 
 
 @dataclass(frozen=True)
@@ -47,13 +50,31 @@ class Job:
     release_per_tick: int
     created_at: datetime
     finished_at: datetime | None
+    #: The inputs held while the job is configuring (None once it is active).
+    inputs: list[Any] | None = None
+    activated_at: datetime | None = None
+    #: Its logs, kept outputs and work dirs are purged this long after it ends (None: never).
+    retention_s: float | None = None
+    #: When, by whom and why its data was purged (`shared.harvest.purge_job`).
+    purged_at: datetime | None = None
+    purged_by: str | None = None
+    purge_reason: str | None = None
+    #: Tasks per state, test tasks left out.
     counts: dict[str, int] = field(default_factory=dict)
+    #: Test tasks per state.
+    test_counts: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def from_record(cls, record: Any, counts: dict[str, int] | None = None) -> "Job":
+    def from_record(
+        cls,
+        record: Any,
+        counts: dict[str, int] | None = None,
+        test_counts: dict[str, int] | None = None,
+    ) -> "Job":
         data = dict(record)
         data["state"] = JobState(data["state"])
         data["counts"] = counts or {}
+        data["test_counts"] = test_counts or {}
         return cls(**{f.name: data[f.name] for f in fields(cls)})
 
 
@@ -66,8 +87,8 @@ async def create(conn: Connection, owner_id: str, job: NewJob) -> tuple[Job, boo
         job_id = new_id("j")
         record = await conn.fetchrow(
             "INSERT INTO jobs (id, owner_id, name, type, command, outputs, params, policy,"
-            " prerequisites, inputs_from, idempotency_key)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+            " prerequisites, inputs_from, idempotency_key, state, inputs)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
             " ON CONFLICT (owner_id, idempotency_key) DO NOTHING RETURNING *",
             job_id,
             owner_id,
@@ -80,6 +101,8 @@ async def create(conn: Connection, owner_id: str, job: NewJob) -> tuple[Job, boo
             job.prerequisites,
             job.inputs_from,
             job.idempotency_key,
+            (JobState.CONFIGURING if job.configuring else JobState.ACTIVE).value,
+            job.inputs if job.configuring else None,
         )
         if record is None:
             existing = await conn.fetchrow(
@@ -88,20 +111,25 @@ async def create(conn: Connection, owner_id: str, job: NewJob) -> tuple[Job, boo
                 job.idempotency_key,
             )
             assert existing is not None  # the conflict that hid our insert is that row
-            return Job.from_record(existing, await counts(conn, existing["id"])), False
-        await add_tasks(conn, job_id, job.inputs, start_index=0)
-        return Job.from_record(record, await counts(conn, job_id)), True
+            return await _with_counts(conn, existing), False
+        if not job.configuring:
+            await add_tasks(conn, job_id, job.inputs, start_index=0)
+        return await _with_counts(conn, record), True
 
 
 async def add_tasks(
-    conn: Connection, job_id: str, inputs: list[Any], start_index: int
+    conn: Connection, job_id: str, inputs: list[Any], start_index: int, *, test: bool = False
 ) -> list[str]:
-    """Insert one `new` task per input with its `task.new` event; returns the task ids."""
+    """Insert one `new` task per input with its `task.new` event; returns the task ids.
+
+    Indexes go up from `start_index`, or down from it for test tasks (see `next_index`).
+    """
     ids = [new_id("t") for _ in inputs]
+    step = -1 if test else 1
     await conn.executemany(
-        "INSERT INTO tasks (id, job_id, index, input)"
-        " VALUES ($1, $2, $3, coalesce($4, 'null'::jsonb))",
-        [(tid, job_id, start_index + i, inputs[i]) for i, tid in enumerate(ids)],
+        "INSERT INTO tasks (id, job_id, index, input, test)"
+        " VALUES ($1, $2, $3, coalesce($4, 'null'::jsonb), $5)",
+        [(tid, job_id, start_index + step * i, inputs[i], test) for i, tid in enumerate(ids)],
     )
     for tid in ids:
         await outbox.add_task_event(
@@ -110,20 +138,39 @@ async def add_tasks(
     return ids
 
 
+async def next_index(conn: Connection, job_id: str, *, test: bool = False) -> int:
+    """The index of the next task of `job_id`: 0, 1, 2... and for test tasks -1, -2..."""
+    if test:
+        sql = "SELECT least(coalesce(min(index), 0), 0) - 1 FROM tasks WHERE job_id = $1"
+    else:
+        sql = "SELECT greatest(coalesce(max(index), -1), -1) + 1 FROM tasks WHERE job_id = $1"
+    return int(await conn.fetchval(sql, job_id))
+
+
 async def get(conn: Connection, job_id: str, *, with_counts: bool = True) -> Job | None:
     """The job (with its task counts unless `with_counts` is False), or None."""
     record = await conn.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
     if record is None:
         return None
-    return Job.from_record(record, await counts(conn, job_id) if with_counts else None)
+    return await _with_counts(conn, record) if with_counts else Job.from_record(record)
 
 
-async def counts(conn: Connection, job_id: str) -> dict[str, int]:
-    """Number of tasks of `job_id` per state (states with none are left out)."""
+async def _with_counts(conn: Connection, record: Any) -> Job:
+    return Job.from_record(record, *await counts(conn, record["id"]))
+
+
+async def counts(conn: Connection, job_id: str) -> tuple[dict[str, int], dict[str, int]]:
+    """Number of tasks of `job_id` per state (states with none are left out): the job's own
+    tasks, and its test tasks."""
     rows = await conn.fetch(
-        "SELECT state, count(*) AS n FROM tasks WHERE job_id = $1 GROUP BY state", job_id
+        "SELECT test, state, count(*) AS n FROM tasks WHERE job_id = $1 GROUP BY test, state",
+        job_id,
     )
-    return {str(r["state"]): int(r["n"]) for r in rows}
+    own: dict[str, int] = {}
+    tests: dict[str, int] = {}
+    for r in rows:
+        (tests if r["test"] else own)[str(r["state"])] = int(r["n"])
+    return own, tests
 
 
 async def list_jobs(
@@ -176,9 +223,11 @@ async def transition(
 _FINISHED_COUNTS = (
     "SELECT j.id, jsonb_object_agg(c.state, c.n) AS counts FROM jobs j"
     " JOIN LATERAL (SELECT state::text AS state, count(*) AS n FROM tasks t"
-    "   WHERE t.job_id = j.id AND t.superseded_by IS NULL GROUP BY state) c ON true"
+    "   WHERE t.job_id = j.id AND t.superseded_by IS NULL AND NOT t.test GROUP BY state) c"
+    " ON true"
     " WHERE j.state = 'active' AND {which} AND NOT EXISTS (SELECT 1 FROM tasks t"
-    "   WHERE t.job_id = j.id AND (t.state <> ALL($2::task_state[]) OR NOT t.decided))"
+    "   WHERE t.job_id = j.id AND NOT t.test"
+    "   AND (t.state <> ALL($2::task_state[]) OR NOT t.decided))"
     " GROUP BY j.id LIMIT $1"
 )
 

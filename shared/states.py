@@ -46,6 +46,7 @@ class TaskState(StrEnum):
 class JobState(StrEnum):
     """The state of a whole submission (design §9)."""
 
+    CONFIGURING = "configuring"  # only test tasks run; command, inputs and policy editable
     ACTIVE = "active"  # tasks are being worked on
     SUSPENDED = "suspended"  # no new task is released; running ones go on
     COMPLETED = "completed"  # every task completed
@@ -218,6 +219,8 @@ def failure_state_for(state: TaskState) -> TaskState:
 
 
 JOB_TRANSITIONS: Final[Mapping[JobState, frozenset[JobState]]] = {
+    # `activate` makes the job's tasks; a configuring job can also be given up.
+    JobState.CONFIGURING: frozenset({JobState.ACTIVE, JobState.CANCELLED}),
     JobState.ACTIVE: frozenset(
         {JobState.SUSPENDED, JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
     ),

@@ -9,7 +9,7 @@ the scheduler, which dispatches it to the task's host.
 from dataclasses import dataclass
 from typing import Any
 
-from shared import attempts_repo, jobs_repo, outbox, tasks_repo
+from shared import attempts_repo, harvest, jobs_repo, outbox, tasks_repo
 from shared.actions import JobAction, Plan, TaskAction, plan
 from shared.db import Connection
 from shared.errors import Conflict, NotFound, StaleState
@@ -36,6 +36,7 @@ async def apply_to_task(
         task = await _locked(conn, task_id)
         if action is not TaskAction.CANCEL:
             await _check_job_not_cancelled(conn, task.job_id, action)
+        await _check_test_still_configuring(conn, task)
         step = plan(action, task.state)
         if step.duplicate:
             return ActionResult(task, await duplicate(conn, task))
@@ -53,10 +54,24 @@ async def _locked(conn: Connection, task_id: str) -> tasks_repo.Task:
 
 
 async def _check_job_not_cancelled(conn: Connection, job_id: str, action: TaskAction) -> None:
-    """A task of a cancelled job would never be released again: refuse to bring it back."""
+    """A task of a cancelled job would never be released again: refuse to bring it back (nor
+    a purged job's: its data is gone)."""
+    await harvest.check_not_purged(conn, job_id, f"{action.value} a task of it")
     state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1", job_id)
     if state == JobState.CANCELLED.value:
         raise Conflict(f"cannot {action.value} a task of job {job_id}: the job is cancelled")
+
+
+async def _check_test_still_configuring(conn: Connection, task: tasks_repo.Task) -> None:
+    """A test task can be acted on only while its job is configuring (`shared.configuring`)."""
+    if not task.test:
+        return
+    state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1", task.job_id)
+    if state != JobState.CONFIGURING.value:
+        raise Conflict(
+            f"task {task.id} is a test run of job {task.job_id}, which is {state} now;"
+            " its outputs were discarded at activation"
+        )
 
 
 async def _move(
@@ -99,10 +114,10 @@ async def kill_running(conn: Connection, task: tasks_repo.Task, reason: str) -> 
 
 async def duplicate(conn: Connection, task: tasks_repo.Task) -> tasks_repo.Task:
     """A new task of the same job with the same input (new id, new work dir), at `new`."""
-    index = await conn.fetchval(
-        "SELECT coalesce(max(index), -1) + 1 FROM tasks WHERE job_id = $1", task.job_id
+    index = await jobs_repo.next_index(conn, task.job_id, test=task.test)
+    [new_id] = await jobs_repo.add_tasks(
+        conn, task.job_id, [task.input], start_index=index, test=task.test
     )
-    [new_id] = await jobs_repo.add_tasks(conn, task.job_id, [task.input], start_index=index)
     await conn.execute(
         "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
         " SELECT $2, stage, on_task_id, required FROM task_prerequisites WHERE task_id = $1",
@@ -140,7 +155,11 @@ async def apply_to_job(
         if state is None:
             raise NotFound(f"no job {job_id}")
         current = JobState(state)
-        if action is JobAction.THROTTLE:
+        if action is not JobAction.PURGE:
+            await harvest.check_not_purged(conn, job_id, f"{action.value} it")
+        if action is JobAction.PURGE:
+            await harvest.purge_job(conn, job_id, actor, "purge action")
+        elif action is JobAction.THROTTLE:
             await _throttle(conn, job_id, max_in_flight, release_per_tick)
         elif action is JobAction.RECOVER_FAILED:
             await _recover_failed(conn, job_id, actor)
@@ -157,7 +176,7 @@ _JOB_TARGET = {
     JobAction.RESUME: JobState.ACTIVE,
 }
 _JOB_ALLOWED = {
-    JobAction.CANCEL: (JobState.ACTIVE, JobState.SUSPENDED),
+    JobAction.CANCEL: (JobState.CONFIGURING, JobState.ACTIVE, JobState.SUSPENDED),
     JobAction.SUSPEND: (JobState.ACTIVE,),
     JobAction.RESUME: (JobState.SUSPENDED,),
 }
@@ -235,8 +254,11 @@ async def _task_ids(
     exclude: frozenset[TaskState] = frozenset(),
 ) -> list[str]:
     states = only if only is not None else frozenset(TaskState) - exclude
+    # Test tasks only while the job is configuring: once it is active they are a record.
     rows = await conn.fetch(
-        "SELECT id FROM tasks WHERE job_id = $1 AND state = ANY($2::task_state[]) ORDER BY index",
+        "SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE t.job_id = $1"
+        " AND t.state = ANY($2::task_state[]) AND (NOT t.test OR j.state = 'configuring')"
+        " ORDER BY t.index",
         job_id,
         sorted(s.value for s in states),
     )

@@ -50,6 +50,7 @@ class Task:
     resume: dict[str, Any] | None = None
     decided: bool = True
     not_before: datetime | None = None
+    test: bool = False  # a test run of a configuring job (negative index)
 
     @classmethod
     def from_record(cls, record: Any) -> "Task":

@@ -124,6 +124,7 @@ def submit(
 class JobState(StrEnum):
     """`--state` choices (the server's `JobState`)."""
 
+    CONFIGURING = "configuring"
     ACTIVE = "active"
     SUSPENDED = "suspended"
     COMPLETED = "completed"

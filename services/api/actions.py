@@ -9,8 +9,9 @@ from typing import Annotated, Final
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from services.api.schemas import Inputs, JobPublic, TaskPublic, count_errors
+from services.api.schemas import Inputs, InputValue, JobPublic, TaskPublic, count_errors
 from shared.actions import JobAction, TaskAction
+from shared.configuring import TestInput
 
 #: Highest `max_in_flight` / `release_per_tick` a throttle action may set.
 MAX_THROTTLE: Final = 100_000
@@ -81,3 +82,30 @@ class InputsAdded(BaseModel):
 
     job: JobPublic
     task_ids: list[str]
+
+
+class TestRequest(BaseModel):
+    """The body of `POST /jobs/{id}/tests`: which input the test task runs on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_index: int | None = Field(
+        default=None,
+        ge=0,
+        le=2**31 - 1,
+        description="A held input by position (a chained job: the upstream task at that"
+        " position); 0 when neither this nor `input` is given.",
+    )
+    input: InputValue = Field(default=None, description="An explicit test input.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "TestRequest":
+        if self.input_index is not None and "input" in self.model_fields_set:
+            raise ValueError("give either input_index or input, not both")
+        return self
+
+    def what(self) -> TestInput:
+        """The shared form of this request."""
+        if "input" in self.model_fields_set:
+            return TestInput(value=self.input, explicit=True)
+        return TestInput(index=self.input_index or 0)

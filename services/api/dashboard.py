@@ -23,6 +23,7 @@ PROBLEMS: Final = 20
 
 _STATE_ORDER: Final = {state.value: i for i, state in enumerate(TaskState)}
 _JOB_ACTIONS: Final[dict[JobState, list[JobAction]]] = {
+    JobState.CONFIGURING: [JobAction.ACTIVATE, JobAction.CANCEL],
     JobState.ACTIVE: [JobAction.SUSPEND, JobAction.CANCEL],
     JobState.SUSPENDED: [JobAction.RESUME, JobAction.CANCEL],
     JobState.COMPLETED: [],

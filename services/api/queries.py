@@ -14,10 +14,11 @@ async def ping(conn: Connection) -> bool:
 
 
 async def counts_for_jobs(conn: Connection, job_ids: list[str]) -> dict[str, dict[str, int]]:
-    """Tasks per state of each job in `job_ids` (jobs without tasks are left out)."""
+    """Tasks per state of each job in `job_ids` (jobs without tasks are left out), test tasks
+    left out like in `jobs_repo.counts`."""
     rows = await conn.fetch(
         "SELECT job_id, state::text AS state, count(*) AS n FROM tasks"
-        " WHERE job_id = ANY($1::text[]) GROUP BY job_id, state",
+        " WHERE job_id = ANY($1::text[]) AND NOT test GROUP BY job_id, state",
         job_ids,
     )
     counts: dict[str, dict[str, int]] = defaultdict(dict)

@@ -40,6 +40,8 @@ MAX_OUTPUTS: Final = 1000
 MAX_OUTPUT_CHARS: Final = 255
 MAX_PARAMS: Final = 1000
 MAX_PREREQUISITES: Final = 1000
+#: Longest retention a job may ask for: ten years.
+MAX_RETENTION_S: Final = 10 * 365 * 86400.0
 #: Printable text: no control characters (names end up in terminals and log lines).
 TEXT_PATTERN: Final = r"^[^\x00-\x1f\x7f]*$"
 TYPE_PATTERN: Final = r"^[a-z][a-z0-9_-]{0,62}$"
@@ -135,6 +137,20 @@ class JobCreate(BaseModel):
     policy: Policy = Field(default_factory=Policy)
     prerequisites: Prerequisites = Field(default_factory=Prerequisites)
     inputs_from: JobId | None = None
+    configuring: bool = Field(
+        default=False,
+        description="Create the job configuring: its inputs are held and only test runs"
+        " (POST /jobs/{id}/tests) run until the action `activate`; until then command, inputs,"
+        " outputs, params and policy can be edited (PATCH /jobs/{id}).",
+    )
+    retention_s: float | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_RETENTION_S,
+        description="Purge the job's logs, kept outputs and work dirs this many seconds after"
+        " it ends (at least the api's VIGIL_MIN_RETENTION_S, 60 by default; at most 10 years)."
+        " Left out: kept until purged by hand.",
+    )
 
     @field_validator("command")
     @classmethod
@@ -212,6 +228,7 @@ class JobCreate(BaseModel):
             prerequisites=self.prerequisites.model_dump(exclude_unset=True),
             inputs_from=self.inputs_from,
             idempotency_key=idempotency_key,
+            configuring=self.configuring,
         )
 
 
@@ -253,10 +270,27 @@ class JobPublic(BaseModel):
     inputs_from: str | None
     max_in_flight: int
     release_per_tick: int
+    test_counts: dict[str, int] = Field(
+        default_factory=dict, description="Test tasks per state (not counted in `counts`)."
+    )
+    held_inputs: int | None = Field(
+        default=None, description="Inputs held until activation (configuring jobs only)."
+    )
+    activated_at: datetime | None = None
+    retention_s: float | None = Field(
+        default=None, description="Data purged this long after the job ends (null: kept)."
+    )
+    purged_at: datetime | None = Field(
+        default=None, description="When its logs, kept outputs and work dirs were purged."
+    )
+    purged_by: str | None = None
+    purge_reason: str | None = None
 
     @classmethod
     def from_job(cls, job: Job) -> "JobPublic":
-        return cls(**{name: getattr(job, name) for name in cls.model_fields})
+        held = len(job.inputs) if job.inputs is not None else None
+        names = set(cls.model_fields) - {"held_inputs"}
+        return cls(**{name: getattr(job, name) for name in names}, held_inputs=held)
 
 
 class JobsPage(BaseModel):
@@ -303,6 +337,9 @@ class TaskPublic(BaseModel):
     app_retries: int = Field(description="Recoveries in place used.")
     decided: bool = Field(description="False while a failure awaits the scheduler's triage.")
     not_before: datetime | None = Field(description="Not released before (resubmission backoff).")
+    test: bool = Field(
+        default=False, description="A test run of a configuring job (negative index)."
+    )
 
     @classmethod
     def from_task(cls, task: Task, prerequisites: list[PrerequisitePublic]) -> "TaskPublic":

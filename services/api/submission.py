@@ -3,9 +3,12 @@ one transaction, so that a failure anywhere leaves no trace (never a half-create
 
 A job with `inputs_from` is created without inputs and chained (design §6): one promised input
 per task of the upstream job, each waiting for its upstream task to complete. A job submitted
-during an emergency stop is created suspended (`shared.emergency.hold_if_stopped`).
+during an emergency stop is created suspended (`shared.emergency.hold_if_stopped`). A job
+submitted `configuring` gets its tasks (and chaining) when it is activated
+(`shared.configuring`).
 """
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -15,7 +18,7 @@ from services.api import queries
 from services.api.access import owner_filter
 from services.api.errors import invalid
 from services.api.schemas import JobCreate
-from shared import datasets, emergency, jobs_repo
+from shared import datasets, emergency, harvest, jobs_repo
 from shared.db import Connection, Pool
 from shared.jobs_repo import Job
 from shared.users_repo import User
@@ -29,12 +32,18 @@ async def submit(
     """Create the job (or find the one made earlier with `idempotency_key`); (job, created).
 
     Raises a 422 `RequestValidationError` naming any prerequisite task or `inputs_from` job that
-    does not exist or that the user may not see; nothing is written then.
+    does not exist or that the user may not see, and `Conflict` when `inputs_from` names a
+    purged job (its outputs are gone); nothing is written then.
     """
     async with pool.acquire() as conn, conn.transaction():
         await _check_references(conn, user, body)
+        if body.inputs_from is not None:
+            await harvest.check_not_purged(conn, body.inputs_from, "chain a job from it")
         job, created = await jobs_repo.create(conn, user.id, body.to_new_job(idempotency_key))
-        if created:
+        if created and body.retention_s is not None:
+            await harvest.set_retention(conn, job.id, body.retention_s)
+            job = dataclasses.replace(job, retention_s=body.retention_s)
+        if created and not body.configuring:  # a configuring job is filled at activation
             await emergency.hold_if_stopped(conn, job.id)
             job = await _fill(conn, job.id, body)
     if created:

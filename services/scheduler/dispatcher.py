@@ -2,7 +2,8 @@
 
 New tasks whose setup prerequisites are met (and whose resubmission backoff, `not_before`, has
 passed) go to the pool queue, within each job's `release_per_tick` and `max_in_flight` (1 while
-the job is probing). Unclaimed tasks resting in `queued` or `data_ready`
+the job is probing); a configuring job has only test tasks, released the same way. Unclaimed
+tasks resting in `queued` or `data_ready`
 (after a recovery, or once post-processing prerequisites are met), or in an action state
 (`recover_*`, `restart_*`: a hook to run), go to their host's queue, since their work dir
 lives there.
@@ -30,7 +31,7 @@ SELECT t.id FROM jobs j CROSS JOIN LATERAL (
         SELECT count(*) FROM tasks x WHERE x.job_id = j.id
           AND (x.claim IS NOT NULL OR x.state = ANY($6::task_state[])))))
 ) t
-WHERE j.state = 'active'
+WHERE j.state IN ('active', 'configuring')
 ORDER BY j.created_at
 LIMIT $1
 """
@@ -43,7 +44,7 @@ _RESTING_LIST: Final = ", ".join(f"'{s.value}'" for s in RESTING_STATES)
 _RESTING_TASKS: Final = f"""
 SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id
 WHERE t.claim IS NULL AND t.state IN ({_RESTING_LIST})
-  AND t.host IS NOT NULL AND j.state = 'active'
+  AND t.host IS NOT NULL AND j.state IN ('active', 'configuring')
   AND (t.state <> 'data_ready' OR NOT {unmet_sql("post_processing")})
 LIMIT $1
 """

@@ -45,6 +45,7 @@ class Row:
     page: bool = False  # an HTML page: without a valid token it redirects to /login
     stop_first: bool = False  # needs an emergency stop in force
     resume_after: bool = False  # leaves an emergency stop in force
+    configuring: bool = False  # needs a configuring job (which has no task)
 
 
 #: Routes that need no token, and why.
@@ -70,6 +71,8 @@ MATRIX: Final[dict[Key, Row]] = {
     ("GET", "/jobs/{job_id}/errors"): Row(200),
     ("POST", "/jobs/{job_id}/actions"): Row(202, body={"action": "suspend"}),
     ("POST", "/jobs/{job_id}/inputs"): Row(201, body={"inputs": ["more"]}),
+    ("PATCH", "/jobs/{job_id}"): Row(200, body={"max_in_flight": 3}),
+    ("POST", "/jobs/{job_id}/tests"): Row(201, body={}, configuring=True),
     ("GET", "/tasks/{task_id}"): Row(200),
     ("POST", "/tasks/{task_id}/actions"): Row(202, body={"action": "hold"}),
     ("GET", "/events"): Row(200, query={"topic": "job.*.{job_id}"}),
@@ -89,6 +92,11 @@ MATRIX: Final[dict[Key, Row]] = {
     ("GET", "/ui/tasks/{task_id}/row"): Row(200),
     ("GET", "/ui/hosts"): Row(200, page=True),
     ("GET", "/ui/hosts/rows"): Row(200),
+    # a user's selector is limited to their own jobs: no 404 to expect (test_api_bulk.py)
+    ("POST", "/bulk/actions"): Row(
+        200, body={"action": "hold", "selector": {"states": ["new"]}, "dry_run": True}
+    ),
+    ("GET", "/bulk/actions"): Row(200),
 }
 
 
@@ -154,7 +162,8 @@ class RouteCall:
 
     async def fresh(self, owner: Caller) -> dict[str, str]:
         """A new job of `owner` with one task: ids for the placeholders."""
-        made = await self.client.post("/jobs", json={"command": "true"}, headers=owner.headers)
+        body = {"command": "true", "configuring": self.row.configuring}
+        made = await self.client.post("/jobs", json=body, headers=owner.headers)
         assert made.status_code == 201, made.text
         job_id = made.json()["id"]
         task_id = await self.api.pool.fetchval("SELECT id FROM tasks WHERE job_id = $1", job_id)

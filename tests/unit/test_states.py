@@ -285,6 +285,9 @@ def test_when_a_job_has_task_counts__its_outcome_follows(
 J = JobState
 EXPECTED_JOB: frozenset[tuple[JobState, JobState]] = frozenset(
     {
+        # A configuring job is activated, or given up.
+        (J.CONFIGURING, J.ACTIVE),
+        (J.CONFIGURING, J.CANCELLED),
         (J.ACTIVE, J.SUSPENDED),
         (J.ACTIVE, J.COMPLETED),
         (J.ACTIVE, J.FAILED),

@@ -12,7 +12,7 @@ from pydantic import AfterValidator
 
 from services.api import cursor, queries, submission
 from services.api.access import owner_filter, visible_job
-from services.api.actions import InputsAdded, InputsAppend, JobActionRequest
+from services.api.actions import InputsAdded, InputsAppend, JobActionRequest, TestRequest
 from services.api.deps import (
     AUTH_RESPONSES,
     AnalysersDep,
@@ -24,6 +24,7 @@ from services.api.deps import (
     SubmittingUser,
     TaskTypesDep,
 )
+from services.api.edits import JobEdit
 from services.api.errors import invalid
 from services.api.schemas import (
     TEXT_PATTERN,
@@ -35,7 +36,17 @@ from services.api.schemas import (
     LogsPage,
     TaskPublic,
 )
-from shared import datasets, job_errors, jobs_repo, logs_repo, task_actions, tasks_repo
+from shared import (
+    configuring,
+    datasets,
+    job_edits,
+    job_errors,
+    jobs_repo,
+    logs_repo,
+    task_actions,
+    tasks_repo,
+)
+from shared.actions import JobAction
 from shared.ids import ID_PATTERN
 from shared.messages import Severity
 from shared.states import JobState
@@ -215,21 +226,26 @@ async def list_logs(
 async def act_on_job(
     user: CurrentUser, job_id: JobIdPath, body: JobActionRequest, pool: PoolDep
 ) -> JobPublic:
-    """Cancel, suspend, resume, recover the failed tasks of, or throttle the job: 202 with it.
+    """Cancel, suspend, resume, recover the failed tasks of, or throttle the job, or activate
+    a configuring one (its tasks are made from the held inputs, its test outputs discarded):
+    202 with it.
 
     `cancel` terminates every task not yet at rest. 409 names the current state and the states
     that allow the action (or says that no task failed, for `recover_failed`).
     """
     async with pool.acquire() as conn, conn.transaction():
         await visible_job(conn, user, job_id)
-        job = await task_actions.apply_to_job(
-            conn,
-            job_id,
-            body.action,
-            user.name,
-            max_in_flight=body.max_in_flight,
-            release_per_tick=body.release_per_tick,
-        )
+        if body.action is JobAction.ACTIVATE:
+            job, _made = await configuring.activate(conn, job_id, user.name)
+        else:
+            job = await task_actions.apply_to_job(
+                conn,
+                job_id,
+                body.action,
+                user.name,
+                max_in_flight=body.max_in_flight,
+                release_per_tick=body.release_per_tick,
+            )
     logger.info(
         "job %s %s: now %s",
         job_id,
@@ -269,3 +285,57 @@ async def append_inputs(
         extra={"action": "append", "job_id": job_id, "user": user.name},
     )
     return InputsAdded(job=JobPublic.from_job(job), task_ids=task_ids)
+
+
+@router.patch("/{job_id}", responses=_NOT_FOUND | _CONFLICT)
+async def edit_job(
+    user: CurrentUser,
+    job_id: JobIdPath,
+    body: JobEdit,
+    pool: PoolDep,
+    settings: SettingsDep,
+    task_types: TaskTypesDep,
+    analysers: AnalysersDep,
+) -> JobPublic:
+    """Change some fields of the job; `policy` names only the policy fields that change.
+
+    A configuring job can change name, command, inputs (replacing the held ones), outputs,
+    params, policy and throttle; once active only the throttle and the policy's budgets,
+    backoff and probing (409 names the fields refused). The edited job is checked like a
+    submission (422).
+    """
+    async with pool.acquire() as conn, conn.transaction():
+        current = await visible_job(conn, user, job_id)
+        wanted = body.validated(current, task_types, settings.max_inputs, analysers)
+        job = await job_edits.apply(conn, job_id, wanted, user.name)
+    logger.info(
+        "job %s edited: %s",
+        job_id,
+        ", ".join(sorted(wanted)),
+        extra={"action": "edit", "job_id": job_id, "user": user.name},
+    )
+    return JobPublic.from_job(job)
+
+
+@router.post(
+    "/{job_id}/tests",
+    status_code=status.HTTP_201_CREATED,
+    responses=_NOT_FOUND | _RATE_LIMITED | {409: {"description": "The job is not configuring."}},
+)
+async def start_test(
+    user: SubmittingUser, job_id: JobIdPath, body: TestRequest, pool: PoolDep
+) -> TaskPublic:
+    """Run a test task of a configuring job on one held input (`input_index`, default 0) or
+    on an explicit `input`: 201 with the task (negative index). Its outputs are discarded when
+    the job is activated."""
+    async with pool.acquire() as conn, conn.transaction():
+        await visible_job(conn, user, job_id)
+        task = await configuring.start_test(conn, job_id, body.what())
+        found = await queries.prerequisites_of(conn, [task.id])
+    logger.info(
+        "job %s: test task %s",
+        job_id,
+        task.id,
+        extra={"action": "test", "job_id": job_id, "user": user.name},
+    )
+    return TaskPublic.from_found(task, found)
