@@ -119,6 +119,15 @@ class AsyncClient:
     async def append_inputs(self, job_id: str, inputs: list[Any]) -> dict[str, Any]:
         return cast(dict[str, Any], await self._send(calls.append_inputs(job_id, inputs)))
 
+    async def edit(self, job_id: str, **fields: Any) -> Job:
+        return cast(Job, await self._send(calls.edit(job_id, fields)))
+
+    async def test(self, job_id: str, **test_input: Any) -> Task:
+        return cast(Task, await self._send(calls.start_test(job_id, test_input)))
+
+    async def activate(self, job_id: str) -> Job:
+        return await self.job_action(job_id, "activate")
+
     async def job_action(self, job_id: str, action: str, **fields: Any) -> Job:
         return cast(Job, await self._send(calls.job_action(job_id, action, fields)))
 

@@ -93,6 +93,16 @@ def append_inputs(job_id: str, inputs: list[Any]) -> Call:
     return Call("POST", f"/jobs/{check_id('job', job_id)}/inputs", json={"inputs": inputs})
 
 
+def edit(job_id: str, fields: Mapping[str, Any]) -> Call:
+    body = {k: v for k, v in fields.items() if v is not None}
+    return Call("PATCH", f"/jobs/{check_id('job', job_id)}", json=body)
+
+
+def start_test(job_id: str, test_input: Mapping[str, Any]) -> Call:
+    """`test_input`: `{}`, `{"input_index": n}` or `{"input": value}`."""
+    return Call("POST", f"/jobs/{check_id('job', job_id)}/tests", json=dict(test_input))
+
+
 def hosts() -> Call:
     return Call("GET", "/hosts")
 

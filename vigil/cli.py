@@ -111,14 +111,72 @@ def submit(
     idempotency_key: Annotated[
         str | None, typer.Option(help="Submitting again with the same key makes no new job.")
     ] = None,
+    configuring: Annotated[
+        bool,
+        typer.Option(
+            "--configuring", help="Hold the inputs: only `vigil test` runs until `vigil activate`."
+        ),
+    ] = False,
 ) -> None:
     """Submit the job in FILE and print its id."""
     body = jobfile.load(file)
+    if configuring:
+        body["configuring"] = True
     with _session(ctx).client() as client:
         job = client.submit(body, idempotency_key)
         print(render.printable(job["id"]), flush=True)
         if wait:
             _wait(client, job["id"], timeout)
+
+
+# -- trying a job before production ------------------------------------------------------------
+
+
+@command("test")
+def test_command(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="JOB")],
+    input_index: Annotated[
+        int | None, typer.Option(min=0, help="Test the held input at this position (0 first).")
+    ] = None,
+    input_json: Annotated[
+        str | None, typer.Option("--input", help="Test this input instead (JSON, or a string).")
+    ] = None,
+) -> None:
+    """Run a test task of a configuring job and print its id (its outputs are thrown away
+    when the job is activated)."""
+    _expect("job", job_id, "test")
+    if input_index is not None and input_json is not None:
+        raise UsageError("give --input-index or --input, not both")
+    test_input: dict[str, Any] = {}
+    if input_index is not None:
+        test_input["input_index"] = input_index
+    elif input_json is not None:
+        test_input["input"] = jobfile.json_or_text(input_json)
+    with _session(ctx).client() as client:
+        task = client.test(job_id, **test_input)
+    print(render.printable(task["id"]))
+
+
+@command()
+def activate(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB")]) -> None:
+    """Put a configuring job into production: its tasks are made from the held inputs."""
+    _job_action(ctx, _expect("job", job_id, "activate"), "activate")
+
+
+@command()
+def edit(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="JOB")],
+    file: Annotated[Path, typer.Argument(help="YAML or JSON: the fields to change.")],
+) -> None:
+    """Change fields of a job (a configuring one: anything; an active one: the throttle and
+    the policy's budgets). `policy` in FILE names only the policy fields that change."""
+    _expect("job", job_id, "edit")
+    changes = jobfile.load(file)
+    with _session(ctx).client() as client:
+        job = client.edit(job_id, **changes)
+    print(render.printable(f"job {job['id']}: edited ({', '.join(sorted(changes))})"))
 
 
 class JobState(StrEnum):

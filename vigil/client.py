@@ -136,9 +136,27 @@ class Client:
         """Add one task per input; returns `{"job": ..., "task_ids": [...]}`."""
         return cast(dict[str, Any], self._send(calls.append_inputs(job_id, inputs)))
 
+    def edit(self, job_id: str, **fields: Any) -> Job:
+        """Change fields of the job (`PATCH /jobs/{id}`): while it is configuring `name`,
+        `command`, `inputs`, `outputs`, `params`, `policy` (only the policy fields given
+        change) and the throttle; once active only the throttle and the policy's budgets,
+        backoff and probing (`Conflict` names what was refused). Returns the job."""
+        return cast(Job, self._send(calls.edit(job_id, fields)))
+
+    def test(self, job_id: str, **test_input: Any) -> Task:
+        """Run a test task of a configuring job: on the held input `input_index=n` (0 when
+        nothing is given) or on an explicit `input=value`; returns the task."""
+        return cast(Task, self._send(calls.start_test(job_id, test_input)))
+
+    def activate(self, job_id: str) -> Job:
+        """Put a configuring job into production: its test outputs are discarded and its
+        tasks made from the held inputs. Returns the job."""
+        return self.job_action(job_id, "activate")
+
     def job_action(self, job_id: str, action: str, **fields: Any) -> Job:
-        """`cancel`, `suspend`, `resume`, `recover_failed` or `throttle` (with `max_in_flight`
-        and/or `release_per_tick`); returns the job. `Conflict` when its state does not allow it."""
+        """`cancel`, `suspend`, `resume`, `recover_failed`, `throttle` (with `max_in_flight`
+        and/or `release_per_tick`) or `activate`; returns the job. `Conflict` when its state
+        does not allow it."""
         return cast(Job, self._send(calls.job_action(job_id, action, fields)))
 
     def task_action(self, task_id: str, action: str) -> dict[str, Any]:

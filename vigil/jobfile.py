@@ -66,3 +66,13 @@ def check_json(value: Any, where: str) -> None:
         raise JobFileError(
             f"{where}: {value!r} (a {type(value).__name__}) is not a JSON value; quote it"
         )
+
+
+def json_or_text(text: str) -> Any:
+    """`text` as a JSON value when it is one (`3`, `{"seed": 1}`, `"a"`), else the string."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    check_json(value, "the input")
+    return value

@@ -229,6 +229,23 @@ def test_when_the_state_does_not_allow_an_action__conflict_carries_the_apis_reas
     assert "cannot recover a task in state new" in caught.value.message
 
 
+def test_when_a_job_is_configured__the_client_tests_edits_and_activates_it(
+    client: Client,
+) -> None:
+    job_id = client.submit({"command": "true", "inputs": ["a", "b"], "configuring": True})["id"]
+
+    test = client.test(job_id, input_index=1)
+    explicit = client.test(job_id, input={"seed": 1})
+    edited = client.edit(job_id, command="echo new", policy={"max_app_retries": 2})
+    active = client.activate(job_id)
+
+    assert (test["input"], test["index"], explicit["input"]) == ("b", -1, {"seed": 1})
+    assert (edited["command"], edited["policy"]["max_app_retries"]) == ("echo new", 2)
+    assert (active["state"], active["counts"]) == ("active", {"new": 2})
+    with pytest.raises(Conflict, match="command can no longer be changed"):
+        client.edit(job_id, command="echo later")
+
+
 def test_when_a_request_is_invalid__the_error_names_the_field(client: Client) -> None:
     with pytest.raises(InvalidRequest) as caught:
         client.submit({"command": "true", "inputs": list(range(6))})

@@ -30,6 +30,9 @@ def _run(args: list[str], tmp_path: Path, **env: str) -> tuple[int, str]:
         (["throttle", "j-1"], "throttle needs --max-in-flight and/or --release-per-tick"),
         (["status", "j-../admin"], "not a valid job id"),
         (["events", "job failed"], "topic pattern"),
+        (["test", "t-1"], "test takes a job id"),
+        (["test", "j-1", "--input-index", "1", "--input", "x"], "--input-index or --input"),
+        (["activate", "t-1"], "activate takes a job id"),
         (["--url", "ftp://host", "status"], "not an http:// or https:// URL"),
     ],
 )
