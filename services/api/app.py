@@ -16,7 +16,7 @@ from services.api.body_limit import BodyLimit
 from services.api.event_hub import EventHub
 from services.api.metrics import Metrics
 from services.api.rate_limit import SubmitLimiter
-from services.api.routes import admin, events, health, hosts, jobs, pages, tasks
+from services.api.routes import admin, bulk, events, health, hosts, jobs, outputs, pages, tasks
 from services.api.settings import ApiSettings
 from shared import analysers, db, users_repo
 from shared.errors import SchemaOutOfDate
@@ -84,7 +84,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         settings.amqp_url, Topology(settings.namespace), settings.max_event_streams
     )
     errors.install(app)
-    for module in (health, jobs, tasks, admin, events, hosts):
+    for module in (health, jobs, tasks, admin, events, hosts, bulk, outputs):
         app.include_router(module.router)
     pages.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

@@ -1,0 +1,243 @@
+"""Global fixes (issue 6): one task action applied to every task a selector matches, across jobs.
+
+`run()` selects the matching tasks (ordered by job and index, at most `Limits.max_tasks`),
+refuses a selection too large to act on, or larger than `Limits.confirm_over` without
+confirmation, records the bulk action, then either counts what the action would do (dry run,
+from the pure `shared.actions` table) or applies it task by task through the single-task path
+(`task_actions.apply_to_task`), each in a savepoint of its own, in one transaction per batch of
+`Limits.batch` tasks. A task whose state does not allow the action is refused and counted by
+reason; the others are not affected by it.
+
+Why batches: one transaction for 10 000 tasks would hold 10 000 row locks for its whole run,
+stalling every worker report on those tasks meanwhile, and the tasks are independent anyway;
+one transaction per task would cost one commit (an fsync) each. The record's counts are updated
+in each batch's transaction, so it always says exactly what was committed.
+
+Locks are taken job row first, then task row, the order of job actions and the finaliser.
+"""
+
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Final
+
+import asyncpg
+from pydantic import BaseModel, ConfigDict
+
+from shared import bulk_repo, task_actions
+from shared.actions import TaskAction, plan
+from shared.db import Connection
+from shared.errors import Conflict, NotFound, VigilError
+from shared.selectors import TaskSelector, where
+from shared.states import FailureClass, JobState, TaskState
+from shared.users_repo import User
+
+logger = logging.getLogger(__name__)
+
+#: Matched tasks shown in an answer.
+SAMPLE_SIZE: Final = 50
+JOB_CANCELLED: Final = "the job is cancelled"
+GONE: Final = "the task no longer exists"
+RACED: Final = "a concurrent change got in the way; try again"
+
+
+class TooManyTasks(VigilError):
+    """The selector matches more tasks than one bulk action may touch."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much one bulk action may touch, and how it is cut into transactions."""
+
+    max_tasks: int = 10_000
+    confirm_over: int = 100
+    batch: int = 200
+
+
+@dataclass(frozen=True)
+class BulkRequest:
+    """An action for every task `selector` matches; a dry run changes no task."""
+
+    selector: TaskSelector
+    action: TaskAction
+    dry_run: bool = False
+    confirm: bool = False
+
+
+class MatchedTask(BaseModel):
+    """A selected task as it was when selected, and its job's state."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    job_id: str
+    index: int
+    state: TaskState
+    failure_class: FailureClass | None
+    host: str | None
+    job_state: JobState
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a bulk action did (a dry run: would do): its record, and the first matched tasks."""
+
+    record: bulk_repo.BulkRecord
+    sample: list[MatchedTask]
+
+
+def check_scope(matched: int, jobs: int, request: BulkRequest, limits: Limits) -> None:
+    """Refuse a selection too large (`TooManyTasks`), or over `confirm_over` tasks for a real
+    run without `confirm` (`Conflict`). `matched` above `max_tasks` means "more than"."""
+    if matched > limits.max_tasks:
+        raise TooManyTasks(
+            f"the selector matches more than {limits.max_tasks} tasks, the most one bulk"
+            " action may touch; narrow it"
+        )
+    if not request.dry_run and not request.confirm and matched > limits.confirm_over:
+        raise Conflict(
+            f"the selector matches {matched} tasks in {jobs} jobs (more than"
+            f' {limits.confirm_over}); repeat with "confirm": true or narrow it'
+        )
+
+
+def refusal(action: TaskAction, state: TaskState, job_cancelled: bool) -> str | None:
+    """Why `action` would be refused on a task in `state` (None: it would be applied), with
+    the checks of `task_actions.apply_to_task`, worded to be counted across tasks."""
+    if job_cancelled and action is not TaskAction.CANCEL:
+        return JOB_CANCELLED
+    try:
+        plan(action, state)
+    except Conflict:
+        return f"not allowed in state {state.value}"
+    return None
+
+
+def dry_run_counts(matched: list[MatchedTask], action: TaskAction) -> tuple[int, dict[str, int]]:
+    """How many tasks `action` would change, and the refusals by reason, from their states."""
+    reasons = [refusal(action, m.state, m.job_state is JobState.CANCELLED) for m in matched]
+    refusals = Counter(r for r in reasons if r is not None)
+    return len(reasons) - refusals.total(), dict(refusals)
+
+
+_SELECT: Final = """
+SELECT t.id, t.job_id, t.index, t.state::text AS state, t.failure_class::text AS failure_class,
+       t.host, j.state::text AS job_state
+FROM tasks t JOIN jobs j ON j.id = t.job_id
+WHERE {where}
+ORDER BY t.job_id, t.index
+LIMIT {limit}
+"""
+
+
+async def select(
+    conn: Connection, selector: TaskSelector, owner_id: str | None, limit: int
+) -> list[MatchedTask]:
+    """The tasks `selector` matches (only `owner_id`'s jobs unless None), by job and index."""
+    clause = where(selector, owner_id)
+    sql = _SELECT.format(where=clause.sql, limit=f"${len(clause.args) + 1}")
+    rows = await conn.fetch(sql, *clause.args, limit)
+    return [MatchedTask.model_validate(dict(r)) for r in rows]
+
+
+async def run(conn: Connection, request: BulkRequest, actor: User, limits: Limits) -> Outcome:
+    """Select, check the scope, record, then count (dry run) or apply; see the module doc.
+
+    Raises `TooManyTasks` or `Conflict` before anything is recorded or changed. Not one
+    transaction: call it outside any (each batch commits on its own).
+    """
+    owner = None if actor.is_operator else actor.id
+    matched = await select(conn, request.selector, owner, limits.max_tasks + 1)
+    jobs = len({m.job_id for m in matched})
+    check_scope(len(matched), jobs, request, limits)
+    selector = request.selector.model_dump(mode="json", exclude_defaults=True)
+    record_id = await bulk_repo.start(
+        conn,
+        actor,
+        request.action.value,
+        selector,
+        dry_run=request.dry_run,
+        matched=len(matched),
+        jobs=jobs,
+    )
+    if request.dry_run:
+        applied, refusals = dry_run_counts(matched, request.action)
+        await bulk_repo.count(conn, record_id, applied, refusals, finished=True)
+    else:
+        batches = [matched[i : i + limits.batch] for i in range(0, len(matched), limits.batch)]
+        applied, refusals = await _apply(conn, record_id, batches, request.action, actor.name)
+    record = await bulk_repo.get(conn, record_id)
+    assert record is not None  # written above, never deleted
+    _log(record, selector)
+    return Outcome(record, matched[:SAMPLE_SIZE])
+
+
+async def _apply(
+    conn: Connection,
+    record_id: int,
+    batches: list[list[MatchedTask]],
+    action: TaskAction,
+    actor: str,
+) -> tuple[int, dict[str, int]]:
+    applied, refusals = 0, Counter[str]()
+    for number, batch in enumerate(batches or [[]], start=1):
+        async with conn.transaction():
+            for task in batch:
+                reason = await _apply_one(conn, task, action, actor)
+                if reason is None:
+                    applied += 1
+                else:
+                    refusals[reason] += 1
+            finished = number >= len(batches)
+            await bulk_repo.count(conn, record_id, applied, refusals, finished=finished)
+    return applied, dict(refusals)
+
+
+async def _apply_one(
+    conn: Connection, task: MatchedTask, action: TaskAction, actor: str
+) -> str | None:
+    """Apply `action` to one task in a savepoint; None when done, else why it was refused."""
+    try:
+        async with conn.transaction():
+            job_state = await conn.fetchval(
+                "SELECT state::text FROM jobs WHERE id = $1 FOR UPDATE", task.job_id
+            )
+            state = await conn.fetchval(
+                "SELECT state::text FROM tasks WHERE id = $1 FOR UPDATE", task.id
+            )
+            if state is None:
+                return GONE
+            cancelled = job_state == JobState.CANCELLED.value
+            reason = refusal(action, TaskState(state), cancelled)
+            if reason is None:
+                await task_actions.apply_to_task(conn, task.id, action, actor)
+            return reason
+    except (Conflict, NotFound) as exc:  # a check of apply_to_task's that `refusal` lacks
+        logger.info("bulk %s refused on task %s: %s", action.value, task.id, exc)
+        return str(exc)
+    except asyncpg.DeadlockDetectedError:
+        logger.info("bulk %s on task %s lost a deadlock; skipped", action.value, task.id)
+        return RACED
+
+
+def _log(record: bulk_repo.BulkRecord, selector: dict[str, Any]) -> None:
+    logger.info(
+        "bulk %s%s by %s (%s): %d tasks in %d jobs matched, %d %s, %d refused",
+        record.action.value,
+        " (dry run)" if record.dry_run else "",
+        record.actor,
+        record.role,
+        record.matched,
+        record.jobs,
+        record.applied,
+        "would apply" if record.dry_run else "applied",
+        record.refused,
+        extra={
+            "action": record.action.value,
+            "user": record.actor,
+            "bulk_id": record.id,
+            "selector": json.dumps(selector, sort_keys=True),
+            "refusals": json.dumps(record.refusals, sort_keys=True),
+        },
+    )
