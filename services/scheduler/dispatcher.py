@@ -31,7 +31,7 @@ SELECT t.id FROM jobs j CROSS JOIN LATERAL (
         SELECT count(*) FROM tasks x WHERE x.job_id = j.id
           AND (x.claim IS NOT NULL OR x.state = ANY($6::task_state[])))))
 ) t
-WHERE j.state IN ('active', 'configuring')
+WHERE (j.state = 'active' OR j.state = 'configuring')  -- OR: both partial indexes serve it
 ORDER BY j.created_at
 LIMIT $1
 """
@@ -44,7 +44,7 @@ _RESTING_LIST: Final = ", ".join(f"'{s.value}'" for s in RESTING_STATES)
 _RESTING_TASKS: Final = f"""
 SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id
 WHERE t.claim IS NULL AND t.state IN ({_RESTING_LIST})
-  AND t.host IS NOT NULL AND j.state IN ('active', 'configuring')
+  AND t.host IS NOT NULL AND (j.state = 'active' OR j.state = 'configuring')
   AND (t.state <> 'data_ready' OR NOT {unmet_sql("post_processing")})
 LIMIT $1
 """
