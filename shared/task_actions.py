@@ -190,6 +190,8 @@ async def _set_job_state(
         raise Conflict(
             f"cannot {action.value} a job in state {current.value}; allowed in: {allowed}"
         )
+    if action is JobAction.RESUME:
+        await _check_no_emergency_stop(conn, job_id)
     target = _JOB_TARGET[action]
     event = None
     if target is JobState.CANCELLED:
@@ -199,6 +201,19 @@ async def _set_job_state(
     await jobs_repo.transition(conn, job_id, target, event)
     if action in (JobAction.SUSPEND, JobAction.RESUME):
         await _freeze_running(conn, job_id, frozen=action is JobAction.SUSPEND)
+
+
+async def _check_no_emergency_stop(conn: Connection, job_id: str) -> None:
+    """While an emergency stop is in force nothing resumes but through its lifting (which
+    resumes the jobs the stop suspended)."""
+    stop = await conn.fetchrow(
+        "SELECT stopped_by, reason FROM emergency_stops WHERE resumed_at IS NULL"
+    )
+    if stop is not None:
+        raise Conflict(
+            f"cannot resume job {job_id}: an emergency stop by {stop['stopped_by']} is in force"
+            f" ({stop['reason']}); an operator lifts it with POST /admin/resume"
+        )
 
 
 async def _freeze_running(conn: Connection, job_id: str, *, frozen: bool) -> None:

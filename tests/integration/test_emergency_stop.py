@@ -252,6 +252,24 @@ async def test_when_a_job_is_submitted_during_a_stop__it_is_suspended_until_the_
     assert await _state(api, "jobs", job["id"]) == "active"
 
 
+async def test_when_a_stop_is_in_force__a_job_cannot_be_resumed_alone(api: Api) -> None:
+    # given
+    job = await api.submit(api.user)
+    assert (await _stop(api)).status_code == 202
+
+    # when
+    response = await api.client.post(
+        f"/jobs/{job['id']}/actions", json={"action": "resume"}, headers=api.user.headers
+    )
+
+    # then
+    assert response.status_code == 409
+    assert "an emergency stop by" in response.json()["detail"]
+    assert REASON in response.json()["detail"]
+    assert await _state(api, "jobs", job["id"]) == "suspended"
+    assert (await _resume(api)).json()["jobs_resumed"] == [job["id"]]
+
+
 async def test_when_a_user_asks__stop_resume_and_status_are_forbidden(api: Api) -> None:
     stop = await _stop(api, caller=api.user)
     resume = await _resume(api, caller=api.user)
