@@ -49,6 +49,7 @@ def test_the_task_actions_offered_are_exactly_those_the_api_accepts() -> None:
 def test_job_actions_follow_the_job_state_and_failed_tasks() -> None:
     assert dashboard.job_actions(_job(JobState.ACTIVE, {"on_cpu": 1})) == ["suspend", "cancel"]
     assert dashboard.job_actions(_job(JobState.SUSPENDED, {})) == ["resume", "cancel"]
+    assert dashboard.job_actions(_job(JobState.CONFIGURING, {})) == ["activate", "cancel"]
     assert dashboard.job_actions(_job(JobState.FAILED, {"failed_on_cluster": 2})) == [
         "recover_failed"
     ]
