@@ -1,4 +1,5 @@
-"""Cleaning up after jobs (issue 6): removing work dirs on their hosts, and purging a job.
+"""Cleaning up after jobs (issue 6): removing work dirs on their hosts, purging a job, and
+finding the jobs whose retention ran out.
 
 Work dirs live on the host that ran the task, so they are removed by that host's worker: a
 `RemoveWorkdirs` per (host, job) goes to the host queue through the outbox, in the caller's
@@ -7,10 +8,14 @@ transaction, and the worker deletes only what lies inside its own work root.
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from shared import outbox
+from shared import outbox, purge_rules
 from shared.db import Connection
-from shared.messages import RemoveWorkdirs
+from shared.errors import Conflict, NotFound
+from shared.messages import JobEvent, JobOutcome, RemoveWorkdirs
+from shared.purge_rules import PURGEABLE
+from shared.states import IN_FLIGHT, JobState
 from shared.tasks_repo import Task
 from shared.topology import host_key
 
@@ -32,3 +37,132 @@ async def remove_workdirs(conn: Connection, tasks: Sequence[Task], reason: str =
         )
         await outbox.add_work(conn, host_key(host), message)
     return len(groups)
+
+
+#: Tasks of job `j` that a purge must wait for: in flight, holding a claim, or a failure the
+#: triage has not decided about. `$2` is the in-flight states.
+_BUSY = (
+    "t.job_id = j.id AND (t.state = ANY($2::task_state[]) OR t.claim IS NOT NULL OR NOT t.decided)"
+)
+#: Jobs chained from job `j` that have not ended.
+_DOWNSTREAM = "d.inputs_from = j.id AND d.state <> ALL($3::job_state[])"
+
+
+def _in_flight() -> list[str]:
+    return sorted(s.value for s in IN_FLIGHT)
+
+
+def _ended() -> list[str]:
+    return sorted(s.value for s in PURGEABLE)
+
+
+@dataclass(frozen=True)
+class Purged:
+    """What a purge removed."""
+
+    job_id: str
+    logs: int
+    contents: int
+    removals: int
+
+
+async def purge_job(conn: Connection, job_id: str, actor: str, reason: str) -> Purged:
+    """Purge an ended job in one transaction: delete its log lines, drop the kept bytes of its
+    outputs (their records stay), queue the removal of its work dirs on their hosts, record
+    who purged it and why, and publish `job.purged.<job>`.
+
+    The job row is locked first (like every writer that adds work to a job). Raises `NotFound`
+    for no such job and `Conflict` when `purge_rules.refusal` says no (naming what runs).
+    """
+    async with conn.transaction():
+        facts = await _facts(conn, job_id)
+        refused = purge_rules.refusal(facts)
+        if refused is not None:
+            raise Conflict(refused)
+        logs = await conn.execute("DELETE FROM logs WHERE job_id = $1", job_id)
+        contents = await conn.execute(
+            "UPDATE task_outputs o SET content = NULL FROM tasks t"
+            " WHERE o.task_id = t.id AND t.job_id = $1 AND o.content IS NOT NULL",
+            job_id,
+        )
+        rows = await conn.fetch("SELECT * FROM tasks WHERE job_id = $1 ORDER BY index", job_id)
+        removals = await remove_workdirs(
+            conn, [Task.from_record(r) for r in rows], reason=f"job {job_id} purged"
+        )
+        await conn.execute(
+            "UPDATE jobs SET purged_at = now(), purged_by = $2, purge_reason = $3 WHERE id = $1",
+            job_id,
+            actor,
+            reason,
+        )
+        event = JobEvent(
+            job_id=job_id, outcome=JobOutcome.PURGED, brief=f"purged by {actor}: {reason}"
+        )
+        await outbox.add_job_event(conn, event)
+    return Purged(job_id, _count(logs), _count(contents), removals)
+
+
+async def _facts(conn: Connection, job_id: str) -> purge_rules.JobFacts:
+    job = await conn.fetchrow(
+        "SELECT state, purged_at, purged_by FROM jobs WHERE id = $1 FOR UPDATE", job_id
+    )
+    if job is None:
+        raise NotFound(f"no job {job_id}")
+    busy = await conn.fetch(
+        f"SELECT t.id, t.state::text AS state FROM tasks t, jobs j WHERE j.id = $1 AND {_BUSY}"
+        " ORDER BY t.index LIMIT $3",
+        job_id,
+        _in_flight(),
+        purge_rules.NAMED + 1,
+    )
+    downstream = await conn.fetch(
+        f"SELECT d.id FROM jobs d, jobs j WHERE j.id = $1 AND {_DOWNSTREAM}"
+        " ORDER BY d.created_at LIMIT $2",
+        job_id,
+        purge_rules.NAMED + 1,
+        _ended(),
+    )
+    return purge_rules.JobFacts(
+        job_id=job_id,
+        state=JobState(job["state"]),
+        purged_at=job["purged_at"],
+        purged_by=job["purged_by"],
+        busy=[(r["id"], r["state"]) for r in busy],
+        downstream=[r["id"] for r in downstream],
+    )
+
+
+def _count(status: str) -> int:
+    return int(status.split()[-1])
+
+
+async def check_not_purged(conn: Connection, job_id: str, doing: str) -> None:
+    """Raise `Conflict` (`job X was purged at T by U: cannot <doing>`) for a purged job: its
+    data is gone, so nothing may bring it back to work."""
+    row = await conn.fetchrow("SELECT purged_at, purged_by FROM jobs WHERE id = $1", job_id)
+    if row is not None and row["purged_at"] is not None:
+        message = purge_rules.purged_message(job_id, row["purged_at"], row["purged_by"])
+        raise Conflict(f"{message}: cannot {doing}")
+
+
+async def set_retention(conn: Connection, job_id: str, retention_s: float | None) -> None:
+    """Keep the job's data `retention_s` seconds after it ends (None: forever)."""
+    await conn.execute("UPDATE jobs SET retention_s = $2 WHERE id = $1", job_id, retention_s)
+
+
+async def due_for_retention(conn: Connection, limit: int) -> list[tuple[str, float]]:
+    """(job id, retention) of ended, unpurged jobs whose retention has run out and that may be
+    purged now (nothing busy, no unended job chained from them), longest ended first."""
+    rows = await conn.fetch(
+        "SELECT j.id, j.retention_s FROM jobs j WHERE j.retention_s IS NOT NULL"
+        " AND j.purged_at IS NULL AND j.finished_at IS NOT NULL"
+        " AND j.finished_at < now() - make_interval(secs => j.retention_s)"
+        " AND j.state = ANY($3::job_state[])"
+        f" AND NOT EXISTS (SELECT 1 FROM tasks t WHERE {_BUSY})"
+        f" AND NOT EXISTS (SELECT 1 FROM jobs d WHERE {_DOWNSTREAM})"
+        " ORDER BY j.finished_at LIMIT $1",
+        limit,
+        _in_flight(),
+        _ended(),
+    )
+    return [(r["id"], float(r["retention_s"])) for r in rows]

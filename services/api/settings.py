@@ -33,6 +33,8 @@ class ApiSettings(CommonSettings):
     submit_rate_per_s: float = Field(default=5.0, gt=0, le=1_000_000)
     #: Submissions one token may make at once after a quiet spell (`VIGIL_SUBMIT_BURST`).
     submit_burst: int = Field(default=20, ge=1, le=1_000_000)
+    #: Shortest `retention_s` a job may be submitted with (`VIGIL_MIN_RETENTION_S`).
+    min_retention_s: float = Field(default=60.0, ge=1)
     #: Most tasks one bulk action (`POST /bulk/actions`) may touch; more is 422.
     bulk_max_tasks: int = Field(default=10_000, ge=1, le=1_000_000)
     #: A bulk action on more tasks than this needs `"confirm": true` (409 otherwise).

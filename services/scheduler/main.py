@@ -17,6 +17,7 @@ from services.scheduler.finaliser import Finaliser
 from services.scheduler.leader import Leadership
 from services.scheduler.reaper import Reaper
 from services.scheduler.relay import Relay
+from services.scheduler.retention import Retention
 from services.scheduler.settings import SchedulerSettings
 from services.scheduler.triage import Triage, TriageSettings, end_probing, release_quarantines
 from services.scheduler.waiters import Waiters
@@ -33,7 +34,7 @@ from shared.topology import Topology, declare_work_queue, pool_key
 logger = logging.getLogger(__name__)
 
 _REAP_EVERY_S = 1.0  # the reaper need not run every tick
-_PRUNE_EVERY_S = 60.0
+_RETENTION_BATCH = 100  # purges per pruning round
 _ERROR_PAUSE_S = 1.0
 
 
@@ -49,6 +50,7 @@ class Scheduler:
             pool, redis, RedisKeys(settings.namespace), settings.scheduler_batch
         )
         self.reaper = Reaper(pool, settings.dead_host_s)
+        self.retention = Retention(pool, _RETENTION_BATCH)
         self.waiters = Waiters(pool, settings.scheduler_batch)
         self.triage = Triage(
             pool,
@@ -75,11 +77,12 @@ class Scheduler:
             done += await self.reaper.run_once()
             done += await end_probing(self.pool)
             await release_quarantines(self.pool)
-        if now - self._last_prune >= _PRUNE_EVERY_S:
+        if now - self._last_prune >= self.settings.prune_every_s:
             self._last_prune = now
             async with self.pool.acquire() as conn:
                 await outbox.prune(conn, self.settings.outbox_keep_s)
                 await logs_repo.prune_ended_jobs(conn, self.settings.log_retention_s)
+            done += await self.retention.run_once()
         while (relayed := await self.relay.run_once()) > 0:
             done += relayed
         return done

@@ -13,3 +13,8 @@ class WorkerSettings(HostSettings):
     worker_pool: str = DEFAULT_POOL
     #: Log lines are persisted and published in batches this often (seconds).
     log_flush_s: float = Field(default=0.1, gt=0, le=5)
+    #: Output files up to this size are kept in PostgreSQL for download from the api
+    #: (`VIGIL_OUTPUT_KEEP_BYTES`), as long as a task's kept outputs stay within
+    #: `VIGIL_OUTPUT_KEEP_TOTAL_BYTES`; larger ones stay only in the work dir.
+    output_keep_bytes: int = Field(default=1024 * 1024, ge=0, le=64 * 1024 * 1024)
+    output_keep_total_bytes: int = Field(default=16 * 1024 * 1024, ge=0, le=1024 * 1024 * 1024)

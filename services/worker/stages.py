@@ -345,6 +345,8 @@ class StageRunner:
             outputs=held.job.outputs,
             params=held.job.params,
             resume=task.resume,
+            keep_bytes=self.settings.output_keep_bytes,
+            keep_total_bytes=self.settings.output_keep_total_bytes,
         )
 
     async def _start_attempt(self, held: Held, stage: str) -> int:

@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Final
 
 from pydantic import BaseModel
 
+from shared.sizes import human_size
 from shared.states import TaskState
 from shared.status_file import StatusReport
 
@@ -21,6 +22,10 @@ class OutputRecord:
     path: str
     size: int
     sha256: str
+    #: The file's bytes when it was small enough to keep for download, else None.
+    content: bytes | None = None
+    #: Why the bytes were not kept (e.g. "over the 1 MiB download limit").
+    not_kept: str | None = None
 
 
 @dataclass
@@ -45,6 +50,10 @@ class TaskContext:
     status: StatusReport | None = None
     #: Outputs recorded by `record_output` (persisted by the worker when the stage succeeds).
     recorded: dict[str, OutputRecord] = field(default_factory=dict)
+    #: `record_output` keeps the bytes of files up to this size for download (worker setting),
+    #: as long as the kept bytes of the task's outputs stay within `keep_total_bytes`.
+    keep_bytes: int = 0
+    keep_total_bytes: int = 0
 
     @property
     def status_file(self) -> Path:
@@ -77,18 +86,49 @@ class TaskContext:
         return target
 
     def record_output(self, name: str) -> OutputRecord:
-        """Find or create the output record of file `name` of the work dir (size, sha256).
+        """Find or create the output record of file `name` of the work dir (size, sha256, and
+        its bytes when it is small: see `keep_bytes`).
 
         Idempotent: recording the same file again replaces its record for this run.
         """
         path = self.workdir / name
         digest = hashlib.sha256()
+        kept: list[bytes] | None = []
+        size = 0
+        limit = self._keep_limit(name)
         with path.open("rb") as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
-        record = OutputRecord(name, str(path), path.stat().st_size, digest.hexdigest())
+                size += len(chunk)
+                if kept is not None and size > limit:
+                    kept = None  # too large to keep: hash the rest only
+                if kept is not None:
+                    kept.append(chunk)
+        content = b"".join(kept) if kept is not None else None
+        record = OutputRecord(
+            name,
+            str(path),
+            size,
+            digest.hexdigest(),
+            content,
+            None if content is not None else self._why_not_kept(size),
+        )
         self.recorded[name] = record
         return record
+
+    def _keep_limit(self, name: str) -> int:
+        """The most bytes of output `name` that may be kept: the per-file limit, or what is
+        left of the task's budget."""
+        used = sum(len(r.content or b"") for n, r in self.recorded.items() if n != name)
+        return min(self.keep_bytes, self.keep_total_bytes - used)
+
+    def _why_not_kept(self, size: int) -> str:
+        if size > self.keep_bytes:
+            return f"over the {human_size(self.keep_bytes)} download limit"
+        return (
+            f"over what was left of the {human_size(self.keep_total_bytes)} the task's"
+            " outputs may keep for download"
+        )
 
     def safe_symlink(self, source: Path | str, name: Path | str) -> Path:
         """Point `name` (under the work dir) at `source`, replacing a link that points elsewhere."""

@@ -26,6 +26,7 @@ from services.api.deps import (
 )
 from services.api.edits import JobEdit
 from services.api.errors import invalid
+from services.api.harvest import check_retention
 from services.api.schemas import (
     TEXT_PATTERN,
     JobCreate,
@@ -91,6 +92,7 @@ IdempotencyKey = Annotated[
     status_code=status.HTTP_201_CREATED,
     responses={
         200: {"model": JobPublic, "description": "The job made earlier with this Idempotency-Key."},
+        409: {"description": "`inputs_from` names a purged job (its outputs are gone)."},
         413: {"description": "The body is larger than the limit."},
         429: _RATE_LIMITED[429],
     },
@@ -115,6 +117,7 @@ async def submit_job(
     is returned with 200 (the body is not compared). A 422 names the field at fault.
     """
     body.check_against(task_types, settings.max_inputs, analysers)
+    check_retention(body.retention_s, settings.min_retention_s)
     job, created = await submission.submit(pool, user, body, idempotency_key)
     if created:
         metrics.jobs_submitted.inc()

@@ -1,0 +1,124 @@
+"""Views and checks of harvest and cleanup (issue 6): listed outputs, their page cursor, the
+download's answer, and the retention a submission may ask for.
+"""
+
+import re
+from datetime import datetime
+from typing import Any, Final
+from urllib.parse import quote
+
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+
+from services.api import cursor
+from services.api.errors import invalid
+from services.api.schemas import MAX_OUTPUT_CHARS, OutputName
+from shared.jobs_repo import Job
+from shared.outputs_repo import StoredOutput
+from shared.purge_rules import purged_message
+
+#: Longest output page cursor accepted (an index and a name of up to 255 characters).
+MAX_OUTPUT_CURSOR_CHARS: Final = 2000
+_INT4: Final = 2**31
+_NAME: TypeAdapter[str] = TypeAdapter(OutputName)
+_UNSAFE_IN_FILENAME: Final = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class OutputPublic(BaseModel):
+    """One output file of a task's latest run."""
+
+    task_id: str
+    index: int
+    run_number: int
+    name: str
+    size: int
+    sha256: str
+    host: str | None
+    path: str
+    downloadable: bool = Field(
+        description="Its bytes are kept: `GET /tasks/{task_id}/outputs/{name}` gives them."
+    )
+    not_kept: str | None = Field(description="Why the bytes are not kept, if they are not.")
+    created_at: datetime
+
+    @classmethod
+    def from_stored(cls, output: StoredOutput, job: Job) -> "OutputPublic":
+        fields = {n: getattr(output, n) for n in cls.model_fields if n != "downloadable"}
+        if job.purged_at is not None:
+            fields["not_kept"] = purged_message(job.id, job.purged_at, job.purged_by)
+        return cls(**fields, downloadable=output.kept and job.purged_at is None)
+
+
+class OutputsPage(BaseModel):
+    """Outputs by (task index, name); pass `next_cursor` back as `cursor` (null: done)."""
+
+    items: list[OutputPublic]
+    next_cursor: str | None
+
+
+def check_name(name: str, loc: tuple[str, ...] = ("path", "name")) -> str:
+    """`name` if it is a plain output file name (as in `POST /jobs`); a 422 naming `loc`."""
+    try:
+        return _NAME.validate_python(name)
+    except ValidationError as exc:
+        message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise invalid(loc, message) from exc
+
+
+def encode_after(output: StoredOutput) -> str:
+    """The cursor that continues after `output`."""
+    return cursor.pack([output.index, output.name])
+
+
+def decode_after(text: str) -> tuple[int, str]:
+    """The (task index, name) a cursor of `encode_after` holds; a 422 otherwise."""
+    loc = ("query", "cursor")
+    try:
+        index, name = cursor.unpack(text)
+    except ValueError as exc:
+        raise invalid(loc, f"cursor {text[:50]!r} is malformed") from exc
+    if not isinstance(index, int) or isinstance(index, bool) or not -_INT4 <= index < _INT4:
+        raise invalid(loc, f"cursor {text[:50]!r} is malformed")
+    if not isinstance(name, str) or len(name) > MAX_OUTPUT_CHARS:
+        raise invalid(loc, f"cursor {text[:50]!r} is malformed")
+    return index, check_name(name, loc)
+
+
+def refusal(output: StoredOutput, job: Job, content: bytes | None) -> str | None:
+    """Why `output` cannot be downloaded (a 409), or None when `content` can be sent."""
+    if job.purged_at is not None:
+        gone = purged_message(job.id, job.purged_at, job.purged_by)
+        return f"{gone}: the kept bytes of output {output.name} were deleted"
+    if content is not None:
+        return None
+    why = output.not_kept or "recorded before outputs were kept for download"
+    return (
+        f"output {output.name} is {output.size} bytes, {why}; it is at {output.path}"
+        f" on host {output.host or 'unknown'}"
+    )
+
+
+def attachment(name: str) -> str:
+    """A `Content-Disposition` value that saves the file as `name`: an ASCII fallback with
+    every other character replaced by `_`, and the exact name UTF-8 encoded (RFC 6266)."""
+    fallback = _UNSAFE_IN_FILENAME.sub("_", name).lstrip(".") or "output"
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"
+
+
+def check_retention(retention_s: float | None, minimum_s: float) -> None:
+    """A 422 on `retention_s` when it is shorter than the api's minimum."""
+    if retention_s is not None and retention_s < minimum_s:
+        raise invalid(
+            ("body", "retention_s"),
+            f"retention_s is {retention_s:g} s; the shortest this api accepts is {minimum_s:g} s",
+        )
+
+
+#: The OpenAPI description of a download's answers.
+DOWNLOAD_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
+    200: {
+        "description": "The file's bytes, as recorded (sha256 in `ETag`).",
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    },
+    404: {"description": "No such task or output, or the task is another user's."},
+    409: {"description": "The bytes are not kept (too large) or the job was purged: says where."},
+}
