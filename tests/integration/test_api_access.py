@@ -46,6 +46,7 @@ class Row:
     stop_first: bool = False  # needs an emergency stop in force
     resume_after: bool = False  # leaves an emergency stop in force
     configuring: bool = False  # needs a configuring job (which has no task)
+    output: bool = False  # needs the task to have recorded output `{name}` with its bytes kept
 
 
 #: Routes that need no token, and why.
@@ -97,6 +98,8 @@ MATRIX: Final[dict[Key, Row]] = {
         200, body={"action": "hold", "selector": {"states": ["new"]}, "dry_run": True}
     ),
     ("GET", "/bulk/actions"): Row(200),
+    ("GET", "/jobs/{job_id}/outputs"): Row(200),
+    ("GET", "/tasks/{task_id}/outputs/{name}"): Row(200, output=True),
 }
 
 
@@ -169,7 +172,9 @@ class RouteCall:
         task_id = await self.api.pool.fetchval("SELECT id FROM tasks WHERE job_id = $1", job_id)
         host_id = f"h-{job_id[2:]}"
         await self.api.pool.execute("INSERT INTO hosts (id, slots) VALUES ($1, 1)", host_id)
-        return {"job_id": job_id, "task_id": str(task_id), "host_id": host_id}
+        if self.row.output:
+            await self.api.pool.execute(_OUTPUT, task_id, host_id)
+        return {"job_id": job_id, "task_id": str(task_id), "host_id": host_id, "name": "out.txt"}
 
     async def call(self, headers: dict[str, str], ids: dict[str, str]) -> httpx.Response:
         """The route's answer; the body of a stream is not read (only its status line)."""
@@ -197,6 +202,12 @@ class RouteCall:
     ) -> None:
         response = await self.client.post(path, json=body, headers=self.api.operator.headers)
         assert response.status_code in accept, response.text
+
+
+_OUTPUT: Final = (
+    "INSERT INTO task_outputs (task_id, run_number, name, path, host, size, sha256, content)"
+    " VALUES ($1, 1, 'out.txt', '/w/out.txt', $2, 2, 'not-checked', 'ok')"
+)
 
 
 def _fill(body: dict[str, Any] | None, ids: dict[str, str]) -> dict[str, Any] | None:
