@@ -3,7 +3,8 @@
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,18 +44,20 @@ def e2e_namespace() -> Iterator[str]:
     asyncio.run(_delete_topology(namespace))
 
 
-@pytest.fixture
-def stack(tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
-    """The four services, up and healthy, on a fresh database."""
+@contextmanager
+def running_stack(
+    root: Path, namespace: str, extra_env: Mapping[str, str] = E2E_ENV
+) -> Iterator[Stack]:
+    """The four services, up and healthy, on a fresh database, with `extra_env`."""
     with fresh_database("vigil_e2e") as url:
         s = Stack(
             database_url=url,
             amqp_url=AMQP_URL,
             redis_url=REDIS_URL,
-            namespace=e2e_namespace,
-            root=tmp_path,
+            namespace=namespace,
+            root=root,
             hosts=[HOST_ID],
-            extra_env=E2E_ENV,
+            extra_env=dict(extra_env),
         )
         try:
             s.start_all()
@@ -64,6 +67,13 @@ def stack(tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
             for service in s.names():
                 # pytest shows what teardown prints only when the test failed
                 print(f"----- {service} -----\n{s.log(service)}")  # noqa: T201
+
+
+@pytest.fixture
+def stack(tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
+    """The four services, up and healthy, on a fresh database."""
+    with running_stack(tmp_path, e2e_namespace) as s:
+        yield s
 
 
 @pytest.fixture
