@@ -143,6 +143,22 @@ class AsyncClient:
     async def resume_all(self) -> dict[str, Any]:
         return cast(dict[str, Any], await self._send(calls.resume_all()))
 
+    async def bulk_action(
+        self,
+        action: str,
+        selector: Mapping[str, Any],
+        *,
+        dry_run: bool = False,
+        confirm: bool = False,
+    ) -> dict[str, Any]:
+        call = calls.bulk_action(action, selector, dry_run, confirm)
+        return cast(dict[str, Any], await self._send(call))
+
+    async def bulk_actions(
+        self, *, limit: int = 50, before: int | None = None
+    ) -> list[dict[str, Any]]:
+        return cast(list[dict[str, Any]], await self._send(calls.bulk_actions(limit, before)))
+
     async def wait(self, job_id: str, on_progress: Callable[[Job], object] | None = None) -> Job:
         """Poll the job until it is completed, failed or cancelled; returns it then.
 

@@ -16,6 +16,8 @@ from vigil import topics
 from vigil.errors import BadResponse, RateLimited, Unreachable, UsageError, api_error
 
 _ID_RE: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")  # shared/ids.py's ID_PATTERN
+#: A bulk action acts on up to 10 000 tasks, a few milliseconds each: wait for its answer.
+BULK_TIMEOUT_S: Final = 600.0
 
 Job = dict[str, Any]
 Task = dict[str, Any]
@@ -32,16 +34,19 @@ class Call:
     params: list[tuple[str, str | int]] = field(default_factory=list)
     json: Any = None
     headers: dict[str, str] = field(default_factory=dict)
+    #: Seconds to wait for the answer, when longer than the client's own timeout.
+    timeout: float | None = None
 
     def request_args(self, base_url: str, auth: Mapping[str, str]) -> dict[str, Any]:
         """Keyword arguments for `httpx.Client.request` / `stream` (and the async ones)."""
-        return {
+        args = {
             "method": self.method,
             "url": base_url + self.path,
             "params": self.params,
             "json": self.json,
             "headers": {**auth, **self.headers},
         }
+        return args if self.timeout is None else args | {"timeout": self.timeout}
 
 
 def check_id(kind: str, value: str) -> str:
@@ -113,6 +118,15 @@ def emergency_stop(reason: str) -> Call:
 
 def resume_all() -> Call:
     return Call("POST", "/admin/resume")
+
+
+def bulk_action(action: str, selector: Mapping[str, Any], dry_run: bool, confirm: bool) -> Call:
+    body = {"action": action, "selector": dict(selector), "dry_run": dry_run, "confirm": confirm}
+    return Call("POST", "/bulk/actions", json=body, timeout=BULK_TIMEOUT_S)
+
+
+def bulk_actions(limit: int, before: int | None) -> Call:
+    return Call("GET", "/bulk/actions", params=_params(limit=limit, before=before))
 
 
 def events(patterns: Iterable[str]) -> Call:

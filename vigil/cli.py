@@ -7,6 +7,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, ParamSpec
@@ -14,9 +15,9 @@ from typing import Annotated, Any, NoReturn, ParamSpec
 import typer
 from rich.console import Console
 
-from vigil import jobfile, render
+from vigil import fixes, jobfile, render
 from vigil.client import Client
-from vigil.errors import UsageError, VigilError
+from vigil.errors import Conflict, UsageError, VigilError
 from vigil.session import EXIT_BY_STATE, Session, explain
 from vigil.states import TASK_FAILED
 
@@ -421,6 +422,75 @@ def resume_all(ctx: typer.Context) -> None:
     with _session(ctx).client() as client:
         resumed = client.resume_all()
     print(render.printable(render.resume_summary(resumed)))
+
+
+# -- global fixes -----------------------------------------------------------------------------
+
+
+@command()
+def fix(
+    ctx: typer.Context,
+    action: Annotated[fixes.FixAction, typer.Argument(help="The task action to apply.")],
+    state: Annotated[
+        list[str] | None, typer.Option(help="Tasks in this state (repeatable).")
+    ] = None,
+    failure_class: Annotated[
+        list[fixes.FailureClass] | None,
+        typer.Option("--class", help="Tasks whose failure has this class (repeatable)."),
+    ] = None,
+    host: Annotated[list[str] | None, typer.Option(help="Tasks on this host (repeatable).")] = None,
+    job: Annotated[list[str] | None, typer.Option(help="Tasks of this job (repeatable).")] = None,
+    job_name: Annotated[
+        str | None, typer.Option(help="Tasks of jobs named like this glob (* and ?).")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Tasks last changed since: 2h, 1d or an ISO time.")
+    ] = None,
+    until: Annotated[str | None, typer.Option(help="Tasks last changed before then.")] = None,
+    include_superseded: Annotated[
+        bool,
+        typer.Option(
+            "--include-superseded", help="Also failed tasks already replaced by a resubmission."
+        ),
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Change nothing; show.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Confirm acting on many tasks.")] = False,
+) -> None:
+    """Apply ACTION to every task the options select, across jobs (a user: their own jobs).
+
+    Options combine (all must hold); a repeated option matches any of its values.
+    """
+    chosen = fixes.selector(
+        states=state or (),
+        classes=[c.value for c in failure_class or ()],
+        hosts=host or (),
+        jobs=job or (),
+        job_name=job_name,
+        since=since,
+        until=until,
+        include_superseded=include_superseded,
+        now=datetime.now(UTC),
+    )
+    with _session(ctx).client() as client:
+        try:
+            result = client.bulk_action(action.value, chosen, dry_run=dry_run, confirm=yes)
+        except Conflict as exc:
+            raise Conflict(exc.status, fixes.confirm_hint(exc.message)) from None
+    print(fixes.summary(result))
+    for line in fixes.refusal_lines(result):
+        print(line)
+    if result.get("sample"):
+        out.print(fixes.sample_table(result))
+
+
+@command("fixes")
+def fixes_command(
+    ctx: typer.Context,
+    limit: Annotated[int, typer.Option(min=1, max=500, help="Most records listed.")] = 20,
+) -> None:
+    """List the recorded bulk actions (`fix`), dry runs included, newest first."""
+    with _session(ctx).client() as client:
+        out.print(fixes.records_table(client.bulk_actions(limit=limit)))
 
 
 if __name__ == "__main__":  # python -m vigil.cli

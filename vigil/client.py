@@ -180,6 +180,29 @@ class Client:
         "tasks_recovered"}`. `Conflict` when no stop is in force."""
         return cast(dict[str, Any], self._send(calls.resume_all()))
 
+    def bulk_action(
+        self,
+        action: str,
+        selector: Mapping[str, Any],
+        *,
+        dry_run: bool = False,
+        confirm: bool = False,
+    ) -> dict[str, Any]:
+        """Apply a task action (`recover`, `restart_cluster`, `cancel`...) to every task the
+        `selector` matches (`states`, `failure_classes`, `hosts`, `job_ids`, `job_name` glob,
+        `updated_after`/`updated_before`); a user's only among their own jobs. Returns the
+        record with `matched`, `jobs`, `applied`, `refused`, `refusals` (reason -> count) and a
+        `sample` of matched tasks. `dry_run` changes nothing. `Conflict` when more tasks match
+        than the API's threshold and `confirm` is false; `InvalidRequest` for an empty
+        selector or one matching more than one bulk action may touch."""
+        call = calls.bulk_action(action, selector, dry_run, confirm)
+        return cast(dict[str, Any], self._send(call))
+
+    def bulk_actions(self, *, limit: int = 50, before: int | None = None) -> list[dict[str, Any]]:
+        """The recorded bulk actions, newest first (a user's own; an operator's: everyone's),
+        with ids below `before` if given."""
+        return cast(list[dict[str, Any]], self._send(calls.bulk_actions(limit, before)))
+
     # -- following ----------------------------------------------------------------------------
 
     def wait(

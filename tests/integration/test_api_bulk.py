@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.integration.test_api_harness import Api, Caller, running_api
+from vigil import AsyncClient, Conflict, InvalidRequest
 
 pytestmark = pytest.mark.integration
 
@@ -391,3 +392,25 @@ async def test_when_records_are_listed__they_come_newest_first_and_page_with_bef
 
     assert [r["id"] for r in first.json()] == [made[2], made[1]]
     assert [r["id"] for r in rest.json()] == [made[0]]
+
+
+async def test_when_the_client_library_acts_in_bulk__it_gets_the_result_and_the_errors(
+    api: Api, prefix: str
+) -> None:
+    token = api.user.headers["Authorization"].removeprefix("Bearer ")
+    client = AsyncClient("http://api", token, http=api.client)
+    _job_id, ids = await _job(api, api.user, prefix + "lib", *["new"] * (CONFIRM_OVER + 1))
+    selector = {"job_name": prefix + "lib"}
+
+    dry = await client.bulk_action("hold", selector, dry_run=True)
+    with pytest.raises(Conflict, match='repeat with "confirm": true'):
+        await client.bulk_action("hold", selector)
+    with pytest.raises(InvalidRequest, match="the selector is empty"):
+        await client.bulk_action("hold", {})
+    done = await client.bulk_action("hold", selector, confirm=True)
+    records = await client.bulk_actions(limit=5)
+
+    assert (dry["matched"], dry["applied"], dry["dry_run"]) == (len(ids), len(ids), True)
+    assert (done["applied"], done["actor"]) == (len(ids), api.user.user.name)
+    assert [r["id"] for r in records] == [done["id"], dry["id"]]
+    assert set(await _states(api, ids)) == {"on_hold"}

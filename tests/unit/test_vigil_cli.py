@@ -34,6 +34,10 @@ def _run(args: list[str], tmp_path: Path, **env: str) -> tuple[int, str]:
         (["test", "j-1", "--input-index", "1", "--input", "x"], "--input-index or --input"),
         (["activate", "t-1"], "activate takes a job id"),
         (["--url", "ftp://host", "status"], "not an http:// or https:// URL"),
+        (["fix", "recover"], "at least one of --state, --class, --host, --job, --job-name"),
+        (["fix", "recover", "--since", "yesterday"], "neither a duration before now"),
+        (["fix", "recover", "--until", "99999999999w"], "neither a duration before now"),
+        (["fix", "recover", "--job", "j-1/../x"], "not a valid job id"),
     ],
 )
 def test_when_an_argument_is_wrong__the_command_says_why_and_exits_2(
