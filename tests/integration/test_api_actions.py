@@ -416,7 +416,7 @@ async def test_when_a_job_is_throttled__its_view_shows_the_new_limits(api: Api) 
         pytest.param(
             {"action": "pause"},
             ["body", "action"],
-            "'cancel', 'suspend', 'resume', 'recover_failed' or 'throttle'",
+            "'cancel', 'suspend', 'resume', 'recover_failed', 'throttle', 'activate' or 'purge'",
             id="unknown-action",
         ),
         pytest.param(

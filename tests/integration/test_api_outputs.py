@@ -1,0 +1,268 @@
+"""Harvest and cleanup through the api on the real database: outputs listed and downloaded,
+purge as a job action and what a purged job refuses, retention at submission, bad input.
+
+Outputs are recorded with `outputs_repo.save` (as the worker does) on jobs ended with SQL.
+"""
+
+import hashlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from tests.integration import harvest_steps as given
+from tests.integration.harvest_steps import HOST
+from tests.integration.test_api_harness import Api, running_api
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def api(session_database_url: str) -> AsyncIterator[Api]:
+    async with running_api(session_database_url) as running:
+        yield running
+
+
+async def _ended(api: Api, inputs: int = 2, **body: Any) -> tuple[str, list[str]]:
+    """Given-step: an ended job of `api.user` with `inputs` tasks that ran on HOST."""
+    job = await api.submit(api.user, inputs=[f"in-{i}" for i in range(inputs)], **body)
+    async with api.pool.acquire() as conn:
+        return job["id"], await given.end(conn, job["id"])
+
+
+async def _outputs(api: Api, job_id: str, **params: Any) -> Any:
+    response = await api.client.get(
+        f"/jobs/{job_id}/outputs", params=params, headers=api.user.headers
+    )
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def _download(api: Api, task_id: str, name: str) -> Any:
+    return await api.client.get(f"/tasks/{task_id}/outputs/{name}", headers=api.user.headers)
+
+
+async def _purge(api: Api, job_id: str) -> Any:
+    return await api.client.post(
+        f"/jobs/{job_id}/actions", json={"action": "purge"}, headers=api.user.headers
+    )
+
+
+async def test_when_outputs_are_listed__each_task_shows_its_latest_run_in_order(api: Api) -> None:
+    job_id, (first, second) = await _ended(api)
+    async with api.pool.acquire() as conn:
+        await given.record(conn, first, "b.txt", b"old run", run_number=1)
+        await given.record(conn, first, "b.txt", b"bb", run_number=2)
+        await given.record(conn, first, "a.txt", b"a", run_number=2)
+        big = await given.record(conn, second, "big.bin", b"x" * 10, kept=False)
+
+    page = await _outputs(api, job_id)
+
+    listed = [(o["task_id"], o["index"], o["run_number"], o["name"]) for o in page["items"]]
+    assert listed == [
+        (first, 0, 2, "a.txt"),
+        (first, 0, 2, "b.txt"),
+        (second, 1, 1, "big.bin"),
+    ]
+    assert page["next_cursor"] is None
+    last = page["items"][-1]
+    assert (last["downloadable"], last["size"], last["sha256"]) == (False, 10, big.sha256)
+    assert (last["host"], last["path"]) == (HOST, big.path)
+    assert last["not_kept"] == "over the 1 MiB download limit"
+    assert page["items"][1]["downloadable"] is True
+
+
+async def test_when_outputs_are_paged__every_one_comes_once_in_order(api: Api) -> None:
+    job_id, task_ids = await _ended(api, inputs=3)
+    async with api.pool.acquire() as conn:
+        for task_id in task_ids:
+            for name in ("x", "y"):
+                await given.record(conn, task_id, name, name.encode())
+
+    seen: list[tuple[int, str]] = []
+    cursor = None
+    while True:
+        page = await _outputs(api, job_id, limit=4, **({"cursor": cursor} if cursor else {}))
+        seen += [(o["index"], o["name"]) for o in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+
+    assert seen == [(i, n) for i in range(3) for n in ("x", "y")]
+
+
+async def test_when_a_task_was_resubmitted__only_its_clone_outputs_are_listed(api: Api) -> None:
+    job_id, (old, clone) = await _ended(api)
+    async with api.pool.acquire() as conn:
+        await given.put(conn, old, superseded_by=clone)
+        await given.record(conn, old, "out", b"old")
+        await given.record(conn, clone, "out", b"new")
+
+    page = await _outputs(api, job_id)
+
+    assert [o["task_id"] for o in page["items"]] == [clone]
+
+
+async def test_when_a_kept_output_is_downloaded__its_bytes_come_as_an_attachment(
+    api: Api,
+) -> None:
+    _job_id, (task_id, _) = await _ended(api)
+    data = bytes(range(256)) * 8
+    async with api.pool.acquire() as conn:
+        await given.record(conn, task_id, "résumé data.bin", data)
+
+    response = await _download(api, task_id, "résumé data.bin")
+
+    assert response.status_code == 200, response.text
+    assert response.content == data
+    assert response.headers["content-type"] == "application/octet-stream"
+    assert response.headers["content-disposition"] == (
+        "attachment; filename=\"r_sum__data.bin\"; filename*=UTF-8''r%C3%A9sum%C3%A9%20data.bin"
+    )
+    assert response.headers["etag"] == f'"{hashlib.sha256(data).hexdigest()}"'
+    assert response.headers["x-content-type-options"] == "nosniff"
+
+
+async def test_when_an_output_was_too_large__the_download_says_where_it_is(api: Api) -> None:
+    _job_id, (task_id, _) = await _ended(api)
+    async with api.pool.acquire() as conn:
+        big = await given.record(conn, task_id, "big.bin", b"x" * 2000, kept=False)
+
+    response = await _download(api, task_id, "big.bin")
+
+    assert response.status_code == 409
+    assert response.json()["detail"] == (
+        f"output big.bin is 2000 bytes, over the 1 MiB download limit; it is at {big.path}"
+        f" on host {HOST}"
+    )
+
+
+async def test_when_the_task_recorded_no_such_output__the_download_is_404(api: Api) -> None:
+    _job_id, (task_id, _) = await _ended(api)
+
+    response = await _download(api, task_id, "nothing.txt")
+
+    assert response.status_code == 404
+    assert response.json()["detail"] == f"task {task_id} recorded no output 'nothing.txt'"
+
+
+@pytest.mark.parametrize("name", ["%2E%2E", "%01bell", "x" * 256])
+async def test_when_the_output_name_is_not_a_plain_file_name__the_download_is_422(
+    api: Api, name: str
+) -> None:
+    _job_id, (task_id, _) = await _ended(api)
+
+    response = await _download(api, task_id, name)
+
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["path", "name"]
+    assert "must be a plain file name" in response.json()["detail"][0]["msg"]
+
+
+@pytest.mark.parametrize("cursor", ["garbage!", "WzEsMl0", "eyJhIjoxfQ", "WyIxIiwieCJd"])
+async def test_when_the_cursor_is_not_one_of_ours__the_listing_is_422(
+    api: Api, cursor: str
+) -> None:
+    job_id, _ = await _ended(api)
+
+    response = await api.client.get(
+        f"/jobs/{job_id}/outputs", params={"cursor": cursor}, headers=api.user.headers
+    )
+
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["query", "cursor"]
+
+
+async def test_when_a_job_is_purged__logs_and_downloads_are_gone_and_the_job_says_so(
+    api: Api,
+) -> None:
+    job_id, (task_id, _) = await _ended(api)
+    async with api.pool.acquire() as conn:
+        await given.record(conn, task_id, "out.txt", b"result")
+        await given.log_lines(conn, job_id, task_id)
+
+    response = await _purge(api, job_id)
+
+    assert response.status_code == 202, response.text
+    assert response.json()["purged_at"] is not None
+    job = (await api.client.get(f"/jobs/{job_id}", headers=api.user.headers)).json()
+    assert (job["purged_by"], job["purge_reason"]) == (api.user.user.name, "purge action")
+    logs = await api.client.get(f"/jobs/{job_id}/logs", headers=api.user.headers)
+    assert logs.json()["items"] == []
+    [listed] = (await _outputs(api, job_id))["items"]
+    assert listed["downloadable"] is False
+    assert listed["not_kept"].startswith(f"job {job_id} was purged at ")
+    download = await _download(api, task_id, "out.txt")
+    assert download.status_code == 409
+    assert download.json()["detail"].startswith(f"job {job_id} was purged at ")
+
+
+async def test_when_a_task_still_runs__the_purge_is_409_naming_it(api: Api) -> None:
+    job_id, (_, running) = await _ended(api)
+    async with api.pool.acquire() as conn:
+        await given.put(conn, running, state="on_cpu")
+
+    response = await _purge(api, job_id)
+
+    assert response.status_code == 409
+    assert f"{running} (on_cpu)" in response.json()["detail"]
+
+
+async def test_when_a_job_was_purged__it_refuses_inputs_actions_and_chaining(api: Api) -> None:
+    job_id, (task_id, _) = await _ended(api)
+    assert (await _purge(api, job_id)).status_code == 202
+    headers = api.user.headers
+
+    refused = [
+        await api.client.post(f"/jobs/{job_id}/inputs", json={"inputs": [1]}, headers=headers),
+        await api.client.post(
+            f"/tasks/{task_id}/actions", json={"action": "duplicate"}, headers=headers
+        ),
+        await api.client.post(
+            f"/jobs/{job_id}/actions", json={"action": "recover_failed"}, headers=headers
+        ),
+        await api.client.post(
+            "/jobs", json={"command": "true", "inputs_from": job_id}, headers=headers
+        ),
+        await _purge(api, job_id),
+    ]
+
+    assert [r.status_code for r in refused] == [409] * 5
+    for response in refused:
+        assert f"job {job_id} was purged at " in response.json()["detail"]
+    assert await api.pool.fetchval("SELECT count(*) FROM tasks WHERE job_id = $1", job_id) == 2
+
+
+async def test_when_a_job_is_submitted_with_a_retention__it_is_shown(api: Api) -> None:
+    job = await api.submit(api.user, retention_s=3600)
+
+    shown = (await api.client.get(f"/jobs/{job['id']}", headers=api.user.headers)).json()
+
+    assert job["retention_s"] == shown["retention_s"] == 3600
+    assert shown["purged_at"] is None
+
+
+@pytest.mark.parametrize(
+    ("retention", "says"),
+    [
+        (59, "the shortest this api accepts is 60 s"),
+        (0, "greater than or equal to 1"),
+        (-5, "greater than or equal to 1"),
+        (10 * 366 * 86400, "less than or equal to"),
+        ("soon", "valid number"),
+    ],
+)
+async def test_when_the_retention_is_out_of_bounds__the_submission_is_422(
+    api: Api, retention: Any, says: str
+) -> None:
+    before = await api.jobs_of(api.user)
+
+    response = await api.client.post(
+        "/jobs", json={"command": "true", "retention_s": retention}, headers=api.user.headers
+    )
+
+    assert response.status_code == 422
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", "retention_s"]
+    assert says in error["msg"]
+    assert await api.jobs_of(api.user) == before
