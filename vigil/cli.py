@@ -490,7 +490,8 @@ def fixes_command(
 ) -> None:
     """List the recorded bulk actions (`fix`), dry runs included, newest first."""
     with _session(ctx).client() as client:
-        out.print(fixes.records_table(client.bulk_actions(limit=limit)))
+        for record in client.bulk_actions(limit=limit):
+            print(fixes.record_line(record))
 
 
 if __name__ == "__main__":  # python -m vigil.cli

@@ -12,7 +12,6 @@ from enum import StrEnum
 from typing import Any, Final
 
 from rich.table import Table
-from rich.text import Text
 
 from vigil.calls import check_id
 from vigil.errors import UsageError
@@ -129,21 +128,14 @@ def sample_table(result: Mapping[str, Any]) -> Table:
     return table
 
 
-def records_table(records: Sequence[Mapping[str, Any]]) -> Table:
-    """One row per recorded bulk action, newest first."""
-    table = Table(
-        "ID", "WHEN", "WHO", "ACTION", "MATCHED", "CHANGED", "REFUSED", "SELECTOR", box=None
+def record_line(record: Mapping[str, Any]) -> str:
+    """`<id> <when> <who> <action> matched N, changed N, refused N <selector JSON>`: one line
+    per recorded bulk action (a selector does not fit a table column)."""
+    action = str(record.get("action", "")) + (" (dry run)" if record.get("dry_run") else "")
+    when = str(record.get("at", ""))[:19].replace("T", " ")
+    selector = json.dumps(record.get("selector"), ensure_ascii=False, sort_keys=True)
+    return printable(
+        f"{record.get('id')}  {when}  {record.get('actor')}  {action}:"
+        f" matched {record.get('matched')}, changed {record.get('applied')},"
+        f" refused {record.get('refused')}  {selector}"
     )
-    for record in records:
-        action = record.get("action", "") + (" (dry run)" if record.get("dry_run") else "")
-        table.add_row(
-            cell(record.get("id")),
-            cell(str(record.get("at", ""))[:19].replace("T", " ")),
-            cell(record.get("actor")),
-            cell(action),
-            cell(record.get("matched")),
-            cell(record.get("applied")),
-            cell(record.get("refused")),
-            Text(printable(json.dumps(record.get("selector"), ensure_ascii=False))),
-        )
-    return table

@@ -148,15 +148,14 @@ def test_when_a_result_is_shown__the_summary_refusals_and_sample_say_what_was_ma
     assert "the first 1 of 5" in table
 
 
-def test_when_records_are_listed__each_row_shows_who_what_and_the_selector() -> None:
+def test_when_records_are_listed__each_line_shows_who_what_and_the_selector() -> None:
     record = RESULT | {
-        "actor": "ops",
+        "actor": "ops\x1b[2J",
         "at": "2024-05-01T12:00:00+00:00",
-        "selector": {"hosts": ["h-1"]},
+        "selector": {"hosts": ["h-1"], "job_name": "a*"},
     }
-    console = Console(width=200, record=True)
-    console.print(fixes.records_table([record]))
-    text = console.export_text()
 
-    assert "2024-05-01 12:00:00" in text and "ops" in text and "recover (dry run)" in text
-    assert '{"hosts": ["h-1"]}' in text
+    assert fixes.record_line(record) == (
+        "7  2024-05-01 12:00:00  ops\\x1b[2J  recover (dry run): matched 5, changed 2, refused 3"
+        '  {"hosts": ["h-1"], "job_name": "a*"}'
+    )
