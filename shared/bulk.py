@@ -38,6 +38,7 @@ logger = logging.getLogger(__name__)
 #: Matched tasks shown in an answer.
 SAMPLE_SIZE: Final = 50
 JOB_CANCELLED: Final = "the job is cancelled"
+JOB_PURGED: Final = "the job was purged"
 GONE: Final = "the task no longer exists"
 RACED: Final = "a concurrent change got in the way; try again"
 
@@ -77,6 +78,7 @@ class MatchedTask(BaseModel):
     failure_class: FailureClass | None
     host: str | None
     job_state: JobState
+    job_purged: bool
 
 
 @dataclass(frozen=True)
@@ -102,28 +104,31 @@ def check_scope(matched: int, jobs: int, request: BulkRequest, limits: Limits) -
         )
 
 
-def refusal(action: TaskAction, state: TaskState, job_cancelled: bool) -> str | None:
-    """Why `action` would be refused on a task in `state` (None: it would be applied), with
-    the checks of `task_actions.apply_to_task`, worded to be counted across tasks."""
-    if job_cancelled and action is not TaskAction.CANCEL:
-        return JOB_CANCELLED
+def refusal(action: TaskAction, task: MatchedTask) -> str | None:
+    """Why `action` would be refused on `task` (None: it would be applied), with the checks
+    of `task_actions.apply_to_task`, worded to be counted across tasks."""
+    if action is not TaskAction.CANCEL:
+        if task.job_purged:
+            return JOB_PURGED
+        if task.job_state is JobState.CANCELLED:
+            return JOB_CANCELLED
     try:
-        plan(action, state)
+        plan(action, task.state)
     except Conflict:
-        return f"not allowed in state {state.value}"
+        return f"not allowed in state {task.state.value}"
     return None
 
 
 def dry_run_counts(matched: list[MatchedTask], action: TaskAction) -> tuple[int, dict[str, int]]:
     """How many tasks `action` would change, and the refusals by reason, from their states."""
-    reasons = [refusal(action, m.state, m.job_state is JobState.CANCELLED) for m in matched]
+    reasons = [refusal(action, m) for m in matched]
     refusals = Counter(r for r in reasons if r is not None)
     return len(reasons) - refusals.total(), dict(refusals)
 
 
 _SELECT: Final = """
 SELECT t.id, t.job_id, t.index, t.state::text AS state, t.failure_class::text AS failure_class,
-       t.host, j.state::text AS job_state
+       t.host, j.state::text AS job_state, j.purged_at IS NOT NULL AS job_purged
 FROM tasks t JOIN jobs j ON j.id = t.job_id
 WHERE {where}
 ORDER BY t.job_id, t.index
@@ -194,22 +199,25 @@ async def _apply(
     return applied, dict(refusals)
 
 
+_LOCK_JOB: Final = (
+    "SELECT state::text AS state, purged_at IS NOT NULL AS purged FROM jobs WHERE id = $1"
+    " FOR UPDATE"
+)
+_LOCK_TASK: Final = "SELECT state::text FROM tasks WHERE id = $1 FOR UPDATE"
+
+
 async def _apply_one(
     conn: Connection, task: MatchedTask, action: TaskAction, actor: str
 ) -> str | None:
     """Apply `action` to one task in a savepoint; None when done, else why it was refused."""
     try:
         async with conn.transaction():
-            job_state = await conn.fetchval(
-                "SELECT state::text FROM jobs WHERE id = $1 FOR UPDATE", task.job_id
-            )
-            state = await conn.fetchval(
-                "SELECT state::text FROM tasks WHERE id = $1 FOR UPDATE", task.id
-            )
-            if state is None:
+            job = await conn.fetchrow(_LOCK_JOB, task.job_id)
+            state = await conn.fetchval(_LOCK_TASK, task.id)
+            if job is None or state is None:
                 return GONE
-            cancelled = job_state == JobState.CANCELLED.value
-            reason = refusal(action, TaskState(state), cancelled)
+            locked = {"state": state, "job_state": job["state"], "job_purged": job["purged"]}
+            reason = refusal(action, MatchedTask.model_validate(dict(task) | locked))
             if reason is None:
                 await task_actions.apply_to_task(conn, task.id, action, actor)
             return reason

@@ -344,16 +344,26 @@ async def test_when_a_time_range_is_given__tasks_are_selected_by_when_they_last_
     assert [t["id"] for t in body["sample"]] == [ids[1]]
 
 
-async def test_when_the_job_is_cancelled__its_tasks_are_refused_saying_so(
+async def test_when_a_job_is_cancelled_or_purged__its_tasks_are_refused_saying_so(
     api: Api, prefix: str
 ) -> None:
-    job_id, ids = await _job(api, api.user, prefix + "c", "failed_on_cluster")
-    await api.pool.execute("UPDATE jobs SET state = 'cancelled' WHERE id = $1", job_id)
+    cancelled, first = await _job(api, api.user, prefix + "c", "failed_on_cluster")
+    purged, second = await _job(api, api.user, prefix + "p", "failed_on_cluster")
+    await api.pool.execute("UPDATE jobs SET state = 'cancelled' WHERE id = $1", cancelled)
+    await api.pool.execute(
+        "UPDATE jobs SET state = 'failed', finished_at = now(), purged_at = now(),"
+        " purged_by = 'ops' WHERE id = $1",
+        purged,
+    )
+    selector = {"job_ids": [cancelled, purged]}
 
-    body = (await _bulk(api, "recover", {"job_ids": [job_id]})).json()
+    dry = (await _bulk(api, "recover", selector, dry_run=True)).json()
+    body = (await _bulk(api, "recover", selector)).json()
 
-    assert (body["applied"], body["refusals"]) == (0, {"the job is cancelled": 1})
-    assert await _states(api, ids) == ["failed_on_cluster"]
+    expected = {"the job is cancelled": 1, "the job was purged": 1}
+    assert (body["applied"], body["refusals"]) == (0, expected)
+    assert (dry["applied"], dry["refusals"]) == (0, expected)
+    assert await _states(api, first + second) == ["failed_on_cluster", "failed_on_cluster"]
 
 
 async def test_when_completed_tasks_are_duplicated_in_bulk__each_gets_a_new_task(

@@ -5,6 +5,7 @@ import pytest
 from shared.actions import TaskAction
 from shared.bulk import (
     JOB_CANCELLED,
+    JOB_PURGED,
     BulkRequest,
     Limits,
     MatchedTask,
@@ -25,11 +26,11 @@ def _request(*, dry_run: bool = False, confirm: bool = False) -> BulkRequest:
     return BulkRequest(TaskSelector(job_name="*"), TaskAction.RECOVER, dry_run, confirm)
 
 
-def _task(state: TaskState, job_cancelled: bool = False) -> MatchedTask:
+def _task(state: TaskState, job_cancelled: bool = False, job_purged: bool = False) -> MatchedTask:
     job_state = JobState.CANCELLED if job_cancelled else JobState.ACTIVE
     return MatchedTask(
         id="t-1", job_id="j-1", index=0, state=state, failure_class=None, host=None,
-        job_state=job_state,
+        job_state=job_state, job_purged=job_purged,
     )  # fmt: skip
 
 
@@ -73,17 +74,21 @@ def test_when_more_tasks_match_than_the_threshold__only_a_confirmed_or_dry_run_p
 def test_when_a_state_does_not_allow_the_action__the_refusal_names_the_state(
     action: TaskAction, state: TaskState, expected: str | None
 ) -> None:
-    assert refusal(action, state, job_cancelled=False) == expected
+    assert refusal(action, _task(state)) == expected
 
 
 @pytest.mark.parametrize("action", list(TaskAction))
-def test_when_the_job_is_cancelled__only_cancel_is_not_refused_for_it(action: TaskAction) -> None:
+def test_when_the_job_is_cancelled_or_purged__only_cancel_is_not_refused_for_it(
+    action: TaskAction,
+) -> None:
     state = S.ON_CPU if action is TaskAction.CANCEL else S.FAILED_ON_CLUSTER
-    reason = refusal(action, state, job_cancelled=True)
+    cancelled = refusal(action, _task(state, job_cancelled=True))
+    purged = refusal(action, _task(state, job_cancelled=True, job_purged=True))
 
-    assert (reason is None) == (action is TaskAction.CANCEL)
-    if action is not TaskAction.CANCEL:
-        assert reason == JOB_CANCELLED
+    if action is TaskAction.CANCEL:
+        assert (cancelled, purged) == (None, None)
+    else:
+        assert (cancelled, purged) == (JOB_CANCELLED, JOB_PURGED)
 
 
 def test_when_a_dry_run_is_counted__refusals_are_grouped_by_reason() -> None:
