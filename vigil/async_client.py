@@ -19,7 +19,7 @@ from typing import Any, Self, TypeVar, cast, overload
 import httpx
 
 from vigil import calls, config
-from vigil.calls import Call, Host, Job, LogLine, Task
+from vigil.calls import Call, Host, Job, LogLine, Output, Task
 from vigil.client import EVENTS_READ_TIMEOUT_S, MAX_RETRY_WAIT_S, POLL_S
 from vigil.errors import Unreachable
 from vigil.sse import Event, EventParser
@@ -133,6 +133,27 @@ class AsyncClient:
 
     async def task_action(self, task_id: str, action: str) -> dict[str, Any]:
         return cast(dict[str, Any], await self._send(calls.task_action(task_id, action)))
+
+    async def outputs_page(
+        self, job_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> dict[str, Any]:
+        return cast(dict[str, Any], await self._send(calls.outputs_page(job_id, limit, cursor)))
+
+    async def outputs(self, job_id: str, *, limit: int = 100) -> AsyncIterator[Output]:
+        cursor = None
+        while True:
+            page = await self.outputs_page(job_id, limit=limit, cursor=cursor)
+            for item in page["items"]:
+                yield item
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return
+
+    async def download(self, task_id: str, name: str) -> bytes:
+        return cast(bytes, await self._send(calls.download(task_id, name)))
+
+    async def purge(self, job_id: str) -> Job:
+        return await self.job_action(job_id, "purge")
 
     async def hosts(self) -> list[Host]:
         return cast(list[Host], await self._send(calls.hosts()))
@@ -303,7 +324,7 @@ class AsyncClient:
                 break
             logger.info("rate limited by the API; retrying in %gs", delay)
             await asyncio.sleep(delay)
-        return calls.result(response)
+        return calls.answer(call, response)
 
 
 async def _events_of(response: httpx.Response) -> AsyncIterator[Event]:

@@ -5,10 +5,12 @@ error mapping of the HTTP contract (design §9) live here once. Ids are checked 
 go into a path, so a malformed one never reaches another route.
 """
 
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
+from urllib.parse import quote
 
 import httpx
 
@@ -16,6 +18,7 @@ from vigil import topics
 from vigil.errors import BadResponse, RateLimited, Unreachable, UsageError, api_error
 
 _ID_RE: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")  # shared/ids.py's ID_PATTERN
+_SHA256_RE: Final = re.compile(r"[0-9a-f]{64}")
 #: A bulk action acts on up to 10 000 tasks, a few milliseconds each: wait for its answer.
 BULK_TIMEOUT_S: Final = 600.0
 
@@ -23,6 +26,7 @@ Job = dict[str, Any]
 Task = dict[str, Any]
 LogLine = dict[str, Any]
 Host = dict[str, Any]
+Output = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,8 @@ class Call:
     headers: dict[str, str] = field(default_factory=dict)
     #: Seconds to wait for the answer, when longer than the client's own timeout.
     timeout: float | None = None
+    #: The answer is a file: its bytes are the result (`answer`), not JSON.
+    binary: bool = False
 
     def request_args(self, base_url: str, auth: Mapping[str, str]) -> dict[str, Any]:
         """Keyword arguments for `httpx.Client.request` / `stream` (and the async ones)."""
@@ -108,6 +114,19 @@ def start_test(job_id: str, test_input: Mapping[str, Any]) -> Call:
     return Call("POST", f"/jobs/{check_id('job', job_id)}/tests", json=dict(test_input))
 
 
+def outputs_page(job_id: str, limit: int, cursor: str | None) -> Call:
+    params = _params(limit=limit, cursor=cursor)
+    return Call("GET", f"/jobs/{check_id('job', job_id)}/outputs", params=params)
+
+
+def download(task_id: str, name: str) -> Call:
+    """`GET /tasks/{id}/outputs/{name}`: the output's bytes."""
+    if not name or "/" in name or name in (".", ".."):
+        raise UsageError(f"{name[:100]!r} is not an output name (a plain file name)")
+    path = f"/tasks/{check_id('task', task_id)}/outputs/{quote(name, safe='')}"
+    return Call("GET", path, binary=True)
+
+
 def hosts() -> Call:
     return Call("GET", "/hosts")
 
@@ -150,6 +169,26 @@ def retry_after(response: httpx.Response) -> float | None:
     except ValueError:
         return None
     return seconds if 0 <= seconds < float("inf") else None
+
+
+def answer(call: Call, response: httpx.Response) -> Any:
+    """What `call` gives: its file's bytes (`content`) or its JSON (`result`)."""
+    return content(response) if call.binary else result(response)
+
+
+def content(response: httpx.Response) -> bytes:
+    """The bytes of a 2xx file answer, checked against the sha256 its `ETag` names (when it
+    names one); raises `ApiError` like `result`, or `BadResponse` when they differ."""
+    if not response.is_success:
+        result(response)
+    data = response.content
+    tag = response.headers.get("ETag", "").strip('"')
+    if _SHA256_RE.fullmatch(tag) and hashlib.sha256(data).hexdigest() != tag:
+        raise BadResponse(
+            f"the file from {response.request.url} does not match its sha256 {tag}"
+            f" ({len(data)} bytes received): the download was damaged, try again"
+        )
+    return data
 
 
 def result(response: httpx.Response) -> Any:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, NoReturn, ParamSpec
 import typer
 from rich.console import Console
 
-from vigil import fixes, jobfile, render
+from vigil import fixes, harvest, jobfile, render
 from vigil.client import Client
 from vigil.errors import Conflict, UsageError, VigilError
 from vigil.session import EXIT_BY_STATE, Session, explain
@@ -393,6 +393,56 @@ def throttle(
     _job_action(
         ctx, job_id, "throttle", max_in_flight=max_in_flight, release_per_tick=release_per_tick
     )
+
+
+# -- results and cleanup ----------------------------------------------------------------------
+
+
+@command()
+def outputs(ctx: typer.Context, job_id: JobArg) -> None:
+    """List the job's output files: task, name, size, sha256, downloadable, where they are."""
+    _expect("job", job_id, "outputs")
+    with _session(ctx).client() as client:
+        out.print(harvest.outputs_table(client.outputs(job_id)))
+
+
+@command()
+def download(
+    ctx: typer.Context,
+    task_id: TaskArg,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The output's file name.")],
+    output: Annotated[
+        str | None,
+        typer.Option("--output", "-o", metavar="FILE", help="Save here (- for stdout)."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite FILE.")] = False,
+) -> None:
+    """Save output NAME of a task, to NAME in the current directory by default."""
+    _expect("task", task_id, "download")
+    where = harvest.target(name, output, force)
+    with _session(ctx).client() as client:
+        data = client.download(task_id, name)
+    harvest.save(data, where)
+    if where != harvest.STDOUT:
+        print(render.printable(f"saved {len(data)} bytes to {where}"), file=sys.stderr)
+
+
+@command()
+def purge(
+    ctx: typer.Context,
+    job_id: JobArg,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+) -> None:
+    """Delete an ended job's logs, kept outputs and work dirs for good."""
+    _expect("job", job_id, "purge")
+    if not yes and not (
+        sys.stdin.isatty()
+        and typer.confirm(f"purge {job_id}: its logs, kept outputs and work dirs go for good?")
+    ):
+        raise UsageError("purge deletes the job's data for good: confirm it, or repeat with --yes")
+    with _session(ctx).client() as client:
+        job = client.purge(job_id)
+    print(render.printable(f"job {job['id']}: purged at {job['purged_at']}"))
 
 
 # -- operators --------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any, Final, Self, TypeVar, cast, overload
 import httpx
 
 from vigil import calls, config
-from vigil.calls import Call, Host, Job, LogLine, Task
+from vigil.calls import Call, Host, Job, LogLine, Output, Task
 from vigil.errors import Unreachable, WaitTimeout
 from vigil.sse import Event, events_in
 from vigil.states import JOB_FINAL
@@ -155,14 +155,44 @@ class Client:
 
     def job_action(self, job_id: str, action: str, **fields: Any) -> Job:
         """`cancel`, `suspend`, `resume`, `recover_failed`, `throttle` (with `max_in_flight`
-        and/or `release_per_tick`) or `activate`; returns the job. `Conflict` when its state
-        does not allow it."""
+        and/or `release_per_tick`), `activate` or `purge`; returns the job. `Conflict` when its
+        state does not allow it."""
         return cast(Job, self._send(calls.job_action(job_id, action, fields)))
 
     def task_action(self, task_id: str, action: str) -> dict[str, Any]:
         """`recover`, `restart_setup|cluster|post_processing`, `duplicate`, `cancel`, `hold`
         or `release`; returns `{"task": ..., "created": new task of a duplicate, or None}`."""
         return cast(dict[str, Any], self._send(calls.task_action(task_id, action)))
+
+    # -- results and cleanup ------------------------------------------------------------------
+
+    def outputs_page(
+        self, job_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """One page of the job's outputs: `{"items": [...], "next_cursor": ... or None}`."""
+        return cast(dict[str, Any], self._send(calls.outputs_page(job_id, limit, cursor)))
+
+    def outputs(self, job_id: str, *, limit: int = 100) -> Iterator[Output]:
+        """The outputs of the latest run of each of the job's tasks, by task index and name:
+        `task_id`, `name`, `size`, `sha256`, `host`, `path`, `downloadable`..."""
+        cursor = None
+        while True:
+            page = self.outputs_page(job_id, limit=limit, cursor=cursor)
+            yield from page["items"]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return
+
+    def download(self, task_id: str, name: str) -> bytes:
+        """The bytes of output `name` of the task (checked against their sha256). `Conflict`
+        when they were not kept (too large: the message says where the file is) or the job
+        was purged; `NotFound` for an output the task did not record."""
+        return cast(bytes, self._send(calls.download(task_id, name)))
+
+    def purge(self, job_id: str) -> Job:
+        """Delete an ended job's logs, kept outputs and work dirs for good; returns the job
+        (with `purged_at`). `Conflict` while anything of it runs, or once purged."""
+        return self.job_action(job_id, "purge")
 
     # -- operators ----------------------------------------------------------------------------
 
@@ -378,7 +408,7 @@ class Client:
                 break
             logger.info("rate limited by the API; retrying in %gs", delay)
             time.sleep(delay)
-        return calls.result(response)
+        return calls.answer(call, response)
 
 
 def _left(deadline: float | None) -> float | None:

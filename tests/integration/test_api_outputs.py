@@ -13,6 +13,7 @@ import pytest
 from tests.integration import harvest_steps as given
 from tests.integration.harvest_steps import HOST
 from tests.integration.test_api_harness import Api, running_api
+from vigil import AsyncClient, Conflict
 
 pytestmark = pytest.mark.integration
 
@@ -266,3 +267,24 @@ async def test_when_the_retention_is_out_of_bounds__the_submission_is_422(
     assert error["loc"] == ["body", "retention_s"]
     assert says in error["msg"]
     assert await api.jobs_of(api.user) == before
+
+
+async def test_when_the_client_harvests__it_lists_downloads_and_purges(api: Api) -> None:
+    job_id, (first, second) = await _ended(api)
+    async with api.pool.acquire() as conn:
+        await given.record(conn, first, "out.txt", b"first")
+        await given.record(conn, second, "out.txt", b"x" * 5000, kept=False)
+    token = api.user.headers["Authorization"].removeprefix("Bearer ")
+    client = AsyncClient("http://api", token, http=api.client)
+
+    listed = [(o["task_id"], o["downloadable"]) async for o in client.outputs(job_id, limit=1)]
+    data = await client.download(first, "out.txt")
+    with pytest.raises(Conflict, match="over the 1 MiB download limit"):
+        await client.download(second, "out.txt")
+    job = await client.purge(job_id)
+
+    assert listed == [(first, True), (second, False)]
+    assert data == b"first"
+    assert job["purged_at"] is not None
+    with pytest.raises(Conflict, match="was purged at"):
+        await client.download(first, "out.txt")
