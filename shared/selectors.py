@@ -143,7 +143,7 @@ def where(selector: TaskSelector, owner_id: str | None) -> Where:
     clauses = [sql.format(f"${n}") for n, (sql, _value) in enumerate(conditions, start=1)]
     if not selector.include_superseded:
         clauses.append("t.superseded_by IS NULL")
-    clauses.append("t.index >= 0")  # not the test runs of a configuring job (negative index)
+    clauses.append("NOT t.test")  # not the test runs of a configuring job (shared.configuring)
     return Where(" AND ".join(clauses), [value for _sql, value in conditions])
 
 

@@ -91,7 +91,7 @@ def test_when_every_criterion_is_given__each_is_a_bind_parameter_in_order() -> N
         "t.state = ANY($1::task_state[]) AND t.failure_class = ANY($2::failure_class[])"
         " AND t.host = ANY($3::text[]) AND t.job_id = ANY($4::text[])"
         " AND j.name LIKE $5 ESCAPE '\\' AND t.updated_at >= $6 AND t.updated_at < $7"
-        " AND j.owner_id = $8 AND t.superseded_by IS NULL AND t.index >= 0"
+        " AND j.owner_id = $8 AND t.superseded_by IS NULL AND NOT t.test"
     )
     assert clause.args == [
         ["failed_on_cluster", "failed_to_setup"],
@@ -108,7 +108,7 @@ def test_when_every_criterion_is_given__each_is_a_bind_parameter_in_order() -> N
 def test_when_an_operator_selects__no_owner_limit_is_added() -> None:
     clause = where(TaskSelector(job_name="*"), owner_id=None)
 
-    assert clause.sql == "j.name LIKE $1 ESCAPE '\\' AND t.superseded_by IS NULL AND t.index >= 0"
+    assert clause.sql == "j.name LIKE $1 ESCAPE '\\' AND t.superseded_by IS NULL AND NOT t.test"
     assert clause.args == ["%"]
 
 
