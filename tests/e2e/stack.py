@@ -20,4 +20,7 @@ E2E_ENV: Final = {
     "VIGIL_DEAD_HOST_S": "3",
     "VIGIL_FENCE_TIMEOUT_S": "60",
     "VIGIL_QUARANTINE_AFTER": "0",
+    # retention tested in seconds: a job may keep its data 1 s, pruning looks every second
+    "VIGIL_MIN_RETENTION_S": "1",
+    "VIGIL_PRUNE_EVERY_S": "1",
 }

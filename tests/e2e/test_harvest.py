@@ -1,0 +1,99 @@
+"""Harvest and cleanup on the real services: outputs listed and downloaded after a job ran,
+a purge removing the work dirs from disk and the logs, and retention purging a job on its own.
+"""
+
+import asyncio
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Events, wait_job
+from tests.e2e.stack import Stack
+
+pytestmark = pytest.mark.e2e
+
+#: Writes a small output and one over the 1 MiB limit kept for download.
+COMMAND = 'printf "result of %s\\n" "$VIGIL_INPUT" > out.txt && head -c 1048577 /dev/zero > big.bin'
+
+
+async def _completed(client: httpx.AsyncClient, events: Events, **body: Any) -> str:
+    response = await client.post(
+        "/jobs", json={"command": COMMAND, "outputs": ["out.txt", "big.bin"]} | body
+    )
+    assert response.status_code == 201, response.text
+    job_id = str(response.json()["id"])
+    assert (await wait_job(client, events, job_id))["state"] == "completed"
+    return job_id
+
+
+async def _wait_gone(path: Path, within: float = 20.0) -> None:
+    """Return once `path` no longer exists (a worker removes it; no event says when)."""
+    async with asyncio.timeout(within):
+        while await asyncio.to_thread(path.exists):  # noqa: ASYNC110 (no event to wait on)
+            await asyncio.sleep(0.05)
+
+
+async def test_when_a_job_wrote_outputs__they_are_listed_and_the_small_one_downloads(
+    client: httpx.AsyncClient, events: Events, stack: Stack
+) -> None:
+    job_id = await _completed(client, events, inputs=["a"])
+
+    listed = (await client.get(f"/jobs/{job_id}/outputs")).json()["items"]
+    small = await client.get(f"/tasks/{listed[0]['task_id']}/outputs/out.txt")
+    big = await client.get(f"/tasks/{listed[0]['task_id']}/outputs/big.bin")
+
+    assert [(o["name"], o["size"], o["downloadable"]) for o in listed] == [
+        ("big.bin", 1048577, False),
+        ("out.txt", 12, True),
+    ]
+    assert small.status_code == 200
+    assert small.content == b"result of a\n"
+    assert hashlib.sha256(small.content).hexdigest() == listed[1]["sha256"]
+    workdir = stack.work_root / job_id / listed[0]["task_id"]
+    assert listed[0]["path"] == str(workdir / "big.bin")
+    assert big.status_code == 409
+    assert big.json()["detail"] == (
+        f"output big.bin is 1048577 bytes, over the 1 MiB download limit; it is at"
+        f" {workdir / 'big.bin'} on host {listed[0]['host']}"
+    )
+
+
+async def test_when_a_finished_job_is_purged__its_work_dirs_and_logs_are_gone(
+    client: httpx.AsyncClient, events: Events, stack: Stack
+) -> None:
+    job_id = await _completed(client, events, inputs=["a", "b"], command=f"echo hi && {COMMAND}")
+    tasks = (await client.get(f"/jobs/{job_id}/tasks")).json()
+    workdirs = [Path(t["workdir"]) for t in tasks]
+    assert all(w.is_dir() for w in workdirs)
+    assert (await client.get(f"/jobs/{job_id}/logs")).json()["items"]
+
+    response = await client.post(f"/jobs/{job_id}/actions", json={"action": "purge"})
+
+    assert response.status_code == 202, response.text
+    await events.wait_key(f"job.purged.{job_id}")
+    for workdir in workdirs:
+        await _wait_gone(workdir)
+    assert not (stack.work_root / job_id).exists()
+    assert (await client.get(f"/jobs/{job_id}/logs")).json()["items"] == []
+    download = await client.get(f"/tasks/{tasks[0]['id']}/outputs/out.txt")
+    assert download.status_code == 409
+    again = await client.post(f"/jobs/{job_id}/inputs", json={"inputs": ["c"]})
+    assert again.status_code == 409
+    assert "was purged at" in again.json()["detail"]
+
+
+async def test_when_a_job_has_a_short_retention__the_scheduler_purges_it_on_its_own(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    job_id = await _completed(client, events, retention_s=1)
+    [task] = (await client.get(f"/jobs/{job_id}/tasks")).json()
+
+    event = await events.wait_key(f"job.purged.{job_id}", within=30)
+
+    assert event["brief"] == "purged by retention: retention: 1 s after the job ended"
+    await _wait_gone(Path(task["workdir"]))
+    job = (await client.get(f"/jobs/{job_id}")).json()
+    assert (job["purged_by"], job["retention_s"]) == ("retention", 1)
