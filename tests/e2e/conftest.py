@@ -2,6 +2,8 @@
 
 import asyncio
 import json
+import os
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -21,6 +23,8 @@ pytestmark = pytest.mark.e2e
 
 
 HOST_ID = "e2e-host"
+#: The installed `vigil` command (`pip install -e .`).
+VIGIL = Path(sys.executable).with_name("vigil")
 
 
 async def _delete_topology(namespace: str) -> None:
@@ -164,3 +168,13 @@ async def wait_job(
     response = await client.get(f"/jobs/{job_id}")
     response.raise_for_status()
     return dict(response.json())
+
+
+@pytest.fixture
+def env(stack: Stack, tmp_path: Path) -> dict[str, str]:
+    """The environment of a user of the stack: its URL and token, no config file."""
+    assert VIGIL.exists(), f"{VIGIL} is missing: pip install -e . installs the command"
+    home = tmp_path / "home"
+    home.mkdir()
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "XDG_"))}
+    return kept | {"HOME": str(home), "VIGIL_URL": stack.base_url, "VIGIL_TOKEN": stack.token}

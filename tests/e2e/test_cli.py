@@ -3,10 +3,8 @@ and the errors a user meets (API down, token refused), each as one line without 
 """
 
 import importlib.util
-import os
 import select
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,12 +14,12 @@ from types import ModuleType
 import pytest
 
 from bench.cluster import free_port
+from tests.e2e.conftest import VIGIL
 from tests.e2e.stack import Stack
 from vigil import Client, Event
 
 pytestmark = pytest.mark.e2e
 
-VIGIL = Path(sys.executable).with_name("vigil")
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "resubmit_on_signal.py"
 WAIT_S = 60
 
@@ -30,16 +28,6 @@ name: greet
 command: echo "hello $VIGIL_INPUT"
 inputs: [a, b]
 """
-
-
-@pytest.fixture
-def env(stack: Stack, tmp_path: Path) -> dict[str, str]:
-    """The environment of a user of the stack: its URL and token, no config file."""
-    assert VIGIL.exists(), f"{VIGIL} is missing: pip install -e . installs the command"
-    home = tmp_path / "home"
-    home.mkdir()
-    kept = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "XDG_"))}
-    return kept | {"HOME": str(home), "VIGIL_URL": stack.base_url, "VIGIL_TOKEN": stack.token}
 
 
 def vigil(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

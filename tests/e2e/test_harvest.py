@@ -12,6 +12,8 @@ import pytest
 
 from tests.e2e.conftest import Events, wait_job
 from tests.e2e.stack import Stack
+from tests.e2e.test_cli import vigil
+from vigil import Client
 
 pytestmark = pytest.mark.e2e
 
@@ -97,3 +99,30 @@ async def test_when_a_job_has_a_short_retention__the_scheduler_purges_it_on_its_
     await _wait_gone(Path(task["workdir"]))
     job = (await client.get(f"/jobs/{job_id}")).json()
     assert (job["purged_by"], job["retention_s"]) == ("retention", 1)
+
+
+def test_when_the_cli_harvests__it_lists_saves_and_purges(
+    stack: Stack, env: dict[str, str], tmp_path: Path
+) -> None:
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(f"command: '{COMMAND}'\noutputs: [out.txt, big.bin]\ninputs: [cli]\n")
+    submitted = vigil(env, "submit", str(job_file), "--wait")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.split()[0]
+    with Client(stack.base_url, stack.token) as client:
+        [task] = client.tasks(job_id)
+
+    listed = vigil(env, "outputs", job_id)
+    saved = vigil(env, "download", task["id"], "out.txt", "-o", str(tmp_path / "got.txt"))
+    too_big = vigil(env, "download", task["id"], "big.bin", "-o", str(tmp_path / "big.bin"))
+    purged = vigil(env, "purge", job_id, "--yes")
+
+    assert listed.returncode == 0, listed.stderr
+    assert "out.txt" in listed.stdout and "big.bin" in listed.stdout
+    assert saved.returncode == 0, saved.stderr
+    assert (tmp_path / "got.txt").read_bytes() == b"result of cli\n"
+    assert too_big.returncode != 0
+    assert "over the 1 MiB download limit" in too_big.stderr
+    assert not (tmp_path / "big.bin").exists()
+    assert purged.returncode == 0, purged.stderr
+    assert purged.stdout.startswith(f"job {job_id}: purged at ")
