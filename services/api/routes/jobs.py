@@ -233,8 +233,10 @@ async def act_on_job(
     a configuring one (its tasks are made from the held inputs, its test outputs discarded):
     202 with it.
 
-    `cancel` terminates every task not yet at rest. 409 names the current state and the states
-    that allow the action (or says that no task failed, for `recover_failed`).
+    `cancel` terminates every task not yet at rest. `purge` deletes an ended job's logs, kept
+    output bytes and work dirs for good (`purged_at` is then set). 409 names the current state
+    and the states that allow the action (or says that no task failed, for `recover_failed`,
+    or what still runs, for `purge`); every action but `purge` is 409 on a purged job.
     """
     async with pool.acquire() as conn, conn.transaction():
         await visible_job(conn, user, job_id)
