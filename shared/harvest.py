@@ -136,10 +136,14 @@ def _count(status: str) -> int:
     return int(status.split()[-1])
 
 
-async def check_not_purged(conn: Connection, job_id: str, doing: str) -> None:
+async def check_not_purged(
+    conn: Connection, job_id: str, doing: str, *, share_lock: bool = False
+) -> None:
     """Raise `Conflict` (`job X was purged at T by U: cannot <doing>`) for a purged job: its
-    data is gone, so nothing may bring it back to work."""
-    row = await conn.fetchrow("SELECT purged_at, purged_by FROM jobs WHERE id = $1", job_id)
+    data is gone, so nothing may bring it back to work. With `share_lock` the row stays
+    share-locked until the transaction ends, so that no purge can start meanwhile."""
+    lock = " FOR SHARE" if share_lock else ""
+    row = await conn.fetchrow(f"SELECT purged_at, purged_by FROM jobs WHERE id = $1{lock}", job_id)
     if row is not None and row["purged_at"] is not None:
         message = purge_rules.purged_message(job_id, row["purged_at"], row["purged_by"])
         raise Conflict(f"{message}: cannot {doing}")

@@ -133,9 +133,11 @@ async def duplicate(conn: Connection, task: tasks_repo.Task) -> tasks_repo.Task:
 async def reopen_job(conn: Connection, job_id: str) -> None:
     """A finished job with work to do again becomes `active` (no-op otherwise).
 
-    The job row is locked, like the finaliser does, so that the two are serialised.
+    The job row is locked, like the finaliser does, so that the two are serialised; a job
+    purged meanwhile (its lock was waited for) is refused here.
     """
     state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", job_id)
+    await harvest.check_not_purged(conn, job_id, "reopen it")
     if state in (JobState.COMPLETED.value, JobState.FAILED.value):
         await jobs_repo.transition(conn, job_id, JobState.ACTIVE)
 

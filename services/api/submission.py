@@ -38,7 +38,9 @@ async def submit(
     async with pool.acquire() as conn, conn.transaction():
         await _check_references(conn, user, body)
         if body.inputs_from is not None:
-            await harvest.check_not_purged(conn, body.inputs_from, "chain a job from it")
+            await harvest.check_not_purged(
+                conn, body.inputs_from, "chain a job from it", share_lock=True
+            )
         job, created = await jobs_repo.create(conn, user.id, body.to_new_job(idempotency_key))
         if created and body.retention_s is not None:
             await harvest.set_retention(conn, job.id, body.retention_s)

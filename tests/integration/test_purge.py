@@ -2,6 +2,7 @@
 purge deletes and records, when it is refused (and then writes nothing), what a purged job
 refuses afterwards, and which jobs the retention finds due."""
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -248,3 +249,39 @@ async def test_when_the_retention_round_runs__due_jobs_are_purged_by_retention(
             "retention: 60 s after the job ended",
         )
         assert await given.logs_of(conn, job_id) == 0
+
+
+async def _blocked_on_a_lock(pool: Pool, pid: int, within: float = 10.0) -> None:
+    """Return once backend `pid` waits for a row lock (nothing else can tell)."""
+    async with asyncio.timeout(within):
+        while await pool.fetchval(_WAITING, pid) != "Lock":  # noqa: ASYNC110 (no event says so)
+            await asyncio.sleep(0.01)
+
+
+_WAITING = "SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1"
+
+
+async def test_when_a_recovery_waits_on_a_purge__it_is_refused_once_the_purge_commits(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        job_id = await _ended_with_data(conn, "failed", state="failed_on_cluster")
+        task_id = (await given.task_ids(conn, job_id))[0]
+    async with pool.acquire() as purger, pool.acquire() as actor:
+        purge = purger.transaction()
+        await purge.start()
+        await harvest.purge_job(purger, job_id, "ops", "race")
+        recovery = asyncio.create_task(
+            task_actions.apply_to_task(actor, task_id, TaskAction.RECOVER, "ops")
+        )
+        await _blocked_on_a_lock(pool, actor.get_server_pid())
+
+        await purge.commit()
+
+        with pytest.raises(Conflict, match=f"job {job_id} was purged at .*: cannot reopen it"):
+            await recovery
+    async with pool.acquire() as conn:
+        task = await tasks_repo.get(conn, task_id)
+        job = await jobs_repo.get(conn, job_id)
+    assert task is not None and task.state.value == "failed_on_cluster"
+    assert job is not None and job.state.value == "failed"
