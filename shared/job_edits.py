@@ -1,10 +1,10 @@
 """Editing a submitted job (`PATCH /jobs/{id}`): what may change in which state, and the change.
 
 While a job is configuring everything it runs can change: name, command, inputs, outputs,
-params, policy and throttle. Once it is active (or suspended, or finished) tasks have run its
-command, so only operational settings change: the throttle and the policy's budgets, backoff
-and probing. A cancelled job changes no more. Every applied edit is recorded in `job_edits`
-(who, when, the job's state, the new values).
+params, policy, throttle and retention. Once it is active (or suspended, or finished) tasks
+have run its command, so only operational settings change: the throttle, the retention and the
+policy's budgets, backoff and probing. A cancelled job changes no more. Every applied edit is
+recorded in `job_edits` (who, when, the job's state, the new values).
 """
 
 from collections.abc import Collection, Mapping
@@ -25,9 +25,10 @@ FIELDS: Final = (
     "policy",
     "max_in_flight",
     "release_per_tick",
+    "retention_s",
 )
 #: What may change once the job is active.
-OPERATIONAL_FIELDS: Final = frozenset({"max_in_flight", "release_per_tick"})
+OPERATIONAL_FIELDS: Final = frozenset({"max_in_flight", "release_per_tick", "retention_s"})
 OPERATIONAL_POLICY: Final = frozenset(
     {"max_infra_retries", "max_app_retries", "backoff", "probe_failure_rate", "probe_window"}
 )

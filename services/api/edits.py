@@ -13,7 +13,15 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from services.api.actions import ThrottleLimit
-from services.api.schemas import MAX_OUTPUTS, Command, Inputs, JobCreate, Name, OutputName
+from services.api.schemas import (
+    MAX_OUTPUTS,
+    MAX_RETENTION_S,
+    Command,
+    Inputs,
+    JobCreate,
+    Name,
+    OutputName,
+)
 from shared.jobs_repo import Job
 from shared.task_types.base import TaskType
 
@@ -33,16 +41,28 @@ class JobEdit(BaseModel):
     )
     max_in_flight: ThrottleLimit = None
     release_per_tick: ThrottleLimit = None
+    retention_s: float | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_RETENTION_S,
+        description="Purge the job's data this long after it ends; null: keep it until purged"
+        " by hand.",
+    )
 
     @model_validator(mode="after")
     def _something(self) -> "JobEdit":
-        if not self.given():
+        if not self.model_fields_set:
             raise ValueError("nothing to change: name at least one field")
+        nulls = sorted(
+            k for k in self.model_fields_set - {"retention_s"} if getattr(self, k) is None
+        )
+        if nulls:
+            raise ValueError(f"{', '.join(nulls)} cannot be null (leave a field out to keep it)")
         return self
 
     def given(self) -> dict[str, Any]:
-        """The fields the edit names, with their values (null means not given)."""
-        return {k: v for k, v in self.model_dump(mode="json").items() if v is not None}
+        """The fields the edit names, with their values."""
+        return self.model_dump(mode="json", include=self.model_fields_set)
 
     def validated(
         self,

@@ -256,6 +256,8 @@ async def test_an_active_job_refuses_a_new_command_but_takes_new_budgets(api: Ap
         ({"policy": {"analyser": "nope"}}, "unknown analyser"),
         ({"inputs": ["1", "2", "3", "4", "5", "6"]}, "at most 5 are accepted"),
         ({"type": "diagnostics"}, "Extra inputs are not permitted"),
+        ({"command": None, "max_in_flight": None}, "command, max_in_flight cannot be null"),
+        ({"retention_s": 0.5}, "greater than or equal to 1"),
     ],
 )
 async def test_a_bad_edit_is_a_422_that_names_the_problem(api: Api, body: Any, says: str) -> None:
@@ -328,3 +330,17 @@ async def test_a_configuring_job_can_be_cancelled(api: Api) -> None:
     assert response.json()["test_counts"] == {"terminated": 1}
     assert (await _edit(api, job["id"], {"name": "x"})).status_code == 409
     assert test["state"] == "new"
+
+
+async def test_an_active_jobs_retention_can_be_set_and_cleared(api: Api) -> None:
+    job = await api.submit(api.user, inputs=["a"])
+
+    short = await _edit(api, job["id"], {"retention_s": 30})
+    kept = await _edit(api, job["id"], {"retention_s": 86400})
+    cleared = await _edit(api, job["id"], {"retention_s": None})
+
+    assert short.status_code == 422
+    assert "the shortest this api accepts is 60 s" in short.text
+    assert kept.status_code == 200, kept.text
+    assert kept.json()["retention_s"] == 86400
+    assert (cleared.status_code, cleared.json()["retention_s"]) == (200, None)

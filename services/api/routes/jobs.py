@@ -305,13 +305,15 @@ async def edit_job(
     """Change some fields of the job; `policy` names only the policy fields that change.
 
     A configuring job can change name, command, inputs (replacing the held ones), outputs,
-    params, policy and throttle; once active only the throttle and the policy's budgets,
-    backoff and probing (409 names the fields refused). The edited job is checked like a
+    params, policy, throttle and `retention_s`; once active only the throttle, the retention
+    (null: keep until purged by hand) and the policy's budgets, backoff and probing (409 names
+    the fields refused). The edited job is checked like a
     submission (422).
     """
     async with pool.acquire() as conn, conn.transaction():
         current = await visible_job(conn, user, job_id)
         wanted = body.validated(current, task_types, settings.max_inputs, analysers)
+        check_retention(wanted.get("retention_s"), settings.min_retention_s)
         job = await job_edits.apply(conn, job_id, wanted, user.name)
     logger.info(
         "job %s edited: %s",
