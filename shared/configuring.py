@@ -25,7 +25,7 @@ from shared.states import TERMINAL, JobState
 
 
 @dataclass(frozen=True)
-class TestInput:
+class TrialInput:
     """What a test runs on: the held input at `index` (a chained job: the upstream task at that
     position), or `value` itself when `explicit`."""
 
@@ -34,7 +34,7 @@ class TestInput:
     explicit: bool = False
 
 
-async def start_test(conn: Connection, job_id: str, what: TestInput) -> tasks_repo.Task:
+async def start_test(conn: Connection, job_id: str, what: TrialInput) -> tasks_repo.Task:
     """Make one test task of configuring job `job_id`; raises `NotFound` or `Conflict`."""
     async with conn.transaction():
         job = await _locked_configuring(conn, job_id, "run a test of")

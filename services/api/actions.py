@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from services.api.schemas import Inputs, InputValue, JobPublic, TaskPublic, count_errors
 from shared.actions import JobAction, TaskAction
-from shared.configuring import TestInput
+from shared.configuring import TrialInput
 
 #: Highest `max_in_flight` / `release_per_tick` a throttle action may set.
 MAX_THROTTLE: Final = 100_000
@@ -104,8 +104,8 @@ class TestRequest(BaseModel):
             raise ValueError("give either input_index or input, not both")
         return self
 
-    def what(self) -> TestInput:
+    def what(self) -> TrialInput:
         """The shared form of this request."""
         if "input" in self.model_fields_set:
-            return TestInput(value=self.input, explicit=True)
-        return TestInput(index=self.input_index or 0)
+            return TrialInput(value=self.input, explicit=True)
+        return TrialInput(index=self.input_index or 0)

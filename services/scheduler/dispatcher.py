@@ -19,6 +19,10 @@ from shared.prerequisites import met_arrays, unmet_sql
 from shared.states import ACTIONS, IN_FLIGHT, Stage, TaskState
 from shared.topology import host_key, pool_key
 
+#: An emergency stop suspends active jobs; a configuring job has no suspended state, so its
+#: test tasks are simply not released while a stop is in force.
+_NOT_STOPPED: Final = "NOT EXISTS (SELECT 1 FROM emergency_stops WHERE resumed_at IS NULL)"
+
 _NEW_TASKS: Final = f"""
 SELECT t.id FROM jobs j CROSS JOIN LATERAL (
     SELECT t.id FROM tasks t
@@ -31,7 +35,8 @@ SELECT t.id FROM jobs j CROSS JOIN LATERAL (
         SELECT count(*) FROM tasks x WHERE x.job_id = j.id
           AND (x.claim IS NOT NULL OR x.state = ANY($6::task_state[])))))
 ) t
-WHERE (j.state = 'active' OR j.state = 'configuring')  -- OR: both partial indexes serve it
+-- an OR of states (not IN): the partial indexes jobs_active and jobs_configuring both serve it
+WHERE (j.state = 'active' OR (j.state = 'configuring' AND {_NOT_STOPPED}))
 ORDER BY j.created_at
 LIMIT $1
 """
@@ -44,7 +49,7 @@ _RESTING_LIST: Final = ", ".join(f"'{s.value}'" for s in RESTING_STATES)
 _RESTING_TASKS: Final = f"""
 SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id
 WHERE t.claim IS NULL AND t.state IN ({_RESTING_LIST})
-  AND t.host IS NOT NULL AND (j.state = 'active' OR j.state = 'configuring')
+  AND t.host IS NOT NULL AND (j.state = 'active' OR (j.state = 'configuring' AND {_NOT_STOPPED}))
   AND (t.state <> 'data_ready' OR NOT {unmet_sql("post_processing")})
 LIMIT $1
 """
