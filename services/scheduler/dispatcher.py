@@ -27,6 +27,7 @@ _NEW_TASKS: Final = f"""
 SELECT t.id FROM jobs j CROSS JOIN LATERAL (
     SELECT t.id FROM tasks t
     WHERE t.job_id = j.id AND t.state = 'new' AND t.claim IS NULL
+      AND (NOT t.test OR j.state = 'configuring')
       AND (t.not_before IS NULL OR t.not_before <= now())
       AND NOT {unmet_sql("setup")}
     ORDER BY t.index
@@ -50,6 +51,7 @@ _RESTING_TASKS: Final = f"""
 SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id
 WHERE t.claim IS NULL AND t.state IN ({_RESTING_LIST})
   AND t.host IS NOT NULL AND (j.state = 'active' OR (j.state = 'configuring' AND {_NOT_STOPPED}))
+  AND (NOT t.test OR j.state = 'configuring')
   AND (t.state <> 'data_ready' OR NOT {unmet_sql("post_processing")})
 LIMIT $1
 """

@@ -22,7 +22,7 @@ from shared.db import Connection, Pool
 from shared.messages import JobEvent, JobOutcome, KillTask, TaskDecision
 from shared.policy import Policy
 from shared.revocation import revoke_job
-from shared.states import FAILED, FailureClass, TaskState
+from shared.states import FAILED, FailureClass, JobState, TaskState
 from shared.status_file import StatusReport
 from shared.topology import supervise_key
 
@@ -35,7 +35,7 @@ ORDER BY t.updated_at LIMIT $1
 """
 
 _LOCK = """
-SELECT t.*, j.policy AS job_policy FROM tasks t JOIN jobs j ON j.id = t.job_id
+SELECT t.*, j.policy AS job_policy, j.state AS job_state FROM tasks t JOIN jobs j ON j.id = t.job_id
 WHERE t.id = $1 AND NOT t.decided AND t.state = ANY($2::task_state[])
 FOR UPDATE OF t SKIP LOCKED
 """
@@ -84,7 +84,11 @@ class Triage:
             last = attempts[-1] if attempts else None
             if not await self._fenced(conn, task, last):
                 return False
-            decision = self._decide(_facts(task, policy, attempts))
+            if task.test and record["job_state"] != JobState.CONFIGURING.value:
+                # activated meanwhile: a test run's failure changes nothing any more
+                decision = Decision(Verdict.ABANDONED, "a test run of a job activated since")
+            else:
+                decision = self._decide(_facts(task, policy, attempts))
             await self._apply(conn, task, decision)
             await attempts_repo.record_decision(
                 conn, task.id, decision.verdict.value, decision.reason
@@ -101,7 +105,7 @@ class Triage:
             )
             if task.failure_class in INFRA and last is not None and last.host:
                 await self._count_against_host(conn, last.host)
-            if task.failure_class is not FailureClass.CANCELLED:
+            if task.failure_class is not FailureClass.CANCELLED and not task.test:
                 await _maybe_probe(conn, task.job_id, policy)
         logger.info(
             "task %s %s: %s",
@@ -173,7 +177,7 @@ class Triage:
                 clone.id,
                 decision.delay_s,
             )
-        elif decision.fail_job:
+        elif decision.fail_job and not task.test:  # a test run never fails its job
             brief = f"fail_fast: task {task.id} failed ({task.failure_class}): {task.error_brief}"
             await outbox.add_job_event(
                 conn,
@@ -248,7 +252,7 @@ async def _maybe_probe(conn: Connection, job_id: str, policy: Policy) -> None:
         return
     window: Any = await conn.fetchrow(
         "SELECT count(*) AS n, count(*) FILTER (WHERE state <> 'completed') AS failed FROM ("
-        " SELECT state FROM tasks WHERE job_id = $1"
+        " SELECT state FROM tasks WHERE job_id = $1 AND NOT test"
         "  AND (state = 'completed' OR state = ANY($3::task_state[]))"
         "  AND failure_class IS DISTINCT FROM 'cancelled'"
         " ORDER BY updated_at DESC LIMIT $2) w",
@@ -280,6 +284,7 @@ async def end_probing(pool: Pool) -> int:
         status = await conn.execute(
             "UPDATE jobs j SET probing_since = NULL WHERE probing_since IS NOT NULL"
             " AND EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'completed'"
+            "   AND NOT t.test"
             "   AND t.updated_at > j.probing_since)"
         )
     return int(status.split()[-1])

@@ -6,8 +6,9 @@ from typing import Any
 import pytest
 
 from services.scheduler.triage import Triage, TriageSettings, end_probing, release_quarantines
-from shared import datasets, jobs_repo, logs_repo, tasks_repo, users_repo
+from shared import configuring, datasets, jobs_repo, logs_repo, tasks_repo, users_repo
 from shared.analyser import Decision, DefaultAnalyser, Facts, Verdict
+from shared.configuring import TrialInput
 from shared.db import Connection, Pool
 from shared.jobs_repo import NewJob
 from shared.states import FailureClass, TaskState
@@ -274,3 +275,69 @@ async def test_when_a_job_names_an_analyser__it_decides_and_a_missing_one_falls_
         verdict, reason = await _decision(conn, gone)
         assert verdict == "resubmitted"
         assert reason is not None and reason.startswith("analyser 'not-here' is not installed")
+
+
+async def _configuring(conn: Connection, inputs: list[Any], policy: dict[str, Any]) -> str:
+    """A configuring job (see `shared.configuring`); its id."""
+    user = await users_repo.ensure_user(
+        conn, f"u-{uuid.uuid4().hex[:10]}", "user", uuid.uuid4().hex
+    )
+    new = NewJob("t", "shell", "true", inputs, policy=policy, configuring=True)
+    job, _ = await jobs_repo.create(conn, user.id, new)
+    return job.id
+
+
+async def test_a_test_run_failing_with_fail_fast_fails_no_job(pool: Pool) -> None:
+    triage = _triage(pool)
+    async with pool.acquire() as conn:
+        # given a failed test run of a fail_fast job, and another test waiting
+        job_id = await _configuring(conn, ["a", "b"], {"fail_fast": True})
+        failing = await configuring.start_test(conn, job_id, TrialInput())
+        waiting = await configuring.start_test(conn, job_id, TrialInput(index=1))
+        await _fail(conn, failing.id, FailureClass.EXIT, await _host(conn))
+
+        # when triaged
+        await triage.run_once()
+
+        # then it is given up, alone: no job.failed, nothing revoked
+        assert (await _decision(conn, failing.id))[0] == "abandoned"
+        assert (await tasks_repo.get(conn, waiting.id)).state is S.NEW  # type: ignore[union-attr]
+        events = await conn.fetchval(
+            "SELECT count(*) FROM outbox WHERE routing_key = $1", f"job.failed.{job_id}"
+        )
+        assert events == 0
+
+
+async def test_a_lost_test_run_is_resubmitted_as_a_test_run(pool: Pool) -> None:
+    triage = _triage(pool)
+    async with pool.acquire() as conn:
+        job_id = await _configuring(conn, ["a"], {"restartable": True})
+        test = await configuring.start_test(conn, job_id, TrialInput())
+        await _fail(conn, test.id, FailureClass.LOST, await _host(conn), pid=None)
+
+        await triage.run_once()
+
+        clone = await tasks_repo.get(conn, (await tasks_repo.get(conn, test.id)).superseded_by)  # type: ignore[arg-type, union-attr]
+        assert clone is not None
+        assert (clone.test, clone.index, clone.state) == (True, -2, S.NEW)
+
+
+async def test_a_test_run_undecided_at_activation_changes_nothing_after(pool: Pool) -> None:
+    triage = _triage(pool)
+    async with pool.acquire() as conn:
+        # given a lost test run of a restartable fail_fast job, not yet triaged at activation
+        job_id = await _configuring(conn, ["a", "b"], {"restartable": True, "fail_fast": True})
+        test = await configuring.start_test(conn, job_id, TrialInput())
+        await _fail(conn, test.id, FailureClass.LOST, await _host(conn), pid=None)
+        await configuring.activate(conn, job_id, "op")
+
+        # when triaged
+        await triage.run_once()
+
+        # then it is given up: no clone, the job's own tasks untouched, the job not failed
+        decision, reason = await _decision(conn, test.id)
+        assert (decision, reason) == ("abandoned", "a test run of a job activated since")
+        assert (await tasks_repo.get(conn, test.id)).superseded_by is None  # type: ignore[union-attr]
+        job = await jobs_repo.get(conn, job_id)
+        assert job is not None
+        assert (job.state.value, job.counts) == ("active", {"new": 2})
