@@ -16,7 +16,7 @@ record but never count towards its outcome, and cannot be acted on once it is ac
 from dataclasses import dataclass
 from typing import Any
 
-from shared import datasets, emergency, harvest, jobs_repo, task_actions, tasks_repo
+from shared import datasets, harvest, jobs_repo, stop_guard, task_actions, tasks_repo
 from shared.actions import TaskAction
 from shared.db import Connection
 from shared.errors import Conflict, NotFound
@@ -46,8 +46,7 @@ async def start_test(conn: Connection, job_id: str, what: TrialInput) -> tasks_r
             value = {datasets.UPSTREAM_KEY: upstream}
         else:
             value = _held_at(job, what.index)
-        index = await jobs_repo.next_index(conn, job_id, test=True)
-        [task_id] = await jobs_repo.add_tasks(conn, job_id, [value], index, test=True)
+        [task_id] = await jobs_repo.append_tasks(conn, job_id, [value], test=True)
         if upstream is not None:
             await datasets.promise(conn, [task_id], [upstream])
         task = await tasks_repo.get(conn, task_id)
@@ -61,11 +60,13 @@ async def activate(conn: Connection, job_id: str, actor: str) -> tuple[jobs_repo
     Raises `NotFound` or `Conflict` (not configuring). One transaction.
     """
     async with conn.transaction():
+        await stop_guard.share(conn)  # before any row lock: a stop waits, or is seen
         job = await _locked_configuring(conn, job_id, "activate")
         tests = [
             tasks_repo.Task.from_record(r)
             for r in await conn.fetch(
-                "SELECT * FROM tasks WHERE job_id = $1 AND test ORDER BY index DESC", job_id
+                "SELECT * FROM tasks WHERE job_id = $1 AND test ORDER BY index DESC FOR UPDATE",
+                job_id,
             )
         ]
         for task in tests:
@@ -82,12 +83,13 @@ async def activate(conn: Connection, job_id: str, actor: str) -> tuple[jobs_repo
         await conn.execute(
             "UPDATE jobs SET inputs = NULL, activated_at = now() WHERE id = $1", job_id
         )
-        if job.inputs_from is None:
-            made = await datasets.add_tasks(conn, job_id, list(job.inputs or []))
-        else:
+        made: list[str] = []
+        if job.inputs_from is not None:
             upstream = await datasets.upstream_task_ids(conn, job.inputs_from)
-            made = await datasets.chain(conn, job_id, upstream)
-        await emergency.hold_if_stopped(conn, job_id)
+            made += await datasets.chain(conn, job_id, upstream)
+        if job.inputs:  # a chained job's own inputs were appended or edited in
+            made += await datasets.add_tasks(conn, job_id, list(job.inputs))
+        await stop_guard.hold_if_stopped(conn, job_id)
         activated = await jobs_repo.get(conn, job_id)
         assert activated is not None
         return activated, len(made)

@@ -7,7 +7,7 @@ upstream task to complete. Inputs appended upstream flow on to every job chained
 
 from typing import Any, Final
 
-from shared import harvest, jobs_repo
+from shared import harvest, jobs_repo, stop_guard
 from shared.db import Connection
 from shared.errors import Conflict, NotFound
 from shared.prerequisites import Required
@@ -48,14 +48,14 @@ async def add_inputs(conn: Connection, job_id: str, inputs: list[Any]) -> list[s
         ids = await add_tasks(conn, job_id, inputs)
         if JobState(state) in (JobState.COMPLETED, JobState.FAILED):
             await jobs_repo.transition(conn, job_id, JobState.ACTIVE)
+            await stop_guard.hold_if_stopped(conn, job_id)
     return ids
 
 
 async def add_tasks(conn: Connection, job_id: str, inputs: list[Any]) -> list[str]:
     """In the caller's transaction, with the job row locked: one task per input after the
     job's last, waiting as the job's prerequisites say, chained on to downstream jobs."""
-    index = await jobs_repo.next_index(conn, job_id)
-    ids = await jobs_repo.add_tasks(conn, job_id, inputs, start_index=index)
+    ids = await jobs_repo.append_tasks(conn, job_id, inputs)
     await apply_job_prerequisites(conn, job_id, ids)
     for downstream in await _chained_from(conn, job_id):
         await chain(conn, downstream, ids)
@@ -67,8 +67,7 @@ async def chain(conn: Connection, job_id: str, upstream_task_ids: list[str]) -> 
     if not upstream_task_ids:
         return []
     promised = [{UPSTREAM_KEY: tid} for tid in upstream_task_ids]
-    index = await jobs_repo.next_index(conn, job_id)
-    ids = await jobs_repo.add_tasks(conn, job_id, promised, start_index=index)
+    ids = await jobs_repo.append_tasks(conn, job_id, promised)
     await promise(conn, ids, upstream_task_ids)
     await apply_job_prerequisites(conn, job_id, ids)
     for downstream in await _chained_from(conn, job_id):

@@ -7,19 +7,19 @@ jobs and tasks it touched are recorded with it, so a resume brings back exactly 
 jobs still suspended are resumed and the tasks still failed as `cancelled` are recovered
 (`TaskAction.RECOVER`). Whatever someone changed in between is left as they left it.
 
-Jobs submitted while a stop is in force are created suspended and belong to the stop
-(`hold_if_stopped`). An advisory lock orders submissions against stops and resumes, so no job
-slips between the stop's suspension and its commit.
+Jobs submitted, activated or reopened while a stop is in force are suspended and belong to the
+stop, and a single job's resume is refused (`shared.stop_guard`). An advisory lock orders them
+against stops and resumes, so no job slips between the stop's suspension and its commit.
 """
 
 import logging
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 import asyncpg
 
-from shared import attempts_repo, task_actions, tasks_repo
+from shared import attempts_repo, stop_guard, task_actions, tasks_repo
 from shared.actions import TaskAction
 from shared.db import Connection
 from shared.errors import Conflict
@@ -27,8 +27,6 @@ from shared.states import FailureClass, TaskState
 
 logger = logging.getLogger(__name__)
 
-#: Advisory lock: exclusive for a stop or a resume, shared for a submission.
-_LOCK_KEY: Final = 0x56494745  # "VIGE"
 S = TaskState
 
 
@@ -68,7 +66,7 @@ def kill_brief(actor: str, reason: str) -> str:
 async def stop(conn: Connection, actor: str, reason: str) -> Stop:
     """Stop everything (see the module doc); raises `Conflict` if a stop is already in force."""
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", stop_guard.LOCK_KEY)
         current = await in_force(conn)
         if current is not None:
             raise Conflict(
@@ -100,7 +98,7 @@ async def stop(conn: Connection, actor: str, reason: str) -> Stop:
 async def resume(conn: Connection, actor: str) -> Resumed:
     """Undo the stop in force (see the module doc); raises `Conflict` if there is none."""
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", stop_guard.LOCK_KEY)
         current = await in_force(conn)
         if current is None:
             raise Conflict("no emergency stop is in force")
@@ -132,23 +130,6 @@ async def latest(conn: Connection) -> Stop | None:
     """The most recent stop, in force or resumed; None if there never was one."""
     stop_id = await conn.fetchval("SELECT max(id) FROM emergency_stops")
     return await _get(conn, stop_id) if stop_id is not None else None
-
-
-async def hold_if_stopped(conn: Connection, job_id: str) -> bool:
-    """Suspend the just-created `job_id` if a stop is in force (the resume starts it); True
-    if it did. Call in the submission's transaction."""
-    await conn.execute("SELECT pg_advisory_xact_lock_shared($1)", _LOCK_KEY)
-    stop_id = await conn.fetchval("SELECT id FROM emergency_stops WHERE resumed_at IS NULL")
-    if stop_id is None:
-        return False
-    await conn.execute(
-        "WITH held AS (UPDATE jobs SET state = 'suspended' WHERE id = $2 AND state = 'active'"
-        " RETURNING id) INSERT INTO emergency_stop_jobs (stop_id, job_id)"
-        " SELECT $1, id FROM held",
-        stop_id,
-        job_id,
-    )
-    return True
 
 
 async def _get(conn: Connection, stop_id: int) -> Stop:

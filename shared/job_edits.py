@@ -69,6 +69,12 @@ def refusal(job_id: str, state: JobState, changes: Collection[str]) -> str | Non
     )
 
 
+async def lock(conn: Connection, job_id: str) -> None:
+    """Lock the job row for an edit (in the caller's transaction), before it is read and the
+    edit validated against it: two edits of one job never merge onto the same old policy."""
+    await conn.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", job_id)
+
+
 async def apply(
     conn: Connection, job_id: str, wanted: Mapping[str, Any], actor: str
 ) -> jobs_repo.Job:

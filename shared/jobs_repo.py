@@ -4,6 +4,8 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
+import asyncpg
+
 from shared import outbox
 from shared.db import Connection
 from shared.errors import StaleState
@@ -136,6 +138,28 @@ async def add_tasks(
             conn, TaskEvent(job_id=job_id, task_id=tid, state=TaskState.NEW)
         )
     return ids
+
+
+#: Times `append_tasks` tries again when a concurrent writer took the indexes it chose.
+_APPEND_TRIES = 20
+
+
+async def append_tasks(
+    conn: Connection, job_id: str, inputs: list[Any], *, test: bool = False
+) -> list[str]:
+    """`add_tasks` after the job's last task (a test task: before its first), in a savepoint
+    tried again if a concurrent writer took the same indexes first (the unique index on
+    `(job_id, index)` says so). No lock is taken: writers reach here holding the job row, a
+    task row, or neither, and a lock here could only deadlock with them."""
+    for tries_left in range(_APPEND_TRIES - 1, -1, -1):
+        start = await next_index(conn, job_id, test=test)
+        try:
+            async with conn.transaction():
+                return await add_tasks(conn, job_id, inputs, start, test=test)
+        except asyncpg.UniqueViolationError as exc:
+            if exc.constraint_name != "tasks_job_id_index_key" or not tries_left:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def next_index(conn: Connection, job_id: str, *, test: bool = False) -> int:

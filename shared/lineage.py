@@ -24,9 +24,8 @@ async def resubmit(conn: Connection, task_id: str) -> tasks_repo.Task:
         original = tasks_repo.Task.from_record(record)
         if original.state not in FAILED or original.superseded_by is not None:
             raise Conflict(f"task {task_id} ({original.state}) cannot be resubmitted")
-        index = await jobs_repo.next_index(conn, original.job_id, test=original.test)
-        [clone_id] = await jobs_repo.add_tasks(
-            conn, original.job_id, [original.input], index, test=original.test
+        [clone_id] = await jobs_repo.append_tasks(
+            conn, original.job_id, [original.input], test=original.test
         )
         await conn.execute(
             "UPDATE tasks SET resubmitted_from = $1, infra_retries = $3 WHERE id = $2",

@@ -9,7 +9,7 @@ the scheduler, which dispatches it to the task's host.
 from dataclasses import dataclass
 from typing import Any
 
-from shared import attempts_repo, harvest, jobs_repo, outbox, tasks_repo
+from shared import attempts_repo, harvest, jobs_repo, outbox, stop_guard, tasks_repo
 from shared.actions import JobAction, Plan, TaskAction, plan
 from shared.db import Connection
 from shared.errors import Conflict, NotFound, StaleState
@@ -114,10 +114,7 @@ async def kill_running(conn: Connection, task: tasks_repo.Task, reason: str) -> 
 
 async def duplicate(conn: Connection, task: tasks_repo.Task) -> tasks_repo.Task:
     """A new task of the same job with the same input (new id, new work dir), at `new`."""
-    index = await jobs_repo.next_index(conn, task.job_id, test=task.test)
-    [new_id] = await jobs_repo.add_tasks(
-        conn, task.job_id, [task.input], start_index=index, test=task.test
-    )
+    [new_id] = await jobs_repo.append_tasks(conn, task.job_id, [task.input], test=task.test)
     await conn.execute(
         "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
         " SELECT $2, stage, on_task_id, required FROM task_prerequisites WHERE task_id = $1",
@@ -140,6 +137,7 @@ async def reopen_job(conn: Connection, job_id: str) -> None:
     await harvest.check_not_purged(conn, job_id, "reopen it")
     if state in (JobState.COMPLETED.value, JobState.FAILED.value):
         await jobs_repo.transition(conn, job_id, JobState.ACTIVE)
+        await stop_guard.hold_if_stopped(conn, job_id)
 
 
 async def apply_to_job(
@@ -193,7 +191,7 @@ async def _set_job_state(
             f"cannot {action.value} a job in state {current.value}; allowed in: {allowed}"
         )
     if action is JobAction.RESUME:
-        await _check_no_emergency_stop(conn, job_id)
+        await stop_guard.refuse_if_stopped(conn, f"resume job {job_id}")
     target = _JOB_TARGET[action]
     event = None
     if target is JobState.CANCELLED:
@@ -203,19 +201,6 @@ async def _set_job_state(
     await jobs_repo.transition(conn, job_id, target, event)
     if action in (JobAction.SUSPEND, JobAction.RESUME):
         await _freeze_running(conn, job_id, frozen=action is JobAction.SUSPEND)
-
-
-async def _check_no_emergency_stop(conn: Connection, job_id: str) -> None:
-    """While an emergency stop is in force nothing resumes but through its lifting (which
-    resumes the jobs the stop suspended)."""
-    stop = await conn.fetchrow(
-        "SELECT stopped_by, reason FROM emergency_stops WHERE resumed_at IS NULL"
-    )
-    if stop is not None:
-        raise Conflict(
-            f"cannot resume job {job_id}: an emergency stop by {stop['stopped_by']} is in force"
-            f" ({stop['reason']}); an operator lifts it with POST /admin/resume"
-        )
 
 
 async def _freeze_running(conn: Connection, job_id: str, *, frozen: bool) -> None:

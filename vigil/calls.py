@@ -105,8 +105,8 @@ def append_inputs(job_id: str, inputs: list[Any]) -> Call:
 
 
 def edit(job_id: str, fields: Mapping[str, Any]) -> Call:
-    body = {k: v for k, v in fields.items() if v is not None}
-    return Call("PATCH", f"/jobs/{check_id('job', job_id)}", json=body)
+    """Every field given is sent, null too (`retention_s: None` keeps the data forever)."""
+    return Call("PATCH", f"/jobs/{check_id('job', job_id)}", json=dict(fields))
 
 
 def start_test(job_id: str, test_input: Mapping[str, Any]) -> Call:

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Final
 
+import asyncpg
 from fastapi import FastAPI, Request, Response, status
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
@@ -85,10 +86,21 @@ async def _conflict(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_409_CONFLICT)
 
 
+async def _raced(request: Request, exc: Exception) -> JSONResponse:
+    # PostgreSQL aborted this request's transaction to let a concurrent one through (a
+    # deadlock between two writers, e.g. a task action and a bulk action): nothing was written.
+    logger.warning("concurrent change on %s %s: %s", request.method, request.url.path, exc)
+    detail = "a concurrent change got in the way and nothing was done; try again"
+    return JSONResponse({"detail": detail}, status_code=status.HTTP_409_CONFLICT)
+
+
 def install(app: FastAPI) -> None:
-    """Register the handlers: bad input → 422, NotFound → 404, Conflict and lost races → 409."""
+    """Register the handlers: bad input → 422, NotFound → 404, Conflict and lost races (our
+    compare-and-sets, and PostgreSQL's deadlock and serialization aborts) → 409."""
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(NotFound, _not_found)
     for conflict in (Conflict, StaleState, InvalidTransition):
         app.add_exception_handler(conflict, _conflict)
+    for raced in (asyncpg.DeadlockDetectedError, asyncpg.SerializationError):
+        app.add_exception_handler(raced, _raced)

@@ -3,7 +3,7 @@ one transaction, so that a failure anywhere leaves no trace (never a half-create
 
 A job with `inputs_from` is created without inputs and chained (design §6): one promised input
 per task of the upstream job, each waiting for its upstream task to complete. A job submitted
-during an emergency stop is created suspended (`shared.emergency.hold_if_stopped`). A job
+during an emergency stop is created suspended (`shared.stop_guard.hold_if_stopped`). A job
 submitted `configuring` gets its tasks (and chaining) when it is activated
 (`shared.configuring`).
 """
@@ -18,7 +18,7 @@ from services.api import queries
 from services.api.access import owner_filter
 from services.api.errors import invalid
 from services.api.schemas import JobCreate
-from shared import datasets, emergency, harvest, jobs_repo
+from shared import datasets, harvest, jobs_repo, stop_guard
 from shared.db import Connection, Pool
 from shared.jobs_repo import Job
 from shared.users_repo import User
@@ -46,7 +46,7 @@ async def submit(
             await harvest.set_retention(conn, job.id, body.retention_s)
             job = dataclasses.replace(job, retention_s=body.retention_s)
         if created and not body.configuring:  # a configuring job is filled at activation
-            await emergency.hold_if_stopped(conn, job.id)
+            await stop_guard.hold_if_stopped(conn, job.id)
             job = await _fill(conn, job.id, body)
     if created:
         logger.info(

@@ -1,12 +1,14 @@
 """Try before production (issue 6): configuring jobs, test tasks, edits and activation, through
 the in-process api on the real database."""
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from tests.integration.test_api_harness import Api, Caller, running_api
+from tests.integration.waiting import until_someone_blocked
 
 pytestmark = pytest.mark.integration
 
@@ -344,3 +346,25 @@ async def test_an_active_jobs_retention_can_be_set_and_cleared(api: Api) -> None
     assert kept.status_code == 200, kept.text
     assert kept.json()["retention_s"] == 86400
     assert (cleared.status_code, cleared.json()["retention_s"]) == (200, None)
+
+
+async def test_two_edits_at_once_do_not_undo_each_other(api: Api) -> None:
+    job = await _configuring(api, inputs=["a"])
+    async with api.pool.acquire() as holder:
+        # given the job row held by someone (as an edit in progress would)
+        transaction = holder.transaction()
+        await transaction.start()
+        await holder.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", job["id"])
+        second = asyncio.create_task(_edit(api, job["id"], {"policy": {"max_infra_retries": 7}}))
+        await until_someone_blocked(api.pool)
+        # when that edit commits first
+        await holder.execute(
+            "UPDATE jobs SET policy = policy || $2 WHERE id = $1", job["id"], {"max_app_retries": 5}
+        )
+        await transaction.commit()
+        response = await second
+
+    # then the second edit is laid over the first, not over what it read before
+    assert response.status_code == 200, response.text
+    policy = response.json()["policy"]
+    assert (policy["max_app_retries"], policy["max_infra_retries"]) == (5, 7)

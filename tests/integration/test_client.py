@@ -244,6 +244,8 @@ def test_when_a_job_is_configured__the_client_tests_edits_and_activates_it(
     assert (active["state"], active["counts"]) == ("active", {"new": 2})
     with pytest.raises(Conflict, match="command can no longer be changed"):
         client.edit(job_id, command="echo later")
+    assert client.edit(job_id, retention_s=3600)["retention_s"] == 3600
+    assert client.edit(job_id, retention_s=None)["retention_s"] is None
 
 
 def test_when_a_request_is_invalid__the_error_names_the_field(client: Client) -> None:

@@ -270,6 +270,32 @@ async def test_when_a_stop_is_in_force__a_job_cannot_be_resumed_alone(api: Api) 
     assert (await _resume(api)).json()["jobs_resumed"] == [job["id"]]
 
 
+async def test_when_a_stop_is_in_force__activated_and_reopened_jobs_wait_for_the_resume(
+    api: Api,
+) -> None:
+    # given a configuring job, and a job whose only task failed
+    configuring = await api.submit(api.user, configuring=True)
+    failed, (task,) = await _job(api, api.user)
+    await api.pool.execute("UPDATE tasks SET state = 'failed_to_setup' WHERE id = $1", task)
+    await api.pool.execute("UPDATE jobs SET state = 'failed' WHERE id = $1", failed)
+    assert (await _stop(api)).status_code == 202
+
+    # when one is activated and the other's task recovered
+    activated = await api.client.post(
+        f"/jobs/{configuring['id']}/actions", json={"action": "activate"}, headers=api.user.headers
+    )
+    recovered = await api.client.post(
+        f"/tasks/{task}/actions", json={"action": "recover"}, headers=api.user.headers
+    )
+
+    # then both jobs are suspended, and belong to the stop
+    assert (activated.status_code, activated.json()["state"]) == (202, "suspended")
+    assert recovered.status_code == 202, recovered.text
+    assert await _state(api, "jobs", failed) == "suspended"
+    resumed = (await _resume(api)).json()["jobs_resumed"]
+    assert sorted(resumed) == sorted([configuring["id"], failed])
+
+
 async def test_when_a_user_asks__stop_resume_and_status_are_forbidden(api: Api) -> None:
     stop = await _stop(api, caller=api.user)
     resume = await _resume(api, caller=api.user)

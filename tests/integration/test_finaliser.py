@@ -8,10 +8,11 @@ from redis.asyncio import Redis
 
 from services.scheduler.finaliser import Finaliser
 from shared import datasets, jobs_repo, task_actions, users_repo
-from shared.db import Connection, Pool
+from shared.db import Pool
 from shared.jobs_repo import NewJob
 from shared.redis_keys import RedisKeys
 from tests.conftest import REDIS_URL
+from tests.integration.waiting import until_someone_blocked
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +38,7 @@ async def test_when_a_task_is_added_while_the_job_is_being_finalised__the_job_st
                 await jobs_repo.add_tasks(adder, job.id, ["b"], 1)
                 await task_actions.reopen_job(adder, job.id)
                 finalising = asyncio.create_task(finaliser.run_once())
-                await _until_someone_waits_for_a_lock(conn)
+                await until_someone_blocked(pool)
                 assert not finalising.done()
 
             # then the finaliser, seeing the new task once it has the row, leaves the job active
@@ -45,13 +46,3 @@ async def test_when_a_task_is_added_while_the_job_is_being_finalised__the_job_st
             assert (await jobs_repo.get(conn, job.id)).state.value == "active"  # type: ignore[union-attr]
     finally:
         await redis.aclose()
-
-
-async def _until_someone_waits_for_a_lock(conn: Connection, within: float = 5.0) -> None:
-    """The finaliser has reached the job row and waits for it (polled: no event to wait on)."""
-    async with asyncio.timeout(within):
-        while not await conn.fetchval(  # noqa: ASYNC110
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE wait_event_type = 'Lock' AND datname = current_database()"
-        ):
-            await asyncio.sleep(0.01)

@@ -16,6 +16,7 @@ from shared.errors import Conflict, NotFound
 from shared.jobs_repo import NewJob
 from tests.integration import harvest_steps as given
 from tests.integration.harvest_steps import HOST
+from tests.integration.waiting import until_blocked
 
 pytestmark = pytest.mark.integration
 
@@ -251,16 +252,6 @@ async def test_when_the_retention_round_runs__due_jobs_are_purged_by_retention(
         assert await given.logs_of(conn, job_id) == 0
 
 
-async def _blocked_on_a_lock(pool: Pool, pid: int, within: float = 10.0) -> None:
-    """Return once backend `pid` waits for a row lock (nothing else can tell)."""
-    async with asyncio.timeout(within):
-        while await pool.fetchval(_WAITING, pid) != "Lock":  # noqa: ASYNC110 (no event says so)
-            await asyncio.sleep(0.01)
-
-
-_WAITING = "SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1"
-
-
 async def test_when_a_recovery_waits_on_a_purge__it_is_refused_once_the_purge_commits(
     pool: Pool,
 ) -> None:
@@ -274,7 +265,7 @@ async def test_when_a_recovery_waits_on_a_purge__it_is_refused_once_the_purge_co
         recovery = asyncio.create_task(
             task_actions.apply_to_task(actor, task_id, TaskAction.RECOVER, "ops")
         )
-        await _blocked_on_a_lock(pool, actor.get_server_pid())
+        await until_blocked(pool, actor.get_server_pid())
 
         await purge.commit()
 

@@ -4,6 +4,7 @@ Every (action, current state) pair is tried against `shared.actions.plan`: the r
 the planned state with its event, or `Conflict` is raised and nothing is written.
 """
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -15,6 +16,7 @@ from shared.db import Connection, Pool
 from shared.errors import Conflict, NotFound
 from shared.jobs_repo import NewJob
 from shared.states import TERMINAL, FailureClass, JobState, TaskState
+from tests.integration.waiting import until_blocked
 
 pytestmark = pytest.mark.integration
 
@@ -312,3 +314,29 @@ async def test_when_a_task_of_a_cancelled_job_is_acted_on__conflict_is_raised(
 
         with pytest.raises(Conflict, match="cancelled"):
             await task_actions.apply_to_task(conn, task_id, action, ACTOR)
+
+
+async def test_two_duplicates_made_at_once_get_their_own_indexes(pool: Pool) -> None:
+    async with pool.acquire() as conn:
+        job = await _job(conn, ["a", "b"])
+        first_task, second_task = await datasets.task_ids_of(conn, job.id)
+        await conn.execute("UPDATE tasks SET state = 'completed' WHERE job_id = $1", job.id)
+    async with pool.acquire() as first, pool.acquire() as second:
+        # given a duplicate made but not committed
+        transaction = first.transaction()
+        await transaction.start()
+        await task_actions.apply_to_task(first, first_task, TaskAction.DUPLICATE, ACTOR)
+
+        # when a second one picks the same index meanwhile (it waits on the first's insert)
+        racing = asyncio.create_task(
+            task_actions.apply_to_task(second, second_task, TaskAction.DUPLICATE, ACTOR)
+        )
+        await until_blocked(pool, second.get_server_pid())
+        await transaction.commit()
+        made = await racing
+
+    # then it takes the next index instead of failing
+    assert made.created is not None and made.created.index == 3
+    async with pool.acquire() as conn:
+        indexes = await conn.fetch("SELECT index FROM tasks WHERE job_id = $1 ORDER BY 1", job.id)
+    assert [r["index"] for r in indexes] == [0, 1, 2, 3]

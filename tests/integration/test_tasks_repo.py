@@ -12,6 +12,7 @@ from shared.jobs_repo import NewJob
 from shared.messages import JobEvent, JobOutcome
 from shared.states import FailureClass, Stage, TaskState
 from shared.tasks_repo import ANY_CLAIM, UNCLAIMED
+from tests.integration.waiting import until_blocked
 
 pytestmark = pytest.mark.integration
 
@@ -228,17 +229,6 @@ async def test_when_two_connections_move_one_task_at_once__exactly_one_wins(
         assert [key for key, _body in events] == [f"task.{winners[0]}.{task.job_id}"]
 
 
-async def _wait_until_blocked(pool: db.Pool, backend_pid: int) -> None:
-    """Return once the backend `backend_pid` waits for a lock, within 10 s.
-
-    PostgreSQL announces nothing when a backend starts waiting, so this polls a condition.
-    """
-    query = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1"
-    async with asyncio.timeout(10), pool.acquire() as observer:
-        while not await observer.fetchval(query, backend_pid):  # noqa: ASYNC110 (no event to await)
-            await asyncio.sleep(0.01)
-
-
 async def test_when_a_transition_waits_on_an_uncommitted_one__it_loses_once_that_commits(
     pool: db.Pool,
 ) -> None:
@@ -252,7 +242,7 @@ async def test_when_a_transition_waits_on_an_uncommitted_one__it_loses_once_that
         racer = asyncio.create_task(
             tasks_repo.transition(second, task.id, S.FAILED_TO_SETUP), name="racer"
         )
-        await _wait_until_blocked(pool, second.get_server_pid())
+        await until_blocked(pool, second.get_server_pid())
         await transaction.commit()
         # then
         with pytest.raises(StaleState):

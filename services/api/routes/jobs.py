@@ -311,6 +311,7 @@ async def edit_job(
     submission (422).
     """
     async with pool.acquire() as conn, conn.transaction():
+        await job_edits.lock(conn, job_id)
         current = await visible_job(conn, user, job_id)
         wanted = body.validated(current, task_types, settings.max_inputs, analysers)
         check_retention(wanted.get("retention_s"), settings.min_retention_s)
