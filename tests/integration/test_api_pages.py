@@ -147,6 +147,22 @@ async def test_when_a_job_has_a_hostile_name_and_input__every_page_shows_them_as
     assert html.escape(HOSTILE, quote=False) in pages[2].text
 
 
+async def test_when_a_job_is_configuring__its_page_shows_test_runs_held_inputs_and_activate(
+    api: Api,
+) -> None:
+    job = await api.submit(api.user, configuring=True, inputs=["a", "b"], retention_s=3600)
+    test = await api.client.post(f"/jobs/{job['id']}/tests", json={}, headers=api.user.headers)
+    assert test.status_code == 201, test.text
+
+    page = await api.client.get(f"/ui/jobs/{job['id']}", headers=_cookie(api.user))
+
+    assert page.status_code == 200
+    assert 'id="job-test-counts"' in page.text and "held inputs</dt><dd>2 " in page.text
+    assert 'data-job-action="activate"' in page.text
+    assert "data purged 3600 s after the end" in page.text
+    assert 'data-index="-1"' in page.text and ">test</span>" in page.text
+
+
 async def test_when_a_user_signs_in__the_jobs_page_lists_their_jobs_only_and_follows_them(
     api: Api,
 ) -> None:

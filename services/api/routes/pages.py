@@ -227,9 +227,10 @@ async def job_page(
     request: Request,
     job_id: JobIdPath,
     pool: PoolDep,
-    after: Annotated[int | None, Query(ge=-1, le=2**31 - 1)] = None,
+    after: Annotated[int | None, Query(ge=-(2**31), le=2**31 - 1)] = None,
 ) -> Response:
-    """One job: its state and counts, errors, tasks (a page at a time) and live logs."""
+    """One job: its state and counts, errors, tasks (a page at a time, test runs first: their
+    indexes are negative) and live logs."""
     async with pool.acquire() as conn:
         user = await _page_user(request, conn)
         if user is None:
@@ -239,7 +240,8 @@ async def job_page(
         except NotFound:
             return _not_found(user, f"Job {job_id}")
         limit = dashboard.TASKS_PER_PAGE
-        tasks = await dashboard.tasks_page(conn, job_id, -1 if after is None else after, limit + 1)
+        first = -(2**31) if after is None else after  # below every index, test runs' too
+        tasks = await dashboard.tasks_page(conn, job_id, first, limit + 1)
         failed = await dashboard.failed_tasks(conn, job_id)
         errors = await job_errors.list_for_job(conn, job_id, dashboard.PROBLEMS)
         logs = await dashboard.log_tail(conn, job_id)
