@@ -120,6 +120,11 @@ def submit(
     ] = False,
 ) -> None:
     """Submit the job in FILE and print its id."""
+    if configuring and wait:
+        raise UsageError(
+            "--wait with --configuring would wait for ever: nothing but tests runs"
+            " until `vigil activate`"
+        )
     body = jobfile.load(file)
     if configuring:
         body["configuring"] = True

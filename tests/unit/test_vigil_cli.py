@@ -33,6 +33,7 @@ def _run(args: list[str], tmp_path: Path, **env: str) -> tuple[int, str]:
         (["test", "t-1"], "test takes a job id"),
         (["test", "j-1", "--input-index", "1", "--input", "x"], "--input-index or --input"),
         (["activate", "t-1"], "activate takes a job id"),
+        (["submit", "job.yaml", "--configuring", "--wait"], "would wait for ever"),
         (["--url", "ftp://host", "status"], "not an http:// or https:// URL"),
         (["fix", "recover"], "at least one of --state, --class, --host, --job, --job-name"),
         (["fix", "recover", "--since", "yesterday"], "neither a duration before now"),
