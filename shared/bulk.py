@@ -25,7 +25,7 @@ from typing import Any, Final
 import asyncpg
 from pydantic import BaseModel, ConfigDict
 
-from shared import bulk_repo, task_actions
+from shared import bulk_repo, stop_guard, task_actions
 from shared.actions import TaskAction, plan
 from shared.db import Connection
 from shared.errors import Conflict, NotFound, VigilError
@@ -188,6 +188,7 @@ async def _apply(
     applied, refusals = 0, Counter[str]()
     for number, batch in enumerate(batches or [[]], start=1):
         async with conn.transaction():
+            await stop_guard.share(conn)  # first: a batch may reopen jobs (see stop_guard)
             for task in batch:
                 reason = await _apply_one(conn, task, action, actor)
                 if reason is None:

@@ -7,7 +7,7 @@ upstream task to complete. Inputs appended upstream flow on to every job chained
 
 from typing import Any, Final
 
-from shared import harvest, jobs_repo, stop_guard
+from shared import harvest, jobs_repo, stop_guard, task_actions
 from shared.db import Connection
 from shared.errors import Conflict, NotFound
 from shared.prerequisites import Required
@@ -32,6 +32,7 @@ async def add_inputs(conn: Connection, job_id: str, inputs: list[Any]) -> list[s
     their promised inputs for the new tasks in the same transaction.
     """
     async with conn.transaction():
+        await stop_guard.share(conn)  # first: it may reopen the job (see stop_guard)
         state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", job_id)
         if state is None:
             raise NotFound(f"no job {job_id}")
@@ -46,9 +47,7 @@ async def add_inputs(conn: Connection, job_id: str, inputs: list[Any]) -> list[s
             )
             return []
         ids = await add_tasks(conn, job_id, inputs)
-        if JobState(state) in (JobState.COMPLETED, JobState.FAILED):
-            await jobs_repo.transition(conn, job_id, JobState.ACTIVE)
-            await stop_guard.hold_if_stopped(conn, job_id)
+        await task_actions.reopen_job(conn, job_id)
     return ids
 
 
@@ -70,6 +69,7 @@ async def chain(conn: Connection, job_id: str, upstream_task_ids: list[str]) -> 
     ids = await jobs_repo.append_tasks(conn, job_id, promised)
     await promise(conn, ids, upstream_task_ids)
     await apply_job_prerequisites(conn, job_id, ids)
+    await task_actions.reopen_job(conn, job_id)  # a finished downstream job has work again
     for downstream in await _chained_from(conn, job_id):
         await chain(conn, downstream, ids)
     return ids
@@ -108,9 +108,9 @@ async def task_ids_of(conn: Connection, job_id: str) -> list[str]:
 
 async def _chained_from(conn: Connection, job_id: str) -> list[str]:
     """Jobs chained from `job_id` that take its new tasks now (a configuring one takes them
-    all when it is activated)."""
+    all when it is activated; a purged one no more)."""
     rows = await conn.fetch(
-        "SELECT id FROM jobs WHERE inputs_from = $1"
+        "SELECT id FROM jobs WHERE inputs_from = $1 AND purged_at IS NULL"
         " AND state NOT IN ('cancelled', 'configuring') ORDER BY created_at",
         job_id,
     )

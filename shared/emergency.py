@@ -102,13 +102,14 @@ async def resume(conn: Connection, actor: str) -> Resumed:
         current = await in_force(conn)
         if current is None:
             raise Conflict("no emergency stop is in force")
-        jobs = await _resume_jobs(conn, current.id)
-        tasks = await _recover_tasks(conn, current.id, actor)
+        # lifted first: a job that recovering reopens must not be held by this stop again
         await conn.execute(
             "UPDATE emergency_stops SET resumed_by = $2, resumed_at = now() WHERE id = $1",
             current.id,
             actor,
         )
+        jobs = await _resume_jobs(conn, current.id)
+        tasks = await _recover_tasks(conn, current.id, actor)
         logger.warning(
             "emergency stop %d resumed by %s: %d job(s) resumed, %d task(s) recovered",
             current.id,

@@ -1,9 +1,11 @@
 """What keeps work from starting while an emergency stop is in force (`shared.emergency`).
 
 A stop and its lifting hold an advisory lock exclusively; whoever could make a job active
-(a submission, an activation, a resume, a job reopened by a recovery or an appended input)
-holds it shared, so either the stop came first and is seen, or it waits and then suspends what
-was made active. Take it before any row lock (`share`), so that it is always the first lock.
+(a submission, an activation, a resume, a job reopened by a recovery, a duplicate or an
+appended input; the triage, whose fail_fast cancels) holds it shared, so either the stop came
+first and is seen, or it waits and then suspends what was made active. Every such transaction
+takes it (`share`) as its first lock: the stop, holding it, waits on job and task rows, so a
+transaction that took a row lock first and then waited here would deadlock with it.
 """
 
 from typing import Final

@@ -33,6 +33,7 @@ async def apply_to_task(
 ) -> ActionResult:
     """Apply `action` to the task; raises `NotFound` or `Conflict`. One transaction."""
     async with conn.transaction():
+        await stop_guard.share(conn)  # first: it may reopen the job (see stop_guard)
         task = await _locked(conn, task_id)
         if action is not TaskAction.CANCEL:
             await _check_job_not_cancelled(conn, task.job_id, action)
@@ -151,6 +152,7 @@ async def apply_to_job(
 ) -> jobs_repo.Job:
     """Apply a job action; raises `NotFound` or `Conflict`. One transaction."""
     async with conn.transaction():
+        await stop_guard.share(conn)  # first: it may resume or reopen the job (see stop_guard)
         state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", job_id)
         if state is None:
             raise NotFound(f"no job {job_id}")

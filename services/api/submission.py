@@ -36,6 +36,7 @@ async def submit(
     purged job (its outputs are gone); nothing is written then.
     """
     async with pool.acquire() as conn, conn.transaction():
+        await stop_guard.share(conn)  # first: the job may be held by a stop (see stop_guard)
         await _check_references(conn, user, body)
         if body.inputs_from is not None:
             await harvest.check_not_purged(

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from shared import analysers, attempts_repo, lineage, outbox, tasks_repo
+from shared import analysers, attempts_repo, lineage, outbox, stop_guard, tasks_repo
 from shared.analyser import INFRA, Analyser, Decision, Facts, PastAttempt, Verdict
 from shared.db import Connection, Pool
 from shared.messages import JobEvent, JobOutcome, KillTask, TaskDecision
@@ -37,7 +37,7 @@ ORDER BY t.updated_at LIMIT $1
 _LOCK = """
 SELECT t.*, j.policy AS job_policy, j.state AS job_state FROM tasks t JOIN jobs j ON j.id = t.job_id
 WHERE t.id = $1 AND NOT t.decided AND t.state = ANY($2::task_state[])
-FOR UPDATE OF t SKIP LOCKED
+FOR UPDATE OF t SKIP LOCKED FOR SHARE OF j SKIP LOCKED
 """
 
 _HOST_UNREACHABLE = """
@@ -75,6 +75,7 @@ class Triage:
 
     async def _triage(self, conn: Connection, task_id: str) -> bool:
         async with conn.transaction():
+            await stop_guard.share(conn)  # first: fail_fast may cancel (see stop_guard)
             record = await conn.fetchrow(_LOCK, task_id, _FAILED_VALUES)
             if record is None:  # decided meanwhile, or locked by an operator's action
                 return False

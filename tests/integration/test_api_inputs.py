@@ -279,3 +279,23 @@ async def test_when_a_chained_submission_is_retried_with_its_key__no_second_chai
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.json()["id"] == first.json()["id"]
     assert len(await _tasks(api, first.json()["id"])) == 2
+
+
+async def test_when_inputs_are_appended_upstream__a_finished_chained_job_is_active_again(
+    api: Api,
+) -> None:
+    # given a chained job that completed
+    upstream = await api.submit(api.user, inputs=["a"])
+    downstream = await api.submit(api.user, inputs_from=upstream["id"])
+    await api.pool.execute(
+        "UPDATE tasks SET state = 'completed' WHERE job_id = $1", downstream["id"]
+    )
+    await api.pool.execute("UPDATE jobs SET state = 'completed' WHERE id = $1", downstream["id"])
+
+    # when an input is appended upstream
+    response = await _append(api, upstream["id"], {"inputs": ["b"]})
+
+    # then the chained job has the new promised input to run, and is active again
+    assert response.status_code == 201, response.text
+    view = (await api.client.get(f"/jobs/{downstream['id']}", headers=api.user.headers)).json()
+    assert (view["state"], view["counts"]) == ("active", {"completed": 1, "new": 1})
