@@ -69,10 +69,14 @@ def refusal(job_id: str, state: JobState, changes: Collection[str]) -> str | Non
     )
 
 
-async def lock(conn: Connection, job_id: str) -> None:
-    """Lock the job row for an edit (in the caller's transaction), before it is read and the
-    edit validated against it: two edits of one job never merge onto the same old policy."""
+async def lock(conn: Connection, job_id: str) -> jobs_repo.Job:
+    """The job, its row locked for an edit (in the caller's transaction) before the edit is
+    validated against it: two edits of one job never merge onto the same old policy."""
     await conn.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", job_id)
+    job = await jobs_repo.get(conn, job_id)
+    if job is None:
+        raise NotFound(f"no job {job_id}")
+    return job
 
 
 async def apply(

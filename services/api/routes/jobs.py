@@ -311,8 +311,8 @@ async def edit_job(
     submission (422).
     """
     async with pool.acquire() as conn, conn.transaction():
-        await job_edits.lock(conn, job_id)
-        current = await visible_job(conn, user, job_id)
+        await visible_job(conn, user, job_id)  # 404 before anything is locked
+        current = await job_edits.lock(conn, job_id)
         wanted = body.validated(current, task_types, settings.max_inputs, analysers)
         check_retention(wanted.get("retention_s"), settings.min_retention_s)
         job = await job_edits.apply(conn, job_id, wanted, user.name)
