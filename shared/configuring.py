@@ -87,7 +87,7 @@ async def activate(conn: Connection, job_id: str, actor: str) -> tuple[jobs_repo
         if job.inputs_from is not None:
             upstream = await datasets.upstream_task_ids(conn, job.inputs_from)
             made += await datasets.chain(conn, job_id, upstream)
-        if job.inputs:  # a chained job's own inputs were appended or edited in
+        if job.inputs:  # the held ones (a chained job: those appended or edited in, after)
             made += await datasets.add_tasks(conn, job_id, list(job.inputs))
         await stop_guard.hold_if_stopped(conn, job_id)
         activated = await jobs_repo.get(conn, job_id)
