@@ -1,8 +1,13 @@
-"""Ending jobs: an active job whose tasks are all terminal becomes completed or failed."""
+"""Ending jobs: an active job whose tasks are all terminal becomes completed or failed.
+
+Every ended job's Redis keys are purged, twice (a late writer may add one): the jobs this
+finaliser ends, and the jobs that someone cancelled (found by their `finished_at`).
+"""
 
 import logging
 import time
 from collections import deque
+from datetime import datetime
 
 from redis.asyncio import Redis
 
@@ -18,6 +23,14 @@ logger = logging.getLogger(__name__)
 #: A job's keys are purged again this long after it ended: a worker still draining the output
 #: of a killed command (or just woken from a freeze) may write its exit note or progress late.
 REPURGE_AFTER_S = 15.0
+#: On start, cancelled jobs this far back are purged too (the keys expire on their own anyway).
+CANCELLED_LOOKBACK_S = 86_400.0
+
+_CANCELLED_SINCE = (
+    "SELECT id, finished_at FROM jobs WHERE state = 'cancelled' AND finished_at IS NOT NULL"
+    " AND (finished_at, id) > (coalesce($1, now() - make_interval(secs => $2)), $3)"
+    " ORDER BY finished_at, id LIMIT $4"
+)
 
 
 class Finaliser:
@@ -26,11 +39,14 @@ class Finaliser:
     def __init__(self, pool: Pool, redis: Redis, keys: RedisKeys, batch: int) -> None:
         self._pool, self._redis, self._keys, self._batch = pool, redis, keys, batch
         self._repurge: deque[tuple[float, str]] = deque()
+        # (finished_at, id) of the last cancelled job purged
+        self._cancelled_after: tuple[datetime | None, str] = (None, "")
 
     async def run_once(self) -> int:
         """Finalise one batch of finished jobs; returns how many."""
         finished = 0
         await self._repurge_due()
+        await self._purge_cancelled()
         async with self._pool.acquire() as conn:
             for job_id, _ in await jobs_repo.finished_candidates(conn, self._batch):
                 state = await self._finalise(conn, job_id)
@@ -51,6 +67,18 @@ class Finaliser:
                 return None
             await jobs_repo.transition(conn, job_id, state, jobs_repo.outcome_event(job_id, state))
         return state
+
+    async def _purge_cancelled(self) -> None:
+        """Purge the keys of jobs cancelled since the last round (by the api, not here)."""
+        async with self._pool.acquire() as conn:
+            after, after_id = self._cancelled_after
+            rows = await conn.fetch(
+                _CANCELLED_SINCE, after, CANCELLED_LOOKBACK_S, after_id, self._batch
+            )
+        for row in rows:
+            await self._purge(row["id"])
+            self._repurge.append((time.monotonic() + REPURGE_AFTER_S, row["id"]))
+            self._cancelled_after = (row["finished_at"], row["id"])
 
     async def _repurge_due(self) -> None:
         now = time.monotonic()

@@ -8,6 +8,7 @@ from redis.asyncio import Redis
 
 from services.scheduler.finaliser import Finaliser
 from shared import datasets, jobs_repo, task_actions, users_repo
+from shared.actions import JobAction
 from shared.db import Pool
 from shared.jobs_repo import NewJob
 from shared.redis_keys import RedisKeys
@@ -44,5 +45,32 @@ async def test_when_a_task_is_added_while_the_job_is_being_finalised__the_job_st
             # then the finaliser, seeing the new task once it has the row, leaves the job active
             await finalising
             assert (await jobs_repo.get(conn, job.id)).state.value == "active"  # type: ignore[union-attr]
+    finally:
+        await redis.aclose()
+
+
+async def test_when_a_job_is_cancelled__its_redis_keys_are_purged(
+    pool: Pool, namespace: str
+) -> None:
+    redis = Redis.from_url(REDIS_URL, decode_responses=True)
+    keys = RedisKeys(namespace)
+    finaliser = Finaliser(pool, redis, keys, batch=10_000)
+    try:
+        async with pool.acquire() as conn:
+            user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+
+            async def cancelled_job_with_keys() -> str:
+                job, _ = await jobs_repo.create(conn, user.id, NewJob("c", "shell", "true", ["a"]))
+                await redis.hset(keys.job_exits(job.id), "t", "0")
+                await task_actions.apply_to_job(conn, job.id, JobAction.CANCEL, "op")
+                return job.id
+
+            # a job cancelled before a round, and one between two rounds
+            first = await cancelled_job_with_keys()
+            await finaliser.run_once()
+            second = await cancelled_job_with_keys()
+            await finaliser.run_once()
+
+        assert [await redis.exists(keys.job_exits(j)) for j in (first, second)] == [0, 0]
     finally:
         await redis.aclose()
