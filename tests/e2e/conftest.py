@@ -14,6 +14,7 @@ from typing import Any
 import aio_pika
 import httpx
 import pytest
+from redis.asyncio import Redis
 
 from shared.topology import Topology, delete_all
 from tests.conftest import AMQP_URL, REDIS_URL, fresh_database
@@ -27,17 +28,26 @@ HOST_ID = "e2e-host"
 VIGIL = Path(sys.executable).with_name("vigil")
 
 
-async def _delete_topology(namespace: str) -> None:
+async def _delete_namespace(namespace: str) -> None:
+    """The session's queues and exchanges, and its Redis keys: a stack stopped right after a
+    job ended leaves the finaliser no time for its second purge (late writers), and a job
+    still running when its test ended is never purged."""
     connection = await aio_pika.connect(AMQP_URL, timeout=10)
     try:
         await delete_all(await connection.channel(), Topology(namespace), [HOST_ID])
     finally:
         await connection.close()
+    redis = Redis.from_url(REDIS_URL)
+    try:
+        async for key in redis.scan_iter(match=f"{namespace}:*", count=1000):
+            await redis.delete(key)
+    finally:
+        await redis.aclose()
 
 
 @pytest.fixture(scope="session")
 def e2e_namespace() -> Iterator[str]:
-    """One broker namespace for the whole session, deleted at its end.
+    """One broker and Redis namespace for the whole session, deleted at its end.
 
     Quorum queues are heavy (a Raft group each) and RabbitMQ is not built for their churn, so
     the stacks of one session share their queues; each stack still has a database of its own,
@@ -45,7 +55,7 @@ def e2e_namespace() -> Iterator[str]:
     """
     namespace = f"e2e-{uuid.uuid4().hex[:10]}"
     yield namespace
-    asyncio.run(_delete_topology(namespace))
+    asyncio.run(_delete_namespace(namespace))
 
 
 @contextmanager
