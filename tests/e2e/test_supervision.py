@@ -327,9 +327,10 @@ async def test_when_the_whole_host_goes_silent__its_task_is_resubmitted_only_aft
     job_id = await _submit(client, {"command": _sleeps_once(tmp_path), "policy": FAST_RETRY})
     task = await _on_cpu(client, events, job_id)
 
-    # when worker and supervisor both die: the scheduler declares the task lost
-    stack.kill("worker", signal.SIGKILL)
+    # when worker and supervisor both die: the scheduler declares the task lost (the supervisor
+    # first: one that outlives its worker, even by a millisecond, kills the worker's processes)
     stack.kill("supervisor", signal.SIGKILL)
+    stack.kill("worker", signal.SIGKILL)
     await events.wait_key(f"job.crashed.{job_id}", within=15)
 
     # then no clone is made while the orphan process may still run...
