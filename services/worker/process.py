@@ -22,40 +22,73 @@ LineSink = Callable[[Literal["stdout", "stderr"], str], None]
 ExitNote = Callable[[int], Awaitable[None]]
 
 
+#: What the process runs until the worker opens the gate: it waits for a line on the gate's
+#: pipe (EOF: the worker is gone or gave up, so the script never runs), closes it, and becomes
+#: `bash -c <script>` (same pid, session, cgroup and environment). The script is an argument.
+_GATE: Final = 'IFS= read -r _ <&{fd} || exit 125; exec {fd}<&-; exec bash -c "$1"'
+
+
 @dataclass
 class Running:
-    """A started command: its process, identity and cgroup (if any)."""
+    """A started command: its process, identity and cgroup (if any), and the write end of
+    its gate until the gate is opened or closed."""
 
     process: asyncio.subprocess.Process
     pid: int
     create_time: float
     cgroup: Path | None = None
     exited_at: float | None = None  # epoch seconds, once the exit was seen
+    gate: int | None = None
+
+    def open_gate(self) -> None:
+        """Let the script run (once the task is durably `on_cpu` under our claim)."""
+        if self.gate is not None:
+            with contextlib.suppress(OSError):  # it was killed meanwhile
+                os.write(self.gate, b"go\n")
+            self.close_gate()
+
+    def close_gate(self) -> None:
+        """Never let the script run: the process ends at once if it still waits."""
+        if self.gate is not None:
+            os.close(self.gate)
+            self.gate = None
 
 
 async def spawn(
     script: str, workdir: Path, env: dict[str, str], cgroup: Path | None = None
 ) -> Running:
     """Start `bash -c script` in `workdir`, leading its own session and process group, and
-    inside `cgroup` when given (it joins before running anything).
+    inside `cgroup` when given (it joins before running anything), held at a gate: the script
+    does not start before `Running.open_gate()`, so a task whose claim was lost meanwhile
+    (`on_cpu` refused) never runs it.
 
     The script is one argument to bash: user text is never interpolated into another shell line.
     """
     base = {k: v for k, v in os.environ.items() if not k.startswith(_HIDDEN_PREFIX)}
-    process = await asyncio.create_subprocess_exec(
-        "bash",
-        "-c",
-        script,
-        cwd=workdir,
-        env={**base, **env},
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-        preexec_fn=cgroups.joiner(cgroup),
-    )
+    gate_read, gate_write = os.pipe()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            "bash",
+            "-c",
+            _GATE.format(fd=gate_read),
+            "vigil-gate",
+            script,
+            cwd=workdir,
+            env={**base, **env},
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=cgroups.joiner(cgroup),
+            pass_fds=(gate_read,),
+        )
+    except BaseException:
+        os.close(gate_write)
+        raise
+    finally:
+        os.close(gate_read)
     created = create_time(process.pid) or 0.0
-    return Running(process, process.pid, created, cgroup)
+    return Running(process, process.pid, created, cgroup, gate=gate_write)
 
 
 async def _pump(

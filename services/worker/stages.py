@@ -188,13 +188,15 @@ class StageRunner:
                 self.settings.namespace, self.settings.host_id, held.task.id, held.claim
             )
         }
-        running = await process.spawn(script, ctx.workdir, env, cgroup)
+        running = await process.spawn(script, ctx.workdir, env, cgroup)  # held at its gate
         try:
             await self._mark_on_cpu(held, attempt, running)
-        except StaleState:
+        except BaseException:  # not ours any more (or we stop): the script must never run
+            running.close_gate()
             signal_tree(running.pid, running.create_time, cgroup, signal.SIGKILL)
             await running.process.wait()
             raise
+        running.open_gate()
         policy = Policy.model_validate(held.job.policy)
         try:
             returncode, failing = await self._watch_output(held, attempt, ctx, running, policy)

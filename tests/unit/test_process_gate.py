@@ -1,0 +1,46 @@
+"""A command is held at a gate until the worker has made its task `on_cpu` (real bash)."""
+
+import asyncio
+from pathlib import Path
+
+import psutil
+
+from services.worker import process
+
+SCRIPT = 'echo "$0 ran" > ran.txt; echo out'
+
+
+async def _lines(running: process.Running) -> bytes:
+    assert running.process.stdout is not None
+    return await running.process.stdout.read()
+
+
+def _waits_at_the_gate(pid: int) -> bool:
+    """bash is asleep (in its `read`) and has not become the script's bash yet."""
+    proc = psutil.Process(pid)
+    return proc.status() == psutil.STATUS_SLEEPING and "vigil-gate" in proc.cmdline()
+
+
+async def test_the_script_runs_only_once_the_gate_is_opened(tmp_path: Path) -> None:
+    running = await process.spawn(SCRIPT, tmp_path, {})
+
+    async with asyncio.timeout(10):
+        while not _waits_at_the_gate(running.pid):  # noqa: ASYNC110 (nothing to await)
+            await asyncio.sleep(0.01)
+    held = (tmp_path / "ran.txt").exists()
+    running.open_gate()
+    output, code = await _lines(running), await running.process.wait()
+
+    assert not held
+    assert (output, code) == (b"out\n", 0)
+    assert (tmp_path / "ran.txt").read_text() == "bash ran\n"  # $0 as under plain bash -c
+
+
+async def test_a_closed_gate_ends_the_process_without_running_the_script(tmp_path: Path) -> None:
+    running = await process.spawn(SCRIPT, tmp_path, {})
+
+    running.close_gate()
+    code = await running.process.wait()
+
+    assert code == 125
+    assert not (tmp_path / "ran.txt").exists()
