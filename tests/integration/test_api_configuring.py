@@ -331,7 +331,8 @@ async def test_a_configuring_job_can_be_cancelled(api: Api) -> None:
     assert response.json()["state"] == "cancelled"
     assert response.json()["test_counts"] == {"terminated": 1}
     assert (await _edit(api, job["id"], {"name": "x"})).status_code == 409
-    assert test["state"] == "new"
+    cancelled = (await api.client.get(f"/tasks/{test['id']}", headers=api.user.headers)).json()
+    assert (cancelled["state"], cancelled["failure_class"]) == ("terminated", "cancelled")
 
 
 async def test_an_active_jobs_retention_can_be_set_and_cleared(api: Api) -> None:
