@@ -119,11 +119,16 @@ def outputs_page(job_id: str, limit: int, cursor: str | None) -> Call:
     return Call("GET", f"/jobs/{check_id('job', job_id)}/outputs", params=params)
 
 
-def download(task_id: str, name: str) -> Call:
-    """`GET /tasks/{id}/outputs/{name}`: the output's bytes."""
+def check_output_name(name: str) -> str:
+    """`name` if it is a plain file name (as outputs are); raises `UsageError` otherwise."""
     if not name or "/" in name or name in (".", ".."):
         raise UsageError(f"{name[:100]!r} is not an output name (a plain file name)")
-    path = f"/tasks/{check_id('task', task_id)}/outputs/{quote(name, safe='')}"
+    return name
+
+
+def download(task_id: str, name: str) -> Call:
+    """`GET /tasks/{id}/outputs/{name}`: the output's bytes."""
+    path = f"/tasks/{check_id('task', task_id)}/outputs/{quote(check_output_name(name), safe='')}"
     return Call("GET", path, binary=True)
 
 

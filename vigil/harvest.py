@@ -7,6 +7,7 @@ from typing import Any, Final
 
 from rich.table import Table
 
+from vigil.calls import check_output_name
 from vigil.errors import UsageError
 from vigil.render import cell
 
@@ -33,8 +34,9 @@ def outputs_table(outputs: Iterable[Mapping[str, Any]]) -> Table:
 
 def target(name: str, output: str | None, force: bool) -> str:
     """Where to save output `name`: `output`, else `name` in the current directory; `-` is
-    standard output. Refuses (`UsageError`) to overwrite a file unless `force`."""
-    chosen = output if output is not None else name
+    standard output. Refuses (`UsageError`) a name that is not a plain file name (it would be
+    the path saved to), and to overwrite a file unless `force`."""
+    chosen = output if output is not None else check_output_name(name)
     if chosen != STDOUT and Path(chosen).exists() and not force:
         raise UsageError(f"{chosen} exists: choose another file with -o, or --force")
     return chosen
