@@ -9,8 +9,6 @@ back to process groups. Worker and supervisor of one host compute the same paths
 
 import contextlib
 import logging
-import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
@@ -113,20 +111,11 @@ def _write(path: Path, value: str) -> bool:
     return True
 
 
-def joiner(path: Path | None) -> Callable[[], None] | None:
-    """A `preexec_fn` that moves the new child into cgroup `path` before it runs anything.
-
-    Only raw system calls run in the child between fork and exec.
-    """
-    if path is None:
-        return None
-    target = os.fsencode(path / "cgroup.procs")
-
-    def join() -> None:
-        fd = os.open(target, os.O_WRONLY)
-        try:
-            os.write(fd, b"0")
-        finally:
-            os.close(fd)
-
-    return join
+def join(path: Path, pid: int) -> bool:
+    """Move process `pid` into cgroup `path`; False (logged) if that fails."""
+    try:
+        (path / "cgroup.procs").write_text(str(pid))
+    except OSError as exc:
+        logger.warning("cannot move pid %d into cgroup %s: %s", pid, path, exc)
+        return False
+    return True

@@ -2,8 +2,11 @@
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
+import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -14,7 +17,8 @@ from shared import cgroups
 from shared.processes import create_time, exit_waiter, signal_tree
 
 _CHUNK: Final = 65536
-_REAP_POLL_S: Final = 0.005
+_REAP_POLL_S: Final = 0.001
+_REAP_SPINS: Final = 8
 #: Variables of the worker that a command must not see (credentials, service wiring).
 _HIDDEN_PREFIX: Final = "VIGIL_"
 
@@ -22,10 +26,31 @@ LineSink = Callable[[Literal["stdout", "stderr"], str], None]
 ExitNote = Callable[[int], Awaitable[None]]
 
 
-#: What the process runs until the worker opens the gate: it waits for a line on the gate's
-#: pipe (EOF: the worker is gone or gave up, so the script never runs), closes it, and becomes
-#: `bash -c <script>` (same pid, session, cgroup and environment). The script is an argument.
-_GATE: Final = 'IFS= read -r _ <&{fd} || exit 125; exec {fd}<&-; exec bash -c "$1"'
+#: What bash sources before the script (through `BASH_ENV`, which a non-interactive bash reads
+#: before its `-c` string): wait for a line on stdin, the gate's pipe (EOF: the worker is gone or
+#: gave up, so the script never runs), then give the script /dev/null as stdin and hide the
+#: gate. One bash per command, and the script stays `bash -c <script>` ($0, arguments, parsing).
+GATE_SCRIPT: Final = "IFS= read -r _ || exit 125; exec 0</dev/null; unset BASH_ENV\n"
+
+
+@functools.cache
+def _gate_file() -> Path:
+    """The gate script, written once per process into a directory only we can write."""
+    directory = Path(tempfile.mkdtemp(prefix="vigil-gate-"))
+    directory.chmod(0o755)
+    path = directory / "gate.sh"
+    path.write_text(GATE_SCRIPT)
+    path.chmod(0o444)
+    return path
+
+
+def watch_children() -> None:
+    """Have exits of our children noticed through pidfds by the running loop (Python 3.11
+    defaults to a thread per child); 3.12 and later do so by themselves."""
+    if sys.version_info < (3, 12) and hasattr(asyncio, "PidfdChildWatcher"):
+        watcher = asyncio.PidfdChildWatcher()
+        watcher.attach_loop(asyncio.get_running_loop())
+        asyncio.set_child_watcher(watcher)
 
 
 @dataclass
@@ -47,6 +72,15 @@ class Running:
                 os.write(self.gate, b"go\n")
             self.close_gate()
 
+    async def join_cgroup(self) -> None:
+        """Move the waiting process into its cgroup (off the event loop: a migration may wait
+        for an RCU grace period). If that fails, the command runs without one (as when the
+        cgroup could not be made): process groups still reach its tree."""
+        if self.cgroup is not None and not await asyncio.to_thread(
+            cgroups.join, self.cgroup, self.pid
+        ):
+            self.cgroup = None
+
     def close_gate(self) -> None:
         """Never let the script run: the process ends at once if it still waits."""
         if self.gate is not None:
@@ -57,12 +91,15 @@ class Running:
 async def spawn(
     script: str, workdir: Path, env: dict[str, str], cgroup: Path | None = None
 ) -> Running:
-    """Start `bash -c script` in `workdir`, leading its own session and process group, and
-    inside `cgroup` when given (it joins before running anything), held at a gate: the script
-    does not start before `Running.open_gate()`, so a task whose claim was lost meanwhile
-    (`on_cpu` refused) never runs it.
+    """Start `bash -c script` in `workdir`, leading its own session and process group, held
+    at a gate: the script does not start before `Running.open_gate()`, so a task whose claim
+    was lost meanwhile (`on_cpu` refused) never runs it. With `cgroup`, call
+    `Running.join_cgroup()` before opening the gate.
 
-    The script is one argument to bash: user text is never interpolated into another shell line.
+    No code runs in the child between fork and exec (so the fork is a cheap vfork that never
+    blocks the event loop); the process joins its cgroup afterwards, from the worker, while it
+    waits at the gate, where it cannot fork. The script is one argument to bash: user text is
+    never interpolated into another shell line.
     """
     base = {k: v for k, v in os.environ.items() if not k.startswith(_HIDDEN_PREFIX)}
     gate_read, gate_write = os.pipe()
@@ -70,17 +107,13 @@ async def spawn(
         process = await asyncio.create_subprocess_exec(
             "bash",
             "-c",
-            _GATE.format(fd=gate_read),
-            "vigil-gate",
             script,
             cwd=workdir,
-            env={**base, **env},
-            stdin=asyncio.subprocess.DEVNULL,
+            env={**base, **env, "BASH_ENV": str(_gate_file())},
+            stdin=gate_read,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=cgroups.joiner(cgroup),
-            pass_fds=(gate_read,),
         )
     except BaseException:
         os.close(gate_write)
@@ -107,6 +140,18 @@ async def _pump(
         sink(name, partial.decode("utf-8", errors="replace"))
 
 
+async def _reaped(proc: asyncio.subprocess.Process) -> int:
+    """Its exit status, once the child watcher has reaped `proc` (it saw the same exit as our
+    pidfd): the pidfd watcher does so within a loop iteration or two, a threaded one later."""
+    for _ in range(_REAP_SPINS):
+        if proc.returncode is not None:
+            return proc.returncode
+        await asyncio.sleep(0)
+    while proc.returncode is None:  # noqa: ASYNC110  (nothing to await: the watcher sets it)
+        await asyncio.sleep(_REAP_POLL_S)
+    return proc.returncode
+
+
 async def wait(running: Running, sink: LineSink, on_exit: ExitNote) -> int:
     """Feed every output line to `sink` and return the exit status (negative: killed by signal).
 
@@ -123,9 +168,7 @@ async def wait(running: Running, sink: LineSink, on_exit: ExitNote) -> int:
         exited = exit_waiter(running.pid, running.create_time)
         if exited is not None:
             await exited
-        while proc.returncode is None:  # noqa: ASYNC110  (the child watcher reaps it shortly)
-            await asyncio.sleep(_REAP_POLL_S)
-        returncode = proc.returncode
+        returncode = await _reaped(proc)
         running.exited_at = time.time()
         await on_exit(returncode)
         signal_tree(running.pid, running.create_time, running.cgroup, signal.SIGKILL)

@@ -16,9 +16,10 @@ async def _lines(running: process.Running) -> bytes:
 
 
 def _waits_at_the_gate(pid: int) -> bool:
-    """bash is asleep (in its `read`) and has not become the script's bash yet."""
+    """bash is asleep in its `read` of the gate: stdin is still the gate's pipe."""
     proc = psutil.Process(pid)
-    return proc.status() == psutil.STATUS_SLEEPING and "vigil-gate" in proc.cmdline()
+    stdin = Path(f"/proc/{pid}/fd/0").readlink()
+    return proc.status() == psutil.STATUS_SLEEPING and str(stdin).startswith("pipe:")
 
 
 async def test_the_script_runs_only_once_the_gate_is_opened(tmp_path: Path) -> None:
@@ -34,6 +35,16 @@ async def test_the_script_runs_only_once_the_gate_is_opened(tmp_path: Path) -> N
     assert not held
     assert (output, code) == (b"out\n", 0)
     assert (tmp_path / "ran.txt").read_text() == "bash ran\n"  # $0 as under plain bash -c
+
+
+async def test_the_script_sees_neither_the_gate_nor_its_pipe(tmp_path: Path) -> None:
+    script = 'echo "[${BASH_ENV-unset}]"; cat; echo "args=$#"'
+    running = await process.spawn(script, tmp_path, {})
+
+    running.open_gate()
+    output, code = await _lines(running), await running.process.wait()
+
+    assert (output, code) == (b"[unset]\nargs=0\n", 0)  # stdin is /dev/null: cat ends at once
 
 
 async def test_a_closed_gate_ends_the_process_without_running_the_script(tmp_path: Path) -> None:
