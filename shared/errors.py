@@ -21,6 +21,7 @@ UNAVAILABLE: Final = (
     OSError,  # refused, reset, timed out (ConnectionError and TimeoutError are OSErrors)
     asyncpg.PostgresError,  # includes the connection errors of a restarting PostgreSQL
     asyncpg.InterfaceError,  # a pool connection closed under us
+    asyncpg.InternalClientError,  # a connection the server dropped while it sat in the pool
     redis.exceptions.RedisError,  # redis-py's ConnectionError is not the builtin one
 )
 

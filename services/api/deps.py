@@ -16,7 +16,7 @@ from services.api.event_hub import EventHub
 from services.api.metrics import Metrics
 from services.api.rate_limit import SubmitLimiter
 from services.api.settings import ApiSettings
-from shared import users_repo
+from shared import db, users_repo
 from shared.db import Pool
 from shared.ids import is_safe_id
 from shared.task_types.base import TaskType
@@ -83,8 +83,7 @@ async def _current_user(
     token = session.token_of(request, credentials.credentials if credentials else None)
     if token is None:
         raise _unauthorized()
-    async with pool.acquire() as conn:
-        user = await users_repo.by_token(conn, token)
+    user = await db.read(pool, lambda conn: users_repo.by_token(conn, token))
     if user is None:
         raise _unauthorized()
     return user

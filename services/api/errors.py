@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from shared.db import CONNECTION_LOST
 from shared.errors import Conflict, InvalidTransition, NotFound, StaleState
 
 logger = logging.getLogger(__name__)
@@ -94,9 +95,24 @@ async def _raced(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=status.HTTP_409_CONFLICT)
 
 
+async def _connection_lost(request: Request, exc: Exception) -> JSONResponse:
+    # The database dropped the connection under this request (a restart, a failover): the pool
+    # renews its connections, and a retry (with its Idempotency-Key, for a submission) finds
+    # out whether anything was done.
+    logger.warning("database connection lost on %s %s: %s", request.method, request.url.path, exc)
+    await request.app.state.pool.expire_connections()
+    detail = "the connection to the database was lost; try again"
+    return JSONResponse(
+        {"detail": detail},
+        status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+        headers={"Retry-After": "1"},
+    )
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers: bad input → 422, NotFound → 404, Conflict and lost races (our
-    compare-and-sets, and PostgreSQL's deadlock and serialization aborts) → 409."""
+    compare-and-sets, and PostgreSQL's deadlock and serialization aborts) → 409, a database
+    connection dropped mid-request → 503 with Retry-After."""
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(NotFound, _not_found)
@@ -104,3 +120,5 @@ def install(app: FastAPI) -> None:
         app.add_exception_handler(conflict, _conflict)
     for raced in (asyncpg.DeadlockDetectedError, asyncpg.SerializationError):
         app.add_exception_handler(raced, _raced)
+    for lost in CONNECTION_LOST:
+        app.add_exception_handler(lost, _connection_lost)
