@@ -1,12 +1,14 @@
 """Task rows: reads, and every state change as a compare-and-set written with its outbox event.
 
-`transition()` is the only function that changes `tasks.state`. Its guard is
-`state = ANY(sources)` with the sources taken from the transition table, optionally narrowed
-and fenced by the claim token; no row back means someone else moved the task first
-(`StaleState`), and nothing is written.
+`transition()` and `advance()` (the worker's successful moves, one statement each) are the only
+functions that change `tasks.state`. Their guard is the source state from the transition table,
+optionally narrowed and fenced by the claim token; no row back means someone else moved the
+task first, and nothing is written.
 """
 
-from dataclasses import dataclass, fields
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any, Final
 from uuid import UUID
@@ -14,8 +16,10 @@ from uuid import UUID
 from shared import outbox
 from shared.db import Connection
 from shared.errors import StaleState
-from shared.messages import JobEvent, TaskEvent
+from shared.messages import JobEvent, TaskEvent, to_jsonable
+from shared.prerequisites import met_arrays, unmet_sql
 from shared.states import FAILED, TERMINAL, FailureClass, TaskState, sources_for
+from shared.topology import event_key
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,28 @@ async def list_for_job(conn: Connection, job_id: str) -> list[Task]:
     return [Task.from_record(r) for r in records]
 
 
+async def page_for_job(
+    conn: Connection,
+    job_id: str,
+    *,
+    after: int | None,
+    limit: int,
+    state: TaskState | None = None,
+) -> list[Task]:
+    """Up to `limit` tasks of `job_id` of an index above `after` (None: from the first), by
+    index, optionally in `state` only: a keyset page on `(job_id, index)`, as fast at the end
+    of a job of 100,000 tasks as at its start."""
+    records = await conn.fetch(
+        "SELECT * FROM tasks WHERE job_id = $1 AND ($2::integer IS NULL OR index > $2)"
+        " AND ($4::task_state IS NULL OR state = $4) ORDER BY index LIMIT $3",
+        job_id,
+        after,
+        limit,
+        state.value if state else None,
+    )
+    return [Task.from_record(r) for r in records]
+
+
 async def held_by(conn: Connection, worker: str) -> list[Task]:
     """Non-terminal tasks that the worker instance `worker` holds."""
     records = await conn.fetch(
@@ -176,6 +202,118 @@ async def transition(
         if job_event is not None:
             await outbox.add_job_event(conn, job_event)
     return task
+
+
+@dataclass(frozen=True)
+class CloseAttempt:
+    """The attempt a successful move ends: its number, and the status file it left."""
+
+    attempt: int
+    status: dict[str, Any] | None = None
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class OpenAttempt:
+    """The attempt a move begins (numbered after the task's last): a stage, on this worker."""
+
+    stage: str
+    host: str
+    worker: str
+    pid: int | None = None
+
+
+async def advance(
+    conn: Connection,
+    task: Task,
+    claim: UUID,
+    path: Sequence[TaskState],
+    *,
+    changes: dict[str, Any] | None = None,
+    close: CloseAttempt | None = None,
+    open_: OpenAttempt | None = None,
+    unless_suspended: bool = False,
+    unless_waits: str | None = None,
+) -> Task | None:
+    """The worker's successful moves, in one statement (one round trip, one commit when the
+    caller is not in a transaction): move `task` held by `claim` from `path[0]` through every
+    state of `path` to the last, with one `task.<state>` event per state passed, close the
+    attempt `close` (its outcome: `path[1]`, where its stage led) and open `open_`, numbered
+    `task.attempt + 1`.
+
+    The guard is the claim and the exact source state (a compare-and-set, like
+    `transition()`), plus, if asked, that the job is not suspended (`unless_suspended`) and that
+    no prerequisite of stage `unless_waits` is unmet. None when the guard does not match:
+    nothing is written, and the caller finds out why on its slower path. Locks the task row,
+    then the attempt rows (the order of every writer of both).
+
+    The events are made here from `task` (the row this claim holds, so nobody else changed
+    what they carry), not read back: the statement writes them only if the row moved.
+    """
+    for previous, state in itertools.pairwise(path):
+        sources_for(state, frozenset({previous}))  # every step is one the table allows
+    dst = path[-1]
+    changes = {"decided": True} | (changes or {})
+    unknown = set(changes) - SETTABLE
+    if unknown:
+        raise ValueError(f"cannot set {sorted(unknown)} in a transition")
+    after = replace(task, **{k: v for k, v in changes.items() if k in _EVENT_FIELDS})
+    events = [
+        _event(replace(after, state=state), previous)
+        for previous, state in itertools.pairwise(path)
+    ]
+    args: list[Any] = [
+        task.id,
+        path[0].value,
+        dst.value,
+        claim,
+        1 if open_ else 0,
+        [event_key("task", e.state.value, e.job_id) for e in events],
+        [to_jsonable(e) for e in events],
+    ]
+    sets = ["state = $3", "updated_at = now()", "attempt = t.attempt + $5"]
+    for name, value in changes.items():
+        args.append(value.value if isinstance(value, FailureClass) else value)
+        sets.append(f"{name} = ${len(args)}")
+    guards = ""
+    if unless_suspended:
+        guards += (
+            " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = t.job_id AND j.state = 'suspended')"
+        )
+    if unless_waits is not None:
+        guards += f" AND NOT {unmet_sql(unless_waits, 't.id', len(args) + 1)}"
+        args.extend(met_arrays())
+    ctes = [
+        f"moved AS (UPDATE tasks t SET {', '.join(sets)}"
+        f" WHERE t.id = $1 AND t.state = $2 AND t.claim = $4{guards} RETURNING t.*)",
+        "events AS (INSERT INTO outbox (exchange, routing_key, body)"
+        " SELECT 'events', e.key, e.body FROM moved,"
+        " unnest($6::text[], $7::jsonb[]) AS e(key, body))",
+    ]
+    if close is not None:  # its outcome: the state the task reached on leaving the stage
+        args += [close.attempt, close.status, close.exit_code, path[1].value]
+        n = len(args)
+        ctes.append(
+            f"closed AS (UPDATE attempts a SET ended_at = now(), outcome = ${n},"
+            f" status = ${n - 2}, exit_code = ${n - 1} FROM moved"
+            f" WHERE a.task_id = moved.id AND a.attempt = ${n - 3} AND a.ended_at IS NULL)"
+        )
+    if open_ is not None:
+        args += [open_.stage, open_.host, open_.worker, open_.pid]
+        n = len(args)
+        ctes.append(
+            "opened AS (INSERT INTO attempts (task_id, attempt, run_number, stage, host, worker,"
+            f" claim, pid) SELECT id, attempt, run_number, ${n - 3}, ${n - 2}, ${n - 1}, claim,"
+            f" ${n} FROM moved)"
+        )
+    record = await conn.fetchrow(f"WITH {', '.join(ctes)} SELECT * FROM moved", *args)
+    return Task.from_record(record) if record is not None else None
+
+
+#: The task fields an event carries that a move may change.
+_EVENT_FIELDS: Final = frozenset(
+    {"host", "run_number", "failure_class", "exit_code", "signal", "error_brief"}
+)
 
 
 def _event(task: Task, previous: TaskState) -> TaskEvent:

@@ -44,6 +44,11 @@ class Held:
     claim: UUID
     state: TaskState
     input: Any = None  # the task's input, a chained one resolved to its upstream outputs
+    #: The attempt the last move opened (its stage's), until the stage takes it.
+    opened: int | None = None
+    #: The setup attempt of a task set up but not yet recorded `queued` (it goes through
+    #: `queued` to `on_cpu` in one move when a slot is free).
+    set_up: int | None = None
 
 
 @dataclass(frozen=True)
@@ -66,24 +71,62 @@ class Taker:
         `restarting_*`); the cluster and post-processing stages adopt a resting task. Work of
         a job suspended since it was dispatched is given back unstarted (claim released, state
         unchanged): the scheduler dispatches it again once the job is resumed.
+
+        The common case, a setup, is one statement that also opens the setup attempt; anything
+        it does not match (suspended, stale, another stage) takes the general path.
         """
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self.pool.acquire() as conn:
             task = await tasks_repo.get(conn, message.task_id)
             job = await jobs_repo.get(conn, message.job_id, with_counts=False)
             if task is None or job is None or task.claim != message.claim:
                 return None
-            if job.state is JobState.SUSPENDED:
-                await conn.execute(
-                    "UPDATE tasks SET claim = NULL, worker = NULL WHERE id = $1 AND claim = $2",
-                    task.id,
-                    message.claim,
-                )
-                return None
-            try:
-                state = await self._enter(conn, task, message)
-            except StaleState:
-                return None
-            value = await _resolve_input(conn, task.input)
+            if message.stage is Stage.SETUP and job.state is not JobState.SUSPENDED:
+                taken = await self._take_setup(conn, task, message.claim)
+                if taken is not None:
+                    value = await _resolve_input(conn, task.input)
+                    return Held(taken, job, message.claim, S.SETTING_UP, value, taken.attempt)
+            async with conn.transaction():
+                return await self._take(conn, task, job, message)
+
+    async def _take_setup(
+        self, conn: Connection, task: tasks_repo.Task, claim: UUID
+    ) -> tasks_repo.Task | None:
+        """new -> setting_up with the setup attempt opened, unless the job is suspended."""
+        return await tasks_repo.advance(
+            conn,
+            task,
+            claim,
+            (S.NEW, S.SETTING_UP),
+            changes={
+                "worker": self.instance,
+                "host": self.host_id,
+                "workdir": str(self.workdir(task.job_id, task.id)),
+            },
+            open_=tasks_repo.OpenAttempt(Stage.SETUP.value, self.host_id, self.instance),
+            unless_suspended=True,
+        )
+
+    async def _take(
+        self, conn: Connection, task: tasks_repo.Task, job: jobs_repo.Job, message: RunStage
+    ) -> Held | None:
+        # Read again inside the transaction: after a refused setup move, the job may have been
+        # suspended (or the task moved) since the first read.
+        task = await tasks_repo.get(conn, message.task_id) or task
+        job = await jobs_repo.get(conn, message.job_id, with_counts=False) or job
+        if task.claim != message.claim:
+            return None
+        if job.state is JobState.SUSPENDED:
+            await conn.execute(
+                "UPDATE tasks SET claim = NULL, worker = NULL WHERE id = $1 AND claim = $2",
+                task.id,
+                message.claim,
+            )
+            return None
+        try:
+            state = await self._enter(conn, task, message)
+        except StaleState:
+            return None
+        value = await _resolve_input(conn, task.input)
         return Held(task, job, message.claim, state, value) if state is not None else None
 
     async def _enter(

@@ -1,8 +1,11 @@
-"""Taking work messages from the pool and host queues, at most `slots` tasks at once.
+"""Taking work messages from the pool and host queues, `slots + prefetch` tasks at once.
 
 A message is acked once its task is durably this worker's (see `StageRunner.take`); the
-task then runs in a tracked asyncio task. Messages waiting for a slot stay unacked, so the
-broker hands them to someone else if this worker dies.
+task then runs in a tracked asyncio task. A task counts against the intake from its take to
+its command's exit: what follows (post-processing, bookkeeping) overlaps the next tasks. At most
+`slots` commands run at once (the runner's slots); with `prefetch`, that many more tasks are
+taken and set up meanwhile, each waiting `queued` for a slot. Messages beyond that stay
+unacked, so the broker hands them to someone else if this worker dies.
 """
 
 import asyncio
@@ -21,13 +24,25 @@ from shared.topology import declare_all_work_queues
 logger = logging.getLogger(__name__)
 
 
+class Permit:
+    """A place in the intake, given back once (when the command exits, or at the end)."""
+
+    def __init__(self, semaphore: asyncio.Semaphore) -> None:
+        self._semaphore: asyncio.Semaphore | None = semaphore
+
+    def release(self) -> None:
+        if self._semaphore is not None:
+            self._semaphore.release()
+            self._semaphore = None
+
+
 class Consumer:
     """Consumes both queues of this host into a bounded set of running tasks."""
 
-    def __init__(self, runner: StageRunner, slots: int) -> None:
+    def __init__(self, runner: StageRunner, slots: int, prefetch: int = 0) -> None:
         self._runner = runner
-        self._slots = asyncio.Semaphore(slots)
-        self._prefetch = slots
+        self._prefetch = slots + prefetch
+        self._intake = asyncio.Semaphore(self._prefetch)
         self._tasks: set[asyncio.Task[None]] = set()
         self._consuming: list[tuple[AbstractQueue, str]] = []
         self._pool_queue: AbstractQueue | None = None
@@ -76,7 +91,9 @@ class Consumer:
                 return
             if not isinstance(message, RunStage):
                 raise InvalidMessage(f"a worker cannot handle {message.type}")
-            async with self._slots:
+            await self._intake.acquire()
+            permit = Permit(self._intake)
+            try:
                 if self._stopping:  # received before intake stopped, not started: give it back
                     await settle(incoming, ack=False, requeue=True)
                     return
@@ -84,7 +101,9 @@ class Consumer:
                 await settle(incoming, ack=True)
                 acked = True
                 if held is not None:
-                    await self._runner.drive(held)
+                    await self._runner.drive(held, permit)
+            finally:
+                permit.release()
         except InvalidMessage as exc:
             logger.error("dead-lettering a bad work message: %s", exc)
             await settle(incoming, ack=False, requeue=False)

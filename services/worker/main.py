@@ -6,6 +6,7 @@ import os
 import secrets
 from contextlib import AsyncExitStack
 
+from services.worker import process
 from services.worker.consumer import Consumer
 from services.worker.registration import Presence, heartbeat, register, unregister
 from services.worker.settings import WorkerSettings
@@ -24,6 +25,7 @@ logger = logging.getLogger(__name__)
 
 async def main(settings: WorkerSettings) -> None:
     """Run until SIGTERM, then stop intake, drain up to the graceful timeout, and close."""
+    process.watch_children()
     instance = f"{settings.host_id}-{os.getpid()}-{secrets.token_hex(3)}"
     presence = Presence(settings.host_id, instance, settings.worker_slots)
     keys = RedisKeys(settings.namespace)
@@ -39,7 +41,7 @@ async def main(settings: WorkerSettings) -> None:
             settings, pool, broker, redis, keys, load_task_types(), instance, cgroups
         )
         await register(pool, redis, keys, presence)
-        consumer = Consumer(runner, settings.worker_slots)
+        consumer = Consumer(runner, settings.worker_slots, settings.worker_prefetch)
         await consumer.start(broker, settings.host_id, settings.worker_pool)
         logger.info("worker %s up with %d slots", instance, settings.worker_slots)
         drained = asyncio.Event()  # the heartbeat goes on while draining: the worker lives

@@ -10,6 +10,11 @@ class WorkerSettings(HostSettings):
     """`VIGIL_WORKER_SLOTS` tasks at once on this host, taken from `VIGIL_WORKER_POOL`."""
 
     worker_slots: int = Field(default=4, ge=1, le=1024)
+    #: Tasks taken beyond the slots (`VIGIL_WORKER_PREFETCH`): they are set up while the
+    #: slots run commands, then wait `queued` for a slot of this host. It helps campaigns of
+    #: short tasks; keep 0 for long tasks over many hosts (a task taken here runs here, and is
+    #: failed as lost if this worker dies before it ran).
+    worker_prefetch: int = Field(default=0, ge=0, le=4096)
     worker_pool: str = DEFAULT_POOL
     #: Log lines are persisted and published in batches this often (seconds).
     log_flush_s: float = Field(default=0.1, gt=0, le=5)

@@ -11,10 +11,10 @@ import logging
 import signal
 import time
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from redis.asyncio import Redis
 
@@ -40,6 +40,29 @@ from shared.topology import supervise_key
 
 logger = logging.getLogger(__name__)
 S = TaskState
+
+
+class Releasable(Protocol):
+    """Something held for the task that it gives back early (`consumer.Permit`)."""
+
+    def release(self) -> None: ...
+
+
+class _Suspended(Exception):
+    """The job was suspended between setup and the command's start."""
+
+
+def _dump(status: StatusReport | None) -> dict[str, Any] | None:
+    return status.model_dump(mode="json") if status else None
+
+
+def _failing_severities(held: Held, failing: LogRecord | None) -> list[Severity] | None:
+    """The severities whose records are kept with the job when the task failed on its log."""
+    if failing is None:
+        return None
+    return list(Policy.model_validate(held.job.policy).fail_on_log)
+
+
 T = TypeVar("T")
 
 #: Running hook state -> its action state.
@@ -64,13 +87,19 @@ class StageRunner:
         self.taker = Taker(
             self.pool, self.instance, self.settings.host_id, Path(self.settings.work_root)
         )
+        #: The host's execution slots: one is held from a command's spawn to its exit; the
+        #: bookkeeping around it (taking, setup, post-processing) runs outside them.
+        self.slots = asyncio.Semaphore(self.settings.worker_slots)
+        self._pending: set[asyncio.Task[None]] = set()
 
     async def take(self, message: RunStage) -> Held | None:
         """Make the message's claim this worker's; None when the message is stale (a no-op)."""
         return await self.taker.take(message)
 
-    async def drive(self, held: Held) -> None:
-        """Run the task from where it was taken as far as it can go. Never raises StaleState."""
+    async def drive(self, held: Held, intake: Releasable | None = None) -> None:
+        """Run the task from where it was taken as far as it can go. Never raises StaleState.
+
+        `intake` is released as soon as the command exited (the rest needs no place)."""
         if held.job.type not in self.task_types:
             missing = LookupError(
                 f"task type {held.job.type!r} is not installed on {self.instance}"
@@ -82,7 +111,7 @@ class StageRunner:
                 return
             if held.state is S.SETTING_UP and not await self._setup(held):
                 return
-            if held.state in (S.SETTING_UP, S.QUEUED) and not await self._cluster(held):
+            if held.state in (S.SETTING_UP, S.QUEUED) and not await self._cluster(held, intake):
                 return
             await self._post_process(held)
         except StaleState as exc:
@@ -150,7 +179,8 @@ class StageRunner:
     # -- setup -------------------------------------------------------------------------------
 
     async def _setup(self, held: Held) -> bool:
-        attempt = await self._start_attempt(held, Stage.SETUP.value)
+        attempt = held.opened or await self._start_attempt(held, Stage.SETUP.value)
+        held.opened = None
         ctx = self._context(held, attempt)
         _, failure = await self._run_hook(
             "setup", S.FAILED_TO_SETUP, lambda: self._type(held).setup(ctx)
@@ -158,29 +188,83 @@ class StageRunner:
         if failure is not None:
             await self._finish(held, S.SETTING_UP, attempt, failure)
             return False
-        await self._finish(held, S.SETTING_UP, attempt, Outcome(S.QUEUED), keep_claim=True)
+        held.set_up = attempt
+        if self.slots.locked():  # no slot free: the task waits `queued` for one
+            await self._queue(held)
         return True
+
+    async def _queue(self, held: Held) -> None:
+        """setting_up -> queued, closing the setup attempt (StaleState if not ours any more)."""
+        attempt, held.set_up = held.set_up, None
+        assert attempt is not None
+        done = Outcome(S.QUEUED)
+        moved = await self._advance(
+            held, (S.SETTING_UP, S.QUEUED), done, close=tasks_repo.CloseAttempt(attempt)
+        )
+        if moved is None:  # not ours any more: the general path says why (and records it)
+            await self._finish(held, S.SETTING_UP, attempt, done, keep_claim=True)
 
     # -- cluster -----------------------------------------------------------------------------
 
-    async def _cluster(self, held: Held) -> bool:
-        if await self._suspended(held):  # suspended since setup: do not start the command
-            await self.taker.release(held, S.QUEUED)
+    async def _cluster(self, held: Held, intake: Releasable | None) -> bool:
+        """Run the command in one of the host's slots (held from its spawn to its exit); True
+        when the task went on to data_ready (or post-processing)."""
+        async with self.slots:
+            ran = await self._run_command(held)
+        if intake is not None:
+            intake.release()
+        if ran is None:
             return False
-        attempt = await self._start_attempt(held, Stage.CLUSTER.value)
+        attempt, returncode, failing, exited_at, status = ran
+        outcome = command_outcome(returncode, status)
+        if failing is not None:  # the supervisor may have been slower than the exit
+            outcome = error_log_outcome(failing.severity.value, failing.line)
+        if outcome.state is S.DATA_READY:
+            moved = await self._advance(
+                held,
+                (S.ON_CPU, S.DATA_READY, S.POST_PROCESSING),
+                outcome,
+                close=tasks_repo.CloseAttempt(attempt, _dump(status), outcome.exit_code),
+                open_=Stage.POST_PROCESSING,
+                unless_waits="post_processing",
+            )
+            if moved is not None:
+                return True
+        await self._finish(
+            held,
+            S.ON_CPU,
+            attempt,
+            outcome,
+            keep_claim=True,
+            status=status,
+            errors_of=_failing_severities(held, failing),
+            since=exited_at if outcome.failure_class is not None else None,
+        )
+        return outcome.state is S.DATA_READY
+
+    async def _run_command(
+        self, held: Held
+    ) -> tuple[int, int, LogRecord | None, float | None, StatusReport | None] | None:
+        """Spawn the command held at its gate, make the task on_cpu, run it to its exit:
+        (attempt, exit status, first failing log line, exit time, status file), or None when
+        it did not run (its hook failed, or the job was suspended meanwhile)."""
+        attempt = held.task.attempt + 1  # opened with on_cpu, numbered as the task's next
         ctx = self._context(held, attempt)
         ctx.safe_mkdir(".vigil")
         script, failure = await self._run_hook(
             "cluster_commands", S.FAILED_ON_CLUSTER, lambda: self._type(held).cluster_commands(ctx)
         )
         if failure is not None or not isinstance(script, str):
+            if held.set_up is not None:
+                await self._queue(held)
+            attempt = await self._start_attempt(held, Stage.CLUSTER.value)
             await self._finish(
                 held,
                 S.QUEUED,
                 attempt,
                 failure or hook_failed(S.FAILED_ON_CLUSTER, "cluster_commands", None, None),
             )
-            return False
+            return None
         ctx.status_file.unlink(missing_ok=True)  # a diagnosis is about this attempt only
         cgroup = self.cgroups.create(held.task.id, held.claim) if self.cgroups else None
         env = ctx.environment() | {
@@ -189,12 +273,21 @@ class StageRunner:
             )
         }
         running = await process.spawn(script, ctx.workdir, env, cgroup)  # held at its gate
-        try:
-            await self._mark_on_cpu(held, attempt, running)
-        except BaseException:  # not ours any more (or we stop): the script must never run
+        try:  # the gate opens once the process is in its cgroup and the task durably on_cpu
+            _, on_cpu = await asyncio.gather(
+                running.join_cgroup(), self._mark_on_cpu(held, attempt, running)
+            )
+            if not on_cpu:
+                raise _Suspended
+        except BaseException as exc:  # not ours any more (or we stop): never run the script
             running.close_gate()
-            signal_tree(running.pid, running.create_time, cgroup, signal.SIGKILL)
+            signal_tree(running.pid, running.create_time, running.cgroup, signal.SIGKILL)
             await running.process.wait()
+            if self.cgroups is not None:
+                self.cgroups.remove(held.task.id, held.claim)
+            if isinstance(exc, _Suspended):  # suspended since setup: given back unstarted
+                await self.taker.release(held, S.QUEUED)
+                return None
             raise
         running.open_gate()
         policy = Policy.model_validate(held.job.policy)
@@ -203,38 +296,40 @@ class StageRunner:
         finally:
             if self.cgroups is not None:
                 self.cgroups.remove(held.task.id, held.claim)
-        status = read_status(ctx.status_file)
-        outcome = command_outcome(returncode, status)
-        if failing is not None:  # the supervisor may have been slower than the exit
-            outcome = error_log_outcome(failing.severity.value, failing.line)
-        await self._finish(
-            held,
-            S.ON_CPU,
-            attempt,
-            outcome,
-            keep_claim=True,
-            status=status,
-            errors_of=policy.fail_on_log if failing is not None else None,
-            since=running.exited_at if outcome.failure_class is not None else None,
-        )
-        return outcome.state is S.DATA_READY
+        return attempt, returncode, failing, running.exited_at, read_status(ctx.status_file)
 
     async def _suspended(self, held: Held) -> bool:
         async with self.pool.acquire() as conn:
             state = await conn.fetchval("SELECT state::text FROM jobs WHERE id = $1", held.job.id)
         return bool(state == JobState.SUSPENDED.value)
 
-    async def _mark_on_cpu(self, held: Held, attempt: int, running: process.Running) -> None:
-        async with self.pool.acquire() as conn, conn.transaction():
-            await tasks_repo.transition(
-                conn,
-                held.task.id,
-                S.ON_CPU,
-                among=frozenset({S.QUEUED}),
-                claim=held.claim,
-                changes={"pid": running.pid, "pid_create_time": running.create_time},
-            )
-            await attempts_repo.set_pid(conn, held.task.id, attempt, running.pid)
+    async def _mark_on_cpu(self, held: Held, attempt: int, running: process.Running) -> bool:
+        """queued -> on_cpu with the cluster attempt opened (number `attempt`, with its pid),
+        then hand the process to the supervisor. A task just set up goes through `queued` in
+        the same move, closing its setup attempt. False when the job was suspended since setup
+        (the task is then `queued`); `StaleState` when the task is not ours any more."""
+        set_up = held.set_up
+        moved = await self._advance(
+            held,
+            (S.SETTING_UP, S.QUEUED, S.ON_CPU) if set_up is not None else (S.QUEUED, S.ON_CPU),
+            None,
+            changes={"pid": running.pid, "pid_create_time": running.create_time},
+            close=tasks_repo.CloseAttempt(set_up) if set_up is not None else None,
+            open_=Stage.CLUSTER,
+            pid=running.pid,
+            unless_suspended=True,
+        )
+        if moved is None and set_up is not None:  # record `queued` (or find out why not)...
+            await self._queue(held)
+            return await self._mark_on_cpu(held, attempt, running)  # ...and try from there
+        if moved is None:
+            if await self._suspended(held):
+                return False
+            raise StaleState(f"task {held.task.id} is no longer queued under our claim")
+        held.set_up = None
+        if held.opened != attempt:  # the environment told the command another number
+            raise RuntimeError(f"task {held.task.id}: opened attempt {held.opened}, not {attempt}")
+        held.opened = None
         watch = WatchProcess(
             job_id=held.task.job_id,
             task_id=held.task.id,
@@ -242,10 +337,21 @@ class StageRunner:
             pid=running.pid,
             create_time=running.create_time,
         )
+        # Not awaited: the supervisor's periodic reconcile finds the process anyway, and every
+        # verdict it reaches is fenced by the claim.
+        self._background(self._hand_over(watch))
+        return True
+
+    async def _hand_over(self, watch: WatchProcess) -> None:
         try:
             await self.broker.publish_work(supervise_key(self.settings.host_id), watch)
-        except Exception as exc:  # the supervisor's periodic reconcile finds the process anyway
-            logger.warning("could not hand task %s to the supervisor: %s", held.task.id, exc)
+        except Exception as exc:
+            logger.warning("could not hand task %s to the supervisor: %s", watch.task_id, exc)
+
+    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
 
     async def _watch_output(
         self,
@@ -282,8 +388,10 @@ class StageRunner:
         async def note(returncode: int) -> None:
             try:
                 key = self.keys.job_exits(held.task.job_id)
-                await self.redis.hset(key, held.task.id, f"{held.claim} {returncode}")
-                await self.redis.expire(key, JOB_TTL_S)
+                async with self.redis.pipeline(transaction=False) as pipe:  # one round trip
+                    pipe.hset(key, held.task.id, f"{held.claim} {returncode}")
+                    pipe.expire(key, JOB_TTL_S)
+                    await pipe.execute()
             except UNAVAILABLE as exc:  # the supervisor then judges by its grace
                 logger.warning("could not note the exit of task %s: %s", held.task.id, exc)
 
@@ -298,19 +406,23 @@ class StageRunner:
 
     async def _post_process(self, held: Held) -> None:
         """Post-process now, or let go of the task if it waits for prerequisites first."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            if await prerequisites.waits(conn, held.task.id, "post_processing"):
-                await release(conn, held, S.DATA_READY)
-                return
-            await tasks_repo.transition(
-                conn,
-                held.task.id,
-                S.POST_PROCESSING,
-                among=frozenset({S.DATA_READY}),
-                claim=held.claim,
-                changes={"worker": self.instance},
-            )
-            attempt = await self._open_attempt(conn, held, Stage.POST_PROCESSING.value)
+        if held.state is S.POST_PROCESSING and held.opened is not None:
+            attempt, held.opened = held.opened, None  # moved there with the cluster's end
+        else:
+            async with self.pool.acquire() as conn, conn.transaction():
+                if await prerequisites.waits(conn, held.task.id, "post_processing"):
+                    await release(conn, held, S.DATA_READY)
+                    return
+                held.task = await tasks_repo.transition(
+                    conn,
+                    held.task.id,
+                    S.POST_PROCESSING,
+                    among=frozenset({S.DATA_READY}),
+                    claim=held.claim,
+                    changes={"worker": self.instance},
+                )
+                attempt = await self._open_attempt(conn, held, Stage.POST_PROCESSING.value)
+            held.state = S.POST_PROCESSING
         ctx = self._context(held, attempt)
         ctx.exit_code = 0
         ctx.status = read_status(ctx.status_file)
@@ -324,6 +436,16 @@ class StageRunner:
             failure = Outcome(S.FAILED_ON_CLUSTER, FailureClass.EXIT, brief=brief)
         outcome = failure or Outcome(S.COMPLETED)
         outputs = list(ctx.recorded.values()) if failure is None else []
+        if failure is None and not outputs:
+            moved = await self._advance(
+                held,
+                (S.POST_PROCESSING, S.COMPLETED),
+                outcome,
+                changes={"claim": None, "worker": None},
+                close=tasks_repo.CloseAttempt(attempt, _dump(ctx.status)),
+            )
+            if moved is not None:
+                return
         await self._finish(
             held, S.POST_PROCESSING, attempt, outcome, status=ctx.status, outputs=outputs
         )
@@ -351,6 +473,44 @@ class StageRunner:
             keep_total_bytes=self.settings.output_keep_total_bytes,
         )
 
+    async def _advance(
+        self,
+        held: Held,
+        path: tuple[TaskState, ...],
+        outcome: Outcome | None,
+        *,
+        changes: dict[str, Any] | None = None,
+        close: tasks_repo.CloseAttempt | None = None,
+        open_: Stage | None = None,
+        pid: int | None = None,
+        unless_suspended: bool = False,
+        unless_waits: str | None = None,
+    ) -> tasks_repo.Task | None:
+        """A successful move in one statement (`tasks_repo.advance`); the task as it is now, or
+        None when it did not match (the caller then takes its general path)."""
+        opening = (
+            tasks_repo.OpenAttempt(open_.value, self.settings.host_id, self.instance, pid)
+            if open_ is not None
+            else None
+        )
+        sets = (outcome.changes() if outcome else {}) | (changes or {})
+        async with self.pool.acquire() as conn:
+            moved = await tasks_repo.advance(
+                conn,
+                held.task,
+                held.claim,
+                path,
+                changes=sets,
+                close=close,
+                open_=opening,
+                unless_suspended=unless_suspended,
+                unless_waits=unless_waits,
+            )
+        if moved is not None:
+            held.task, held.state = moved, moved.state
+            held.opened = moved.attempt if opening is not None else None
+        return moved
+
     async def _start_attempt(self, held: Held, stage: str) -> int:
         async with self.pool.acquire() as conn, conn.transaction():
             return await self._open_attempt(conn, held, stage)
@@ -360,6 +520,7 @@ class StageRunner:
         row = await attempts_repo.start(
             conn, held.task.id, held.claim, stage, host=self.settings.host_id, worker=self.instance
         )
+        held.task = replace(held.task, attempt=row.attempt)
         return row.attempt
 
     async def _run_hook(
@@ -405,7 +566,7 @@ class StageRunner:
         try:
             async with self.pool.acquire() as conn, conn.transaction():
                 # the task row first, then the attempt: the order of every writer of both
-                await tasks_repo.transition(
+                task = await tasks_repo.transition(
                     conn,
                     held.task.id,
                     outcome.state,
@@ -438,7 +599,7 @@ class StageRunner:
         except StaleState as exc:
             await self._record_late(held, attempt, outcome, str(exc))
             raise
-        held.state = outcome.state
+        held.task, held.state = task, outcome.state
 
     async def _record_late(self, held: Held, attempt: int, outcome: Outcome, why: str) -> None:
         """Keep the fenced-off report on its attempt row (best effort: it changes nothing)."""

@@ -1,0 +1,52 @@
+"""Stray processes: a command held at its gate while its task is still being set up is the
+task's own; one whose task moved on is killed (real processes, real PostgreSQL)."""
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from services.supervisor.strays import kill_strays
+from services.worker import process
+from shared import db, jobs_repo, marks, users_repo
+from shared.jobs_repo import NewJob
+
+pytestmark = pytest.mark.integration
+
+
+async def _task_in(conn: db.Connection, state: str, claim: uuid.UUID) -> str:
+    user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+    job, _ = await jobs_repo.create(conn, user.id, NewJob("s", "shell", "true", ["a"]))
+    return str(
+        await conn.fetchval(
+            "UPDATE tasks SET state = $2, claim = $3 WHERE job_id = $1 RETURNING id",
+            job.id,
+            state,
+            claim,
+        )
+    )
+
+
+async def test_a_gated_command_of_a_task_setting_up_is_kept_and_one_of_an_ended_task_killed(
+    pool: db.Pool, namespace: str, tmp_path: Path
+) -> None:
+    claim = uuid.uuid4()
+    async with pool.acquire() as conn:
+        setting_up = await _task_in(conn, "setting_up", claim)
+        ended = await _task_in(conn, "terminated", claim)
+    held = {
+        task_id: await process.spawn(
+            "true", tmp_path, {marks.VARIABLE: marks.mark(namespace, "h", task_id, claim)}
+        )
+        for task_id in (setting_up, ended)
+    }
+    try:
+        killed = await kill_strays(pool, namespace, "h", None)
+
+        assert [m.task_id for m in killed] == [ended]
+        assert await held[ended].process.wait() == -9
+        assert held[setting_up].process.returncode is None
+    finally:
+        for running in held.values():
+            running.close_gate()
+            await running.process.wait()

@@ -1,0 +1,35 @@
+"""The state lists of the hot-path partial indexes are the ones the queries spell out."""
+
+import re
+from pathlib import Path
+
+from shared import sql_states
+from shared.states import TaskState
+
+_MIGRATION = Path(sql_states.__file__).parent / "sql" / "0011_hot_path_indexes.sql"
+
+
+def _lists_of(index: str) -> set[frozenset[str]]:
+    text = _MIGRATION.read_text()
+    body = text[text.index(f"CREATE INDEX {index}") :].split(";")[0]
+    return {
+        frozenset(re.findall(r"'([a-z_]+)'", group))
+        for group in re.findall(r"NOT IN \(([^)]*)\)", body)
+    }
+
+
+def _states(literal: str) -> frozenset[str]:
+    return frozenset(re.findall(r"'([a-z_]+)'", literal))
+
+
+def test_the_in_flight_index_lists_exactly_the_states_not_in_flight() -> None:
+    assert _lists_of("tasks_in_flight") == {_states(sql_states.NOT_IN_FLIGHT)}
+
+
+def test_the_unfinished_index_lists_exactly_the_terminal_states() -> None:
+    assert _lists_of("tasks_unfinished") == {_states(sql_states.TERMINAL_LIST)}
+
+
+def test_every_listed_word_is_a_task_state() -> None:
+    words = _states(sql_states.NOT_IN_FLIGHT) | _states(sql_states.TERMINAL_LIST)
+    assert words <= {s.value for s in TaskState}
