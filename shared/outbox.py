@@ -4,9 +4,10 @@ Rows are relayed to the broker by the scheduler (`services/scheduler/relay.py`) 
 confirms, in id order; a row is marked published only after the broker confirmed it.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from shared.db import Connection
 from shared.messages import (
@@ -62,9 +63,66 @@ async def add_work(
     await _add(conn, "work", routing_key, to_jsonable(message))
 
 
+#: The `task.new` event of `TaskEvent` (state new, nothing else known yet), made by PostgreSQL
+#: for each of a job's new tasks: $1 the job id, $2 the task ids. `tests/integration/
+#: test_outbox.py` checks that it reads back as the `TaskEvent` pydantic would have written.
+_NEW_TASK_EVENTS: Final = """
+INSERT INTO outbox (exchange, routing_key, body)
+SELECT 'events', 'task.new.' || $1, jsonb_build_object(
+    'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'task_event', 'job_id', $1::text,
+    'task_id', t.id, 'state', 'new', 'previous', NULL, 'run_number', 1, 'host', NULL,
+    'failure_class', NULL, 'exit_code', NULL, 'signal', NULL, 'error_brief', NULL)
+FROM unnest($2::text[]) WITH ORDINALITY AS t(id, n) ORDER BY n
+"""
+
+
+async def add_new_task_events(conn: Connection, job_id: str, task_ids: list[str]) -> None:
+    """Queue `task.new.<job id>` for each of `task_ids`, in one statement."""
+    event_key("task", "new", job_id)  # the job id is a safe routing key word
+    await conn.execute(_NEW_TASK_EVENTS, job_id, task_ids)
+
+
+async def add_job_events(conn: Connection, events: list[JobEvent]) -> None:
+    """Queue many `job.<outcome>.<job id>` events in one statement."""
+    await _add_many(
+        conn,
+        "events",
+        [event_key("job", e.outcome.value, e.job_id) for e in events],
+        [to_jsonable(e) for e in events],
+    )
+
+
+async def add_work_many(
+    conn: Connection, messages: Sequence[tuple[str, RunStage | KillTask | FreezeTask]]
+) -> None:
+    """Queue many work messages (routing key, message) in one statement."""
+    await _add_many(conn, "work", [k for k, _ in messages], [to_jsonable(m) for _, m in messages])
+
+
+async def _add_many(
+    conn: Connection, exchange: ExchangeKind, keys: list[str], bodies: list[dict[str, Any]]
+) -> None:
+    if keys:
+        await conn.execute(
+            "INSERT INTO outbox (exchange, routing_key, body)"
+            " SELECT $1, k, b FROM unnest($2::text[], $3::jsonb[]) WITH ORDINALITY AS r(k, b, n)"
+            " ORDER BY n",
+            exchange,
+            keys,
+            bodies,
+        )
+
+
 async def _add(conn: Connection, exchange: ExchangeKind, key: str, body: dict[str, Any]) -> None:
     await conn.execute(
         "INSERT INTO outbox (exchange, routing_key, body) VALUES ($1, $2, $3)", exchange, key, body
+    )
+
+
+async def has_pending(conn: Connection) -> bool:
+    """Whether any row waits to be published (one probe of `outbox_pending`)."""
+    return bool(
+        await conn.fetchval("SELECT EXISTS (SELECT 1 FROM outbox WHERE published_at IS NULL)")
     )
 
 

@@ -12,19 +12,32 @@ lives there.
 from typing import Final
 from uuid import UUID
 
-from shared import outbox
+from shared import outbox, sql_states
 from shared.db import Connection, Pool
 from shared.messages import RunStage
 from shared.prerequisites import met_arrays, unmet_sql
-from shared.states import ACTIONS, IN_FLIGHT, Stage, TaskState
+from shared.states import ACTIONS, Stage, TaskState
 from shared.topology import host_key, pool_key
 
 #: An emergency stop suspends active jobs; a configuring job has no suspended state, so its
 #: test tasks are simply not released while a stop is in force.
 _NOT_STOPPED: Final = "NOT EXISTS (SELECT 1 FROM emergency_stops WHERE resumed_at IS NULL)"
 
-_NEW_TASKS: Final = f"""
-SELECT t.id FROM jobs j CROSS JOIN LATERAL (
+#: A job's new tasks to release now, within its throttles; `{jobs}` picks the jobs. Jobs are
+#: read oldest first through `jobs_active` / `jobs_configuring`; each is probed for one
+#: unclaimed new task (`tasks_new`, an index scan per job: the LATERAL keeps the planner from
+#: reading the whole index, dead entries of finished big jobs included, into a hash), and only
+#: those that have one are opened, their tasks in flight counted on `tasks_in_flight`. A round
+#: costs a probe per active job plus what it releases, not the size of the jobs.
+_NEW_OF = f"""
+SELECT t.id FROM (
+    SELECT j.id, j.state, j.release_per_tick, j.max_in_flight, j.probing_since FROM jobs j
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM tasks n WHERE n.job_id = j.id AND n.claim IS NULL AND n.state = 'new'
+        LIMIT 1) has_new
+    WHERE {{jobs}}
+    ORDER BY j.created_at
+) j CROSS JOIN LATERAL (
     SELECT t.id FROM tasks t
     WHERE t.job_id = j.id AND t.state = 'new' AND t.claim IS NULL
       AND (NOT t.test OR j.state = 'configuring')
@@ -34,13 +47,18 @@ SELECT t.id FROM jobs j CROSS JOIN LATERAL (
     LIMIT greatest(0, least(j.release_per_tick, (
         CASE WHEN j.probing_since IS NULL THEN j.max_in_flight ELSE 1 END) - (
         SELECT count(*) FROM tasks x WHERE x.job_id = j.id
-          AND (x.claim IS NOT NULL OR x.state = ANY($6::task_state[])))))
+          AND (x.claim IS NOT NULL OR x.state NOT IN {sql_states.NOT_IN_FLIGHT}))))
 ) t
--- an OR of states (not IN): the partial indexes jobs_active and jobs_configuring both serve it
-WHERE (j.state = 'active' OR (j.state = 'configuring' AND {_NOT_STOPPED}))
-ORDER BY j.created_at
 LIMIT $1
 """
+
+_NEW_TASKS: Final = (
+    "("
+    + _NEW_OF.format(jobs="j.state = 'active'")
+    + ") UNION ALL ("
+    + _NEW_OF.format(jobs=f"j.state = 'configuring' AND {_NOT_STOPPED}")
+    + ")"
+)
 
 #: Unclaimed states with work for the task's host; the partial index `tasks_resting`
 #: (migration 0003) lists the same states, so that this query never scans finished tasks.
@@ -82,18 +100,20 @@ class Dispatcher:
         """Release one batch of new tasks and one of resting tasks; returns how many."""
         args = [self._batch, *met_arrays()]
         async with self._pool.acquire() as conn, conn.transaction():
-            new = await conn.fetch(_NEW_TASKS, *args, sorted(s.value for s in IN_FLIGHT))
+            new = await conn.fetch(_NEW_TASKS, *args)
             resting = await conn.fetch(_RESTING_TASKS, *args)
             ids = [r["id"] for r in new] + [r["id"] for r in resting]
             return await self._claim(conn, ids) if ids else 0
 
     async def _claim(self, conn: Connection, ids: list[str]) -> int:
         claimed = await conn.fetch(_CLAIM, ids, _ACTION_STATES)
+        messages: list[tuple[str, RunStage]] = []
         for row in claimed:
             stage = _STAGE_OF[str(row["state"])]
             key = pool_key(self._worker_pool) if stage is Stage.SETUP else host_key(row["host"])
             message = RunStage(
                 job_id=row["job_id"], task_id=row["id"], stage=stage, claim=UUID(str(row["claim"]))
             )
-            await outbox.add_work(conn, key, message)
+            messages.append((key, message))
+        await outbox.add_work_many(conn, messages)
         return len(claimed)

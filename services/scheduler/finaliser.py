@@ -25,6 +25,9 @@ logger = logging.getLogger(__name__)
 REPURGE_AFTER_S = 15.0
 #: On start, cancelled jobs this far back are purged too (the keys expire on their own anyway).
 CANCELLED_LOOKBACK_S = 86_400.0
+#: Every active job is looked at this often (and on the first round); in between, only the
+#: jobs the relay saw a task end in (`touch`). The sweep is an index probe per active job.
+SWEEP_EVERY_S = 2.0
 
 _CANCELLED_SINCE = (
     "SELECT id, finished_at FROM jobs WHERE state = 'cancelled' AND finished_at IS NOT NULL"
@@ -39,24 +42,36 @@ class Finaliser:
     def __init__(self, pool: Pool, redis: Redis, keys: RedisKeys, batch: int) -> None:
         self._pool, self._redis, self._keys, self._batch = pool, redis, keys, batch
         self._repurge: deque[tuple[float, str]] = deque()
+        self._touched: set[str] = set()
+        self._next_sweep = 0.0
         # (finished_at, id) of the last cancelled job purged
         self._cancelled_after: tuple[datetime | None, str] = (None, "")
 
+    def touch(self, job_id: str) -> None:
+        """A task of `job_id` ended (or was decided): look at the job in the next round."""
+        self._touched.add(job_id)
+
     async def run_once(self) -> int:
-        """Finalise one batch of finished jobs; returns how many."""
-        finished = 0
+        """Finalise the jobs that may have finished; returns how many ended."""
         await self._repurge_due()
         await self._purge_cancelled()
+        ended: dict[str, JobState] = {}
         async with self._pool.acquire() as conn:
-            for job_id, _ in await jobs_repo.finished_candidates(conn, self._batch):
-                state = await self._finalise(conn, job_id)
-                if state is None:
-                    continue
-                logger.info("job %s %s", job_id, state.value, extra={"job_id": job_id})
-                await self._purge(job_id)
-                self._repurge.append((time.monotonic() + REPURGE_AFTER_S, job_id))
-                finished += 1
-        return finished
+            if time.monotonic() >= self._next_sweep:  # every active job, one at a time
+                self._next_sweep = time.monotonic() + SWEEP_EVERY_S
+                for job_id, _ in await jobs_repo.finished_candidates(conn, self._batch):
+                    state = await self._finalise(conn, job_id)
+                    if state is not None:
+                        ended[job_id] = state
+            elif self._touched:  # the jobs a task ended in, all at once
+                touched, self._touched = sorted(self._touched), set()
+                ended, skipped = await jobs_repo.end_finished(conn, touched)
+                self._touched |= skipped
+        for job_id, state in ended.items():
+            logger.info("job %s %s", job_id, state.value, extra={"job_id": job_id})
+            self._repurge.append((time.monotonic() + REPURGE_AFTER_S, job_id))
+        await self._purge(*ended)
+        return len(ended)
 
     async def _finalise(self, conn: Connection, job_id: str) -> JobState | None:
         """End the job if, with its row locked, it is still finished; its final state."""
@@ -75,19 +90,24 @@ class Finaliser:
             rows = await conn.fetch(
                 _CANCELLED_SINCE, after, CANCELLED_LOOKBACK_S, after_id, self._batch
             )
+        await self._purge(*(row["id"] for row in rows))
         for row in rows:
-            await self._purge(row["id"])
             self._repurge.append((time.monotonic() + REPURGE_AFTER_S, row["id"]))
             self._cancelled_after = (row["finished_at"], row["id"])
 
     async def _repurge_due(self) -> None:
-        now = time.monotonic()
+        now, due = time.monotonic(), []
         while self._repurge and self._repurge[0][0] <= now:
-            await self._purge(self._repurge.popleft()[1])
+            due.append(self._repurge.popleft()[1])
+        await self._purge(*due)
 
-    async def _purge(self, job_id: str) -> None:
-        """Drop the job's ephemeral keys; Redis being away only delays that (keys have TTLs)."""
+    async def _purge(self, *job_ids: str) -> None:
+        """Drop the jobs' ephemeral keys (one round trip); Redis being away only delays that
+        (keys have TTLs)."""
+        keys = [key for job_id in job_ids for key in self._keys.job_keys(job_id)]
+        if not keys:
+            return
         try:
-            await self._redis.delete(*self._keys.job_keys(job_id))
+            await self._redis.delete(*keys)
         except UNAVAILABLE as exc:
-            logger.warning("could not purge Redis keys of job %s: %s", job_id, exc)
+            logger.warning("could not purge Redis keys of jobs %s: %s", ", ".join(job_ids), exc)

@@ -1,7 +1,10 @@
-"""The scheduler service: lead, then loop: triage failures, release tasks, end jobs, reap hosts,
-relay the outbox.
+"""The scheduler service: lead, then two loops: one triages failures, releases tasks, ends jobs
+and reaps hosts; the other relays the outbox to the broker.
 
-The loop wakes on every outbox insert (LISTEN `vigil_outbox`) and at least every tick.
+Both wake on outbox inserts (LISTEN `vigil_outbox`: not for the events of a task's normal path
+on its worker, migration 0012; the relay alone for work messages and a job's end, 0014), the
+round at least every tick, the relay at least every `relay_poll_s`; the relay also tells the
+finaliser which jobs a published event may have finished, and wakes the round.
 """
 
 import asyncio
@@ -29,6 +32,7 @@ from shared.errors import UNAVAILABLE
 from shared.lifecycle import stop_on_signals, wait_or_stop
 from shared.redis_client import open_redis
 from shared.redis_keys import RedisKeys
+from shared.states import TERMINAL
 from shared.topology import Topology, declare_work_queue, pool_key
 
 logger = logging.getLogger(__name__)
@@ -83,9 +87,35 @@ class Scheduler:
                 await outbox.prune(conn, self.settings.outbox_keep_s)
                 await logs_repo.prune_ended_jobs(conn, self.settings.log_retention_s)
             done += await self.retention.run_once()
-        while (relayed := await self.relay.run_once()) > 0:
-            done += relayed
         return done
+
+    def _on_published(self, row: outbox.OutboxRow, wake: asyncio.Event) -> None:
+        """A task event that may end its job (a terminal state, a triage decision)."""
+        if row.exchange == "events" and _may_finish(row.routing_key):
+            self.finaliser.touch(row.routing_key.rsplit(".", 1)[-1])
+            wake.set()
+
+    async def relay_loop(
+        self, stop: asyncio.Event, wake: asyncio.Event, rounds: asyncio.Event, lead: Leadership
+    ) -> None:
+        """Relay the outbox while leading, batch after batch, then wait for an insert."""
+        self.relay.on_published = lambda row: self._on_published(row, rounds)
+        polling = False  # woken by the clock, not by an insert or a busy batch
+        while not stop.is_set():
+            if not lead.held:
+                await wait_or_stop(stop, self.settings.scheduler_tick_s)
+                continue
+            wake.clear()
+            try:
+                relayed = await self.relay.run_once(look_first=polling)
+            except (*UNAVAILABLE, RuntimeError) as exc:
+                logger.warning("relay failed, retrying: %s", exc)
+                await wait_or_stop(stop, _ERROR_PAUSE_S)
+                continue
+            polling = False
+            if not relayed:
+                await _wait_any(stop, wake, self.settings.relay_poll_s)
+                polling = not wake.is_set()
 
     async def run(self, stop: asyncio.Event, wake: asyncio.Event, leadership: Leadership) -> None:
         """Loop until `stop`; a failing round is logged and retried (the servers may restart).
@@ -114,8 +144,28 @@ async def _wait_any(stop: asyncio.Event, wake: asyncio.Event, seconds: float) ->
         waiter.cancel()
 
 
-async def _listen(dsn: str, wake: asyncio.Event, stop: asyncio.Event) -> None:
-    """Set `wake` on every outbox insert; reconnect when the database comes back."""
+def _may_finish(routing_key: str) -> bool:
+    """`task.<terminal state or triage verdict>.<job id>`."""
+    kind, word, _ = routing_key.split(".", 2)
+    return kind == "task" and (word in _TERMINAL_WORDS or word in _VERDICTS)
+
+
+_TERMINAL_WORDS = frozenset(s.value for s in TERMINAL)
+_VERDICTS = frozenset({"recovered", "resubmitted", "abandoned"})
+
+
+def _on_notify(round_wake: asyncio.Event, relay_wake: asyncio.Event, payload: object) -> None:
+    """'relay': rows only the relay has to act on (migration 0014); anything else: both."""
+    relay_wake.set()
+    if payload != "relay":
+        round_wake.set()
+
+
+async def _listen(
+    dsn: str, round_wake: asyncio.Event, relay_wake: asyncio.Event, stop: asyncio.Event
+) -> None:
+    """Wake the round and the relay on outbox inserts (as the notification says); reconnect
+    when the database comes back."""
     while not stop.is_set():
         try:
             conn = await asyncpg.connect(dsn)
@@ -124,7 +174,10 @@ async def _listen(dsn: str, wake: asyncio.Event, stop: asyncio.Event) -> None:
             await wait_or_stop(stop, _ERROR_PAUSE_S)
             continue
         try:
-            await conn.add_listener("vigil_outbox", lambda *_args: wake.set())
+            await conn.add_listener(
+                "vigil_outbox",
+                lambda _conn, _pid, _channel, payload: _on_notify(round_wake, relay_wake, payload),
+            )
             while not stop.is_set() and not conn.is_closed():
                 await wait_or_stop(stop, _ERROR_PAUSE_S)
         finally:
@@ -151,8 +204,9 @@ async def main(settings: SchedulerSettings) -> None:
         leadership = Leadership(settings.database_url)
         stack.push_async_callback(leadership.release)
         scheduler = Scheduler(settings, pool, broker, redis)
-        wake = asyncio.Event()
+        wake, relay_wake = asyncio.Event(), asyncio.Event()
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(_listen(settings.database_url, wake, stop), name="listen")
+            tg.create_task(_listen(settings.database_url, wake, relay_wake, stop), name="listen")
             tg.create_task(scheduler.run(stop, wake, leadership), name="loop")
+            tg.create_task(scheduler.relay_loop(stop, relay_wake, wake, leadership), name="relay")
     logger.info("scheduler stopped")

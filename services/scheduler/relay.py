@@ -7,6 +7,7 @@ is tried again on the next round (so delivery is at-least-once: consumers are id
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 
 from shared import outbox
 from shared.amqp import Broker
@@ -22,9 +23,16 @@ class Relay:
     def __init__(self, pool: Pool, broker: Broker, batch: int) -> None:
         self._pool, self._broker, self._batch = pool, broker, batch
         self._declared: set[str] = set()
+        #: Told of every row once it is confirmed (the scheduler follows jobs that may end).
+        self.on_published: Callable[[outbox.OutboxRow], None] | None = None
 
-    async def run_once(self) -> int:
-        """Publish one batch; returns how many rows were confirmed."""
+    async def run_once(self, *, look_first: bool = False) -> int:
+        """Publish one batch; returns how many rows were confirmed. `look_first`: an idle poll,
+        which most often finds nothing: one index probe instead of a transaction."""
+        if look_first:
+            async with self._pool.acquire() as conn:
+                if not await outbox.has_pending(conn):
+                    return 0
         async with self._pool.acquire() as conn, conn.transaction():
             rows = await outbox.pending(conn, self._batch)
             if not rows:
@@ -37,6 +45,10 @@ class Relay:
             if failures:
                 logger.warning("%d outbox rows not published yet: %s", len(failures), failures[0])
             await outbox.mark_published(conn, done)
+        if self.on_published is not None:
+            for row, result in zip(rows, results, strict=True):
+                if result is None:
+                    self.on_published(row)
         return len(done)
 
     async def _publish(self, row: outbox.OutboxRow) -> None:

@@ -11,6 +11,10 @@ class SchedulerSettings(CommonSettings):
 
     scheduler_tick_s: float = Field(default=0.25, gt=0, le=60)
     scheduler_batch: int = Field(default=500, ge=1, le=10000)
+    #: The relay looks for unpublished rows at least this often: the events of a task's normal
+    #: path on its worker send no NOTIFY (they would serialize the commits), so this bounds
+    #: how late a follower can see them (`VIGIL_RELAY_POLL_S`).
+    relay_poll_s: float = Field(default=0.25, gt=0, le=60)
     #: A host whose worker and supervisor have not heartbeated for this long is dead: its
     #: tasks are lost.
     dead_host_s: float = Field(default=10.0, gt=0)

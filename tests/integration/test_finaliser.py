@@ -12,6 +12,7 @@ from shared.actions import JobAction
 from shared.db import Pool
 from shared.jobs_repo import NewJob
 from shared.redis_keys import RedisKeys
+from shared.states import JobState
 from tests.conftest import REDIS_URL
 from tests.integration.waiting import until_someone_blocked
 
@@ -74,3 +75,37 @@ async def test_when_a_job_is_cancelled__its_redis_keys_are_purged(
         assert [await redis.exists(keys.job_exits(j)) for j in (first, second)] == [0, 0]
     finally:
         await redis.aclose()
+
+
+async def test_the_jobs_a_task_ended_in_are_ended_together_and_a_held_one_is_skipped(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as conn, pool.acquire() as holder:
+        user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+        jobs = {}
+        for name, state in (
+            ("done", "completed"),
+            ("failed", "failed_on_cluster"),
+            ("running", "on_cpu"),
+            ("held", "completed"),
+        ):
+            job, _ = await jobs_repo.create(conn, user.id, NewJob(name, "shell", "true", ["a"]))
+            await conn.execute("UPDATE tasks SET state = $2 WHERE job_id = $1", job.id, state)
+            jobs[name] = job.id
+
+        async with holder.transaction():  # someone adding work holds this job's row
+            await holder.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", jobs["held"])
+            ended, skipped = await jobs_repo.end_finished(conn, sorted(jobs.values()))
+
+        assert ended == {jobs["done"]: JobState.COMPLETED, jobs["failed"]: JobState.FAILED}
+        assert skipped == {jobs["held"]}
+        events = await conn.fetch(
+            "SELECT routing_key FROM outbox WHERE routing_key LIKE 'job.%' AND body->>'job_id'"
+            " = ANY($1) ORDER BY id",
+            sorted(jobs.values()),
+        )
+        assert sorted(r["routing_key"] for r in events) == sorted(
+            [f"job.succeeded.{jobs['done']}", f"job.failed.{jobs['failed']}"]
+        )
+        running = await jobs_repo.get(conn, jobs["running"])
+        assert running is not None and running.state is JobState.ACTIVE

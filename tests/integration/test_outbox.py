@@ -7,6 +7,7 @@ and empties the outbox before each test.
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -37,6 +38,21 @@ async def opool(outbox_database_url: str) -> AsyncIterator[db.Pool]:
 
 def _task_event(state: TaskState = TaskState.NEW) -> TaskEvent:
     return TaskEvent(job_id="j-1", task_id=f"t-{uuid.uuid4().hex[:8]}", state=state)
+
+
+@asynccontextmanager
+async def _payloads(listener: db.Connection) -> AsyncIterator["asyncio.Queue[object]"]:
+    """The payloads of the `vigil_outbox` notifications `listener` receives meanwhile."""
+    received: asyncio.Queue[object] = asyncio.Queue()
+
+    def on_notify(_conn: object, _pid: int, _channel: str, payload: object) -> None:
+        received.put_nowait(payload)
+
+    await listener.add_listener("vigil_outbox", on_notify)
+    try:
+        yield received
+    finally:
+        await listener.remove_listener("vigil_outbox", on_notify)
 
 
 async def _add_rows(conn: db.Connection, count: int) -> None:
@@ -160,6 +176,36 @@ async def test_when_a_row_is_committed__listeners_on_vigil_outbox_are_notified(
         assert channels == ["vigil_outbox"]
 
 
+async def test_the_events_of_a_tasks_normal_path_notify_nobody_but_the_rest_do(
+    opool: db.Pool,
+) -> None:
+    async with opool.acquire() as listener, opool.acquire() as writer:
+        async with _payloads(listener) as notified:
+            # when the worker's in-path events commit, then a terminal one
+            for state in (TaskState.SETTING_UP, TaskState.ON_CPU, TaskState.POST_PROCESSING):
+                await outbox.add_task_event(writer, _task_event(state))
+            await outbox.add_task_event(writer, _task_event(TaskState.COMPLETED))
+            # then exactly one notification came, and it came for the last one
+            async with asyncio.timeout(5):
+                assert await notified.get() == "round"
+            await listener.execute("SELECT 1")  # any notification sent before is read by now
+        assert notified.empty()
+
+
+async def test_the_notification_says_whether_only_the_relay_has_something_to_do(
+    opool: db.Pool,
+) -> None:
+    async with opool.acquire() as listener, opool.acquire() as writer:
+        async with _payloads(listener) as payloads:
+            message = RunStage(job_id="j-1", task_id="t-1", stage=Stage.SETUP, claim=uuid.uuid4())
+            await outbox.add_work(writer, "pool.default", message)
+            await outbox.add_job_event(writer, JobEvent(job_id="j-1", outcome=JobOutcome.SUCCEEDED))
+            await outbox.add_task_event(writer, _task_event(TaskState.FAILED_ON_CLUSTER))
+            async with asyncio.timeout(5):
+                got = [await payloads.get() for _ in range(3)]
+        assert got == ["relay", "relay", "round"]
+
+
 async def test_when_a_row_is_rolled_back__no_notification_is_sent(opool: db.Pool) -> None:
     async with opool.acquire() as listener, opool.acquire() as writer:
         # given
@@ -185,3 +231,27 @@ async def test_when_a_row_is_rolled_back__no_notification_is_sent(opool: db.Pool
         finally:
             await listener.remove_listener("vigil_outbox", on_notify)
         assert notifications == ["vigil_outbox"]
+
+
+async def test_the_task_new_events_made_in_sql_read_as_the_model_would_have_written_them(
+    opool: db.Pool,
+) -> None:
+    async with opool.acquire() as conn:
+        await outbox.add_new_task_events(conn, "j-sqlmade", ["t-1", "t-2"])
+        rows = await conn.fetch(
+            "SELECT routing_key, body FROM outbox WHERE body->>'job_id' = 'j-sqlmade' ORDER BY id"
+        )
+
+    events = [TaskEvent.model_validate(r["body"]) for r in rows]
+    assert [r["routing_key"] for r in rows] == ["task.new.j-sqlmade"] * 2
+    assert [e.task_id for e in events] == ["t-1", "t-2"]
+    model = to_jsonable(_task_event())
+    for row, event in zip(rows, events, strict=True):
+        assert set(row["body"]) == set(model)  # the same fields, no more, no fewer
+        assert event == TaskEvent(
+            job_id="j-sqlmade",
+            task_id=event.task_id,
+            state=TaskState.NEW,
+            message_id=event.message_id,
+            sent_at=event.sent_at,
+        )
