@@ -1,5 +1,6 @@
 """Server-made identifiers: short, lowercase, safe in URLs and AMQP routing keys."""
 
+import base64
 import re
 import secrets
 from typing import Final
@@ -15,6 +16,19 @@ _ID_RE: Final = re.compile(ID_PATTERN)
 def new_id(prefix: str) -> str:
     """A fresh id such as `j-3k9x0q7mzt1a` (prefix `j` for jobs, `t` for tasks)."""
     return prefix + "-" + "".join(secrets.choice(_ALPHABET) for _ in range(_RANDOM_CHARS))
+
+
+#: base32's alphabet -> ours, symbol for symbol (both have 32: a bijection keeps ids uniform).
+_FROM_B32: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _ALPHABET)
+_B32_CHARS_PER_10_BYTES: Final = 16
+
+
+def new_ids(prefix: str, count: int) -> list[str]:
+    """`count` fresh ids like `new_id(prefix)`'s, made in bulk (a job's tasks: 100,000 at
+    once): 10 random bytes encode as 16 base32 symbols, of which the first 12 are kept."""
+    symbols = base64.b32encode(secrets.token_bytes(10 * count)).decode().translate(_FROM_B32)
+    step = _B32_CHARS_PER_10_BYTES
+    return [f"{prefix}-{symbols[i : i + _RANDOM_CHARS]}" for i in range(0, step * count, step)]
 
 
 def is_safe_id(value: str) -> bool:

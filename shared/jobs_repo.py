@@ -1,17 +1,18 @@
 """Job rows: creation with their tasks in one transaction, reads, and job state changes."""
 
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
-from shared import outbox
+from shared import outbox, sql_states
 from shared.db import Connection
 from shared.errors import StaleState
-from shared.ids import new_id
-from shared.messages import JobEvent, JobOutcome, TaskEvent
-from shared.states import TERMINAL, JobState, TaskState, job_sources_for
+from shared.ids import new_id, new_ids
+from shared.messages import JobEvent, JobOutcome
+from shared.states import JobState, TaskState, job_outcome, job_sources_for
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ async def create(conn: Connection, owner_id: str, job: NewJob) -> tuple[Job, boo
 
     With an idempotency key already used by this owner, returns the existing job and False.
     """
-    async with conn.transaction():
+    async with _atomic(conn):
         job_id = new_id("j")
         record = await conn.fetchrow(
             "INSERT INTO jobs (id, owner_id, name, type, command, outputs, params, policy,"
@@ -114,9 +115,16 @@ async def create(conn: Connection, owner_id: str, job: NewJob) -> tuple[Job, boo
             )
             assert existing is not None  # the conflict that hid our insert is that row
             return await _with_counts(conn, existing), False
-        if not job.configuring:
-            await add_tasks(conn, job_id, job.inputs, start_index=0)
-        return await _with_counts(conn, record), True
+        if job.configuring or not job.inputs:
+            return Job.from_record(record), True
+        await add_tasks(conn, job_id, job.inputs, start_index=0)
+        return Job.from_record(record, {TaskState.NEW.value: len(job.inputs)}), True
+
+
+def _atomic(conn: Connection) -> AbstractAsyncContextManager[object]:
+    """A transaction, unless the caller's is already open (a savepoint would cost two round
+    trips and undo nothing the caller's rollback would not)."""
+    return nullcontext() if conn.is_in_transaction() else conn.transaction()
 
 
 async def add_tasks(
@@ -126,17 +134,19 @@ async def add_tasks(
 
     Indexes go up from `start_index`, or down from it for test tasks (see `next_index`).
     """
-    ids = [new_id("t") for _ in inputs]
-    step = -1 if test else 1
-    await conn.executemany(
+    ids = new_ids("t", len(inputs))
+    await conn.execute(
         "INSERT INTO tasks (id, job_id, index, input, test)"
-        " VALUES ($1, $2, $3, coalesce($4, 'null'::jsonb), $5)",
-        [(tid, job_id, start_index + step * i, inputs[i], test) for i, tid in enumerate(ids)],
+        " SELECT t.id, $2, $3 + $4 * (t.n - 1)::integer, coalesce(t.input, 'null'::jsonb), $5"
+        " FROM unnest($1::text[], $6::jsonb[]) WITH ORDINALITY AS t(id, input, n)",
+        ids,
+        job_id,
+        start_index,
+        -1 if test else 1,
+        test,
+        inputs,
     )
-    for tid in ids:
-        await outbox.add_task_event(
-            conn, TaskEvent(job_id=job_id, task_id=tid, state=TaskState.NEW)
-        )
+    await outbox.add_new_task_events(conn, job_id, ids)
     return ids
 
 
@@ -251,7 +261,7 @@ _FINISHED_COUNTS = (
     " ON true"
     " WHERE j.state = 'active' AND {which} AND NOT EXISTS (SELECT 1 FROM tasks t"
     "   WHERE t.job_id = j.id AND NOT t.test"
-    "   AND (t.state <> ALL($2::task_state[]) OR NOT t.decided))"
+    f"   AND (NOT t.decided OR t.state NOT IN {sql_states.TERMINAL_LIST}))"  # tasks_unfinished
     " GROUP BY j.id LIMIT $1"
 )
 
@@ -260,9 +270,7 @@ async def finished_candidates(conn: Connection, limit: int) -> list[tuple[str, d
     """Active jobs whose tasks are all terminal and decided (no failure awaits triage), with
     the counts per state of the tasks that decide the outcome (a task superseded by its
     resubmitted clone does not)."""
-    rows = await conn.fetch(
-        _FINISHED_COUNTS.format(which="true"), limit, sorted(s.value for s in TERMINAL)
-    )
+    rows = await conn.fetch(_FINISHED_COUNTS.format(which="true"), limit)
     return [(r["id"], {k: int(v) for k, v in r["counts"].items()}) for r in rows]
 
 
@@ -276,13 +284,53 @@ async def lock_finished(conn: Connection, job_id: str) -> dict[str, int] | None:
     state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", job_id)
     if state != JobState.ACTIVE.value:
         return None
-    rows = await conn.fetch(
-        _FINISHED_COUNTS.format(which="j.id = $3"),
-        1,
-        sorted(s.value for s in TERMINAL),
-        job_id,
-    )
+    rows = await conn.fetch(_FINISHED_COUNTS.format(which="j.id = $2"), 1, job_id)
     return {k: int(v) for k, v in rows[0]["counts"].items()} if rows else None
+
+
+async def end_finished(
+    conn: Connection, job_ids: list[str]
+) -> tuple[dict[str, JobState], set[str]]:
+    """End, in one transaction, those of `job_ids` that are active jobs whose tasks are all
+    terminal and decided: (the jobs ended with their final state, the jobs skipped because
+    someone held their row: look again later).
+
+    The rows are locked first (`FOR UPDATE SKIP LOCKED`: whoever adds work to a job locks its
+    row too, and a finaliser never waits on one), then counted by the next statement, which
+    sees whatever committed before the lock was granted. Each ended job gets its
+    `job.succeeded` / `job.failed` event in the outbox.
+    """
+    async with conn.transaction():
+        locked = await conn.fetch(
+            "SELECT id FROM jobs WHERE id = ANY($1) AND state = 'active'"
+            " ORDER BY id FOR UPDATE SKIP LOCKED",
+            job_ids,
+        )
+        ids = [r["id"] for r in locked]
+        active = await conn.fetch(
+            "SELECT id FROM jobs WHERE id = ANY($1) AND state = 'active'", job_ids
+        )
+        skipped = {r["id"] for r in active} - set(ids)
+        if not ids:
+            return {}, skipped
+        rows = await conn.fetch(_FINISHED_COUNTS.format(which="j.id = ANY($2)"), len(ids), ids)
+        ended: dict[str, JobState] = {}
+        for row in rows:
+            state = job_outcome({TaskState(k): int(v) for k, v in row["counts"].items()})
+            if state is not None:
+                ended[row["id"]] = state
+        if ended:
+            await conn.execute(
+                "UPDATE jobs j SET state = v.state::job_state, finished_at = now()"
+                " FROM unnest($1::text[], $2::text[]) AS v(id, state)"
+                " WHERE j.id = v.id AND j.state = 'active'",
+                list(ended),
+                [state.value for state in ended.values()],
+            )
+            await outbox.add_job_events(
+                conn, [outcome_event(job_id, state) for job_id, state in ended.items()]
+            )
+    return ended, skipped
 
 
 def outcome_event(job_id: str, state: JobState) -> JobEvent:

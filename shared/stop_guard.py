@@ -22,10 +22,12 @@ async def share(conn: Connection) -> None:
     await conn.execute("SELECT pg_advisory_xact_lock_shared($1)", LOCK_KEY)
 
 
-async def hold_if_stopped(conn: Connection, job_id: str) -> bool:
+async def hold_if_stopped(conn: Connection, job_id: str, *, shared: bool = False) -> bool:
     """Suspend `job_id`, just made active, if a stop is in force (the stop's lifting resumes
-    it); True if it did. Call in the transaction that made it active."""
-    await share(conn)
+    it); True if it did. Call in the transaction that made it active; `shared`: that
+    transaction took the lock first already (`share`)."""
+    if not shared:
+        await share(conn)
     stop_id = await conn.fetchval("SELECT id FROM emergency_stops WHERE resumed_at IS NULL")
     if stop_id is None:
         return False

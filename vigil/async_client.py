@@ -111,7 +111,13 @@ class AsyncClient:
                 return
 
     async def tasks(self, job_id: str) -> list[Task]:
-        return cast(list[Task], await self._send(calls.tasks(job_id)))
+        found: list[Task] = []
+        while True:
+            after = found[-1]["index"] if found else None
+            page = cast(list[Task], await self._send(calls.tasks(job_id, after)))
+            found += page
+            if len(page) < calls.TASKS_PAGE:
+                return found
 
     async def task(self, task_id: str) -> Task:
         return cast(Task, await self._send(calls.task(task_id)))

@@ -76,8 +76,13 @@ def jobs_page(state: str | None, name: str | None, limit: int, cursor: str | Non
     return Call("GET", "/jobs", params=params)
 
 
-def tasks(job_id: str) -> Call:
-    return Call("GET", f"/jobs/{check_id('job', job_id)}/tasks")
+#: Tasks asked for per page by `tasks()` (the api's default page).
+TASKS_PAGE = 10_000
+
+
+def tasks(job_id: str, after: int | None = None) -> Call:
+    params = _params(after=after, limit=TASKS_PAGE)
+    return Call("GET", f"/jobs/{check_id('job', job_id)}/tasks", params=params)
 
 
 def task(task_id: str) -> Call:

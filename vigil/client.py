@@ -125,8 +125,14 @@ class Client:
                 return
 
     def tasks(self, job_id: str) -> list[Task]:
-        """Every task of the job, by index."""
-        return cast(list[Task], self._send(calls.tasks(job_id)))
+        """Every task of the job, by index (read a page at a time)."""
+        found: list[Task] = []
+        while True:
+            after = found[-1]["index"] if found else None
+            page = cast(list[Task], self._send(calls.tasks(job_id, after)))
+            found += page
+            if len(page) < calls.TASKS_PAGE:
+                return found
 
     def task(self, task_id: str) -> Task:
         """One task, with `attempts` (the audit rows, oldest first)."""

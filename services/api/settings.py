@@ -19,10 +19,11 @@ class ApiSettings(CommonSettings):
     api_port: int = Field(default=8000, ge=1, le=65535)
     #: When set, the api makes (or keeps) the operator `operator` holding this token.
     bootstrap_token: str | None = None
-    #: Larger request bodies are refused with 413, whether or not they declare their length.
-    max_body_bytes: int = Field(default=1024 * 1024, gt=0)
-    #: Most inputs (hence tasks) one submission may carry.
-    max_inputs: int = Field(default=10_000, ge=1)
+    #: Larger request bodies are refused with 413, whether or not they declare their length
+    #: (16 MiB: a submission of `max_inputs` short inputs fits).
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    #: Most inputs (hence tasks) one submission may carry (more: a 422 that says so).
+    max_inputs: int = Field(default=100_000, ge=1)
     #: `GET /events` sends a `: keepalive` comment this often.
     sse_keepalive_s: float = Field(default=15.0, gt=0)
     #: Most event streams (SSE clients) one api process serves at once (a channel each).

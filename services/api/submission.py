@@ -47,8 +47,8 @@ async def submit(
             await harvest.set_retention(conn, job.id, body.retention_s)
             job = dataclasses.replace(job, retention_s=body.retention_s)
         if created and not body.configuring:  # a configuring job is filled at activation
-            await stop_guard.hold_if_stopped(conn, job.id)
-            job = await _fill(conn, job.id, body)
+            held = await stop_guard.hold_if_stopped(conn, job.id, shared=True)
+            job = await _fill(conn, job, body, held)
     if created:
         logger.info(
             "job submitted with %d task(s)",
@@ -58,18 +58,21 @@ async def submit(
     return job, created
 
 
-async def _fill(conn: Connection, job_id: str, body: JobCreate) -> Job:
-    """Give the new job its prerequisites, or its chained tasks; the job with fresh counts."""
-    if body.inputs_from is None:
-        await datasets.apply_job_prerequisites(
-            conn, job_id, await datasets.task_ids_of(conn, job_id)
-        )
-    else:
+async def _fill(conn: Connection, job: Job, body: JobCreate, held: bool) -> Job:
+    """Give the new job its prerequisites, or its chained tasks; the job as it now is (read
+    again only if something changed it: a plain job is as `jobs_repo.create` made it)."""
+    if body.inputs_from is not None:
         upstream = await datasets.upstream_task_ids(conn, body.inputs_from)
-        await datasets.chain(conn, job_id, upstream)
-    job = await jobs_repo.get(conn, job_id)
-    assert job is not None  # created in this transaction
-    return job
+        await datasets.chain(conn, job.id, upstream)
+    elif body.prerequisites.referenced():
+        await datasets.apply_job_prerequisites(
+            conn, job.id, await datasets.task_ids_of(conn, job.id)
+        )
+    elif not held:
+        return job
+    fresh = await jobs_repo.get(conn, job.id)
+    assert fresh is not None  # created in this transaction
+    return fresh
 
 
 async def _check_references(conn: Connection, user: User, body: JobCreate) -> None:

@@ -243,3 +243,38 @@ async def test_when_an_operator_names_another_users_task_as_prerequisite__it_is_
     job = await api.submit(api.operator, prerequisites={"setup": {tasks.json()[0]["id"]: "failed"}})
 
     assert job["prerequisites"] == {"setup": {tasks.json()[0]["id"]: "failed"}}
+
+
+async def test_a_jobs_tasks_come_a_page_at_a_time_each_page_saying_where_the_next_starts(
+    api: Api,
+) -> None:
+    body = {"name": "paged", "command": "true", "inputs": [str(i) for i in range(5)]}
+    job = (await api.client.post("/jobs", json=body, headers=api.user.headers)).json()
+    url = f"/jobs/{job['id']}/tasks"
+
+    first = await api.client.get(url, params={"limit": 2}, headers=api.user.headers)
+    second = await api.client.get(url, params={"limit": 2, "after": 1}, headers=api.user.headers)
+    last = await api.client.get(url, params={"limit": 2, "after": 3}, headers=api.user.headers)
+    followed = await api.client.get(first.links["next"]["url"], headers=api.user.headers)
+
+    assert [t["index"] for t in first.json()] == [0, 1]
+    assert first.links["next"]["url"] == f"{url}?after=1&limit=2"
+    assert [t["index"] for t in second.json()] == [2, 3]
+    assert [t["index"] for t in last.json()] == [4]
+    assert "link" not in last.headers  # a short page is the last
+    assert followed.json() == second.json()
+
+
+async def test_a_jobs_tasks_can_be_read_in_one_state_only(api: Api) -> None:
+    body = {"name": "states", "command": "true", "inputs": ["a", "b", "c"]}
+    job = (await api.client.post("/jobs", json=body, headers=api.user.headers)).json()
+    await api.pool.execute(
+        "UPDATE tasks SET state = 'completed' WHERE job_id = $1 AND index = 1", job["id"]
+    )
+    url = f"/jobs/{job['id']}/tasks"
+
+    done = await api.client.get(url, params={"state": "completed"}, headers=api.user.headers)
+    bad = await api.client.get(url, params={"state": "nonsense"}, headers=api.user.headers)
+
+    assert [t["index"] for t in done.json()] == [1]
+    assert bad.status_code == 422

@@ -34,6 +34,7 @@ from vigil import (
     Unauthorized,
     Unreachable,
     WaitTimeout,
+    calls,
 )
 
 pytestmark = pytest.mark.integration
@@ -169,6 +170,17 @@ def test_when_a_job_is_submitted__it_can_be_read_back_with_its_tasks(client: Cli
     ]
     detail = client.task(tasks[0]["id"])
     assert (detail["job_id"], detail["attempts"]) == (job["id"], [])
+
+
+def test_a_jobs_tasks_are_read_page_after_page_until_a_short_one(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(calls, "TASKS_PAGE", 2)
+    job = client.submit({"name": "pages", "command": "true", "inputs": list("abcde")})
+
+    tasks = client.tasks(job["id"])
+
+    assert [(t["index"], t["input"]) for t in tasks] == list(enumerate("abcde"))
 
 
 def test_when_submitted_twice_with_one_idempotency_key__the_same_job_comes_back(

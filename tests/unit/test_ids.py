@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from shared.ids import ID_PATTERN, is_safe_id, new_id, to_safe_id
+from shared.ids import ID_PATTERN, is_safe_id, new_id, new_ids, to_safe_id
 
 
 @pytest.mark.parametrize("prefix", ["j", "t", "u"])
@@ -18,6 +18,14 @@ def test_when_an_id_is_made__it_is_the_prefix_a_dash_and_twelve_base32_chars(pre
 def test_when_many_ids_are_made__they_are_all_different() -> None:
     ids = {new_id("t") for _ in range(10_000)}
     assert len(ids) == 10_000
+
+
+def test_ids_made_in_bulk_look_like_the_others_are_all_different_and_use_every_symbol() -> None:
+    ids = new_ids("t", 10_000)
+    assert len(ids) == len(set(ids)) == 10_000
+    assert all(re.fullmatch(r"t-[0-9abcdefghjkmnpqrstvwxyz]{12}", i) for i in ids)
+    assert set("".join(i[2:] for i in ids)) == set("0123456789abcdefghjkmnpqrstvwxyz")
+    assert new_ids("t", 0) == []
 
 
 @pytest.mark.parametrize("value", ["a", "0", "j-3k9x0q7mzt1a", "host-01", "a-", "x" * 63, "9lives"])

@@ -50,7 +50,7 @@ from shared import (
 from shared.actions import JobAction
 from shared.ids import ID_PATTERN
 from shared.messages import Severity
-from shared.states import JobState
+from shared.states import JobState, TaskState
 
 logger = logging.getLogger(__name__)
 
@@ -182,13 +182,36 @@ async def list_errors(
     return [JobErrorPublic.model_validate(e, from_attributes=True) for e in errors]
 
 
+#: Tasks in one page of `GET /jobs/{id}/tasks` unless `limit` says otherwise, and at most.
+TASKS_PAGE: Final = 10_000
+TASKS_PAGE_MAX: Final = 100_000
+
+
 @router.get("/{job_id}/tasks", responses=_NOT_FOUND)
-async def list_tasks(user: CurrentUser, job_id: JobIdPath, pool: PoolDep) -> list[TaskPublic]:
-    """Every task of the job, by index, each with its prerequisites."""
+async def list_tasks(
+    user: CurrentUser,
+    job_id: JobIdPath,
+    pool: PoolDep,
+    response: Response,
+    after: Annotated[
+        int | None,
+        Query(ge=-_INT4_MAX, le=_INT4_MAX, description="Only tasks of a higher index."),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=TASKS_PAGE_MAX)] = TASKS_PAGE,
+    state: TaskState | None = None,
+) -> list[TaskPublic]:
+    """The job's tasks by index (test tasks, of negative index, first), each with its
+    prerequisites, one page at a time: a full page has a `Link: <...>; rel="next"` header, and
+    the next one starts `after` the last index of this one."""
     async with pool.acquire() as conn:
         await visible_job(conn, user, job_id)
-        tasks = await tasks_repo.list_for_job(conn, job_id)
+        tasks = await tasks_repo.page_for_job(conn, job_id, after=after, limit=limit, state=state)
         found = await queries.prerequisites_of(conn, [task.id for task in tasks])
+    if len(tasks) == limit:
+        query = f"after={tasks[-1].index}&limit={limit}" + (
+            f"&state={state.value}" if state else ""
+        )
+        response.headers["Link"] = f'</jobs/{job_id}/tasks?{query}>; rel="next"'
     return [TaskPublic.from_found(task, found) for task in tasks]
 
 
