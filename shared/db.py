@@ -30,13 +30,13 @@ async def _init_connection(conn: "asyncpg.Connection[asyncpg.Record]") -> None:
         await conn.set_type_codec(name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
 
-#: What a connection the server dropped raises: closed under us (`InterfaceError`), closed
-#: mid-statement (`PostgresConnectionError`), terminated (`OperatorInterventionError`: 57P01
-#: and kin), or `InternalClientError` ("cannot switch to state 12; another operation (2) is in
-#: progress") when the server's goodbye reached an idle pooled connection before its socket
-#: closed, so asyncpg still counted it open (MagicStack/asyncpg#1069).
+#: What a connection the server dropped raises: closed mid-statement
+#: (`PostgresConnectionError`), terminated (`OperatorInterventionError`: 57P01 and kin), or
+#: `InternalClientError` ("cannot switch to state 12; another operation (2) is in progress")
+#: when the server's goodbye reached an idle pooled connection before its socket closed, so
+#: asyncpg still counted it open (MagicStack/asyncpg#1069). Not `InterfaceError`: its
+#: `DataError` is a value the client could not encode, which a retry would not cure.
 CONNECTION_LOST: Final = (
-    asyncpg.InterfaceError,
     asyncpg.InternalClientError,
     asyncpg.PostgresConnectionError,
     asyncpg.OperatorInterventionError,

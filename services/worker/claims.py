@@ -20,6 +20,7 @@ from shared.errors import UNAVAILABLE, StaleState
 from shared.messages import RunStage
 from shared.outcomes import Outcome
 from shared.states import ACTIONS, FailureClass, JobState, Stage, TaskState, failure_state_for
+from shared.transition_writer import Move, TransitionWriter
 
 S = TaskState
 logger = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class Taker:
     instance: str
     host_id: str
     work_root: Path
+    writer: TransitionWriter
 
     def workdir(self, job_id: str, task_id: str) -> Path:
         """Where a task's files live on this host."""
@@ -81,29 +83,28 @@ class Taker:
             if task is None or job is None or task.claim != message.claim:
                 return None
             if message.stage is Stage.SETUP and job.state is not JobState.SUSPENDED:
-                taken = await self._take_setup(conn, task, message.claim)
+                taken = await self._take_setup(task, message.claim)
                 if taken is not None:
                     value = await _resolve_input(conn, task.input)
                     return Held(taken, job, message.claim, S.SETTING_UP, value, taken.attempt)
             async with conn.transaction():
                 return await self._take(conn, task, job, message)
 
-    async def _take_setup(
-        self, conn: Connection, task: tasks_repo.Task, claim: UUID
-    ) -> tasks_repo.Task | None:
+    async def _take_setup(self, task: tasks_repo.Task, claim: UUID) -> tasks_repo.Task | None:
         """new -> setting_up with the setup attempt opened, unless the job is suspended."""
-        return await tasks_repo.advance(
-            conn,
-            task,
-            claim,
-            (S.NEW, S.SETTING_UP),
-            changes={
-                "worker": self.instance,
-                "host": self.host_id,
-                "workdir": str(self.workdir(task.job_id, task.id)),
-            },
-            open_=tasks_repo.OpenAttempt(Stage.SETUP.value, self.host_id, self.instance),
-            unless_suspended=True,
+        return await self.writer.advance(
+            Move(
+                task,
+                claim,
+                (S.NEW, S.SETTING_UP),
+                changes={
+                    "worker": self.instance,
+                    "host": self.host_id,
+                    "workdir": str(self.workdir(task.job_id, task.id)),
+                },
+                open_=tasks_repo.OpenAttempt(Stage.SETUP.value, self.host_id, self.instance),
+                unless_suspended=True,
+            )
         )
 
     async def _take(

@@ -37,6 +37,7 @@ from shared.status_file import StatusReport, read_status
 from shared.task_types import TaskContext, TaskType
 from shared.task_types.base import HOOK_FOR_ACTION, OutputRecord
 from shared.topology import supervise_key
+from shared.transition_writer import Move, TransitionWriter
 
 logger = logging.getLogger(__name__)
 S = TaskState
@@ -84,8 +85,14 @@ class StageRunner:
     cgroups: Cgroups | None = None
 
     def __post_init__(self) -> None:
+        #: The worker's moves of all its tasks, committed together when they overlap.
+        self.writer = TransitionWriter(self.pool)
         self.taker = Taker(
-            self.pool, self.instance, self.settings.host_id, Path(self.settings.work_root)
+            self.pool,
+            self.instance,
+            self.settings.host_id,
+            Path(self.settings.work_root),
+            self.writer,
         )
         #: The host's execution slots: one is held from a command's spawn to its exit; the
         #: bookkeeping around it (taking, setup, post-processing) runs outside them.
@@ -486,17 +493,17 @@ class StageRunner:
         unless_suspended: bool = False,
         unless_waits: str | None = None,
     ) -> tasks_repo.Task | None:
-        """A successful move in one statement (`tasks_repo.advance`); the task as it is now, or
-        None when it did not match (the caller then takes its general path)."""
+        """A successful move in one statement (`tasks_repo.advance`, committed with the moves
+        of other tasks that overlap it); the task as it is now, or None when it did not match
+        (the caller then takes its general path)."""
         opening = (
             tasks_repo.OpenAttempt(open_.value, self.settings.host_id, self.instance, pid)
             if open_ is not None
             else None
         )
         sets = (outcome.changes() if outcome else {}) | (changes or {})
-        async with self.pool.acquire() as conn:
-            moved = await tasks_repo.advance(
-                conn,
+        moved = await self.writer.advance(
+            Move(
                 held.task,
                 held.claim,
                 path,
@@ -506,6 +513,7 @@ class StageRunner:
                 unless_suspended=unless_suspended,
                 unless_waits=unless_waits,
             )
+        )
         if moved is not None:
             held.task, held.state = moved, moved.state
             held.opened = moved.attempt if opening is not None else None

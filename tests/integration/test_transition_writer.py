@@ -1,0 +1,144 @@
+"""Group commit of task moves (`TransitionWriter`) against the real PostgreSQL: moves asked for
+together share one commit, each caller gets its own outcome, and a bad move fails only its own
+caller."""
+
+import asyncio
+import uuid
+
+import asyncpg
+import pytest
+
+from shared import db, jobs_repo, tasks_repo, users_repo
+from shared.jobs_repo import NewJob
+from shared.states import TaskState
+from shared.transition_writer import Move, TransitionWriter
+
+pytestmark = pytest.mark.integration
+
+S = TaskState
+
+
+async def _held_tasks(pool: db.Pool, count: int) -> list[tasks_repo.Task]:
+    """Given-step: a job of `count` tasks, each resting in `on_cpu` under a claim of its own."""
+    async with pool.acquire() as conn:
+        user = await users_repo.ensure_user(
+            conn, f"user-{uuid.uuid4().hex[:10]}", "user", uuid.uuid4().hex
+        )
+        inputs = [f"in-{i}" for i in range(count)]
+        job, _ = await jobs_repo.create(conn, user.id, NewJob("demo", "shell", "true", inputs))
+        await conn.execute(
+            "UPDATE tasks SET state = 'on_cpu', claim = gen_random_uuid(), host = 'h-1',"
+            " worker = 'w-1' WHERE job_id = $1",
+            job.id,
+        )
+        return await tasks_repo.list_for_job(conn, job.id)
+
+
+def _finish(task: tasks_repo.Task, **changes: object) -> Move:
+    assert task.claim is not None
+    return Move(task, task.claim, (S.ON_CPU, S.DATA_READY), changes=dict(changes) or None)
+
+
+async def _states(pool: db.Pool, tasks: list[tasks_repo.Task]) -> list[TaskState]:
+    rows = await pool.fetch(
+        "SELECT state FROM tasks WHERE id = ANY($1::text[]) ORDER BY index",
+        [t.id for t in tasks],
+    )
+    return [TaskState(r["state"]) for r in rows]
+
+
+async def _event_count(pool: db.Pool, tasks: list[tasks_repo.Task]) -> int:
+    count = await pool.fetchval(
+        "SELECT count(*) FROM outbox WHERE body->>'task_id' = ANY($1::text[])"
+        " AND body->>'state' = 'data_ready'",
+        [t.id for t in tasks],
+    )
+    return int(count)
+
+
+async def test_moves_asked_for_together_share_one_commit_and_each_caller_gets_its_task(
+    pool: db.Pool,
+) -> None:
+    tasks = await _held_tasks(pool, 5)
+    writer = TransitionWriter(pool)
+
+    moved = await asyncio.gather(*(writer.advance(_finish(t)) for t in tasks))
+
+    assert [m.id if m else None for m in moved] == [t.id for t in tasks]
+    assert all(m is not None and m.state is S.DATA_READY for m in moved)
+    assert (writer.commits, writer.moves) == (1, 5)
+    assert await _states(pool, tasks) == [S.DATA_READY] * 5
+    assert await _event_count(pool, tasks) == 5
+
+
+async def test_a_batch_larger_than_the_cap_is_committed_in_several(pool: db.Pool) -> None:
+    tasks = await _held_tasks(pool, 5)
+    writer = TransitionWriter(pool, max_batch=2)
+
+    moved = await asyncio.gather(*(writer.advance(_finish(t)) for t in tasks))
+
+    assert all(m is not None for m in moved)
+    assert (writer.commits, writer.moves) == (3, 5)
+
+
+async def test_a_move_whose_guard_misses_gets_none_and_the_others_of_its_batch_go_through(
+    pool: db.Pool,
+) -> None:
+    tasks = await _held_tasks(pool, 3)
+    writer = TransitionWriter(pool)
+    stale = Move(tasks[1], uuid.uuid4(), (S.ON_CPU, S.DATA_READY))  # another claim's
+
+    moved = await asyncio.gather(
+        writer.advance(_finish(tasks[0])), writer.advance(stale), writer.advance(_finish(tasks[2]))
+    )
+
+    assert [m is not None for m in moved] == [True, False, True]
+    assert writer.commits == 1
+    assert await _states(pool, tasks) == [S.DATA_READY, S.ON_CPU, S.DATA_READY]
+    assert await _event_count(pool, tasks) == 2
+
+
+async def test_a_move_that_fails_its_batch_fails_only_its_own_caller(pool: db.Pool) -> None:
+    tasks = await _held_tasks(pool, 3)
+    writer = TransitionWriter(pool)
+    broken = _finish(tasks[1], exit_code=2**40)  # out of range for the integer column
+
+    moved = await asyncio.gather(
+        writer.advance(_finish(tasks[0])),
+        writer.advance(broken),
+        writer.advance(_finish(tasks[2])),
+        return_exceptions=True,
+    )
+
+    assert isinstance(moved[1], (asyncpg.DataError, OverflowError))
+    assert [isinstance(m, tasks_repo.Task) for m in (moved[0], moved[2])] == [True, True]
+    assert await _states(pool, tasks) == [S.DATA_READY, S.ON_CPU, S.DATA_READY]
+    assert await _event_count(pool, tasks) == 2
+
+
+async def test_moves_done_again_after_a_lost_reply_write_nothing_twice(pool: db.Pool) -> None:
+    # A worker that crashed between the commit and acting on its reply finds, on trying the
+    # same moves again, that they are done: the guards miss and nothing is written twice.
+    tasks = await _held_tasks(pool, 3)
+    writer = TransitionWriter(pool)
+    moves = [_finish(t) for t in tasks]
+    await asyncio.gather(*(writer.advance(m) for m in moves))
+
+    again = await asyncio.gather(*(TransitionWriter(pool).advance(m) for m in moves))
+
+    assert again == [None, None, None]
+    assert await _event_count(pool, tasks) == 3
+
+
+async def test_a_caller_that_stops_waiting_leaves_the_batch_whole(pool: db.Pool) -> None:
+    tasks = await _held_tasks(pool, 2)
+    writer = TransitionWriter(pool)
+    impatient = asyncio.create_task(writer.advance(_finish(tasks[0])))
+    patient = asyncio.create_task(writer.advance(_finish(tasks[1])))
+    await asyncio.sleep(0)  # both queued
+    impatient.cancel()
+
+    assert (await patient) is not None
+    with pytest.raises(asyncio.CancelledError):
+        await impatient
+    assert await _states(pool, tasks) == [S.DATA_READY, S.DATA_READY]
