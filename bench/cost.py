@@ -1,11 +1,15 @@
 """What one task costs PostgreSQL: transactions, row writes and WAL per task, end to end.
 
 Runs against a system that is up (`scripts/up`), alone on the database (the counters are the
-whole database's): `python -m bench.cost [--tasks 1000] [--jobs 300]`. Two workloads of `true`:
-one job with `--tasks` inputs, and `--jobs` separate one-task jobs; for each it prints the wall
+whole database's): `python -m bench.cost [--tasks 1000] [--jobs 300] [--command true]`. Two
+workloads of `--command`: one job with `--tasks` inputs, and `--jobs` separate one-task jobs (0
+skips either); for each it prints the wall
 time, tasks/s, and per task the committed transactions (reads included: every statement outside
 a transaction is one), rows inserted and updated, and WAL bytes, from `pg_stat_database` and
 `pg_current_wal_lsn()` read before and after (the services' background work included).
+
+Slot scaling (issue 12): `VIGIL_WORKER_SLOTS=32 scripts/up --no-demo`, then
+`python -m bench.cost --tasks 5000 --jobs 0 --command "sleep 0.1"` (ideal: 320 tasks/s).
 """
 
 import argparse
@@ -70,6 +74,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tasks", type=int, default=1000, help="inputs of the one big job")
     parser.add_argument("--jobs", type=int, default=300, help="separate one-task jobs")
+    parser.add_argument("--command", default="true", help="what every task runs")
     parser.add_argument("--url", default=os.environ.get("VIGIL_URL", "http://127.0.0.1:8000"))
     parser.add_argument(
         "--dsn",
@@ -78,13 +83,15 @@ async def main() -> None:
     args = parser.parse_args()
     headers = {"Authorization": f"Bearer {_token()}"}
     async with httpx.AsyncClient(base_url=args.url, headers=headers, timeout=60) as client:
-        one = f"cost-one-{uuid.uuid4().hex[:8]}"
-        inputs = [str(i) for i in range(args.tasks)]
-        body = {"name": one, "command": "true", "inputs": inputs}
-        await _run(client, args.dsn, "one job x N inputs", [body], args.tasks)
-        many = f"cost-many-{uuid.uuid4().hex[:8]}"
-        bodies = [{"name": many, "command": "true"} for _ in range(args.jobs)]
-        await _run(client, args.dsn, "N one-task jobs", bodies, args.jobs)
+        if args.tasks:
+            one = f"cost-one-{uuid.uuid4().hex[:8]}"
+            inputs = [str(i) for i in range(args.tasks)]
+            body = {"name": one, "command": args.command, "inputs": inputs}
+            await _run(client, args.dsn, "one job x N inputs", [body], args.tasks)
+        if args.jobs:
+            many = f"cost-many-{uuid.uuid4().hex[:8]}"
+            bodies = [{"name": many, "command": args.command} for _ in range(args.jobs)]
+            await _run(client, args.dsn, "N one-task jobs", bodies, args.jobs)
 
 
 if __name__ == "__main__":

@@ -75,20 +75,25 @@ class Taker:
         unchanged): the scheduler dispatches it again once the job is resumed.
 
         The common case, a setup, is one statement that also opens the setup attempt; anything
-        it does not match (suspended, stale, another stage) takes the general path.
+        it does not match (suspended, stale, another stage) takes the general path. No pooled
+        connection is held while the move waits for its commit: the writer needs one, and
+        as many takes as the pool has connections would otherwise wait for each other for ever.
         """
         async with self.pool.acquire() as conn:
             task = await tasks_repo.get(conn, message.task_id)
             job = await jobs_repo.get(conn, message.job_id, with_counts=False)
-            if task is None or job is None or task.claim != message.claim:
-                return None
-            if message.stage is Stage.SETUP and job.state is not JobState.SUSPENDED:
-                taken = await self._take_setup(task, message.claim)
-                if taken is not None:
-                    value = await _resolve_input(conn, task.input)
-                    return Held(taken, job, message.claim, S.SETTING_UP, value, taken.attempt)
-            async with conn.transaction():
-                return await self._take(conn, task, job, message)
+        if task is None or job is None or task.claim != message.claim:
+            return None
+        if message.stage is Stage.SETUP and job.state is not JobState.SUSPENDED:
+            taken = await self._take_setup(task, message.claim)
+            if taken is not None:
+                value = task.input
+                if _promised(value):
+                    async with self.pool.acquire() as conn:
+                        value = await _resolve_input(conn, value)
+                return Held(taken, job, message.claim, S.SETTING_UP, value, taken.attempt)
+        async with self.pool.acquire() as conn, conn.transaction():
+            return await self._take(conn, task, job, message)
 
     async def _take_setup(self, task: tasks_repo.Task, claim: UUID) -> tasks_repo.Task | None:
         """new -> setting_up with the setup attempt opened, unless the job is suspended."""
@@ -220,9 +225,14 @@ async def release(conn: Connection, held: Held, state: TaskState) -> None:
     )
 
 
+def _promised(value: Any) -> bool:
+    """Whether an input is a promise of an upstream task's outputs: `{"upstream_task": id}`."""
+    return isinstance(value, dict) and isinstance(value.get(UPSTREAM_KEY), str)
+
+
 async def _resolve_input(conn: Connection, value: Any) -> Any:
     """A promised input `{"upstream_task": id}` gets the upstream task's outputs: name -> path."""
-    if not (isinstance(value, dict) and isinstance(value.get(UPSTREAM_KEY), str)):
+    if not _promised(value):
         return value
     found = await outputs_repo.latest(conn, value[UPSTREAM_KEY])
     return {**value, "outputs": {name: out["path"] for name, out in found.items()}}

@@ -4,13 +4,16 @@ caller."""
 
 import asyncio
 import uuid
+from pathlib import Path
 
 import asyncpg
 import pytest
 
+from services.worker.claims import Taker
 from shared import db, jobs_repo, tasks_repo, users_repo
 from shared.jobs_repo import NewJob
-from shared.states import TaskState
+from shared.messages import RunStage
+from shared.states import Stage, TaskState
 from shared.transition_writer import Move, TransitionWriter
 
 pytestmark = pytest.mark.integration
@@ -142,3 +145,34 @@ async def test_a_caller_that_stops_waiting_leaves_the_batch_whole(pool: db.Pool)
     with pytest.raises(asyncio.CancelledError):
         await impatient
     assert await _states(pool, tasks) == [S.DATA_READY, S.DATA_READY]
+
+
+async def test_more_takes_at_once_than_the_pool_has_connections_all_go_through(
+    session_database_url: str, tmp_path: Path
+) -> None:
+    # A take that held its read connection while its move waited for the writer's commit
+    # (which needs a connection of its own) hung the worker once as many takes as the pool's
+    # size were under way: 32 slots on a pool of 20.
+    async with db.open_pool(session_database_url, max_size=2) as small:
+        async with small.acquire() as conn:
+            user = await users_repo.ensure_user(
+                conn, f"user-{uuid.uuid4().hex[:10]}", "user", uuid.uuid4().hex
+            )
+            job, _ = await jobs_repo.create(
+                conn, user.id, NewJob("demo", "shell", "true", [str(i) for i in range(6)])
+            )
+            await conn.execute(
+                "UPDATE tasks SET claim = gen_random_uuid() WHERE job_id = $1", job.id
+            )
+            tasks = await tasks_repo.list_for_job(conn, job.id)
+        taker = Taker(small, "w-1", "h-1", tmp_path, TransitionWriter(small))
+        messages = [
+            RunStage(job_id=job.id, task_id=t.id, stage=Stage.SETUP, claim=t.claim)
+            for t in tasks
+            if t.claim is not None
+        ]
+
+        async with asyncio.timeout(30):
+            held = await asyncio.gather(*(taker.take(m) for m in messages))
+
+        assert [h.state if h else None for h in held] == [S.SETTING_UP] * 6
