@@ -1,9 +1,11 @@
-"""The command's own diagnosis in `$VIGIL_STATUS_FILE` (design §3). Pure parsing."""
+"""The command's own diagnosis in `$VIGIL_STATUS_FILE` (design §3): read warily, then parsed."""
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from shared.job_files import UnsafeFile, read_regular
 
 
 class StatusReport(BaseModel):
@@ -16,12 +18,21 @@ class StatusReport(BaseModel):
     resume: dict[str, Any] | None = None
 
 
-def read_status(path: Path) -> StatusReport | None:
-    """The report at `path`; None if there is none; a malformed file reads as `fatal`."""
+#: A status file larger than this is refused (it is a short JSON object, `resume` included).
+MAX_STATUS_BYTES: Final = 1 << 20
+
+
+def read_status(workdir: Path, path: Path) -> StatusReport | None:
+    """The report at `path` (inside `workdir`); None if there is none. A malformed file reads
+    as `fatal`, and so does one that is not a plain regular file of the work dir (a FIFO, a
+    device, a symbolic link, over `MAX_STATUS_BYTES`): the job made it, and it is never
+    followed or waited on (`shared.job_files`). Blocking I/O: call it off the event loop."""
     try:
-        text = path.read_text()
+        text = read_regular(workdir, path.relative_to(workdir), max_bytes=MAX_STATUS_BYTES)
     except FileNotFoundError:
         return None
+    except (UnsafeFile, ValueError) as exc:
+        return StatusReport(status="fatal", message=f"unusable status file: {exc}")
     try:
         return StatusReport.model_validate_json(text)
     except ValidationError as exc:

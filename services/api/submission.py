@@ -10,6 +10,7 @@ submitted `configuring` gets its tasks (and chaining) when it is activated
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi.exceptions import RequestValidationError
@@ -19,6 +20,7 @@ from services.api.access import owner_filter
 from services.api.errors import invalid
 from services.api.schemas import JobCreate
 from shared import datasets, harvest, jobs_repo, stop_guard
+from shared.datasets import UPSTREAM_KEY
 from shared.db import Connection, Pool
 from shared.jobs_repo import Job
 from shared.users_repo import User
@@ -31,9 +33,9 @@ async def submit(
 ) -> tuple[Job, bool]:
     """Create the job (or find the one made earlier with `idempotency_key`); (job, created).
 
-    Raises a 422 `RequestValidationError` naming any prerequisite task or `inputs_from` job that
-    does not exist or that the user may not see, and `Conflict` when `inputs_from` names a
-    purged job (its outputs are gone); nothing is written then.
+    Raises a 422 `RequestValidationError` naming any prerequisite task, `inputs_from` job or
+    input's `upstream_task` that does not exist or that the user may not see, and `Conflict`
+    when `inputs_from` names a purged job (its outputs are gone); nothing is written then.
     """
     async with pool.acquire() as conn, conn.transaction():
         await stop_guard.share(conn)  # first: the job may be held by a stop (see stop_guard)
@@ -75,9 +77,45 @@ async def _fill(conn: Connection, job: Job, body: JobCreate, held: bool) -> Job:
     return fresh
 
 
+def _upstreams(inputs: Sequence[Any]) -> dict[int, str]:
+    """The task ids that inputs name in `upstream_task`, by the input's position."""
+    return {
+        i: value[UPSTREAM_KEY]
+        for i, value in enumerate(inputs)
+        if isinstance(value, dict) and isinstance(value.get(UPSTREAM_KEY), str)
+    }
+
+
+async def upstream_errors(
+    conn: Connection, user: User, inputs: Sequence[Any], loc: tuple[str | int, ...]
+) -> list[Any]:
+    """A 422 error (at `loc` + the input's position) for each input whose `upstream_task` is
+    not a task the user may see: another user's task reads exactly like one that does not
+    exist (its outputs would be linked into this job's work dir)."""
+    named = _upstreams(inputs)
+    if not named:
+        return []
+    found = await queries.visible_tasks(conn, sorted(set(named.values())), owner_filter(user))
+    errors: list[Any] = []
+    for i, task_id in named.items():
+        if task_id not in found:
+            msg = f"task {task_id!r} named in upstream_task does not exist"
+            errors.extend(invalid((*loc, i, UPSTREAM_KEY), msg).errors())
+    return errors
+
+
+async def check_upstreams(
+    conn: Connection, user: User, inputs: Sequence[Any], loc: tuple[str | int, ...]
+) -> None:
+    """Raise the 422 of `upstream_errors`, if any."""
+    errors = await upstream_errors(conn, user, inputs, loc)
+    if errors:
+        raise RequestValidationError(errors)
+
+
 async def _check_references(conn: Connection, user: User, body: JobCreate) -> None:
     owner = owner_filter(user)
-    errors: list[Any] = []
+    errors: list[Any] = await upstream_errors(conn, user, body.inputs or [], ("body", "inputs"))
     wanted = sorted(body.prerequisites.referenced())
     found = await queries.visible_tasks(conn, wanted, owner) if wanted else set()
     for stage, spec in (

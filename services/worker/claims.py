@@ -90,7 +90,7 @@ class Taker:
                 value = task.input
                 if _promised(value):
                     async with self.pool.acquire() as conn:
-                        value = await _resolve_input(conn, value)
+                        value = await _resolve_input(conn, value, job.owner_id)
                 return Held(taken, job, message.claim, S.SETTING_UP, value, taken.attempt)
         async with self.pool.acquire() as conn, conn.transaction():
             return await self._take(conn, task, job, message)
@@ -132,7 +132,7 @@ class Taker:
             state = await self._enter(conn, task, message)
         except StaleState:
             return None
-        value = await _resolve_input(conn, task.input)
+        value = await _resolve_input(conn, task.input, job.owner_id)
         return Held(task, job, message.claim, state, value) if state is not None else None
 
     async def _enter(
@@ -230,9 +230,18 @@ def _promised(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get(UPSTREAM_KEY), str)
 
 
-async def _resolve_input(conn: Connection, value: Any) -> Any:
-    """A promised input `{"upstream_task": id}` gets the upstream task's outputs: name -> path."""
+async def _resolve_input(conn: Connection, value: Any, owner_id: str) -> Any:
+    """A promised input `{"upstream_task": id}` gets the upstream task's outputs: name -> path,
+    only if that task is of a job of the same owner (the api refuses any other; this is the
+    last line): another user's outputs are never linked in. Any `outputs` the input itself
+    carried are replaced."""
     if not _promised(value):
         return value
-    found = await outputs_repo.latest(conn, value[UPSTREAM_KEY])
+    upstream = value[UPSTREAM_KEY]
+    owner = await conn.fetchval(
+        "SELECT j.owner_id FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE t.id = $1", upstream
+    )
+    found = await outputs_repo.latest(conn, upstream) if owner == owner_id else {}
+    if owner is not None and owner != owner_id:
+        logger.warning("input names task %s of another owner: none of its outputs linked", upstream)
     return {**value, "outputs": {name: out["path"] for name, out in found.items()}}

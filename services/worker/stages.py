@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from redis.asyncio import Redis
 
@@ -65,6 +65,21 @@ def _failing_severities(held: Held, failing: LogRecord | None) -> list[Severity]
 
 
 T = TypeVar("T")
+
+#: How long reading a status file may take (off the event loop) before the task fails on it.
+STATUS_READ_TIMEOUT_S: Final = 10.0
+
+
+async def _read_status(ctx: TaskContext) -> StatusReport | None:
+    """The run's status file, read in a thread: a job's file never blocks the event loop
+    (`shared.status_file.read_status` refuses FIFOs, devices and links without waiting)."""
+    try:
+        async with asyncio.timeout(STATUS_READ_TIMEOUT_S):
+            return await asyncio.to_thread(read_status, ctx.workdir, ctx.status_file)
+    except TimeoutError:
+        message = f"the status file could not be read within {STATUS_READ_TIMEOUT_S:g} s"
+        return StatusReport(status="fatal", message=message)
+
 
 #: Running hook state -> its action state.
 _HOOK_OF_RUNNING = {running: action for action, (running, _, _) in ACTIONS.items()}
@@ -303,7 +318,7 @@ class StageRunner:
         finally:
             if self.cgroups is not None:
                 self.cgroups.remove(held.task.id, held.claim)
-        return attempt, returncode, failing, running.exited_at, read_status(ctx.status_file)
+        return attempt, returncode, failing, running.exited_at, await _read_status(ctx)
 
     async def _suspended(self, held: Held) -> bool:
         async with self.pool.acquire() as conn:
@@ -432,7 +447,7 @@ class StageRunner:
             held.state = S.POST_PROCESSING
         ctx = self._context(held, attempt)
         ctx.exit_code = 0
-        ctx.status = read_status(ctx.status_file)
+        ctx.status = await _read_status(ctx)
         _, failure = await self._run_hook(
             "save_results", S.FAILED_TO_POST_PROCESS, lambda: self._type(held).save_results(ctx)
         )

@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Final
 
 from pydantic import BaseModel
 
+from shared import job_files
 from shared.sizes import human_size
 from shared.states import TaskState
 from shared.status_file import StatusReport
@@ -89,14 +90,16 @@ class TaskContext:
         """Find or create the output record of file `name` of the work dir (size, sha256, and
         its bytes when it is small: see `keep_bytes`).
 
-        Idempotent: recording the same file again replaces its record for this run.
+        Idempotent: recording the same file again replaces its record for this run. Raises
+        `UnsafeFile` for a name that is not a regular file of the work dir itself (a link, a
+        FIFO, a device): the job made it, and it is never followed.
         """
         path = self.workdir / name
         digest = hashlib.sha256()
         kept: list[bytes] | None = []
         size = 0
         limit = self._keep_limit(name)
-        with path.open("rb") as handle:
+        with job_files.open_regular(self.workdir, name) as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
                 size += len(chunk)
@@ -131,7 +134,16 @@ class TaskContext:
         )
 
     def safe_symlink(self, source: Path | str, name: Path | str) -> Path:
-        """Point `name` (under the work dir) at `source`, replacing a link that points elsewhere."""
+        """Point `name` (a plain file name of the work dir) at `source` (a file under the
+        hosts' work root: another task's output), replacing only a link that points elsewhere.
+        `UnsafeFile` for a name with a `/`, `.`, `..` or the `.vigil` dir, or a source outside
+        the work root."""
+        name = str(name)
+        if "/" in name or name in ("", ".", "..", ".vigil") or "\0" in name:
+            raise job_files.UnsafeFile(f"{name!r} is not a plain file name for a linked input")
+        root = self.workdir.parent.parent  # <work root>/<job>/<task>
+        if not os.path.normpath(source).startswith(f"{root}{os.sep}"):
+            raise job_files.UnsafeFile(f"{str(source)!r} is not a file of a task's work dir")
         link = self.workdir / name
         if link.is_symlink() and os.readlink(link) == str(source):
             return link

@@ -1,7 +1,9 @@
 """The default task type: the job's command run by bash over each input."""
 
 import json
+import os
 
+from shared.datasets import UPSTREAM_KEY
 from shared.task_types.base import TaskContext, TaskType
 
 
@@ -14,7 +16,8 @@ class ShellTaskType(TaskType):
         ctx.safe_mkdir(".vigil")
         value = ctx.input if isinstance(ctx.input, str) else json.dumps(ctx.input)
         (ctx.workdir / ".vigil" / "input").write_text(value)
-        if isinstance(ctx.input, dict):  # a chained input: link the upstream outputs in
+        if isinstance(ctx.input, dict) and UPSTREAM_KEY in ctx.input:
+            # A chained input, resolved by the worker: link the upstream outputs in.
             for name, path in (ctx.input.get("outputs") or {}).items():
                 ctx.safe_symlink(path, name)
         return True
@@ -27,10 +30,10 @@ class ShellTaskType(TaskType):
             return False
         if ctx.status is not None and ctx.status.status != "success":
             return False
-        if not all((ctx.workdir / name).is_file() for name in ctx.outputs):
+        if not all(os.path.lexists(ctx.workdir / name) for name in ctx.outputs):
             return False
         for name in ctx.outputs:
-            ctx.record_output(name)
+            ctx.record_output(name)  # a link, FIFO or device there raises UnsafeFile
         return True
 
     # Every stage of `shell` can be run again in the same work dir (setup is idempotent and the

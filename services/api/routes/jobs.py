@@ -303,6 +303,7 @@ async def append_inputs(
     body.check_against(settings.max_inputs)
     async with pool.acquire() as conn, conn.transaction():
         await visible_job(conn, user, job_id)
+        await submission.check_upstreams(conn, user, body.inputs, ("body", "inputs"))
         task_ids = await datasets.add_inputs(conn, job_id, list(body.inputs))
         job = await jobs_repo.get(conn, job_id)
     assert job is not None  # jobs are never deleted
@@ -337,6 +338,8 @@ async def edit_job(
         await visible_job(conn, user, job_id)  # 404 before anything is locked
         current = await job_edits.lock(conn, job_id)
         wanted = body.validated(current, task_types, settings.max_inputs, analysers)
+        if "inputs" in wanted:
+            await submission.check_upstreams(conn, user, wanted["inputs"], ("body", "inputs"))
         check_retention(wanted.get("retention_s"), settings.min_retention_s)
         job = await job_edits.apply(conn, job_id, wanted, user.name)
     logger.info(
@@ -361,6 +364,8 @@ async def start_test(
     the job is activated."""
     async with pool.acquire() as conn, conn.transaction():
         await visible_job(conn, user, job_id)
+        if body.input is not None:
+            await submission.check_upstreams(conn, user, [body.input], ("body", "input"))
         task = await configuring.start_test(conn, job_id, body.what())
         found = await queries.prerequisites_of(conn, [task.id])
     logger.info(

@@ -1,0 +1,35 @@
+"""Finding 3 of issue 17, end to end: a job that leaves a FIFO (or a link to a device) where
+its status file goes blocked the worker's event loop on reading it; heartbeats stopped, other
+users' tasks were declared lost. Now that task fails, saying why, and the host works on."""
+
+import asyncio
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Events, wait_job
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.parametrize(
+    ("trap", "why"),
+    [
+        ('mkfifo "$VIGIL_STATUS_FILE"', "is not a regular file (a FIFO)"),
+        ('ln -s /dev/zero "$VIGIL_STATUS_FILE"', "symbolic link"),
+    ],
+)
+async def test_a_job_that_booby_traps_its_status_file_fails_alone_and_the_host_works_on(
+    client: httpx.AsyncClient, events: Events, trap: str, why: str
+) -> None:
+    trapped = (await client.post("/jobs", json={"command": trap})).json()["id"]
+    bystander = (await client.post("/jobs", json={"command": "sleep 0.3; echo fine"})).json()
+
+    ended = await asyncio.gather(
+        wait_job(client, events, trapped), wait_job(client, events, bystander["id"])
+    )
+
+    assert [job["state"] for job in ended] == ["failed", "completed"]
+    [task] = (await client.get(f"/jobs/{trapped}/tasks")).json()
+    assert task["state"] == "failed_on_cluster"
+    assert "unusable status file" in task["error_brief"] and why in task["error_brief"]

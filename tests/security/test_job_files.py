@@ -1,0 +1,179 @@
+"""Finding 3 and 4 of issue 17, at the file level: what a job leaves in its work dir is read
+only as a plain regular file of that dir, never waited on, never followed."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from shared.job_files import UnsafeFile, open_regular, read_regular
+from shared.status_file import MAX_STATUS_BYTES, read_status
+from shared.task_types.base import TaskContext
+from shared.task_types.shell import ShellTaskType
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "work" / ".vigil").mkdir(parents=True)
+    return tmp_path / "work"
+
+
+def _status(workdir: Path) -> Path:
+    return workdir / ".vigil" / "status.run1.json"
+
+
+def test_a_fifo_at_the_status_file_reads_as_fatal_at_once(workdir: Path) -> None:
+    os.mkfifo(_status(workdir))  # no writer: a plain open() would wait for ever
+
+    report = read_status(workdir, _status(workdir))
+
+    assert report is not None and report.status == "fatal"
+    assert "is not a regular file (a FIFO)" in report.message
+
+
+def test_a_status_file_linked_to_a_device_or_a_secret_is_not_followed(
+    workdir: Path, tmp_path: Path
+) -> None:
+    secret = tmp_path / "token"
+    secret.write_text('{"status": "success", "message": "the operator token"}')
+    for target in ("/dev/zero", str(secret)):
+        _status(workdir).unlink(missing_ok=True)
+        _status(workdir).symlink_to(target)
+
+        report = read_status(workdir, _status(workdir))
+
+        assert report is not None and report.status == "fatal"
+        assert "symbolic link" in report.message and "operator token" not in report.message
+
+
+def test_a_linked_directory_half_way_down_is_not_followed(workdir: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "status.run1.json").write_text('{"status": "success"}')
+    (workdir / ".vigil").rmdir()
+    (workdir / ".vigil").symlink_to(elsewhere)
+
+    report = read_status(workdir, _status(workdir))
+
+    assert report is not None and report.status == "fatal"
+    assert "'.vigil'" in report.message
+
+
+def test_an_oversized_status_file_is_refused_and_a_missing_one_is_none(workdir: Path) -> None:
+    assert read_status(workdir, _status(workdir)) is None
+    _status(workdir).write_bytes(b" " * (MAX_STATUS_BYTES + 1))
+
+    report = read_status(workdir, _status(workdir))
+
+    assert report is not None and report.status == "fatal" and "larger than" in report.message
+
+
+def test_a_plain_status_file_reads_as_written(workdir: Path) -> None:
+    _status(workdir).write_text('{"status": "recoverable", "message": "try again"}')
+
+    report = read_status(workdir, _status(workdir))
+
+    assert report is not None and (report.status, report.message) == ("recoverable", "try again")
+
+
+@pytest.mark.parametrize("relative", ["../outside", "/etc/hostname", "a/../../b", ""])
+def test_a_path_that_leaves_the_work_dir_is_refused(workdir: Path, relative: str) -> None:
+    with pytest.raises(UnsafeFile), open_regular(workdir, relative):
+        pass
+
+
+def test_read_regular_reads_a_plain_file_up_to_its_cap(workdir: Path) -> None:
+    (workdir / "out.txt").write_bytes(b"12345")
+
+    assert read_regular(workdir, "out.txt", max_bytes=5) == b"12345"
+    with pytest.raises(UnsafeFile, match="larger than 4 bytes"):
+        read_regular(workdir, "out.txt", max_bytes=4)
+
+
+def _context(workdir: Path, outputs: list[str]) -> TaskContext:
+    return TaskContext(
+        job_id="j-1",
+        task_id="t-1",
+        index=0,
+        input="x",
+        workdir=workdir,
+        attempt=1,
+        run_number=1,
+        command="true",
+        outputs=outputs,
+        keep_bytes=1 << 20,
+        keep_total_bytes=1 << 20,
+    )
+
+
+def test_an_output_linked_to_a_file_outside_the_work_dir_is_refused_not_recorded(
+    workdir: Path, tmp_path: Path
+) -> None:
+    secret = tmp_path / "token"
+    secret.write_text("the operator token")
+    (workdir / "result").symlink_to(secret)
+    ctx = _context(workdir, ["result"])
+    ctx.exit_code = 0
+
+    with pytest.raises(UnsafeFile, match="symbolic link"):
+        ShellTaskType().save_results(ctx)
+
+    assert ctx.recorded == {}
+
+
+def test_an_output_that_is_a_fifo_is_refused_without_waiting(workdir: Path) -> None:
+    os.mkfifo(workdir / "result")
+    ctx = _context(workdir, ["result"])
+    ctx.exit_code = 0
+
+    with pytest.raises(UnsafeFile, match="a FIFO"):
+        ShellTaskType().save_results(ctx)
+
+
+def test_an_inputs_own_outputs_map_links_nothing(workdir: Path) -> None:
+    # Finding 4: `{"outputs": {"../../../x": "/etc/hostname"}}` made links anywhere.
+    ctx = _context(workdir, [])
+    ctx.input = {"outputs": {"../../../x": "/etc/hostname", "y": "/etc/hostname"}}
+
+    assert ShellTaskType().setup(ctx)
+
+    assert sorted(p.name for p in workdir.iterdir()) == [".vigil"]
+
+
+@pytest.mark.parametrize(
+    ("name", "source"),
+    [
+        ("../../../x", "{root}/j-0/t-0/out"),
+        ("a/b", "{root}/j-0/t-0/out"),
+        (".vigil", "{root}/j-0/t-0/out"),
+        ("out", "/etc/hostname"),
+        ("out", "{root}/../../etc/hostname"),
+    ],
+)
+def test_a_resolved_input_links_only_plain_names_to_files_under_the_work_root(
+    tmp_path: Path, name: str, source: str
+) -> None:
+    workdir = tmp_path / "root" / "j-1" / "t-1"
+    workdir.mkdir(parents=True)
+    ctx = _context(workdir, [])
+    target = source.format(root=tmp_path / "root")
+    ctx.input = {"upstream_task": "t-0", "outputs": {name: target}}
+
+    with pytest.raises(UnsafeFile):
+        ShellTaskType().setup(ctx)
+
+    assert not (tmp_path / "x").exists() and not (workdir / "out").is_symlink()
+
+
+def test_a_resolved_input_links_the_upstream_outputs_in(tmp_path: Path) -> None:
+    upstream = tmp_path / "root" / "j-0" / "t-0"
+    upstream.mkdir(parents=True)
+    (upstream / "out").write_text("data")
+    workdir = tmp_path / "root" / "j-1" / "t-1"
+    workdir.mkdir(parents=True)
+    ctx = _context(workdir, [])
+    ctx.input = {"upstream_task": "t-0", "outputs": {"out": str(upstream / "out")}}
+
+    assert ShellTaskType().setup(ctx)
+
+    assert (workdir / "out").read_text() == "data"
