@@ -8,7 +8,7 @@ Lines are numbered in the order they are read (both streams together), persisted
 import asyncio
 import logging
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Final, Literal
 
 from redis.asyncio import Redis
 
@@ -24,6 +24,9 @@ from shared.topology import event_key
 logger = logging.getLogger(__name__)
 
 Stream = Literal["stdout", "stderr"]
+
+#: What one run may keep of its output lines unless the worker's settings say otherwise.
+DEFAULT_QUOTA_BYTES: Final = 16 * 1024 * 1024
 
 
 class LogShipper:
@@ -42,6 +45,7 @@ class LogShipper:
         attempt: int,
         files: dict[Stream, Path],
         fail_on: frozenset[Severity] = frozenset(),
+        quota_bytes: int = DEFAULT_QUOTA_BYTES,
     ) -> None:
         self._pool, self._broker, self._redis, self._keys = pool, broker, redis, keys
         self._job_id, self._task_id = job_id, task_id
@@ -53,32 +57,67 @@ class LogShipper:
         self._line_no = 0
         self._progress: int | None = None
         self._fail_on = fail_on
+        self._quota_left = quota_bytes
+        self._quota_bytes = quota_bytes
         #: The first line whose severity is in the job's `fail_on_log`, if any.
         self.failing: LogRecord | None = None
         self.last_output = asyncio.get_running_loop().time()
 
     def add(self, stream: Stream, raw: str) -> None:
-        """Take one line (without waiting): number it, write it to its run file, queue it."""
+        """Take one line (without waiting): number it, write it to its run file, queue it
+        (within the run's quota)."""
         parsed = parse_line(raw, stream)
+        self.last_output = asyncio.get_running_loop().time()
+        if parsed.progress is not None:
+            self._progress = parsed.progress
+        keep = self._within_quota(stream, parsed.line)
+        record = self._record(
+            stream, parsed.severity, parsed.line, progress=parsed.progress, keep=keep
+        )
+        if self.failing is None and parsed.severity in self._fail_on:
+            self.failing = record
+
+    def _within_quota(self, stream: Stream, line: str) -> bool:
+        """Whether `line` still fits in the run's quota; the first that does not is replaced
+        by a marker line that says so."""
+        if self._quota_left < 0:
+            return False
+        self._quota_left -= len(line.encode()) + 1
+        if self._quota_left >= 0:
+            return True
+        note = (
+            f"[vigil: log truncated: this run printed more than {self._quota_bytes} bytes;"
+            " the lines after this one are not kept]"
+        )
+        self._record(stream, Severity.WARNING, note)
+        return False
+
+    def _record(
+        self,
+        stream: Stream,
+        severity: Severity,
+        line: str,
+        *,
+        progress: int | None = None,
+        keep: bool = True,
+    ) -> LogRecord:
+        """Number a line; with `keep`, write it to its run file and queue it."""
         self._line_no += 1
-        self._files[stream].write(parsed.line + "\n")
         record = LogRecord(
             job_id=self._job_id,
             task_id=self._task_id,
             run_number=self._run_number,
             attempt=self._attempt,
             line_no=self._line_no,
-            severity=parsed.severity,
+            severity=severity,
             stream=stream,
-            line=parsed.line,
-            progress=parsed.progress,
+            line=line,
+            progress=progress,
         )
-        self._pending.append(record)
-        if self.failing is None and parsed.severity in self._fail_on:
-            self.failing = record
-        if parsed.progress is not None:
-            self._progress = parsed.progress
-        self.last_output = asyncio.get_running_loop().time()
+        if keep:
+            self._files[stream].write(line + "\n")
+            self._pending.append(record)
+        return record
 
     async def flush(self) -> None:
         """Persist and publish what is pending. A database error keeps the lines for later."""

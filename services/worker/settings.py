@@ -22,4 +22,8 @@ class WorkerSettings(HostSettings):
     #: (`VIGIL_OUTPUT_KEEP_BYTES`), as long as a task's kept outputs stay within
     #: `VIGIL_OUTPUT_KEEP_TOTAL_BYTES`; larger ones stay only in the work dir.
     output_keep_bytes: int = Field(default=1024 * 1024, ge=0, le=64 * 1024 * 1024)
+    #: A task's run keeps (stores, publishes, writes to its run files) this many bytes of
+    #: output lines at most (`VIGIL_LOG_QUOTA_BYTES`); past it one marker line says so, and
+    #: the lines after are only read for their severity and progress.
+    log_quota_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
     output_keep_total_bytes: int = Field(default=16 * 1024 * 1024, ge=0, le=1024 * 1024 * 1024)

@@ -396,6 +396,7 @@ class StageRunner:
             attempt=attempt,
             files={"stdout": ctx.run_file("stdout"), "stderr": ctx.run_file("stderr")},
             fail_on=frozenset(policy.fail_on_log),
+            quota_bytes=self.settings.log_quota_bytes,
         )
         flusher = asyncio.create_task(self._flush_every(shipper), name=f"logs-{held.task.id}")
         try:

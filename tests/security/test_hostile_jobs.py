@@ -33,3 +33,17 @@ async def test_a_job_that_booby_traps_its_status_file_fails_alone_and_the_host_w
     [task] = (await client.get(f"/jobs/{trapped}/tasks")).json()
     assert task["state"] == "failed_on_cluster"
     assert "unusable status file" in task["error_brief"] and why in task["error_brief"]
+
+
+async def test_a_nul_byte_in_the_output_hides_no_line(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    # Finding 5: PostgreSQL refused the line, the whole batch with it, and the task's log
+    # ended up empty: a user could hide what a command printed.
+    script = r"printf 'before\n'; printf 'hid\000den\n'; printf 'after\n'"
+    job_id = (await client.post("/jobs", json={"command": script})).json()["id"]
+
+    assert (await wait_job(client, events, job_id))["state"] == "completed"
+
+    lines = [item["line"] for item in (await client.get(f"/jobs/{job_id}/logs")).json()["items"]]
+    assert lines == ["before", "hid\ufffdden", "after"]

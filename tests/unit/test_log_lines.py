@@ -91,3 +91,7 @@ def test_when_a_line_is_too_long__it_is_cut_to_the_limit() -> None:
 def test_when_a_line_is_exactly_at_the_limit__it_is_kept_whole() -> None:
     line = "y" * MAX_LINE_CHARS
     assert parse_line(line + "\n", "stdout").line == line
+
+
+def test_when_a_line_holds_a_nul__it_becomes_the_replacement_character() -> None:
+    assert parse_line("a\x00b\n", "stdout").line == "a\ufffdb"
