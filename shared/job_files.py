@@ -1,4 +1,5 @@
-"""Opening files a job controls (its status file, its outputs) without trusting them.
+"""Opening files in a work dir a job controls (its status file, its outputs; the worker's own
+files there: the input, the run logs) without trusting what the job left in it.
 
 Anything under a work dir may have been made by the job: a FIFO (whose read waits for a writer
 for ever), a device (`/dev/zero` never ends), a symbolic link to a file of the services or of
@@ -9,13 +10,14 @@ regular file. What it refuses raises `UnsafeFile`, whose message says why in wor
 act on.
 """
 
+import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Final
+from typing import BinaryIO, Final, TextIO
 
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS: Final = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -32,29 +34,91 @@ def open_regular(root: Path, relative: str | Path) -> Iterator[BinaryIO]:
     `FileNotFoundError` when it does not exist; `UnsafeFile` when `relative` is absolute or
     climbs out (`..`), or any component is a symbolic link, or the file is not a regular one.
     """
-    parts = PurePosixPath(relative).parts
-    if not parts or PurePosixPath(relative).is_absolute() or ".." in parts:
-        raise UnsafeFile(f"{str(relative)!r} is not a plain path inside the work dir")
-    fds: list[int] = []
+    fd = _open_file(root, relative, _FILE_FLAGS)
+    with os.fdopen(fd, "rb") as handle:
+        yield handle
+
+
+def open_append(root: Path, relative: str | Path) -> TextIO:
+    """The regular file `relative` under `root` opened for appending text (made, mode 0644, if
+    missing; its missing directories too), through no link: a job cannot point a file the
+    worker writes at anything outside its work dir. The caller closes it."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = _open_file(root, relative, flags, create_dirs=True)
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
+def write_file(root: Path, relative: str | Path, data: bytes) -> None:
+    """Replace the contents of the regular file `relative` under `root` (made if missing, its
+    directories too), through no link."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = _open_file(root, relative, flags, create_dirs=True)
+    with os.fdopen(fd, "wb") as handle:
+        handle.truncate()
+        handle.write(data)
+
+
+def make_dirs(root: Path, relative: str | Path) -> None:
+    """The directory `relative` under `root` and its parents, through no link (`.`: `root`)."""
+    os.close(_open_dir(root, _parts(relative, allow_root=True), create=True))
+
+
+def remove_file(root: Path, relative: str | Path) -> None:
+    """Remove `relative` under `root` if it is there (a link itself, never what it points at)."""
+    parts = _parts(relative)
     try:
-        fds.append(os.open(root, _DIR_FLAGS))
-        for part in parts[:-1]:
-            fds.append(_open_step(part, fds[-1], _DIR_FLAGS, relative))
-        fd = _open_step(parts[-1], fds[-1], _FILE_FLAGS, relative)
+        dir_fd = _open_dir(root, parts[:-1], create=False)
+    except FileNotFoundError:
+        return
+    try:
+        os.unlink(parts[-1], dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
     finally:
-        for opened in fds:
-            os.close(opened)
+        os.close(dir_fd)
+
+
+def _parts(relative: str | Path, *, allow_root: bool = False) -> tuple[str, ...]:
+    path = PurePosixPath(relative)
+    if (not path.parts and not allow_root) or path.is_absolute() or ".." in path.parts:
+        raise UnsafeFile(f"{str(relative)!r} is not a plain path inside the work dir")
+    return path.parts
+
+
+def _open_dir(root: Path, parts: Sequence[str], *, create: bool) -> int:
+    """A descriptor of `root`/`parts`, each step opened without following a link."""
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        for part in parts:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+            step = _open_step(part, fd, _DIR_FLAGS, "/".join(parts))
+            os.close(fd)
+            fd = step
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_file(root: Path, relative: str | Path, flags: int, *, create_dirs: bool = False) -> int:
+    """A descriptor of the regular file `relative` under `root` (see `open_regular`)."""
+    parts = _parts(relative)
+    dir_fd = _open_dir(root, parts[:-1], create=create_dirs)
+    try:
+        fd = _open_step(parts[-1], dir_fd, flags, relative, mode=0o644)
+    finally:
+        os.close(dir_fd)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise UnsafeFile(f"{str(relative)!r} is not a regular file ({_kind(mode)})")
         os.set_blocking(fd, True)
-        handle = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
-    with handle:
-        yield handle
+    return fd
 
 
 def read_regular(root: Path, relative: str | Path, *, max_bytes: int) -> bytes:
@@ -66,9 +130,11 @@ def read_regular(root: Path, relative: str | Path, *, max_bytes: int) -> bytes:
     return data
 
 
-def _open_step(name: str, dir_fd: int, flags: int, relative: str | Path) -> int:
+def _open_step(
+    name: str, dir_fd: int, flags: int, relative: str | Path, *, mode: int = 0o777
+) -> int:
     try:
-        return os.open(name, flags, dir_fd=dir_fd)
+        return os.open(name, flags, mode, dir_fd=dir_fd)
     except OSError as exc:
         # ELOOP: the last component is a symbolic link; ENOTDIR: a directory one is (or is a
         # file); ENXIO: a socket.

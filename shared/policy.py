@@ -1,5 +1,7 @@
 """A job's failure policy (design §5), as submitted and stored in `jobs.policy`."""
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.messages import Severity
@@ -39,3 +41,7 @@ class Policy(BaseModel):
     probe_window: int = Field(default=10, ge=2, le=1000)
     #: Which analyser decides after a failed attempt (a `vigil.analysers` entry point).
     analyser: str = Field(default="default", pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
+    #: What the command can reach on a confining worker (issue 17): `none`, a network
+    #: namespace of its own with no interface up; `host`, the host's network (operators only:
+    #: the services' PostgreSQL, RabbitMQ and Redis are on it).
+    network: Literal["none", "host"] = "none"

@@ -32,6 +32,14 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+async def job_uid(conn: Connection, user_id: str) -> int:
+    """The number of the Unix uid the user's jobs run as (`VIGIL_JOB_UID_BASE` + it)."""
+    value = await conn.fetchval("SELECT job_uid FROM users WHERE id = $1", user_id)
+    if value is None:
+        raise LookupError(f"no user {user_id!r}")
+    return int(value)
+
+
 async def by_token(conn: Connection, token: str) -> User | None:
     """The user holding `token`, or None."""
     record = await conn.fetchrow(

@@ -10,9 +10,10 @@ submitted `configuring` gets its tasks (and chaining) when it is activated
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fastapi import HTTPException, status
 from fastapi.exceptions import RequestValidationError
 
 from services.api import queries
@@ -113,7 +114,18 @@ async def check_upstreams(
         raise RequestValidationError(errors)
 
 
+def check_network(user: User, policy: Mapping[str, Any]) -> None:
+    """403 unless the job keeps to a network of its own or the caller is an operator: the
+    host's network reaches the services' PostgreSQL, RabbitMQ and Redis."""
+    if policy.get("network") == "host" and not user.is_operator:
+        raise HTTPException(
+            status_code=status.HTTP_403_FORBIDDEN,
+            detail="only an operator may give a job the host's network (policy.network)",
+        )
+
+
 async def _check_references(conn: Connection, user: User, body: JobCreate) -> None:
+    check_network(user, body.policy.model_dump())
     owner = owner_filter(user)
     errors: list[Any] = await upstream_errors(conn, user, body.inputs or [], ("body", "inputs"))
     wanted = sorted(body.prerequisites.referenced())

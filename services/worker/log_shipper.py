@@ -12,7 +12,7 @@ from typing import IO, Final, Literal
 
 from redis.asyncio import Redis
 
-from shared import logs_repo, tasks_repo
+from shared import job_files, logs_repo, tasks_repo
 from shared.amqp import Broker
 from shared.db import Pool
 from shared.errors import UNAVAILABLE
@@ -43,6 +43,7 @@ class LogShipper:
         task_id: str,
         run_number: int,
         attempt: int,
+        workdir: Path,
         files: dict[Stream, Path],
         fail_on: frozenset[Severity] = frozenset(),
         quota_bytes: int = DEFAULT_QUOTA_BYTES,
@@ -50,8 +51,10 @@ class LogShipper:
         self._pool, self._broker, self._redis, self._keys = pool, broker, redis, keys
         self._job_id, self._task_id = job_id, task_id
         self._run_number, self._attempt = run_number, attempt
+        # Opened through no link: the job owns the work dir and may have left one there.
         self._files: dict[Stream, IO[str]] = {
-            stream: path.open("a", encoding="utf-8") for stream, path in files.items()
+            stream: job_files.open_append(workdir, path.relative_to(workdir))
+            for stream, path in files.items()
         }
         self._pending: list[LogRecord] = []
         self._line_no = 0

@@ -6,7 +6,7 @@ import os
 import secrets
 from contextlib import AsyncExitStack
 
-from services.worker import process
+from services.worker import confinement, process
 from services.worker.consumer import Consumer
 from services.worker.registration import Presence, heartbeat, register, unregister
 from services.worker.settings import WorkerSettings
@@ -38,7 +38,15 @@ async def main(settings: WorkerSettings) -> None:
         redis = await stack.enter_async_context(open_redis(settings.redis_url))
         cgroups = Cgroups.detect(settings.namespace, settings.cgroup_root)
         runner = StageRunner(
-            settings, pool, broker, redis, keys, load_task_types(), instance, cgroups
+            settings,
+            pool,
+            broker,
+            redis,
+            keys,
+            load_task_types(),
+            instance,
+            cgroups,
+            confinement.decide(settings.job_isolation, settings.job_uid_base),
         )
         await register(pool, redis, keys, presence)
         consumer = Consumer(runner, settings.worker_slots, settings.worker_prefetch)

@@ -8,7 +8,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -28,9 +28,10 @@ ExitNote = Callable[[int], Awaitable[None]]
 
 #: What bash sources before the script (through `BASH_ENV`, which a non-interactive bash reads
 #: before its `-c` string): wait for a line on stdin, the gate's pipe (EOF: the worker is gone or
-#: gave up, so the script never runs), then give the script /dev/null as stdin and hide the
-#: gate. One bash per command, and the script stays `bash -c <script>` ($0, arguments, parsing).
-GATE_SCRIPT: Final = "IFS= read -r _ || exit 125; exec 0</dev/null; unset BASH_ENV\n"
+#: gave up, so the script never runs), then give the script /dev/null as stdin, a umask that
+#: keeps what it makes its own (077), and hide the gate. One bash per command, and the script
+#: stays `bash -c <script>` ($0, arguments, parsing).
+GATE_SCRIPT: Final = "IFS= read -r _ || exit 125; exec 0</dev/null; umask 077; unset BASH_ENV\n"
 
 
 @functools.cache
@@ -89,7 +90,12 @@ class Running:
 
 
 async def spawn(
-    script: str, workdir: Path, env: dict[str, str], cgroup: Path | None = None
+    script: str,
+    workdir: Path,
+    env: dict[str, str],
+    cgroup: Path | None = None,
+    *,
+    prefix: Sequence[str] = (),
 ) -> Running:
     """Start `bash -c script` in `workdir`, leading its own session and process group, held
     at a gate: the script does not start before `Running.open_gate()`, so a task whose claim
@@ -99,12 +105,14 @@ async def spawn(
     No code runs in the child between fork and exec (so the fork is a cheap vfork that never
     blocks the event loop); the process joins its cgroup afterwards, from the worker, while it
     waits at the gate, where it cannot fork. The script is one argument to bash: user text is
-    never interpolated into another shell line.
+    never interpolated into another shell line. `prefix` is what bash is started through
+    (`services/worker/confinement.py`: each execs the next, so the pid stays the command's).
     """
     base = {k: v for k, v in os.environ.items() if not k.startswith(_HIDDEN_PREFIX)}
     gate_read, gate_write = os.pipe()
     try:
         process = await asyncio.create_subprocess_exec(
+            *prefix,
             "bash",
             "-c",
             script,

@@ -2,6 +2,7 @@
 
 from pydantic import Field
 
+from services.worker.confinement import Isolation
 from shared.config import HostSettings
 from shared.topology import DEFAULT_POOL
 
@@ -16,6 +17,11 @@ class WorkerSettings(HostSettings):
     #: failed as lost if this worker dies before it ran).
     worker_prefetch: int = Field(default=0, ge=0, le=4096)
     worker_pool: str = DEFAULT_POOL
+    #: Whether jobs run confined (`services/worker/confinement.py`): `auto` when the worker
+    #: is root, `on` (refuse to start otherwise), `off`.
+    job_isolation: Isolation = "auto"
+    #: A confined job runs as uid and gid `job_uid_base` + its owner's `users.job_uid`.
+    job_uid_base: int = Field(default=2_000_000, ge=1000, le=2**31 - 1_000_001)
     #: Log lines are persisted and published in batches this often (seconds).
     log_flush_s: float = Field(default=0.1, gt=0, le=5)
     #: Output files up to this size are kept in PostgreSQL for download from the api

@@ -20,9 +20,19 @@ from redis.asyncio import Redis
 
 from services.worker import process
 from services.worker.claims import Held, Taker, release
+from services.worker.confinement import Confinement
 from services.worker.log_shipper import LogShipper
 from services.worker.settings import WorkerSettings
-from shared import attempts_repo, job_errors, marks, outputs_repo, prerequisites, tasks_repo
+from shared import (
+    attempts_repo,
+    job_errors,
+    job_files,
+    marks,
+    outputs_repo,
+    prerequisites,
+    tasks_repo,
+    users_repo,
+)
 from shared.amqp import Broker
 from shared.cgroups import Cgroups
 from shared.db import Connection, Pool
@@ -98,6 +108,8 @@ class StageRunner:
     task_types: dict[str, TaskType]
     instance: str
     cgroups: Cgroups | None = None
+    #: How jobs are confined (None: they run as the worker's user).
+    confinement: Confinement | None = None
 
     def __post_init__(self) -> None:
         #: The worker's moves of all its tasks, committed together when they overlap.
@@ -113,6 +125,7 @@ class StageRunner:
         #: bookkeeping around it (taking, setup, post-processing) runs outside them.
         self.slots = asyncio.Semaphore(self.settings.worker_slots)
         self._pending: set[asyncio.Task[None]] = set()
+        self._job_uids: dict[str, int] = {}  # owner -> users.job_uid (never changes)
 
     async def take(self, message: RunStage) -> Held | None:
         """Make the message's claim this worker's; None when the message is stale (a no-op)."""
@@ -287,14 +300,18 @@ class StageRunner:
                 failure or hook_failed(S.FAILED_ON_CLUSTER, "cluster_commands", None, None),
             )
             return None
-        ctx.status_file.unlink(missing_ok=True)  # a diagnosis is about this attempt only
+        # A diagnosis is about this attempt only.
+        job_files.remove_file(ctx.workdir, ctx.status_file.relative_to(ctx.workdir))
         cgroup = self.cgroups.create(held.task.id, held.claim) if self.cgroups else None
         env = ctx.environment() | {
+            "HOME": str(ctx.workdir),
             marks.VARIABLE: marks.mark(
                 self.settings.namespace, self.settings.host_id, held.task.id, held.claim
-            )
+            ),
         }
-        running = await process.spawn(script, ctx.workdir, env, cgroup)  # held at its gate
+        prefix = await self._confine(held, ctx)
+        # Held at its gate until on_cpu is durable.
+        running = await process.spawn(script, ctx.workdir, env, cgroup, prefix=prefix)
         try:  # the gate opens once the process is in its cgroup and the task durably on_cpu
             _, on_cpu = await asyncio.gather(
                 running.join_cgroup(), self._mark_on_cpu(held, attempt, running)
@@ -319,6 +336,19 @@ class StageRunner:
             if self.cgroups is not None:
                 self.cgroups.remove(held.task.id, held.claim)
         return attempt, returncode, failing, running.exited_at, await _read_status(ctx)
+
+    async def _confine(self, held: Held, ctx: TaskContext) -> list[str]:
+        """Give the work dir to the job's uid; what the command is started through."""
+        if self.confinement is None:
+            return []
+        owner = held.job.owner_id
+        if owner not in self._job_uids:
+            async with self.pool.acquire() as conn:
+                self._job_uids[owner] = await users_repo.job_uid(conn, owner)
+        job_uid = self._job_uids[owner]
+        work_root = Path(self.settings.work_root)
+        await asyncio.to_thread(self.confinement.hand_over, work_root, ctx.workdir, job_uid)
+        return self.confinement.argv(job_uid, Policy.model_validate(held.job.policy).network)
 
     async def _suspended(self, held: Held) -> bool:
         async with self.pool.acquire() as conn:
@@ -394,6 +424,7 @@ class StageRunner:
             task_id=held.task.id,
             run_number=ctx.run_number,
             attempt=attempt,
+            workdir=ctx.workdir,
             files={"stdout": ctx.run_file("stdout"), "stderr": ctx.run_file("stderr")},
             fail_on=frozenset(policy.fail_on_log),
             quota_bytes=self.settings.log_quota_bytes,

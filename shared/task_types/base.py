@@ -82,9 +82,9 @@ class TaskContext:
 
     def safe_mkdir(self, path: Path | str) -> Path:
         """Create a directory (and parents) under the work dir; nothing happens if it exists."""
-        target = self.workdir / path
-        target.mkdir(parents=True, exist_ok=True)
-        return target
+        self.workdir.mkdir(parents=True, exist_ok=True)  # the dirs above it are the worker's
+        job_files.make_dirs(self.workdir, path)  # through no link the job may have left
+        return self.workdir / path
 
     def record_output(self, name: str) -> OutputRecord:
         """Find or create the output record of file `name` of the work dir (size, sha256, and

@@ -3,6 +3,7 @@
 import json
 import os
 
+from shared import job_files
 from shared.datasets import UPSTREAM_KEY
 from shared.task_types.base import TaskContext, TaskType
 
@@ -15,7 +16,7 @@ class ShellTaskType(TaskType):
     def setup(self, ctx: TaskContext) -> bool:
         ctx.safe_mkdir(".vigil")
         value = ctx.input if isinstance(ctx.input, str) else json.dumps(ctx.input)
-        (ctx.workdir / ".vigil" / "input").write_text(value)
+        job_files.write_file(ctx.workdir, ".vigil/input", value.encode())
         if isinstance(ctx.input, dict) and UPSTREAM_KEY in ctx.input:
             # A chained input, resolved by the worker: link the upstream outputs in.
             for name, path in (ctx.input.get("outputs") or {}).items():

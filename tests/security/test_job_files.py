@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from shared.job_files import UnsafeFile, open_regular, read_regular
+from shared.job_files import (
+    UnsafeFile,
+    make_dirs,
+    open_append,
+    open_regular,
+    read_regular,
+    write_file,
+)
 from shared.status_file import MAX_STATUS_BYTES, read_status
 from shared.task_types.base import TaskContext
 from shared.task_types.shell import ShellTaskType
@@ -177,3 +184,25 @@ def test_a_resolved_input_links_the_upstream_outputs_in(tmp_path: Path) -> None:
     assert ShellTaskType().setup(ctx)
 
     assert (workdir / "out").read_text() == "data"
+
+
+def test_make_dirs_makes_nested_dirs_and_accepts_the_work_dir_itself(workdir: Path) -> None:
+    make_dirs(workdir, ".")
+    make_dirs(workdir, "a/b")
+
+    assert (workdir / "a" / "b").is_dir()
+
+
+def test_the_workers_writes_follow_no_link_the_job_left(workdir: Path, tmp_path: Path) -> None:
+    # A job that owns its work dir replaced `.vigil` by a link to a directory of root's: the
+    # worker's input and run logs must not land there.
+    elsewhere = tmp_path / "etc"
+    elsewhere.mkdir()
+    (workdir / ".vigil").rmdir()
+    (workdir / ".vigil").symlink_to(elsewhere)
+
+    with pytest.raises(UnsafeFile):
+        write_file(workdir, ".vigil/input", b"x")
+    with pytest.raises(UnsafeFile):
+        open_append(workdir, ".vigil/run1.stdout")
+    assert list(elsewhere.iterdir()) == []

@@ -338,6 +338,7 @@ async def edit_job(
         await visible_job(conn, user, job_id)  # 404 before anything is locked
         current = await job_edits.lock(conn, job_id)
         wanted = body.validated(current, task_types, settings.max_inputs, analysers)
+        submission.check_network(user, wanted.get("policy") or {})
         if "inputs" in wanted:
             await submission.check_upstreams(conn, user, wanted["inputs"], ("body", "inputs"))
         check_retention(wanted.get("retention_s"), settings.min_retention_s)

@@ -1,0 +1,86 @@
+"""Who a job runs as, and what it can reach (issue 17).
+
+A worker running as root starts each command through `unshare --net` (a network namespace of
+its own, with not even a loopback up: no PostgreSQL, RabbitMQ, Redis or anything else, unless
+the job's policy says `network: host`) and `setpriv` (uid and gid `VIGIL_JOB_UID_BASE` + the
+owner's `users.job_uid`, no supplementary groups, no new privileges). The task's work dir is
+given to that uid (mode 0700) before the command starts; the dirs above it stay root's, only
+traversable (0711). Numeric ids need no account on the host.
+
+A worker that is not root cannot do this: with `VIGIL_JOB_ISOLATION=auto` (the default) it
+then runs jobs as itself and says so at start; `on` makes that an error, `off` never confines.
+"""
+
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+logger = logging.getLogger(__name__)
+
+Isolation = Literal["auto", "on", "off"]
+Network = Literal["none", "host"]
+
+#: The tools (util-linux) the confinement runs through.
+TOOLS: Final = ("unshare", "setpriv")
+
+
+class CannotConfine(Exception):
+    """Isolation was asked for and this worker cannot give it."""
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """How this worker confines its jobs: the uid of owner `n` is `uid_base + n`."""
+
+    uid_base: int
+
+    def uid_of(self, job_uid: int) -> int:
+        return self.uid_base + job_uid
+
+    def argv(self, job_uid: int, network: Network) -> list[str]:
+        """What goes before `bash -c script` for a job of the owner whose `job_uid` is given."""
+        uid = self.uid_of(job_uid)
+        argv = ["unshare", "--net", "--"] if network == "none" else []
+        return [
+            *argv,
+            "setpriv",
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--no-new-privs",
+            "--",
+        ]
+
+    def hand_over(self, work_root: Path, workdir: Path, job_uid: int) -> None:
+        """Give the work dir (and what setup put in it) to the job's uid, mode 0700; the work
+        root and the job's dir stay root's, traversable only. Links are not followed."""
+        for directory in (work_root, workdir.parent):
+            directory.chmod(0o711)
+        uid = self.uid_of(job_uid)
+        for parent, dirs, files in os.walk(workdir, followlinks=False):
+            for name in (*dirs, *files):
+                os.chown(os.path.join(parent, name), uid, uid, follow_symlinks=False)
+        os.chown(workdir, uid, uid, follow_symlinks=False)
+        workdir.chmod(0o700)
+
+
+def decide(isolation: Isolation, uid_base: int) -> Confinement | None:
+    """The confinement this worker gives its jobs, or None (jobs run as the worker's user).
+    `CannotConfine` when `on` was asked for and this worker is not root or lacks a tool."""
+    if isolation == "off":
+        logger.warning("VIGIL_JOB_ISOLATION=off: jobs run as the worker's own user")
+        return None
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if os.geteuid() != 0 or missing:
+        why = "the worker is not root" if os.geteuid() != 0 else f"{missing} not found"
+        if isolation == "on":
+            raise CannotConfine(f"VIGIL_JOB_ISOLATION=on, but {why}")
+        logger.warning("jobs run as the worker's own user, unconfined: %s", why)
+        return None
+    logger.info(
+        "jobs run confined: uid %d + their owner's number, a network namespace each", uid_base
+    )
+    return Confinement(uid_base)
