@@ -62,6 +62,8 @@ class Cluster:
     hosts: list[str]
     slots: int = 4
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: Settings of one host's worker and supervisor only (e.g. its own server URLs).
+    host_env: dict[str, dict[str, str]] = field(default_factory=dict)
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     port: int = field(default_factory=free_port)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -90,6 +92,7 @@ class Cluster:
         }
         if host is not None:
             env["VIGIL_HOST_ID"] = host
+            env.update(self.host_env.get(host, {}))
         return env
 
     def start(self, name: str) -> None:

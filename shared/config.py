@@ -54,6 +54,10 @@ class HostSettings(CommonSettings):
     work_root: str = "/tmp/vigil-work"
     #: A host whose heartbeat is older than this is declared dead by the scheduler.
     heartbeat_s: float = Field(default=1.0, gt=0)
+    #: The scheduler may resubmit a lost task elsewhere once its host has been silent this
+    #: long (`VIGIL_FENCE_TIMEOUT_S`, read by the scheduler too): the supervisor of a host cut
+    #: off from the database kills its commands after half of it (self-fencing).
+    fence_timeout_s: float = Field(default=60.0, gt=0)
     #: Where per-command cgroups (v2) go: "" finds a writable cgroup2 mount, "off" uses
     #: process groups only (see shared/cgroups.py).
     cgroup_root: str = ""

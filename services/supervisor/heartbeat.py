@@ -3,7 +3,9 @@ are silent (the scheduler's reaper), since a live supervisor judges its worker i
 
 import asyncio
 import logging
+import time
 
+from services.supervisor.fence import Lease
 from shared.db import Pool
 from shared.errors import UNAVAILABLE
 from shared.lifecycle import wait_or_stop
@@ -23,13 +25,18 @@ async def beat(pool: Pool, host_id: str, instance: str) -> None:
 
 
 async def heartbeat(
-    pool: Pool, host_id: str, instance: str, every_s: float, stop: asyncio.Event
+    pool: Pool, host_id: str, instance: str, every_s: float, stop: asyncio.Event, lease: Lease
 ) -> None:
-    """Beat every `every_s` until `stop`; errors are logged, not fatal."""
+    """Beat every `every_s` until `stop`, renewing `lease` with each beat that lands; errors
+    are logged, not fatal (the lease then ages: see `services/supervisor/fence.py`)."""
     while True:
+        sent_at = time.monotonic()
         try:
-            await beat(pool, host_id, instance)
-        except UNAVAILABLE as exc:
-            logger.warning("heartbeat failed: %s", exc)
+            async with asyncio.timeout(every_s * 5):
+                await beat(pool, host_id, instance)
+        except (*UNAVAILABLE, TimeoutError) as exc:
+            logger.warning("heartbeat failed: %s", exc or "timed out")
+        else:
+            lease.renew(sent_at)
         if await wait_or_stop(stop, every_s):
             return

@@ -13,7 +13,9 @@ from contextlib import AsyncExitStack
 from aio_pika.abc import AbstractIncomingMessage
 from redis.asyncio import Redis
 
+from services.supervisor import fence
 from services.supervisor.error_logs import ErrorLogs
+from services.supervisor.fence import Lease
 from services.supervisor.heartbeat import heartbeat
 from services.supervisor.reconcile import reconcile
 from services.supervisor.settings import SupervisorSettings
@@ -134,10 +136,23 @@ async def main(settings: SupervisorSettings) -> None:
             settings.host_id,
             f"cgroups under {cgroups.root}" if cgroups else "process groups only",
         )
+        lease = Lease()
         async with asyncio.TaskGroup() as tg:
             tg.create_task(
-                heartbeat(pool, settings.host_id, instance, settings.heartbeat_s, stop),
+                heartbeat(pool, settings.host_id, instance, settings.heartbeat_s, stop, lease),
                 name="heartbeat",
+            )
+            tg.create_task(
+                fence.guard(
+                    lease,
+                    namespace=settings.namespace,
+                    host_id=settings.host_id,
+                    cgroups=cgroups,
+                    fence_timeout_s=settings.fence_timeout_s,
+                    every_s=settings.heartbeat_s,
+                    stop=stop,
+                ),
+                name="fence",
             )
             tg.create_task(worker_watch.run(stop, settings.worker_poll_s), name="worker-watch")
             tg.create_task(

@@ -73,14 +73,21 @@ def running_stack(
             hosts=[HOST_ID],
             extra_env=dict(extra_env),
         )
-        try:
-            s.start_all()
+        with started(s):
             yield s
-        finally:
-            s.stop_all()
-            for service in s.names():
-                # pytest shows what teardown prints only when the test failed
-                print(f"----- {service} -----\n{s.log(service)}")  # noqa: T201
+
+
+@contextmanager
+def started(s: Stack) -> Iterator[Stack]:
+    """`s` up and healthy; stopped on exit, its logs printed (shown when the test failed)."""
+    try:
+        s.start_all()
+        yield s
+    finally:
+        s.stop_all()
+        for service in s.names():
+            # pytest shows what teardown prints only when the test failed
+            print(f"----- {service} -----\n{s.log(service)}")  # noqa: T201
 
 
 @pytest.fixture

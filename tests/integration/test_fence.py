@@ -1,0 +1,74 @@
+"""Self-fencing (issue 15, point 3): a supervisor whose lease has expired (no heartbeat has
+reached PostgreSQL for half the fence timeout) kills every command of its host, and only
+those; with a fresh lease it kills nothing."""
+
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from services.supervisor.fence import Lease, fence_after, fence_if_expired
+from shared import marks
+
+
+def _command(namespace: str, host: str) -> subprocess.Popen[bytes]:
+    mark = marks.mark(namespace, host, f"t-{uuid.uuid4().hex[:12]}", uuid.uuid4())
+    return subprocess.Popen(["sleep", "60"], env={marks.VARIABLE: mark, "PATH": "/usr/bin:/bin"})
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"fence-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def commands(namespace: str) -> Iterator[tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]]:
+    ours, other_hosts = _command(namespace, "h-cut"), _command(namespace, "h-fine")
+    yield ours, other_hosts
+    for proc in (ours, other_hosts):
+        proc.kill()
+        proc.wait()
+
+
+def _marked_seen(namespace: str, host: str, pid: int) -> None:
+    """Given-step: /proc shows the command's mark (it is set before exec)."""
+    deadline = time.monotonic() + 10
+    while pid not in {m.pid for m in marks.marked_processes(namespace, host)}:
+        assert time.monotonic() < deadline, "the command's mark never showed in /proc"
+        time.sleep(0.01)
+
+
+def test_an_expired_lease_kills_this_hosts_commands_and_no_others(
+    namespace: str, commands: tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]
+) -> None:
+    ours, other_hosts = commands
+    _marked_seen(namespace, "h-cut", ours.pid)
+    lease = Lease(renewed_at=time.monotonic() - 31)  # the last beat landed 31 s ago
+
+    killed = fence_if_expired(lease, namespace, "h-cut", None, fence_timeout_s=60)
+
+    assert [k.pid for k in killed] == [ours.pid]
+    assert ours.wait(timeout=10) == -9
+    assert other_hosts.poll() is None
+
+
+def test_a_fresh_lease_kills_nothing(
+    namespace: str, commands: tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]
+) -> None:
+    ours, _ = commands
+    _marked_seen(namespace, "h-cut", ours.pid)
+    lease = Lease(renewed_at=time.monotonic() - 29)
+
+    assert fence_if_expired(lease, namespace, "h-cut", None, fence_timeout_s=60) == []
+    assert ours.poll() is None
+
+
+def test_the_lease_is_dated_by_the_latest_beat_sent_and_fences_at_half_the_timeout() -> None:
+    lease = Lease(renewed_at=100.0)
+    lease.renew(sent_at=90.0)  # an older beat that landed late does not move it back
+    assert lease.renewed_at == 100.0
+    lease.renew(sent_at=105.0)
+    assert lease.renewed_at == 105.0
+    assert fence_after(60) == 30
