@@ -20,6 +20,13 @@ INFRA: frozenset[FailureClass] = frozenset(
     {FailureClass.SIGNAL, FailureClass.LOST, FailureClass.HUNG}
 )
 
+#: Classes that count against the host a task failed on (design §5, blame): only `lost`, its
+#: worker or supervisor dying or going silent. A signal (a program's own fault signal, or one
+#: from outside such as the OOM killer or an operator's kill) and a hang are infra for
+#: retrying but the job's record, never a host's: otherwise any user could take a pool out with
+#: `kill -SEGV $$`.
+BLAMES_HOST: frozenset[FailureClass] = frozenset({FailureClass.LOST})
+
 
 class Verdict(StrEnum):
     """The kinds of decision; each is published as `task.<verdict>.<job id>`."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shared import analysers, attempts_repo, lineage, outbox, stop_guard, tasks_repo
-from shared.analyser import INFRA, Analyser, Decision, Facts, PastAttempt, Verdict
+from shared.analyser import BLAMES_HOST, Analyser, Decision, Facts, PastAttempt, Verdict
 from shared.db import Connection, Pool
 from shared.messages import JobEvent, JobOutcome, KillTask, TaskDecision
 from shared.policy import Policy
@@ -104,7 +104,7 @@ class Triage:
                     failure_class=task.failure_class,
                 ),
             )
-            if task.failure_class in INFRA and last is not None and last.host:
+            if task.failure_class in BLAMES_HOST and last is not None and last.host:
                 await self._count_against_host(conn, last.host)
             if task.failure_class is not FailureClass.CANCELLED and not task.test:
                 await _maybe_probe(conn, task.job_id, policy)
@@ -189,16 +189,17 @@ class Triage:
             await revoke_job(conn, task.job_id, brief)
 
     async def _count_against_host(self, conn: Connection, host: str) -> None:
-        """Quarantine a host with `quarantine_after` infra failures within the window."""
+        """Quarantine a host with `quarantine_after` failures it is blamed for (`lost`) within
+        the window."""
         s = self._settings
         if s.quarantine_after <= 0:
             return
         quarantined = await conn.fetchval(
             "UPDATE hosts h SET quarantined = true,"
             " quarantined_until = now() + make_interval(secs => $3),"
-            " quarantine_reason = $2 || ' infra failures within ' || $4::text || ' s'"
+            " quarantine_reason = $2 || ' tasks lost within ' || $4::text || ' s'"
             " WHERE h.id = $1 AND NOT h.quarantined AND $2 <= (SELECT count(*) FROM attempts a"
-            "   WHERE a.host = $1 AND a.failure_class IN ('signal', 'lost', 'hung')"
+            "   WHERE a.host = $1 AND a.failure_class::text = ANY($5::text[])"
             "   AND a.ended_at > greatest(now() - make_interval(secs => $4),"
             "                             coalesce(h.quarantined_until, '-infinity')))"
             " RETURNING h.id",
@@ -206,9 +207,10 @@ class Triage:
             s.quarantine_after,
             s.quarantine_s,
             s.quarantine_window_s,
+            sorted(c.value for c in BLAMES_HOST),
         )
         if quarantined:
-            logger.warning("host %s quarantined: repeated infra failures", host)
+            logger.warning("host %s quarantined: repeated lost tasks", host)
 
 
 _FAILED_VALUES = sorted(s.value for s in FAILED)

@@ -140,30 +140,49 @@ async def test_when_the_host_stays_unreachable_past_the_fence_timeout__the_clone
         assert task is not None and task.superseded_by is not None
 
 
-async def test_when_a_host_has_repeated_infra_failures__it_is_quarantined_until_released(
+async def test_when_a_host_loses_tasks_repeatedly__it_is_quarantined_until_released(
     pool: Pool,
 ) -> None:
     triage = _triage(pool, quarantine_after=2)
     async with pool.acquire() as conn:
         host = await _host(conn)
         first, second = await _job(conn, ["a", "b"], {})
-        await _fail(conn, first, FailureClass.SIGNAL, host)
+        await _fail(conn, first, FailureClass.LOST, host, pid=None)
         await triage.run_once()
         assert not await conn.fetchval("SELECT quarantined FROM hosts WHERE id = $1", host)
 
-        await _fail(conn, second, FailureClass.HUNG, host)
+        await _fail(conn, second, FailureClass.LOST, host, pid=None)
         await triage.run_once()
         row = await conn.fetchrow("SELECT * FROM hosts WHERE id = $1", host)
         assert row is not None and row["quarantined"]
-        assert "2 infra failures" in row["quarantine_reason"]
+        assert "2 tasks lost" in row["quarantine_reason"]
 
         # its quarantine runs out: it takes work again, and old failures no longer count
         await conn.execute("UPDATE hosts SET quarantined_until = now() WHERE id = $1", host)
         assert await release_quarantines(pool) >= 1
         assert not await conn.fetchval("SELECT quarantined FROM hosts WHERE id = $1", host)
         [third] = await _job(conn, ["c"], {})
-        await _fail(conn, third, FailureClass.SIGNAL, host)
+        await _fail(conn, third, FailureClass.LOST, host, pid=None)
         await triage.run_once()
+        assert not await conn.fetchval("SELECT quarantined FROM hosts WHERE id = $1", host)
+
+
+async def test_a_program_that_crashes_itself_or_hangs_never_quarantines_its_host(
+    pool: Pool,
+) -> None:
+    # Design §5, blame: otherwise any user takes a pool out with `kill -SEGV $$`.
+    triage = _triage(pool, quarantine_after=2)
+    async with pool.acquire() as conn:
+        host = await _host(conn)
+        tasks = await _job(conn, ["a", "b", "c", "d"], {})
+        for task_id, cls in zip(
+            tasks,
+            [FailureClass.SIGNAL, FailureClass.SIGNAL, FailureClass.HUNG, FailureClass.SIGNAL],
+            strict=True,
+        ):
+            await _fail(conn, task_id, cls, host)
+            await triage.run_once()
+
         assert not await conn.fetchval("SELECT quarantined FROM hosts WHERE id = $1", host)
 
 
