@@ -32,6 +32,9 @@ class NewJob:
     #: Created `configuring`: the inputs are held on the job and no task is made until
     #: `activate` (only test tasks run meanwhile).
     configuring: bool = False
+    #: Throttles given at submission (None: the table's defaults).
+    max_in_flight: int | None = None
+    release_per_tick: int | None = None
 
 
 @dataclass(frozen=True)
@@ -88,10 +91,20 @@ async def create(conn: Connection, owner_id: str, job: NewJob) -> tuple[Job, boo
     """
     async with _atomic(conn):
         job_id = new_id("j")
+        throttles = {
+            name: value
+            for name, value in (
+                ("max_in_flight", job.max_in_flight),
+                ("release_per_tick", job.release_per_tick),
+            )
+            if value is not None
+        }
+        extra_columns = "".join(f", {name}" for name in throttles)
+        extra_values = "".join(f", ${14 + i}" for i in range(len(throttles)))
         record = await conn.fetchrow(
             "INSERT INTO jobs (id, owner_id, name, type, command, outputs, params, policy,"
-            " prerequisites, inputs_from, idempotency_key, state, inputs)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+            f" prerequisites, inputs_from, idempotency_key, state, inputs{extra_columns})"
+            f" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13{extra_values})"
             " ON CONFLICT (owner_id, idempotency_key) DO NOTHING RETURNING *",
             job_id,
             owner_id,
@@ -106,6 +119,7 @@ async def create(conn: Connection, owner_id: str, job: NewJob) -> tuple[Job, boo
             job.idempotency_key,
             (JobState.CONFIGURING if job.configuring else JobState.ACTIVE).value,
             job.inputs if job.configuring else None,
+            *throttles.values(),
         )
         if record is None:
             existing = await conn.fetchrow(

@@ -4,17 +4,19 @@ Like `schemas`, request bodies forbid unknown fields and every 422 names the fie
 the state checks themselves are `shared.actions`' and answer 409.
 """
 
-from typing import Annotated, Final
-
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from services.api.schemas import Inputs, InputValue, JobPublic, TaskPublic, count_errors
+from services.api.schemas import (
+    Inputs,
+    InputValue,
+    JobPublic,
+    TaskPublic,
+    ThrottleLimit,
+    count_errors,
+)
 from shared.actions import JobAction, TaskAction
 from shared.configuring import TrialInput
-
-#: Highest `max_in_flight` / `release_per_tick` a throttle action may set.
-MAX_THROTTLE: Final = 100_000
 
 
 class InputsAppend(BaseModel):
@@ -37,9 +39,6 @@ class TaskActionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     action: TaskAction
-
-
-ThrottleLimit = Annotated[int | None, Field(ge=1, le=MAX_THROTTLE)]
 
 
 class JobActionRequest(BaseModel):

@@ -12,7 +12,6 @@ from typing import Any
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from services.api.actions import ThrottleLimit
 from services.api.schemas import (
     MAX_OUTPUTS,
     MAX_RETENTION_S,
@@ -21,6 +20,7 @@ from services.api.schemas import (
     JobCreate,
     Name,
     OutputName,
+    ThrottleLimit,
 )
 from shared.jobs_repo import Job
 from shared.task_types.base import TaskType

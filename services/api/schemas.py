@@ -88,6 +88,10 @@ def _check_input(value: Any) -> Any:
     return value
 
 
+#: Highest `max_in_flight` / `release_per_tick` a submission or a throttle may set.
+MAX_THROTTLE: Final = 100_000
+ThrottleLimit = Annotated[int | None, Field(ge=1, le=MAX_THROTTLE)]
+
 TaskId = Annotated[str, _id_check("task")]
 JobId = Annotated[str, _id_check("job")]
 OutputName = Annotated[str, AfterValidator(_check_output)]
@@ -142,6 +146,15 @@ class JobCreate(BaseModel):
         description="Create the job configuring: its inputs are held and only test runs"
         " (POST /jobs/{id}/tests) run until the action `activate`; until then command, inputs,"
         " outputs, params and policy can be edited (PATCH /jobs/{id}).",
+    )
+    max_in_flight: ThrottleLimit = Field(
+        default=None,
+        description="Most tasks of the job running at once, from its first release on (left"
+        " out: 1000). Changed later with the action `throttle`.",
+    )
+    release_per_tick: ThrottleLimit = Field(
+        default=None,
+        description="Most new tasks released per scheduler tick (left out: 1000).",
     )
     retention_s: float | None = Field(
         default=None,
@@ -229,6 +242,8 @@ class JobCreate(BaseModel):
             inputs_from=self.inputs_from,
             idempotency_key=idempotency_key,
             configuring=self.configuring,
+            max_in_flight=self.max_in_flight,
+            release_per_tick=self.release_per_tick,
         )
 
 

@@ -278,3 +278,16 @@ async def test_a_jobs_tasks_can_be_read_in_one_state_only(api: Api) -> None:
 
     assert [t["index"] for t in done.json()] == [1]
     assert bad.status_code == 422
+
+
+async def test_throttles_given_at_submission_are_the_jobs_and_checked_like_the_action(
+    api: Api,
+) -> None:
+    job = await api.submit(api.user, max_in_flight=1, release_per_tick=3)
+    refused = await api.client.post(
+        "/jobs", json={"command": "true", "max_in_flight": 0}, headers=api.user.headers
+    )
+
+    assert (job["max_in_flight"], job["release_per_tick"]) == (1, 3)
+    assert refused.status_code == 422
+    assert refused.json()["detail"][0]["loc"] == ["body", "max_in_flight"]

@@ -34,3 +34,25 @@ async def test_a_configuring_jobs_test_task_waits_out_an_emergency_stop(pool: Po
         released = await conn.fetchval("SELECT claim FROM tasks WHERE id = $1", test.id)
     assert held is None
     assert released is not None
+
+
+async def test_a_job_throttled_at_submission_never_has_more_in_flight_from_its_first_release(
+    pool: Pool,
+) -> None:
+    dispatcher = Dispatcher(pool, batch=10_000, worker_pool="default")
+    async with pool.acquire() as conn:
+        user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+        new = NewJob("licensed", "shell", "true", list("abcdef"), max_in_flight=2)
+        job, _ = await jobs_repo.create(conn, user.id, new)
+        assert (job.max_in_flight, job.release_per_tick) == (2, 1000)
+
+        in_flight = []
+        for _ in range(3):  # rounds with nothing finishing in between
+            await dispatcher.run_once()
+            in_flight.append(
+                await conn.fetchval(
+                    "SELECT count(*) FROM tasks WHERE job_id = $1 AND claim IS NOT NULL", job.id
+                )
+            )
+
+    assert in_flight == [2, 2, 2]
