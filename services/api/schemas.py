@@ -357,15 +357,24 @@ class TaskPublic(BaseModel):
     )
 
     @classmethod
-    def from_task(cls, task: Task, prerequisites: list[PrerequisitePublic]) -> "TaskPublic":
+    def from_task(
+        cls, task: Task, prerequisites: list[PrerequisitePublic], *, detail: bool
+    ) -> "TaskPublic":
+        """The view of `task`; `error_detail` (a worker's traceback, with the servers' paths)
+        only with `detail` (operators: issue 17), the brief always."""
         fields = {n: getattr(task, n) for n in cls.model_fields if n != "prerequisites"}
+        if not detail:
+            fields["error_detail"] = None
         return cls(**fields, prerequisites=prerequisites)
 
     @classmethod
-    def from_found(cls, task: Task, found: Mapping[str, list[dict[str, Any]]]) -> "TaskPublic":
+    def from_found(
+        cls, task: Task, found: Mapping[str, list[dict[str, Any]]], *, detail: bool
+    ) -> "TaskPublic":
         """The view of `task`, its prerequisites picked from `queries.prerequisites_of` rows."""
         rows = found.get(task.id, [])
-        return cls.from_task(task, [PrerequisitePublic.model_validate(p) for p in rows])
+        prerequisites = [PrerequisitePublic.model_validate(p) for p in rows]
+        return cls.from_task(task, prerequisites, detail=detail)
 
 
 class AttemptPublic(BaseModel):
@@ -399,8 +408,11 @@ class AttemptPublic(BaseModel):
     reaped_at: datetime | None = Field(description="When its process was known to be gone.")
 
     @classmethod
-    def from_attempt(cls, attempt: Attempt) -> "AttemptPublic":
-        return cls(**{name: getattr(attempt, name) for name in cls.model_fields})
+    def from_attempt(cls, attempt: Attempt, *, detail: bool) -> "AttemptPublic":
+        fields = {name: getattr(attempt, name) for name in cls.model_fields}
+        if not detail:
+            fields["error_detail"] = None
+        return cls(**fields)
 
 
 class TaskDetail(TaskPublic):
@@ -410,10 +422,16 @@ class TaskDetail(TaskPublic):
 
     @classmethod
     def from_parts(
-        cls, task: Task, prerequisites: list[PrerequisitePublic], attempts: list[Attempt]
+        cls,
+        task: Task,
+        prerequisites: list[PrerequisitePublic],
+        attempts: list[Attempt],
+        *,
+        detail: bool,
     ) -> "TaskDetail":
-        view = TaskPublic.from_task(task, prerequisites)
-        return cls(**dict(view), attempts=[AttemptPublic.from_attempt(a) for a in attempts])
+        view = TaskPublic.from_task(task, prerequisites, detail=detail)
+        shown = [AttemptPublic.from_attempt(a, detail=detail) for a in attempts]
+        return cls(**dict(view), attempts=shown)
 
 
 class JobErrorPublic(BaseModel):

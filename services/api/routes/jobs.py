@@ -212,7 +212,7 @@ async def list_tasks(
             f"&state={state.value}" if state else ""
         )
         response.headers["Link"] = f'</jobs/{job_id}/tasks?{query}>; rel="next"'
-    return [TaskPublic.from_found(task, found) for task in tasks]
+    return [TaskPublic.from_found(task, found, detail=user.is_operator) for task in tasks]
 
 
 @router.get("/{job_id}/logs", responses=_NOT_FOUND)
@@ -375,4 +375,4 @@ async def start_test(
         task.id,
         extra={"action": "test", "job_id": job_id, "user": user.name},
     )
-    return TaskPublic.from_found(task, found)
+    return TaskPublic.from_found(task, found, detail=user.is_operator)

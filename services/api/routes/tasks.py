@@ -32,7 +32,7 @@ async def get_task(user: CurrentUser, task_id: TaskIdPath, pool: PoolDep) -> Tas
         found = await queries.prerequisites_of(conn, [task.id])
         attempts = await attempts_repo.list_for_task(conn, task.id)
     prerequisites = [PrerequisitePublic.model_validate(p) for p in found.get(task.id, [])]
-    return TaskDetail.from_parts(task, prerequisites, attempts)
+    return TaskDetail.from_parts(task, prerequisites, attempts, detail=user.is_operator)
 
 
 @router.post(
@@ -60,5 +60,7 @@ async def act_on_task(
         result.task.state.value,
         extra={"action": body.action.value, "task_id": task_id, "user": user.name},
     )
-    created = TaskPublic.from_found(result.created, found) if result.created else None
-    return TaskActionPublic(task=TaskPublic.from_found(result.task, found), created=created)
+    shown = user.is_operator
+    created = TaskPublic.from_found(result.created, found, detail=shown) if result.created else None
+    task = TaskPublic.from_found(result.task, found, detail=shown)
+    return TaskActionPublic(task=task, created=created)
