@@ -14,6 +14,7 @@ then runs jobs as itself and says so at start; `on` makes that an error, `off` n
 import logging
 import os
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -73,9 +74,9 @@ def decide(isolation: Isolation, uid_base: int) -> Confinement | None:
     if isolation == "off":
         logger.warning("VIGIL_JOB_ISOLATION=off: jobs run as the worker's own user")
         return None
-    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
-    if os.geteuid() != 0 or missing:
-        why = "the worker is not root" if os.geteuid() != 0 else f"{missing} not found"
+    confinement = Confinement(uid_base)
+    why = _why_not(confinement)
+    if why is not None:
         if isolation == "on":
             raise CannotConfine(f"VIGIL_JOB_ISOLATION=on, but {why}")
         logger.warning("jobs run as the worker's own user, unconfined: %s", why)
@@ -83,4 +84,24 @@ def decide(isolation: Isolation, uid_base: int) -> Confinement | None:
     logger.info(
         "jobs run confined: uid %d + their owner's number, a network namespace each", uid_base
     )
-    return Confinement(uid_base)
+    return confinement
+
+
+def _why_not(confinement: Confinement) -> str | None:
+    """Why this worker cannot confine jobs (None: it can). Besides root and the tools, it tries
+    once: a container without CAP_SYS_ADMIN, for one, may not make network namespaces."""
+    if os.geteuid() != 0:
+        return "the worker is not root"
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if missing:
+        return f"{' and '.join(missing)} not found (util-linux)"
+    try:
+        tried = subprocess.run(
+            [*confinement.argv(0, "none"), "true"], capture_output=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"a confined test command failed: {exc}"
+    if tried.returncode != 0:
+        error = tried.stderr.decode(errors="replace").strip()
+        return f"a confined test command failed ({error or tried.returncode})"
+    return None

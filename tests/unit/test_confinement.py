@@ -1,0 +1,26 @@
+"""`confinement.decide`: a worker that cannot confine says so (auto) or refuses to start (on)."""
+
+import pytest
+
+from services.worker import confinement
+from services.worker.confinement import CannotConfine, Confinement
+
+
+def test_the_command_goes_through_unshare_and_setpriv_as_the_owners_uid() -> None:
+    argv = Confinement(2_000_000).argv(7, "none")
+
+    assert argv[:3] == ["unshare", "--net", "--"]
+    assert "--reuid=2000007" in argv and "--regid=2000007" in argv and argv[-1] == "--"
+    assert "unshare" not in Confinement(2_000_000).argv(7, "host")
+
+
+def test_without_the_tools__auto_runs_unconfined_and_on_refuses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(confinement.shutil, "which", lambda _tool: None)
+    monkeypatch.setattr(confinement.os, "geteuid", lambda: 0)
+
+    assert confinement.decide("auto", 2_000_000) is None
+    with pytest.raises(CannotConfine, match="unshare and setpriv not found"):
+        confinement.decide("on", 2_000_000)
+    assert confinement.decide("off", 2_000_000) is None
