@@ -17,8 +17,8 @@ def test_the_command_goes_through_unshare_and_setpriv_as_the_owners_uid() -> Non
 def test_without_the_tools__auto_runs_unconfined_and_on_refuses(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(confinement.shutil, "which", lambda _tool: None)
-    monkeypatch.setattr(confinement.os, "geteuid", lambda: 0)
+    monkeypatch.setattr("shutil.which", lambda _tool: None)
+    monkeypatch.setattr("os.geteuid", lambda: 0)
 
     assert confinement.decide("auto", 2_000_000) is None
     with pytest.raises(CannotConfine, match="unshare and setpriv not found"):
