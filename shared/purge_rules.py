@@ -40,21 +40,27 @@ def purged_message(job_id: str, purged_at: datetime, purged_by: str | None) -> s
     return f"job {job_id} was purged at {purged_at.isoformat(timespec='seconds')}{by}"
 
 
+def _busy(facts: JobFacts) -> str:
+    named = ", ".join(f"{task} ({state})" for task, state in facts.busy[:NAMED])
+    return named + (" and more" if len(facts.busy) > NAMED else "")
+
+
 def refusal(facts: JobFacts) -> str | None:
     """Why the job cannot be purged now, or None when it can."""
     if facts.purged_at is not None:
         return purged_message(facts.job_id, facts.purged_at, facts.purged_by) + " already"
     if facts.state not in PURGEABLE:
         allowed = ", ".join(sorted(s.value for s in PURGEABLE))
+        running = f"; tasks still running or held: {_busy(facts)}" if facts.busy else ""
         return (
             f"cannot purge job {facts.job_id} in state {facts.state.value}: only a job that"
-            f" has ended ({allowed}) can be purged"
+            f" has ended ({allowed}) can be purged{running}. To end it now, cancel it"
+            f" (`vigil cancel {facts.job_id}`, or the action cancel), then purge it once its"
+            " tasks have stopped"
         )
     if facts.busy:
-        named = ", ".join(f"{task} ({state})" for task, state in facts.busy[:NAMED])
-        more = " and more" if len(facts.busy) > NAMED else ""
         return (
-            f"cannot purge job {facts.job_id}: tasks still running or held: {named}{more};"
+            f"cannot purge job {facts.job_id}: tasks still running or held: {_busy(facts)};"
             " wait for them to end"
         )
     if facts.downstream:

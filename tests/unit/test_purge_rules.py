@@ -71,3 +71,13 @@ def test_when_nobody_is_named__the_purged_message_leaves_out_by() -> None:
 )
 def test_when_a_size_is_shown__it_is_in_the_largest_unit(count: int, text: str) -> None:
     assert human_size(count) == text
+
+
+def test_when_a_running_job_is_purged__the_refusal_names_its_tasks_and_how_to_end_it() -> None:
+    facts = JobFacts("j-1", JobState.ACTIVE, busy=[("t-1", "on_cpu"), ("t-2", "queued")])
+
+    message = refusal(facts)
+
+    assert message is not None
+    assert "tasks still running or held: t-1 (on_cpu), t-2 (queued)" in message
+    assert "cancel it (`vigil cancel j-1`, or the action cancel)" in message
