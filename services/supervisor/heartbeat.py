@@ -5,9 +5,9 @@ import asyncio
 import logging
 import time
 
-from services.supervisor.fence import Lease
 from shared.db import Pool
 from shared.errors import UNAVAILABLE
+from shared.fence import Lease
 from shared.lifecycle import wait_or_stop
 
 logger = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ async def heartbeat(
     pool: Pool, host_id: str, instance: str, every_s: float, stop: asyncio.Event, lease: Lease
 ) -> None:
     """Beat every `every_s` until `stop`, renewing `lease` with each beat that lands; errors
-    are logged, not fatal (the lease then ages: see `services/supervisor/fence.py`)."""
+    are logged, not fatal (the lease then ages: see `shared/fence.py`)."""
     while True:
         sent_at = time.monotonic()
         try:

@@ -13,19 +13,18 @@ from contextlib import AsyncExitStack
 from aio_pika.abc import AbstractIncomingMessage
 from redis.asyncio import Redis
 
-from services.supervisor import fence
 from services.supervisor.error_logs import ErrorLogs
-from services.supervisor.fence import Lease
 from services.supervisor.heartbeat import heartbeat
 from services.supervisor.reconcile import reconcile
 from services.supervisor.settings import SupervisorSettings
 from services.supervisor.watchers import Watchers, WatchSettings
 from services.supervisor.worker_watch import WorkerWatch
-from shared import attempts_repo, tasks_repo
+from shared import attempts_repo, fence, tasks_repo
 from shared.amqp import Handler, deliver, open_broker
 from shared.cgroups import Cgroups
 from shared.db import Pool, check_schema, open_pool
 from shared.errors import UNAVAILABLE, InvalidMessage
+from shared.fence import Lease
 from shared.lifecycle import stop_on_signals, wait_or_stop
 from shared.messages import FreezeTask, KillTask, Message, WatchProcess
 from shared.processes import signal_tree

@@ -11,9 +11,11 @@ from services.worker.consumer import Consumer
 from services.worker.registration import Presence, heartbeat, register, unregister
 from services.worker.settings import WorkerSettings
 from services.worker.stages import StageRunner
+from shared import fence
 from shared.amqp import open_broker
 from shared.cgroups import Cgroups
 from shared.db import check_schema, open_pool
+from shared.fence import Lease
 from shared.lifecycle import stop_on_signals
 from shared.redis_client import open_redis
 from shared.redis_keys import RedisKeys
@@ -53,6 +55,7 @@ async def main(settings: WorkerSettings) -> None:
         await consumer.start(broker, settings.host_id, settings.worker_pool)
         logger.info("worker %s up with %d slots", instance, settings.worker_slots)
         drained = asyncio.Event()  # the heartbeat goes on while draining: the worker lives
+        lease = Lease()
         async with asyncio.TaskGroup() as tg:
             tg.create_task(
                 heartbeat(
@@ -63,8 +66,21 @@ async def main(settings: WorkerSettings) -> None:
                     settings.heartbeat_s,
                     drained,
                     consumer.set_quarantined,
+                    lease,
                 ),
                 name="heartbeat",
+            )
+            tg.create_task(  # the fence holds even if this host's supervisor is dead
+                fence.guard(
+                    lease,
+                    namespace=settings.namespace,
+                    host_id=settings.host_id,
+                    cgroups=cgroups,
+                    fence_timeout_s=settings.fence_timeout_s,
+                    every_s=settings.heartbeat_s,
+                    stop=drained,
+                ),
+                name="fence",
             )
             await stop.wait()
             await consumer.stop_intake()

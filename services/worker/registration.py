@@ -7,6 +7,7 @@ supervisor can watch it by pidfd; `hosts.heartbeat_at` lets the scheduler notice
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ from redis.asyncio import Redis
 
 from shared.db import Pool
 from shared.errors import UNAVAILABLE
+from shared.fence import Lease
 from shared.lifecycle import wait_or_stop
 from shared.presence import WorkerIdentity, announce
 from shared.processes import create_time
@@ -56,8 +58,10 @@ async def heartbeat(
     every_s: float,
     stop: asyncio.Event,
     on_quarantine: Callable[[bool], Awaitable[None]],
+    lease: Lease,
 ) -> None:
     """Refresh the presence every `every_s` seconds until `stop`; errors are logged, not fatal.
+    Each beat that lands in PostgreSQL renews `lease` (`shared/fence.py`).
 
     A worker that was silent long enough to be declared dead (frozen, partitioned) takes its
     place again when it wakes. `on_quarantine` is told the host's quarantine flag each time.
@@ -66,6 +70,10 @@ async def heartbeat(
         try:
             if not await redis.expire(keys.worker(presence.host_id), WORKER_TTL_S):
                 await announce(redis, keys, presence.host_id, presence.identity())
+        except UNAVAILABLE as exc:  # Redis away is no partition from the database
+            logger.warning("presence not refreshed in Redis: %s", exc)
+        sent_at = time.monotonic()
+        try:
             quarantined = await pool.fetchval(
                 "UPDATE hosts SET heartbeat_at = now(), worker = $2"
                 " WHERE id = $1 AND (worker = $2 OR worker IS NULL) RETURNING quarantined",
@@ -73,6 +81,7 @@ async def heartbeat(
                 presence.instance,
             )
             if quarantined is not None:
+                lease.renew(sent_at)
                 await on_quarantine(bool(quarantined))
         except UNAVAILABLE as exc:
             logger.warning("heartbeat failed: %s", exc)

@@ -1,16 +1,20 @@
-"""Self-fencing (issue 15, point 3): a supervisor whose lease has expired (no heartbeat has
+"""Self-fencing (issue 15, point 3): a service whose lease has expired (no heartbeat has
 reached PostgreSQL for half the fence timeout) kills every command of its host, and only
-those; with a fresh lease it kills nothing."""
+those; with a fresh lease it kills nothing; and only the database renews the lease."""
 
+import asyncio
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from redis.asyncio import Redis
 
-from services.supervisor.fence import Lease, fence_after, fence_if_expired
-from shared import marks
+from services.worker.registration import Presence, heartbeat
+from shared import db, marks
+from shared.fence import Lease, fence_after, fence_if_expired
+from shared.redis_keys import RedisKeys
 
 
 def _command(namespace: str, host: str) -> subprocess.Popen[bytes]:
@@ -72,3 +76,32 @@ def test_the_lease_is_dated_by_the_latest_beat_sent_and_fences_at_half_the_timeo
     lease.renew(sent_at=105.0)
     assert lease.renewed_at == 105.0
     assert fence_after(60) == 30
+
+
+@pytest.mark.integration
+async def test_a_worker_with_redis_away_still_renews_its_lease_through_the_database(
+    pool: db.Pool,
+) -> None:
+    # Redis away is no partition from PostgreSQL: the worker must not fence its commands for it.
+    host = f"h-{uuid.uuid4().hex[:8]}"
+    await pool.execute("INSERT INTO hosts (id, slots) VALUES ($1, 1)", host)
+    redis = Redis.from_url("redis://127.0.0.1:1")  # nothing listens there
+    lease = Lease(renewed_at=time.monotonic() - 1000)
+    stop = asyncio.Event()
+
+    async def quarantined(_flag: bool) -> None:
+        pass
+
+    beating = asyncio.create_task(
+        heartbeat(
+            pool, redis, RedisKeys("t"), Presence(host, "w-1", 1), 0.01, stop, quarantined, lease
+        )
+    )
+    try:
+        async with asyncio.timeout(10):
+            while lease.age() > 100:  # noqa: ASYNC110  (the lease has no event to wait on)
+                await asyncio.sleep(0.01)
+    finally:
+        stop.set()
+        await beating
+        await redis.aclose()

@@ -1,12 +1,14 @@
 """Self-fencing (issue 15, point 3): a host cut off from the database kills its own commands
-before the rest of the cluster may run them elsewhere.
+before the rest of the cluster may run them elsewhere. Both per-host services hold a lease, so
+that the fence holds even when one of them is dead: the supervisor's is renewed by its
+heartbeat, the worker's by its own.
 
 The scheduler resubmits a lost task whose process may still run only once that process is known
 gone, or once its host has been silent in `hosts` for `VIGIL_FENCE_TIMEOUT_S` (triage). A host
 behind a broken link hears neither the kill order nor anything else, and its commands would run
-on beside their clones. So the supervisor holds a lease: each heartbeat that reaches PostgreSQL
+on beside their clones. So each holds a lease: each heartbeat that reaches PostgreSQL
 renews it, dated when the beat was *sent* (no later than the `now()` PostgreSQL records, whatever
-the round trip). When the lease is older than half the fence timeout, the supervisor kills every
+the round trip). When the lease is older than half the fence timeout, the service kills every
 command of this host (by cgroup and by `VIGIL_MARK`, so a process never handed over is found
 too), and again at every tick while it stays cut off. The other half is the margin for the kill
 itself. A command started meanwhile cannot run its script: the gate opens only after its
@@ -37,8 +39,8 @@ def fence_after(fence_timeout_s: float) -> float:
 
 @dataclass
 class Lease:
-    """When this supervisor last proved to PostgreSQL that it lives (monotonic seconds: when
-    that beat was sent)."""
+    """When this service last proved to PostgreSQL that it lives (monotonic seconds: when that
+    beat was sent)."""
 
     renewed_at: float = field(default_factory=time.monotonic)
 
