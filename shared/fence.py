@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 from shared.cgroups import Cgroups
+from shared.config import HostSettings
 from shared.lifecycle import wait_or_stop
 from shared.marks import Marked, marked_processes
 
@@ -79,6 +80,22 @@ async def guard(
         )
         if await wait_or_stop(stop, every_s):
             return
+
+
+async def guard_host(
+    lease: Lease, settings: HostSettings, cgroups: Cgroups | None, stop: asyncio.Event
+) -> None:
+    """`guard` with a per-host service's settings (its namespace, host, fence timeout and
+    heartbeat period)."""
+    await guard(
+        lease,
+        namespace=settings.namespace,
+        host_id=settings.host_id,
+        cgroups=cgroups,
+        fence_timeout_s=settings.fence_timeout_s,
+        every_s=settings.heartbeat_s,
+        stop=stop,
+    )
 
 
 def fence_if_expired(

@@ -142,15 +142,7 @@ async def main(settings: SupervisorSettings) -> None:
                 name="heartbeat",
             )
             tg.create_task(
-                fence.guard(
-                    lease,
-                    namespace=settings.namespace,
-                    host_id=settings.host_id,
-                    cgroups=cgroups,
-                    fence_timeout_s=settings.fence_timeout_s,
-                    every_s=settings.heartbeat_s,
-                    stop=stop,
-                ),
+                fence.guard_host(lease, settings, cgroups, stop),
                 name="fence",
             )
             tg.create_task(worker_watch.run(stop, settings.worker_poll_s), name="worker-watch")

@@ -71,15 +71,7 @@ async def main(settings: WorkerSettings) -> None:
                 name="heartbeat",
             )
             tg.create_task(  # the fence holds even if this host's supervisor is dead
-                fence.guard(
-                    lease,
-                    namespace=settings.namespace,
-                    host_id=settings.host_id,
-                    cgroups=cgroups,
-                    fence_timeout_s=settings.fence_timeout_s,
-                    every_s=settings.heartbeat_s,
-                    stop=drained,
-                ),
+                fence.guard_host(lease, settings, cgroups, drained),
                 name="fence",
             )
             await stop.wait()
