@@ -286,9 +286,9 @@ async def advance(
     ctes = [
         f"moved AS (UPDATE tasks t SET {', '.join(sets)}"
         f" WHERE t.id = $1 AND t.state = $2 AND t.claim = $4{guards} RETURNING t.*)",
-        "events AS (INSERT INTO outbox (exchange, routing_key, body)"
+        "events AS (INSERT INTO outbox (exchange, routing_key, body)"  # in the path's order
         " SELECT 'events', e.key, e.body FROM moved,"
-        " unnest($6::text[], $7::jsonb[]) AS e(key, body))",
+        " unnest($6::text[], $7::jsonb[]) WITH ORDINALITY AS e(key, body, n) ORDER BY e.n)",
     ]
     if close is not None:  # its outcome: the state the task reached on leaving the stage
         args += [close.attempt, close.status, close.exit_code, path[1].value]

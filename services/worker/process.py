@@ -1,9 +1,11 @@
 """Running a command: bash in its own session, output read line by line, exit awaited."""
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -36,8 +38,10 @@ GATE_SCRIPT: Final = "IFS= read -r _ || exit 125; exec 0</dev/null; umask 077; u
 
 @functools.cache
 def _gate_file() -> Path:
-    """The gate script, written once per process into a directory only we can write."""
+    """The gate script, written once per process into a directory only we can write (and
+    remove at exit)."""
     directory = Path(tempfile.mkdtemp(prefix="vigil-gate-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
     directory.chmod(0o755)
     path = directory / "gate.sh"
     path.write_text(GATE_SCRIPT)

@@ -309,7 +309,8 @@ class StageRunner:
                 self.settings.namespace, self.settings.host_id, held.task.id, held.claim
             ),
         }
-        prefix = await self._confine(held, ctx)
+        policy = Policy.model_validate(held.job.policy)
+        prefix = await self._confine(held, ctx, policy)
         # Held at its gate until on_cpu is durable.
         running = await process.spawn(script, ctx.workdir, env, cgroup, prefix=prefix)
         try:  # the gate opens once the process is in its cgroup and the task durably on_cpu
@@ -329,7 +330,6 @@ class StageRunner:
                 return None
             raise
         running.open_gate()
-        policy = Policy.model_validate(held.job.policy)
         try:
             returncode, failing = await self._watch_output(held, attempt, ctx, running, policy)
         finally:
@@ -337,7 +337,7 @@ class StageRunner:
                 self.cgroups.remove(held.task.id, held.claim)
         return attempt, returncode, failing, running.exited_at, await _read_status(ctx)
 
-    async def _confine(self, held: Held, ctx: TaskContext) -> list[str]:
+    async def _confine(self, held: Held, ctx: TaskContext, policy: Policy) -> list[str]:
         """Give the work dir to the job's uid; what the command is started through."""
         if self.confinement is None:
             return []
@@ -348,7 +348,7 @@ class StageRunner:
         job_uid = self._job_uids[owner]
         work_root = Path(self.settings.work_root)
         await asyncio.to_thread(self.confinement.hand_over, work_root, ctx.workdir, job_uid)
-        return self.confinement.argv(job_uid, Policy.model_validate(held.job.policy).network)
+        return self.confinement.argv(job_uid, policy.network)
 
     async def _suspended(self, held: Held) -> bool:
         async with self.pool.acquire() as conn:
