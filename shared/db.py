@@ -45,26 +45,74 @@ CONNECTION_LOST: Final = (
 T = TypeVar("T")
 
 
+class _Connection(asyncpg.Connection):
+    """asyncpg's connection, remembering whether its borrower saw an exception."""
+
+    __slots__ = ("_suspect",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._suspect = False
+
+    def suspect(self) -> None:
+        """Its borrower raised: check it before it is lent out again."""
+        self._suspect = True
+
+    def cleared(self) -> bool:
+        """Whether it was suspect (and is not any more)."""
+        was, self._suspect = self._suspect, False
+        return was
+
+
+class _Borrowing(asyncpg.pool.PoolAcquireContext):
+    """`pool.acquire()`: marks the connection suspect when the block raised."""
+
+    __slots__ = ()
+
+    async def __aexit__(self, *exc: object) -> None:
+        if exc[0] is not None and self.connection is not None:
+            suspect: Callable[[], None] = getattr(self.connection, "suspect")  # noqa: B009
+            suspect()  # forwards it to its _Connection
+        await super().__aexit__(*exc)
+
+
+class _Pool(asyncpg.Pool):
+    __slots__ = ()
+
+    def acquire(self, *, timeout: float | None = None) -> Any:
+        return _Borrowing(self, timeout)
+
+
 async def _check_usable(conn: "asyncpg.Connection[asyncpg.Record]") -> None:
-    """What a connection needs when it goes back to the pool: proof that it can still run a
-    query (a bare `SELECT`: next to nothing for PostgreSQL). A connection whose server went
-    away mid-statement is left consuming an error; this raises on it, so the pool closes it
-    instead of lending it out. The default reset (advisory unlock, CLOSE ALL, UNLISTEN,
-    RESET ALL) cleans state this code never leaves on a pooled connection: its advisory locks
-    are transaction-scoped, and LISTEN and the leader's session lock use connections of their
-    own. asyncpg rolls back an unfinished transaction either way."""
-    await conn.execute("SELECT")
+    """What a connection needs when it goes back to the pool: nothing, unless its borrower
+    raised; then proof that it can still run a query (a bare `SELECT`). A connection whose
+    server went away mid-statement is left consuming an error; this raises on it, so the pool
+    closes it instead of lending it out. A borrower that saw no exception got its answers, so
+    the connection is sound: checking it on every release cost a round trip each, about 20
+    per task. The default reset (advisory unlock, CLOSE ALL, UNLISTEN, RESET ALL) cleans
+    state this code never leaves on a pooled connection: its advisory locks are
+    transaction-scoped, and LISTEN and the leader's session lock use connections of their
+    own. asyncpg rolls back an unfinished transaction either way. A connection the server
+    drops while it sits idle in the pool is not caught here (nor was it by the check): its
+    next borrower meets `CONNECTION_LOST`."""
+    if isinstance(conn, _Connection) and conn.cleared():
+        await conn.execute("SELECT")
 
 
 @asynccontextmanager
 async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> AsyncIterator[Pool]:
     """A pool whose jsonb columns read and write Python values; closed within 5 s on exit."""
-    pool = await asyncpg.create_pool(
+    pool: Pool = await _Pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
+        max_queries=50_000,
+        max_inactive_connection_lifetime=300.0,
         init=_init_connection,
         reset=_check_usable,
+        loop=None,
+        connection_class=_Connection,
+        record_class=asyncpg.Record,
         command_timeout=30,
         # Short statements only: JIT compiling one whose estimate crosses jit_above_cost (a
         # scheduler query over a table with many dead rows) took 0.7 s for 7 ms of work.

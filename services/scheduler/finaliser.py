@@ -1,7 +1,8 @@
 """Ending jobs: an active job whose tasks are all terminal becomes completed or failed.
 
 Every ended job's Redis keys are purged, twice (a late writer may add one): the jobs this
-finaliser ends, and the jobs that someone cancelled (found by their `finished_at`).
+finaliser ends, and the jobs that someone cancelled (told by the relay as their `job.cancelled`
+is published, and found by their `finished_at` at every sweep).
 """
 
 import logging
@@ -43,6 +44,7 @@ class Finaliser:
         self._pool, self._redis, self._keys, self._batch = pool, redis, keys, batch
         self._repurge: deque[tuple[float, str]] = deque()
         self._touched: set[str] = set()
+        self._cancelled: set[str] = set()
         self._next_sweep = 0.0
         # (finished_at, id) of the last cancelled job purged
         self._cancelled_after: tuple[datetime | None, str] = (None, "")
@@ -51,13 +53,23 @@ class Finaliser:
         """A task of `job_id` ended (or was decided): look at the job in the next round."""
         self._touched.add(job_id)
 
+    def cancelled(self, job_id: str) -> None:
+        """Someone cancelled `job_id`: purge its keys in the next round."""
+        self._cancelled.add(job_id)
+
     async def run_once(self) -> int:
         """Finalise the jobs that may have finished; returns how many ended."""
         await self._repurge_due()
-        await self._purge_cancelled()
+        sweep = time.monotonic() >= self._next_sweep
+        if sweep:
+            await self._purge_cancelled()
+        elif self._cancelled:
+            told, self._cancelled = sorted(self._cancelled), set()
+            await self._purge(*told)
+            self._repurge.extend((time.monotonic() + REPURGE_AFTER_S, job_id) for job_id in told)
         ended: dict[str, JobState] = {}
         async with self._pool.acquire() as conn:
-            if time.monotonic() >= self._next_sweep:  # every active job, one at a time
+            if sweep:  # every active job, one at a time
                 self._next_sweep = time.monotonic() + SWEEP_EVERY_S
                 for job_id, _ in await jobs_repo.finished_candidates(conn, self._batch):
                     state = await self._finalise(conn, job_id)
@@ -84,7 +96,7 @@ class Finaliser:
         return state
 
     async def _purge_cancelled(self) -> None:
-        """Purge the keys of jobs cancelled since the last round (by the api, not here)."""
+        """Purge the keys of jobs cancelled since the last sweep (by the api, not here)."""
         async with self._pool.acquire() as conn:
             after, after_id = self._cancelled_after
             rows = await conn.fetch(

@@ -30,6 +30,7 @@ from shared.analysers import load_analysers
 from shared.db import Pool, check_schema, open_pool
 from shared.errors import UNAVAILABLE
 from shared.lifecycle import stop_on_signals, wait_or_stop
+from shared.messages import JobOutcome
 from shared.redis_client import open_redis
 from shared.redis_keys import RedisKeys
 from shared.states import TERMINAL
@@ -90,9 +91,15 @@ class Scheduler:
         return done
 
     def _on_published(self, row: outbox.OutboxRow, wake: asyncio.Event) -> None:
-        """A task event that may end its job (a terminal state, a triage decision)."""
-        if row.exchange == "events" and _may_finish(row.routing_key):
+        """A task event that may end its job (a terminal state, a triage decision), or a job
+        someone cancelled (its keys are purged)."""
+        if row.exchange != "events":
+            return
+        if _may_finish(row.routing_key):
             self.finaliser.touch(row.routing_key.rsplit(".", 1)[-1])
+            wake.set()
+        elif row.routing_key.startswith(_CANCELLED):
+            self.finaliser.cancelled(row.routing_key.rsplit(".", 1)[-1])
             wake.set()
 
     async def relay_loop(
@@ -150,6 +157,7 @@ def _may_finish(routing_key: str) -> bool:
     return kind == "task" and (word in _TERMINAL_WORDS or word in _VERDICTS)
 
 
+_CANCELLED = f"job.{JobOutcome.CANCELLED.value}."
 _TERMINAL_WORDS = frozenset(s.value for s in TERMINAL)
 _VERDICTS = frozenset({"recovered", "resubmitted", "abandoned"})
 

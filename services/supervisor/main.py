@@ -19,7 +19,7 @@ from services.supervisor.reconcile import reconcile
 from services.supervisor.settings import SupervisorSettings
 from services.supervisor.watchers import Watchers, WatchSettings
 from services.supervisor.worker_watch import WorkerWatch
-from shared import attempts_repo, fence, tasks_repo
+from shared import attempts_repo, fence
 from shared.amqp import Handler, deliver, open_broker
 from shared.cgroups import Cgroups
 from shared.db import Pool, check_schema, open_pool
@@ -30,7 +30,6 @@ from shared.messages import FreezeTask, KillTask, Message, WatchProcess
 from shared.processes import signal_tree
 from shared.redis_client import open_redis
 from shared.redis_keys import RedisKeys
-from shared.states import TaskState
 from shared.topology import Topology, declare_all_work_queues
 
 logger = logging.getLogger(__name__)
@@ -81,10 +80,11 @@ def _handler(pool: Pool, watchers: Watchers, cgroups: Cgroups | None) -> Handler
             return
         if not isinstance(message, WatchProcess):
             raise InvalidMessage(f"a supervisor cannot handle {message.type}")
-        async with pool.acquire() as conn:
-            task = await tasks_repo.get(conn, message.task_id)
-        if task is not None and task.state is TaskState.ON_CPU and task.claim == message.claim:
-            watchers.watch(message.task_id, message.claim, message.pid, message.create_time)
+        # A stale hand-over (the task ended, or runs under another claim) is found out by
+        # the watcher: its process is gone, or its load finds the task moved on.
+        watchers.watch(
+            message.task_id, message.job_id, message.claim, message.pid, message.create_time
+        )
 
     return handle
 
@@ -106,7 +106,12 @@ async def main(settings: SupervisorSettings) -> None:
             pool,
             redis,
             RedisKeys(settings.namespace),
-            WatchSettings(settings.report_grace_s, settings.vitals_s, settings.kill_grace_s),
+            WatchSettings(
+                report_grace_s=settings.report_grace_s,
+                vitals_s=settings.vitals_s,
+                kill_grace_s=settings.kill_grace_s,
+                follow_after_s=settings.follow_after_s,
+            ),
             cgroups,
             error_logs,
         )

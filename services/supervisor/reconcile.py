@@ -33,13 +33,15 @@ async def reconcile(
     """One comparison round (idempotent)."""
     async with pool.acquire() as conn:
         running = await conn.fetch(
-            "SELECT id, claim, pid, pid_create_time FROM tasks"
+            "SELECT id, job_id, claim, pid, pid_create_time FROM tasks"
             " WHERE host = $1 AND state = 'on_cpu' AND claim IS NOT NULL AND pid IS NOT NULL",
             host_id,
         )
     for row in running:
         if not watchers.is_watching(row["id"], row["claim"]):
-            watchers.watch(row["id"], row["claim"], row["pid"], row["pid_create_time"] or 0.0)
+            watchers.watch(
+                row["id"], row["job_id"], row["claim"], row["pid"], row["pid_create_time"] or 0.0
+            )
     await _reap_stale(pool, redis, keys, host_id, cgroups)
     await kill_strays(pool, namespace, host_id, cgroups)
 

@@ -8,7 +8,11 @@
   `hang_timeout` (since the last sign of life: output written to the run files or a status
   file; paused while the job is suspended) are checked (`shared.vitals`).
 - **Error log**: a record of the task with a severity in the job's `fail_on_log` (through
-  `ErrorLogs`) fails it as `error_log`.
+  `ErrorLogs`) fails it as `error_log`. The job's binding is made only for a process still
+  running `follow_after_s` after it was handed over (then the errors already stored are read
+  too): binding and unbinding cost the broker a metadata change each, which a command of a
+  few milliseconds would pay for nothing, since the worker fails it on its error log when it
+  exits.
 
 Each verdict is a compare-and-set on the task (`on_cpu` under the watched claim) before the
 tree is killed (TERM, `kill_grace_s`, KILL), so the worker's own late report is fenced off.
@@ -58,6 +62,7 @@ class WatchSettings:
     report_grace_s: float
     vitals_s: float
     kill_grace_s: float
+    follow_after_s: float = 0.0
 
 
 @dataclass
@@ -98,36 +103,70 @@ class Watchers:
     def is_watching(self, task_id: str, claim: UUID) -> bool:
         return (task_id, claim) in self._tasks
 
-    def watch(self, task_id: str, claim: UUID, pid: int, create_time: float) -> None:
+    def watch(self, task_id: str, job_id: str, claim: UUID, pid: int, create_time: float) -> None:
         """Start watching (idempotent: a process already watched is left alone)."""
         key = (task_id, claim)
         if key in self._tasks:
             return
         task = asyncio.create_task(
-            self._watch(task_id, claim, pid, create_time), name=f"watch-{task_id}"
+            self._watch(task_id, job_id, claim, pid, create_time), name=f"watch-{task_id}"
         )
         self._tasks[key] = task
         task.add_done_callback(lambda _t: self._tasks.pop(key, None))
 
-    async def _watch(self, task_id: str, claim: UUID, pid: int, create_time: float) -> None:
-        watched = await self._load(task_id, claim, pid, create_time)
-        if watched is None:
-            return
+    async def _watch(
+        self, task_id: str, job_id: str, claim: UUID, pid: int, create_time: float
+    ) -> None:
+        """A process that exits within `follow_after_s` is only judged at its exit (most often
+        the worker's note says it is the worker's to report: no database read at all). One
+        still running is loaded (policy, attempt), followed and watched until it exits."""
+        waiter = exit_waiter(pid, create_time)
+        exited = asyncio.ensure_future(waiter) if waiter is not None else None
+        try:
+            if exited is not None:
+                await asyncio.wait({exited}, timeout=self._settings.follow_after_s)
+            if exited is None or exited.done():
+                await self._judge_exit(
+                    Watched(
+                        task_id=task_id,
+                        job_id=job_id,
+                        claim=claim,
+                        pid=pid,
+                        create_time=create_time,
+                        attempt=0,  # unknown (not loaded); unused by the judgement
+                        policy=Policy(),
+                        vitals=Vitals(started=0.0, last_sign=0.0),
+                        cgroup=self._cgroups.path(task_id, claim) if self._cgroups else None,
+                        exited_at=time.time(),
+                    )
+                )
+                return
+            watched = await self._load(task_id, claim, pid, create_time)
+            if watched is None:
+                return
+            await self._watch_running(watched, exited)
+        finally:
+            if exited is not None and not exited.done():
+                exited.cancel()
+
+    async def _watch_running(self, watched: Watched, exited: "asyncio.Future[Any]") -> None:
+        task_id = watched.task_id
         self._watched[task_id] = watched
-        logger.info("watching task %s (pid %d)", task_id, pid, extra={"task_id": task_id})
+        logger.info("watching task %s (pid %d)", task_id, watched.pid, extra={"task_id": task_id})
         try:
             await self._error_logs.follow(watched.job_id, watched.policy.fail_on_log)
-            await self._check_logged_errors(watched)
-            waiter = exit_waiter(pid, create_time)
-            if waiter is not None and not await self._until_exit(watched, waiter):
-                return
-            watched.exited_at = time.time()
-            if not watched.ending:
-                await self._judge_exit(watched)
+            try:
+                await self._check_logged_errors(watched)
+                if not await self._until_exit(watched, exited):
+                    return
+                watched.exited_at = time.time()
+                if not watched.ending:
+                    await self._judge_exit(watched)
+            finally:
+                await self._error_logs.unfollow(watched.job_id)
         finally:
             if self._watched.get(task_id) is watched:
                 del self._watched[task_id]
-            await self._error_logs.unfollow(watched.job_id)
 
     async def _load(
         self, task_id: str, claim: UUID, pid: int, create_time: float
@@ -159,9 +198,8 @@ class Watchers:
 
     # -- while it runs -----------------------------------------------------------------------
 
-    async def _until_exit(self, watched: Watched, waiter: Any) -> bool:
+    async def _until_exit(self, watched: Watched, exited: "asyncio.Future[Any]") -> bool:
         """Wait for the exit, checking vitals meanwhile; False if a verdict ended the task."""
-        exited = asyncio.ensure_future(waiter)
         try:
             while not watched.ending:
                 done, _ = await asyncio.wait({exited}, timeout=self._settings.vitals_s)
@@ -257,6 +295,8 @@ class Watchers:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._settings.report_grace_s
         while True:
+            if await self._noted(watched):  # the worker saw it exit: the report is its own
+                return
             async with self._pool.acquire() as conn:
                 task = await tasks_repo.get(conn, watched.task_id)
                 reported = (
@@ -264,7 +304,7 @@ class Watchers:
                     or task.state is not TaskState.ON_CPU
                     or task.claim != watched.claim
                 )
-                if reported or await self._noted(watched):
+                if reported:
                     return
                 if loop.time() >= deadline:
                     assert task is not None

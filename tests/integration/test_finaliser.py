@@ -66,10 +66,12 @@ async def test_when_a_job_is_cancelled__its_redis_keys_are_purged(
                 await task_actions.apply_to_job(conn, job.id, JobAction.CANCEL, "op")
                 return job.id
 
-            # a job cancelled before a round, and one between two rounds
+            # a job cancelled before a sweep (found by its finished_at), and one between two
+            # rounds that the relay tells of (its job.cancelled was published)
             first = await cancelled_job_with_keys()
             await finaliser.run_once()
             second = await cancelled_job_with_keys()
+            finaliser.cancelled(second)
             await finaliser.run_once()
 
         assert [await redis.exists(keys.job_exits(j)) for j in (first, second)] == [0, 0]
