@@ -127,10 +127,10 @@ async def has_pending(conn: Connection) -> bool:
 
 
 async def pending(conn: Connection, limit: int) -> list[OutboxRow]:
-    """The oldest unpublished rows, locked for this transaction (SKIP LOCKED)."""
+    """The oldest unpublished rows (not locked: the one relay reads them)."""
     rows = await conn.fetch(
         "SELECT id, exchange, routing_key, body, created_at FROM outbox"
-        " WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+        " WHERE published_at IS NULL ORDER BY id LIMIT $1",
         limit,
     )
     return [OutboxRow(**dict(r)) for r in rows]

@@ -103,22 +103,6 @@ async def test_when_rows_are_marked_published__pending_skips_them_and_keeps_the_
         assert [r.id for r in rest] == [3, 4, 5]
 
 
-async def test_when_two_relays_read_at_once__they_never_get_the_same_rows(
-    opool: db.Pool,
-) -> None:
-    async with opool.acquire() as first, opool.acquire() as second:
-        # given
-        await _add_rows(first, 4)
-        # when: both read inside open transactions
-        async with first.transaction():
-            taken_first = await outbox.pending(first, limit=2)
-            async with second.transaction():
-                taken_second = await outbox.pending(second, limit=10)
-        # then
-        assert [r.id for r in taken_first] == [1, 2]
-        assert [r.id for r in taken_second] == [3, 4]
-
-
 async def test_when_a_relay_rolls_back__its_rows_are_pending_again(opool: db.Pool) -> None:
     async with opool.acquire() as conn:
         await _add_rows(conn, 2)
