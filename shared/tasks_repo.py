@@ -215,12 +215,16 @@ class CloseAttempt:
 
 @dataclass(frozen=True)
 class OpenAttempt:
-    """The attempt a move begins (numbered after the task's last): a stage, on this worker."""
+    """The attempt a move begins (numbered after the task's last): a stage, on this worker.
+    With `done`, the stage had nothing to do: the attempt ends with the move, its outcome the
+    state the move reached, its status file `status`."""
 
     stage: str
     host: str
     worker: str
     pid: int | None = None
+    done: bool = False
+    status: dict[str, Any] | None = None
 
 
 async def advance(
@@ -299,12 +303,14 @@ async def advance(
             f" WHERE a.task_id = moved.id AND a.attempt = ${n - 3} AND a.ended_at IS NULL)"
         )
     if open_ is not None:
-        args += [open_.stage, open_.host, open_.worker, open_.pid]
+        args += [open_.stage, open_.host, open_.worker, open_.pid, open_.done, open_.status]
         n = len(args)
         ctes.append(
             "opened AS (INSERT INTO attempts (task_id, attempt, run_number, stage, host, worker,"
-            f" claim, pid) SELECT id, attempt, run_number, ${n - 3}, ${n - 2}, ${n - 1}, claim,"
-            f" ${n} FROM moved)"
+            " claim, pid, ended_at, outcome, status) SELECT id, attempt, run_number,"
+            f" ${n - 5}, ${n - 4}, ${n - 3}, $4, ${n - 2},"
+            f" CASE WHEN ${n - 1}::boolean THEN now() END,"
+            f" CASE WHEN ${n - 1}::boolean THEN $3::text END, ${n} FROM moved)"
         )
     record = await conn.fetchrow(f"WITH {', '.join(ctes)} SELECT * FROM moved", *args)
     return Task.from_record(record) if record is not None else None

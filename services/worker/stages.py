@@ -255,6 +255,19 @@ class StageRunner:
         if failing is not None:  # the supervisor may have been slower than the exit
             outcome = error_log_outcome(failing.severity.value, failing.line)
         if outcome.state is S.DATA_READY:
+            if self._results_are_saved(held, attempt, returncode, status):
+                moved = await self._advance(  # post-processing has nothing to do
+                    held,
+                    (S.ON_CPU, S.DATA_READY, S.POST_PROCESSING, S.COMPLETED),
+                    outcome,
+                    changes={"claim": None, "worker": None},
+                    close=tasks_repo.CloseAttempt(attempt, _dump(status), outcome.exit_code),
+                    open_=Stage.POST_PROCESSING,
+                    open_done=True,
+                    unless_waits="post_processing",
+                )
+                if moved is not None:
+                    return False
             moved = await self._advance(
                 held,
                 (S.ON_CPU, S.DATA_READY, S.POST_PROCESSING),
@@ -458,6 +471,19 @@ class StageRunner:
 
     # -- post-processing ---------------------------------------------------------------------
 
+    def _results_are_saved(
+        self, held: Held, attempt: int, returncode: int, status: StatusReport | None
+    ) -> bool:
+        """Whether the task type says its `save_results` has nothing to do here (a hook that
+        raises says no: the stage then runs and records why)."""
+        ctx = self._context(held, attempt + 1)
+        ctx.exit_code, ctx.status = returncode, status
+        try:
+            return self._type(held).results_are_saved(ctx)
+        except Exception:
+            logger.exception("results_are_saved of task %s raised", held.task.id)
+            return False
+
     async def _post_process(self, held: Held) -> None:
         """Post-process now, or let go of the task if it waits for prerequisites first."""
         if held.state is S.POST_PROCESSING and held.opened is not None:
@@ -537,6 +563,7 @@ class StageRunner:
         close: tasks_repo.CloseAttempt | None = None,
         open_: Stage | None = None,
         pid: int | None = None,
+        open_done: bool = False,
         unless_suspended: bool = False,
         unless_waits: str | None = None,
     ) -> tasks_repo.Task | None:
@@ -544,7 +571,14 @@ class StageRunner:
         of other tasks that overlap it); the task as it is now, or None when it did not match
         (the caller then takes its general path)."""
         opening = (
-            tasks_repo.OpenAttempt(open_.value, self.settings.host_id, self.instance, pid)
+            tasks_repo.OpenAttempt(
+                open_.value,
+                self.settings.host_id,
+                self.instance,
+                pid,
+                done=open_done,  # ended with the move, with the status file closing the last
+                status=close.status if open_done and close is not None else None,
+            )
             if open_ is not None
             else None
         )

@@ -190,6 +190,14 @@ class TaskType:
         """Check and record the results (in `post_processing`). Default: the command exited 0."""
         return ctx.exit_code == 0
 
+    def results_are_saved(self, ctx: TaskContext) -> bool:
+        """Whether `save_results(ctx)` would record nothing and return True, so that running it
+        can be skipped (`ctx` as `save_results` would get it: exit code and status file set).
+        Then the worker ends the task at its command's exit, in one move that still passes
+        through `data_ready` and `post_processing` (their events and a post-processing attempt
+        are written). Default: False, `save_results` always runs in its own stage."""
+        return False
+
     def recover_from_setup_failure(self, ctx: TaskContext) -> bool:
         return False
 

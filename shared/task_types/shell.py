@@ -37,6 +37,14 @@ class ShellTaskType(TaskType):
             ctx.record_output(name)  # a link, FIFO or device there raises UnsafeFile
         return True
 
+    def results_are_saved(self, ctx: TaskContext) -> bool:
+        # save_results above with no outputs to record: a success, and nothing to do
+        return (
+            ctx.exit_code == 0
+            and not ctx.outputs
+            and (ctx.status is None or ctx.status.status == "success")
+        )
+
     # Every stage of `shell` can be run again in the same work dir (setup is idempotent and the
     # command is the user's to make restartable), so recovery and restart just say yes.
 

@@ -83,3 +83,43 @@ async def test_when_a_command_exits_non_zero__the_task_fails_with_class_exit_and
     detail = (await client.get(f"/tasks/{task['id']}")).json()
     assert [a["stage"] for a in detail["attempts"]] == ["setup", "cluster"]
     assert detail["attempts"][-1]["exit_code"] == 3
+
+
+async def test_when_post_processing_has_nothing_to_do__the_task_still_walks_every_stage(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    """No outputs, exit 0, a status file saying success: the worker ends the task at the exit
+    in one move, which still passes through every state and records the stage's attempt."""
+    command = 'echo \'{"status": "success"}\' > "$VIGIL_STATUS_FILE"'
+    response = await client.post("/jobs", json={"command": command, "inputs": ["x"]})
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+
+    job = await wait_job(client, events, job_id)
+
+    assert job["state"] == "completed"
+    [task] = (await client.get(f"/jobs/{job_id}/tasks")).json()
+    assert events.task_states(task["id"]) == NORMAL_PATH
+    detail = (await client.get(f"/tasks/{task['id']}")).json()
+    attempts = [(a["stage"], a["outcome"]) for a in detail["attempts"]]
+    assert attempts == [
+        ("setup", "queued"),
+        ("cluster", "data_ready"),
+        ("post_processing", "completed"),
+    ]
+    assert all(a["ended_at"] is not None for a in detail["attempts"])
+
+
+async def test_when_the_status_file_says_fatal__post_processing_runs_and_fails_the_task(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    command = 'echo \'{"status": "fatal", "message": "no convergence"}\' > "$VIGIL_STATUS_FILE"'
+    response = await client.post("/jobs", json={"command": command, "inputs": ["x"]})
+    job_id = response.json()["id"]
+
+    job = await wait_job(client, events, job_id)
+
+    assert job["state"] == "failed"
+    [task] = (await client.get(f"/jobs/{job_id}/tasks")).json()
+    assert task["failure_class"] == "exit"
+    assert "no convergence" in task["error_brief"]

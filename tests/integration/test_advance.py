@@ -77,6 +77,46 @@ async def test_a_move_through_two_states_writes_one_event_per_state_and_swaps_at
         assert attempts[0].ended_at is not None and attempts[1].ended_at is None
 
 
+async def test_a_move_through_a_stage_with_nothing_to_do__records_its_attempt_ended(
+    pool: db.Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        task = await _held(conn, S.ON_CPU, attempt=2)
+        await conn.execute(
+            "INSERT INTO attempts (task_id, attempt, run_number, stage)"
+            " VALUES ($1, 2, 1, 'cluster')",
+            task.id,
+        )
+        assert task.claim is not None
+
+        moved = await tasks_repo.advance(
+            conn,
+            task,
+            task.claim,
+            [S.ON_CPU, S.DATA_READY, S.POST_PROCESSING, S.COMPLETED],
+            changes={"exit_code": 0, "claim": None, "worker": None},
+            close=CloseAttempt(2, {"status": "success"}, exit_code=0),
+            open_=OpenAttempt(
+                Stage.POST_PROCESSING.value, "h-1", "w-1", done=True, status={"status": "success"}
+            ),
+            unless_waits="post_processing",
+        )
+
+        assert moved is not None
+        assert (moved.state, moved.attempt, moved.claim) == (S.COMPLETED, 3, None)
+        assert await _events(conn, task) == [
+            ("data_ready", "on_cpu"),
+            ("post_processing", "data_ready"),
+            ("completed", "post_processing"),
+        ]
+        attempts = await attempts_repo.list_for_task(conn, task.id)
+        assert [(a.attempt, a.stage, a.outcome, a.claim) for a in attempts] == [
+            (2, "cluster", "data_ready", None),
+            (3, "post_processing", "completed", task.claim),  # the claim it ran under
+        ]
+        assert attempts[1].ended_at is not None and attempts[1].status == {"status": "success"}
+
+
 async def test_a_move_under_another_claim_writes_nothing(pool: db.Pool) -> None:
     async with pool.acquire() as conn:
         task = await _held(conn, S.QUEUED)
