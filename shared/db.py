@@ -71,8 +71,11 @@ class _Borrowing(asyncpg.pool.PoolAcquireContext):
 
     async def __aexit__(self, *exc: object) -> None:
         if exc[0] is not None and self.connection is not None:
-            suspect: Callable[[], None] = getattr(self.connection, "suspect")  # noqa: B009
-            suspect()  # forwards it to its _Connection
+            # The proxy's connection; None when a loss already took it from its holder (then
+            # nothing goes back to the pool, and the borrower's own error must leave as is).
+            held = getattr(self.connection, "_con", None)
+            if isinstance(held, _Connection):
+                held.suspect()
         await super().__aexit__(*exc)
 
 

@@ -121,3 +121,35 @@ async def test_a_read_on_connections_the_server_dropped__is_done_again_on_a_fres
             async with pool.acquire() as conn:
                 pids.append(await conn.fetchval("SELECT pg_backend_pid()"))
         assert all(isinstance(pid, int) for pid in pids)
+
+
+async def test_a_connection_the_server_drops_under_its_borrower__leaves_with_its_own_error(
+    session_database_url: str,
+) -> None:
+    """The pool marks a connection whose borrower raised, to check it on release. When the
+    loss already took the connection from its holder, the borrower's own error must still be
+    the one that leaves the block (what callers handle), and the next borrower gets a working
+    connection."""
+    async with db.open_pool(session_database_url, min_size=1, max_size=1) as pool:
+        admin = await asyncpg.connect(ADMIN_DATABASE_URL)
+        seen: Exception | None = None
+        try:
+            with pytest.raises(Exception) as left:
+                async with pool.acquire() as conn:
+                    await admin.execute("SELECT pg_terminate_backend($1)", conn.get_server_pid())
+                    async with asyncio.timeout(10):
+                        # until the loss reached the client, which takes the connection from
+                        # its holder (asyncpg then detaches the proxy: no public sign of it)
+                        while getattr(conn, "_con", None) is not None:  # noqa: ASYNC110
+                            await asyncio.sleep(0.01)
+                    try:
+                        await conn.fetchval("SELECT 1")
+                    except Exception as exc:
+                        seen = exc
+                        raise
+        finally:
+            await admin.close()
+        assert left.value is seen
+
+        async with pool.acquire() as conn:
+            assert await conn.fetchval("SELECT 1") == 1
