@@ -1,4 +1,4 @@
-"""Releasing tasks to workers: claim (compare-and-set) and a work message, in one transaction.
+"""Releasing tasks to workers: claim (compare-and-set) and a work message, in one statement.
 
 New tasks whose setup prerequisites are met (and whose resubmission backoff, `not_before`, has
 passed) go to the pool queue, within each job's `release_per_tick` and `max_in_flight` (1 while
@@ -10,14 +10,12 @@ lives there.
 """
 
 from typing import Final
-from uuid import UUID
 
-from shared import outbox, sql_states
-from shared.db import Connection, Pool
-from shared.messages import RunStage
+from shared import sql_states
+from shared.db import Pool
 from shared.prerequisites import met_arrays, unmet_sql
 from shared.states import ACTIONS, Stage, TaskState
-from shared.topology import host_key, pool_key
+from shared.topology import pool_key
 
 #: An emergency stop suspends active jobs; a configuring job has no suspended state, so its
 #: test tasks are simply not released while a stop is in force.
@@ -74,13 +72,7 @@ WHERE t.claim IS NULL AND t.state IN ({_RESTING_LIST})
 LIMIT $1
 """
 
-_CLAIM: Final = """
-UPDATE tasks SET claim = gen_random_uuid(), updated_at = now()
-WHERE id = ANY($1) AND claim IS NULL
-  AND (state IN ('new', 'queued', 'data_ready') OR state = ANY($2::task_state[]))
-RETURNING id, job_id, state, host, claim
-"""
-
+#: The stage a claimed task's work message asks for, by the state it rests in.
 _STAGE_OF: Final = {
     "new": Stage.SETUP,
     "queued": Stage.CLUSTER,
@@ -88,32 +80,51 @@ _STAGE_OF: Final = {
     **{action.value: Stage.HOOK for action in ACTIONS},
 }
 _ACTION_STATES: Final = sorted(action.value for action in ACTIONS)
+_STAGE_SQL: Final = (
+    "CASE c.state::text "
+    + " ".join(f"WHEN '{state}' THEN '{stage.value}'" for state, stage in _STAGE_OF.items())
+    + " END"
+)
+
+#: A round in one statement: pick the releasable tasks, claim them (compare-and-set: still
+#: unclaimed, still resting), and queue each one's `RunStage` (made here as `RunStage` would
+#: write it: `tests/integration/test_dispatcher.py` reads it back through the model): new tasks
+#: to the pool queue ($N: its routing key), the others to their host's queue.
+_ROUND: Final = f"""
+WITH picked AS (
+    ({_NEW_TASKS}) UNION ALL ({_RESTING_TASKS})
+), claimed AS (
+    UPDATE tasks t SET claim = gen_random_uuid(), updated_at = now()
+    FROM picked p
+    WHERE t.id = p.id AND t.claim IS NULL
+      AND (t.state IN ('new', 'queued', 'data_ready') OR t.state = ANY({{actions}}::task_state[]))
+    RETURNING t.id, t.job_id, t.state, t.host, t.claim
+), queued AS (
+    INSERT INTO outbox (exchange, routing_key, body)
+    SELECT 'work',
+        CASE WHEN c.state = 'new' THEN {{pool_key}} ELSE 'host.' || c.host END,
+        jsonb_build_object(
+            'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'run_stage',
+            'job_id', c.job_id, 'task_id', c.id, 'stage', {_STAGE_SQL}, 'claim', c.claim)
+    FROM claimed c ORDER BY c.id
+)
+SELECT count(*) FROM claimed
+"""
 
 
 class Dispatcher:
     """Claims releasable tasks and writes their work messages to the outbox."""
 
     def __init__(self, pool: Pool, batch: int, worker_pool: str) -> None:
-        self._pool, self._batch, self._worker_pool = pool, batch, worker_pool
+        self._pool, self._batch = pool, batch
+        self._pool_key = pool_key(worker_pool)
 
     async def run_once(self) -> int:
-        """Release one batch of new tasks and one of resting tasks; returns how many."""
+        """Release one batch of new tasks and one of resting tasks (one statement, one round
+        trip, with nothing to release too); returns how many."""
         args = [self._batch, *met_arrays()]
-        async with self._pool.acquire() as conn, conn.transaction():
-            new = await conn.fetch(_NEW_TASKS, *args)
-            resting = await conn.fetch(_RESTING_TASKS, *args)
-            ids = [r["id"] for r in new] + [r["id"] for r in resting]
-            return await self._claim(conn, ids) if ids else 0
-
-    async def _claim(self, conn: Connection, ids: list[str]) -> int:
-        claimed = await conn.fetch(_CLAIM, ids, _ACTION_STATES)
-        messages: list[tuple[str, RunStage]] = []
-        for row in claimed:
-            stage = _STAGE_OF[str(row["state"])]
-            key = pool_key(self._worker_pool) if stage is Stage.SETUP else host_key(row["host"])
-            message = RunStage(
-                job_id=row["job_id"], task_id=row["id"], stage=stage, claim=UUID(str(row["claim"]))
-            )
-            messages.append((key, message))
-        await outbox.add_work_many(conn, messages)
-        return len(claimed)
+        n = len(args)
+        query = _ROUND.format(actions=f"${n + 1}", pool_key=f"${n + 2}")
+        async with self._pool.acquire() as conn:
+            released = await conn.fetchval(query, *args, _ACTION_STATES, self._pool_key)
+        return int(released)

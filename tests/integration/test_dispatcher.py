@@ -9,6 +9,8 @@ from shared import configuring, emergency, jobs_repo, users_repo
 from shared.configuring import TrialInput
 from shared.db import Pool
 from shared.jobs_repo import NewJob
+from shared.messages import RunStage, to_jsonable
+from shared.states import Stage
 
 pytestmark = pytest.mark.integration
 
@@ -56,3 +58,29 @@ async def test_a_job_throttled_at_submission_never_has_more_in_flight_from_its_f
             )
 
     assert in_flight == [2, 2, 2]
+
+
+async def test_the_work_messages_made_in_sql_read_as_run_stage_would_have_written_them(
+    pool: Pool,
+) -> None:
+    dispatcher = Dispatcher(pool, batch=10_000, worker_pool="default")
+    async with pool.acquire() as conn:
+        user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+        job, _ = await jobs_repo.create(conn, user.id, NewJob("made", "shell", "true", ["a", "b"]))
+
+        assert await dispatcher.run_once() >= 2
+        rows = await conn.fetch(
+            "SELECT routing_key, body FROM outbox WHERE exchange = 'work'"
+            " AND body->>'job_id' = $1 ORDER BY id",
+            job.id,
+        )
+        claims = dict(await conn.fetch("SELECT id, claim FROM tasks WHERE job_id = $1", job.id))
+
+    messages = [RunStage.model_validate(r["body"]) for r in rows]
+    assert [r["routing_key"] for r in rows] == ["pool.default"] * 2
+    model = to_jsonable(RunStage(job_id=job.id, task_id="t", stage=Stage.SETUP, claim=uuid.uuid4()))
+    for row, message in zip(rows, messages, strict=True):
+        assert set(row["body"]) == set(model)  # the same fields, no more, no fewer
+        assert message.stage is Stage.SETUP
+        assert message.claim == claims[message.task_id]
+    assert sorted(m.task_id for m in messages) == sorted(claims)
