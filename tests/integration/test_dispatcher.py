@@ -7,12 +7,19 @@ import pytest
 from services.scheduler.dispatcher import Dispatcher
 from shared import configuring, emergency, jobs_repo, users_repo
 from shared.configuring import TrialInput
-from shared.db import Pool
+from shared.db import Connection, Pool
 from shared.jobs_repo import NewJob
 from shared.messages import RunStage, to_jsonable
 from shared.states import Stage
 
 pytestmark = pytest.mark.integration
+
+
+async def _submitted(conn: Connection, new: NewJob) -> jobs_repo.Job:
+    """Given-step: `new`, submitted by a fresh user."""
+    user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+    job, _ = await jobs_repo.create(conn, user.id, new)
+    return job
 
 
 async def test_a_configuring_jobs_test_task_waits_out_an_emergency_stop(pool: Pool) -> None:
@@ -43,9 +50,8 @@ async def test_a_job_throttled_at_submission_never_has_more_in_flight_from_its_f
 ) -> None:
     dispatcher = Dispatcher(pool, batch=10_000, worker_pool="default")
     async with pool.acquire() as conn:
-        user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
         new = NewJob("licensed", "shell", "true", list("abcdef"), max_in_flight=2)
-        job, _ = await jobs_repo.create(conn, user.id, new)
+        job = await _submitted(conn, new)
         assert (job.max_in_flight, job.release_per_tick) == (2, 1000)
 
         in_flight = []
@@ -65,8 +71,7 @@ async def test_the_work_messages_made_in_sql_read_as_run_stage_would_have_writte
 ) -> None:
     dispatcher = Dispatcher(pool, batch=10_000, worker_pool="default")
     async with pool.acquire() as conn:
-        user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
-        job, _ = await jobs_repo.create(conn, user.id, NewJob("made", "shell", "true", ["a", "b"]))
+        job = await _submitted(conn, NewJob("made", "shell", "true", ["a", "b"]))
 
         assert await dispatcher.run_once() >= 2
         rows = await conn.fetch(
@@ -74,7 +79,8 @@ async def test_the_work_messages_made_in_sql_read_as_run_stage_would_have_writte
             " AND body->>'job_id' = $1 ORDER BY id",
             job.id,
         )
-        claims = dict(await conn.fetch("SELECT id, claim FROM tasks WHERE job_id = $1", job.id))
+        tasks = await conn.fetch("SELECT id, claim FROM tasks WHERE job_id = $1", job.id)
+        claims = {r["id"]: r["claim"] for r in tasks}
 
     messages = [RunStage.model_validate(r["body"]) for r in rows]
     assert [r["routing_key"] for r in rows] == ["pool.default"] * 2
