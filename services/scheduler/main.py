@@ -10,6 +10,7 @@ finaliser which jobs a published event may have finished, and wakes the round.
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 
 import asyncpg
@@ -55,6 +56,8 @@ class Scheduler:
             pool, redis, RedisKeys(settings.namespace), settings.scheduler_batch
         )
         self.reaper = Reaper(pool, settings.dead_host_s)
+        #: Wakes the relay (set by `main` to the relay loop's event).
+        self.wake_relay: Callable[[], None] = lambda: None
         self.retention = Retention(pool, _RETENTION_BATCH)
         self.waiters = Waiters(pool, settings.scheduler_batch)
         self.triage = Triage(
@@ -71,11 +74,18 @@ class Scheduler:
         self._last_reap = self._last_prune = 0.0
 
     async def run_once(self) -> int:
-        """One round of every step; returns how much was done (0 means idle)."""
-        done = await self.triage.run_once()
+        """One round of every step; returns how much was done (0 means idle). The dispatcher
+        goes first (a submission is waiting on it), and the relay is woken in-process for
+        what the round wrote, without waiting for the notification to come back."""
+        released = await self.dispatcher.run_once()
+        if released:
+            self.wake_relay()
+        done = released + await self.triage.run_once()
         done += await self.waiters.run_once()
-        done += await self.dispatcher.run_once()
-        done += await self.finaliser.run_once()
+        ended = await self.finaliser.run_once()
+        if ended:
+            self.wake_relay()
+        done += ended
         now = time.monotonic()
         if now - self._last_reap >= _REAP_EVERY_S:
             self._last_reap = now
@@ -213,6 +223,7 @@ async def main(settings: SchedulerSettings) -> None:
         stack.push_async_callback(leadership.release)
         scheduler = Scheduler(settings, pool, broker, redis)
         wake, relay_wake = asyncio.Event(), asyncio.Event()
+        scheduler.wake_relay = relay_wake.set
         async with asyncio.TaskGroup() as tg:
             tg.create_task(_listen(settings.database_url, wake, relay_wake, stop), name="listen")
             tg.create_task(scheduler.run(stop, wake, leadership), name="loop")
