@@ -13,7 +13,7 @@ from services.worker.settings import WorkerSettings
 from services.worker.stages import StageRunner
 from shared import fence
 from shared.amqp import open_broker
-from shared.cgroups import Cgroups
+from shared.cgroups import Cgroups, slow_moves_hint
 from shared.db import check_schema, open_pool
 from shared.fence import Lease
 from shared.lifecycle import stop_on_signals
@@ -39,6 +39,8 @@ async def main(settings: WorkerSettings) -> None:
         )
         redis = await stack.enter_async_context(open_redis(settings.redis_url))
         cgroups = Cgroups.detect(settings.namespace, settings.cgroup_root)
+        if cgroups is not None and (hint := slow_moves_hint()) is not None:
+            logger.warning(hint)
         runner = StageRunner(
             settings,
             pool,
