@@ -126,12 +126,14 @@ async def has_pending(conn: Connection) -> bool:
     )
 
 
-async def pending(conn: Connection, limit: int) -> list[OutboxRow]:
-    """The oldest unpublished rows (not locked: the one relay reads them)."""
+async def pending(conn: Connection, limit: int, *, skip: Sequence[int] = ()) -> list[OutboxRow]:
+    """The oldest unpublished rows but those of `skip` (not locked: the one relay reads
+    them; it skips the rows it published whose mark has not committed yet)."""
     rows = await conn.fetch(
         "SELECT id, exchange, routing_key, body, created_at FROM outbox"
-        " WHERE published_at IS NULL ORDER BY id LIMIT $1",
+        " WHERE published_at IS NULL AND id <> ALL($2::bigint[]) ORDER BY id LIMIT $1",
         limit,
+        list(skip),
     )
     return [OutboxRow(**dict(r)) for r in rows]
 

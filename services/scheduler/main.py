@@ -133,6 +133,7 @@ class Scheduler:
             if not relayed:
                 await _wait_any(stop, wake, self.settings.relay_poll_s)
                 polling = not wake.is_set()
+        await self.relay.drain()
 
     async def run(self, stop: asyncio.Event, wake: asyncio.Event, leadership: Leadership) -> None:
         """Loop until `stop`; a failing round is logged and retried (the servers may restart).

@@ -1,0 +1,82 @@
+"""The relay on the real PostgreSQL and RabbitMQ: each row published once, marked after its
+confirm without the next batch waiting for the mark, and never read again meanwhile."""
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from services.scheduler.relay import Relay
+from shared import db, outbox
+from shared.amqp import Broker, open_broker
+from shared.messages import TaskEvent
+from shared.states import TaskState
+from shared.topology import Topology, declare_follower_queue
+from tests.conftest import AMQP_URL, fresh_database
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def relay_database_url() -> Iterator[str]:
+    with fresh_database("vigil_relay") as url:
+        yield url
+
+
+@pytest.fixture
+async def rpool(relay_database_url: str) -> AsyncIterator[db.Pool]:
+    async with db.open_pool(relay_database_url, max_size=4) as pool:
+        await pool.execute("TRUNCATE outbox RESTART IDENTITY")
+        yield pool
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[Broker]:
+    topology = Topology(f"relay-{uuid.uuid4().hex[:8]}")
+    async with open_broker(AMQP_URL, topology, name="test-relay") as opened:
+        yield opened
+
+
+async def test_a_batch_is_published_once_and_its_rows_are_skipped_until_their_mark_commits(
+    rpool: db.Pool, broker: Broker
+) -> None:
+    # given three task events, and a queue that receives them
+    job_id = f"j-{uuid.uuid4().hex[:8]}"
+    queue = await declare_follower_queue(
+        broker.channel, broker.topology, f"q-{uuid.uuid4().hex[:8]}", [f"task.*.{job_id}"]
+    )
+    async with rpool.acquire() as conn:
+        for _ in range(3):
+            event = TaskEvent(
+                job_id=job_id, task_id=f"t-{uuid.uuid4().hex[:8]}", state=TaskState.NEW
+            )
+            await outbox.add_task_event(conn, event)
+    relay = Relay(rpool, broker, batch=100)
+
+    async with rpool.acquire() as holder:
+        # when a batch is published while its mark is held up (the rows are locked)
+        async with holder.transaction():
+            await holder.execute("SELECT 1 FROM outbox FOR UPDATE")
+            first = await relay.run_once()
+            again = await relay.run_once()  # before the mark could commit
+            pending_meanwhile = await holder.fetchval(
+                "SELECT count(*) FROM outbox WHERE published_at IS NULL"
+            )
+        await relay.drain()
+
+        # then the second batch skipped the rows, and the mark landed once the lock went
+        assert (first, again, pending_meanwhile) == (3, 0, 3)
+        assert await holder.fetchval("SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0
+
+    received: list[str] = []
+    async with asyncio.timeout(10):
+        while len(received) < 3:
+            message = await queue.get(fail=False, no_ack=True)
+            if message is None:
+                await asyncio.sleep(0.01)
+                continue
+            received.append(json.loads(message.body)["task_id"])
+    assert len(set(received)) == 3
+    assert await queue.get(fail=False, no_ack=True) is None  # nothing twice
