@@ -143,13 +143,17 @@ class Scheduler:
         while not stop.is_set():
             if not leadership.held and not await leadership.acquire(stop):
                 return
+            notified = wake.is_set()
             wake.clear()
             try:
                 busy = await self.run_once()
             except (*UNAVAILABLE, RuntimeError) as exc:
                 logger.warning("scheduler round failed, retrying: %s", exc)
+                self.wake_relay()
                 await wait_or_stop(stop, _ERROR_PAUSE_S)
                 continue
+            if notified:  # the rows that woke the round go out with what the round wrote
+                self.wake_relay()
             if busy:
                 continue
             await _wait_any(stop, wake, self.settings.scheduler_tick_s)
@@ -174,9 +178,12 @@ _VERDICTS = frozenset({"recovered", "resubmitted", "abandoned"})
 
 
 def _on_notify(round_wake: asyncio.Event, relay_wake: asyncio.Event, payload: object) -> None:
-    """'relay': rows only the relay has to act on (migration 0014); anything else: both."""
-    relay_wake.set()
-    if payload != "relay":
+    """'relay': rows only the relay has to act on (migration 0014); anything else ('round'):
+    the round, which wakes the relay once it has run, so that a submission's `task.new`
+    events and the `RunStage` messages the round writes for them go out in one batch."""
+    if payload == "relay":
+        relay_wake.set()
+    else:
         round_wake.set()
 
 
