@@ -3,7 +3,7 @@
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import asyncpg
 
@@ -82,6 +82,10 @@ class Job:
         data["counts"] = counts or {}
         data["test_counts"] = test_counts or {}
         return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+#: The columns of a job's row (what `Job` holds but its task counts).
+COLUMNS: Final = tuple(f.name for f in fields(Job) if f.name not in ("counts", "test_counts"))
 
 
 async def create(conn: Connection, owner_id: str, job: NewJob) -> tuple[Job, bool]:

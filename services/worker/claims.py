@@ -10,7 +10,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 from shared import jobs_repo, loss, outputs_repo, tasks_repo
@@ -24,6 +24,13 @@ from shared.transition_writer import Move, TransitionWriter
 
 S = TaskState
 logger = logging.getLogger(__name__)
+
+#: A message's task and its job in one read (the job's columns prefixed `job.`).
+_TASK_AND_JOB: Final = (
+    "SELECT t.*, "
+    + ", ".join(f'j.{column} AS "job.{column}"' for column in jobs_repo.COLUMNS)
+    + " FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE t.id = $1 AND j.id = $2"
+)
 
 _FAIL_TRIES = 30
 _FAIL_PAUSE_S = 1.0
@@ -80,9 +87,12 @@ class Taker:
         as many takes as the pool has connections would otherwise wait for each other for ever.
         """
         async with self.pool.acquire() as conn:
-            task = await tasks_repo.get(conn, message.task_id)
-            job = await jobs_repo.get(conn, message.job_id, with_counts=False)
-        if task is None or job is None or task.claim != message.claim:
+            row = await conn.fetchrow(_TASK_AND_JOB, message.task_id, message.job_id)
+        if row is None:
+            return None
+        task = tasks_repo.Task.from_record({k: v for k, v in row.items() if k[:4] != "job."})
+        job = jobs_repo.Job.from_record({k[4:]: v for k, v in row.items() if k[:4] == "job."})
+        if task.claim != message.claim:
             return None
         if message.stage is Stage.SETUP and job.state is not JobState.SUSPENDED:
             taken = await self._take_setup(task, message.claim)
