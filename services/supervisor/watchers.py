@@ -69,21 +69,28 @@ class WatchSettings:
 
 
 @dataclass
-class Watched:
-    """One running command and what is known about it."""
+class Handed:
+    """A process the worker handed over: its task, the claim it runs under, its identity.
+    All that judging its exit needs."""
 
     task_id: str
     job_id: str
     claim: UUID
     pid: int
     create_time: float
+    cgroup: Path | None = None
+    exited_at: float | None = None  # epoch seconds, when the pidfd said it exited
+
+
+@dataclass(kw_only=True)
+class Watched(Handed):
+    """A command still running after `follow_after_s`, and what is known about it."""
+
     attempt: int
     policy: Policy
     vitals: Vitals
     signs: list[Path] = field(default_factory=list)  # files whose writes are signs of life
-    cgroup: Path | None = None
     ending: bool = False  # a verdict is being applied
-    exited_at: float | None = None  # epoch seconds, when the pidfd said it exited
 
 
 class Watchers:
@@ -129,19 +136,9 @@ class Watchers:
             if exited is not None:
                 await asyncio.wait({exited}, timeout=self._settings.follow_after_s)
             if exited is None or exited.done():
+                cgroup = self._cgroups.path(task_id, claim) if self._cgroups else None
                 await self._judge_exit(
-                    Watched(
-                        task_id=task_id,
-                        job_id=job_id,
-                        claim=claim,
-                        pid=pid,
-                        create_time=create_time,
-                        attempt=0,  # unknown (not loaded); unused by the judgement
-                        policy=Policy(),
-                        vitals=Vitals(started=0.0, last_sign=0.0),
-                        cgroup=self._cgroups.path(task_id, claim) if self._cgroups else None,
-                        exited_at=time.time(),
-                    )
+                    Handed(task_id, job_id, claim, pid, create_time, cgroup, time.time())
                 )
                 return
             watched = await self._load(task_id, claim, pid, create_time)
@@ -294,7 +291,7 @@ class Watchers:
         )
         return True
 
-    async def _judge_exit(self, watched: Watched) -> None:
+    async def _judge_exit(self, watched: Handed) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._settings.report_grace_s
         for pause in _NOTE_PAUSES_S:  # the worker's pidfd fired when ours did: its note is near
@@ -329,7 +326,7 @@ class Watchers:
                     return
             await asyncio.sleep(_POLL_S)
 
-    async def _noted(self, watched: Watched) -> bool:
+    async def _noted(self, watched: Handed) -> bool:
         """Whether the worker noted this exit (it will report it); unknown counts as no."""
         try:
             note = await self._redis.hget(self._keys.job_exits(watched.job_id), watched.task_id)

@@ -30,6 +30,16 @@ async def _held(conn: db.Connection, state: TaskState, **columns: Any) -> tasks_
     return task
 
 
+async def _running(conn: db.Connection) -> tasks_repo.Task:
+    """Given-step: a held task `on_cpu` in its cluster attempt, number 2."""
+    task = await _held(conn, S.ON_CPU, attempt=2)
+    await conn.execute(
+        "INSERT INTO attempts (task_id, attempt, run_number, stage) VALUES ($1, 2, 1, 'cluster')",
+        task.id,
+    )
+    return task
+
+
 async def _events(conn: db.Connection, task: tasks_repo.Task) -> list[tuple[str, str | None]]:
     rows = await conn.fetch(
         "SELECT body FROM outbox WHERE body->>'task_id' = $1 AND body->>'state' <> 'new'"
@@ -43,12 +53,7 @@ async def test_a_move_through_two_states_writes_one_event_per_state_and_swaps_at
     pool: db.Pool,
 ) -> None:
     async with pool.acquire() as conn:
-        task = await _held(conn, S.ON_CPU, attempt=2)
-        await conn.execute(
-            "INSERT INTO attempts (task_id, attempt, run_number, stage)"
-            " VALUES ($1, 2, 1, 'cluster')",
-            task.id,
-        )
+        task = await _running(conn)
         assert task.claim is not None
 
         moved = await tasks_repo.advance(
@@ -81,12 +86,7 @@ async def test_a_move_through_a_stage_with_nothing_to_do__records_its_attempt_en
     pool: db.Pool,
 ) -> None:
     async with pool.acquire() as conn:
-        task = await _held(conn, S.ON_CPU, attempt=2)
-        await conn.execute(
-            "INSERT INTO attempts (task_id, attempt, run_number, stage)"
-            " VALUES ($1, 2, 1, 'cluster')",
-            task.id,
-        )
+        task = await _running(conn)
         assert task.claim is not None
 
         moved = await tasks_repo.advance(
