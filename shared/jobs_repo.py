@@ -306,6 +306,24 @@ async def lock_finished(conn: Connection, job_id: str) -> dict[str, int] | None:
     return {k: int(v) for k, v in rows[0]["counts"].items()} if rows else None
 
 
+_LOCK_ACTIVE = (
+    "WITH mine AS MATERIALIZED (SELECT id FROM jobs WHERE id = ANY($1) AND state = 'active'"
+    "  ORDER BY id FOR UPDATE SKIP LOCKED)"
+    " SELECT id, true AS mine FROM mine"
+    " UNION ALL SELECT id, false FROM jobs"
+    "  WHERE id = ANY($1) AND state = 'active' AND id NOT IN (SELECT id FROM mine)"
+)
+
+_END_WITH_EVENTS = (
+    "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[])"
+    "  WITH ORDINALITY AS v(id, state, key, body, n)),"
+    " moved AS (UPDATE jobs j SET state = v.state::job_state, finished_at = now() FROM v"
+    "  WHERE j.id = v.id AND j.state = 'active' RETURNING j.id)"
+    " INSERT INTO outbox (exchange, routing_key, body)"
+    " SELECT 'events', v.key, v.body FROM v JOIN moved USING (id) ORDER BY v.n"
+)
+
+
 async def end_finished(
     conn: Connection, job_ids: list[str]
 ) -> tuple[dict[str, JobState], set[str]]:
@@ -313,22 +331,16 @@ async def end_finished(
     terminal and decided: (the jobs ended with their final state, the jobs skipped because
     someone held their row: look again later).
 
-    The rows are locked first (`FOR UPDATE SKIP LOCKED`: whoever adds work to a job locks its
-    row too, and a finaliser never waits on one), then counted by the next statement, which
-    sees whatever committed before the lock was granted. Each ended job gets its
-    `job.succeeded` / `job.failed` event in the outbox.
+    Three statements: the rows are locked first (`FOR UPDATE SKIP LOCKED`: whoever adds work
+    to a job locks its row too, and a finaliser never waits on one; the active rows it could
+    not lock come back as skipped), then counted by the next statement, which sees whatever
+    committed before the lock was granted; then the ended jobs move, each with its
+    `job.succeeded` / `job.failed` event in the outbox, in one statement.
     """
     async with conn.transaction():
-        locked = await conn.fetch(
-            "SELECT id FROM jobs WHERE id = ANY($1) AND state = 'active'"
-            " ORDER BY id FOR UPDATE SKIP LOCKED",
-            job_ids,
-        )
-        ids = [r["id"] for r in locked]
-        active = await conn.fetch(
-            "SELECT id FROM jobs WHERE id = ANY($1) AND state = 'active'", job_ids
-        )
-        skipped = {r["id"] for r in active} - set(ids)
+        rows = await conn.fetch(_LOCK_ACTIVE, job_ids)
+        ids = [r["id"] for r in rows if r["mine"]]
+        skipped = {r["id"] for r in rows if not r["mine"]}
         if not ids:
             return {}, skipped
         rows = await conn.fetch(_FINISHED_COUNTS.format(which="j.id = ANY($2)"), len(ids), ids)
@@ -338,15 +350,15 @@ async def end_finished(
             if state is not None:
                 ended[row["id"]] = state
         if ended:
+            keys, bodies = outbox.job_event_rows(
+                [outcome_event(job_id, state) for job_id, state in ended.items()]
+            )
             await conn.execute(
-                "UPDATE jobs j SET state = v.state::job_state, finished_at = now()"
-                " FROM unnest($1::text[], $2::text[]) AS v(id, state)"
-                " WHERE j.id = v.id AND j.state = 'active'",
+                _END_WITH_EVENTS,
                 list(ended),
                 [state.value for state in ended.values()],
-            )
-            await outbox.add_job_events(
-                conn, [outcome_event(job_id, state) for job_id, state in ended.items()]
+                keys,
+                bodies,
             )
     return ended, skipped
 

@@ -82,14 +82,12 @@ async def add_new_task_events(conn: Connection, job_id: str, task_ids: list[str]
     await conn.execute(_NEW_TASK_EVENTS, job_id, task_ids)
 
 
-async def add_job_events(conn: Connection, events: list[JobEvent]) -> None:
-    """Queue many `job.<outcome>.<job id>` events in one statement."""
-    await _add_many(
-        conn,
-        "events",
-        [event_key("job", e.outcome.value, e.job_id) for e in events],
-        [to_jsonable(e) for e in events],
-    )
+def job_event_rows(events: list[JobEvent]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The routing keys and bodies of `job.<outcome>.<job id>` events, for a statement that
+    inserts them into the outbox with the move they announce (`jobs_repo.end_finished`)."""
+    return [event_key("job", e.outcome.value, e.job_id) for e in events], [
+        to_jsonable(e) for e in events
+    ]
 
 
 async def add_work_many(
@@ -126,14 +124,17 @@ async def has_pending(conn: Connection) -> bool:
     )
 
 
-async def pending(conn: Connection, limit: int, *, skip: Sequence[int] = ()) -> list[OutboxRow]:
-    """The oldest unpublished rows but those of `skip` (not locked: the one relay reads
-    them; it skips the rows it published whose mark has not committed yet)."""
+async def pending(conn: Connection, limit: int, *, mark: Sequence[int] = ()) -> list[OutboxRow]:
+    """The oldest unpublished rows, in one statement that also marks `mark` published (rows
+    the broker confirmed since the last read: the mark rides on the read, one round trip a
+    batch). Not locked: the one relay reads them."""
     rows = await conn.fetch(
-        "SELECT id, exchange, routing_key, body, created_at FROM outbox"
+        "WITH marked AS (UPDATE outbox SET published_at = now()"
+        "  WHERE id = ANY($2::bigint[]) AND published_at IS NULL)"
+        " SELECT id, exchange, routing_key, body, created_at FROM outbox"
         " WHERE published_at IS NULL AND id <> ALL($2::bigint[]) ORDER BY id LIMIT $1",
         limit,
-        list(skip),
+        list(mark),
     )
     return [OutboxRow(**dict(r)) for r in rows]
 

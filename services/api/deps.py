@@ -27,27 +27,27 @@ logger = logging.getLogger(__name__)
 _bearer = HTTPBearer(auto_error=False, description="A token given to a user or operator.")
 
 
-def _pool(request: Request) -> Pool:
+async def _pool(request: Request) -> Pool:
     return cast(Pool, request.app.state.pool)
 
 
-def _settings(request: Request) -> ApiSettings:
+async def _settings(request: Request) -> ApiSettings:
     return cast(ApiSettings, request.app.state.settings)
 
 
-def _metrics(request: Request) -> Metrics:
+async def _metrics(request: Request) -> Metrics:
     return cast(Metrics, request.app.state.metrics)
 
 
-def _task_types(request: Request) -> Mapping[str, TaskType]:
+async def _task_types(request: Request) -> Mapping[str, TaskType]:
     return cast(Mapping[str, TaskType], request.app.state.task_types)
 
 
-def _event_hub(request: Request) -> EventHub:
+async def _event_hub(request: Request) -> EventHub:
     return cast(EventHub, request.app.state.events)
 
 
-def _redis(request: Request) -> Redis:
+async def _redis(request: Request) -> Redis:
     return cast(Redis, request.app.state.redis)
 
 
@@ -59,7 +59,7 @@ MetricsDep = Annotated[Metrics, Depends(_metrics)]
 TaskTypesDep = Annotated[Mapping[str, TaskType], Depends(_task_types)]
 
 
-def _analysers(request: Request) -> frozenset[str]:
+async def _analysers(request: Request) -> frozenset[str]:
     return cast(frozenset[str], request.app.state.analysers)
 
 
@@ -99,7 +99,7 @@ AUTH_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
 }
 
 
-def _operator(user: CurrentUser) -> User:
+async def _operator(user: CurrentUser) -> User:
     if not user.is_operator:
         raise HTTPException(status_code=status.HTTP_403_FORBIDDEN, detail="operators only")
     return user
@@ -109,7 +109,7 @@ def _operator(user: CurrentUser) -> User:
 OperatorUser = Annotated[User, Depends(_operator)]
 
 
-def _limiter(request: Request) -> SubmitLimiter:
+async def _limiter(request: Request) -> SubmitLimiter:
     return cast(SubmitLimiter, request.app.state.limiter)
 
 
@@ -139,13 +139,17 @@ async def _submission_allowed(
 SubmittingUser = Annotated[User, Depends(_submission_allowed)]
 
 
-def _job_id(job_id: Annotated[str, Path(description="A job id, e.g. `j-3k9x0q7mzt1a`.")]) -> str:
+async def _job_id(
+    job_id: Annotated[str, Path(description="A job id, e.g. `j-3k9x0q7mzt1a`.")],
+) -> str:
     if not is_safe_id(job_id):
         raise invalid(("path", "job_id"), f"job id {job_id[:100]!r} is not a valid id")
     return job_id
 
 
-def _task_id(task_id: Annotated[str, Path(description="A task id, e.g. `t-3k9x0q7mzt1a`.")]) -> str:
+async def _task_id(
+    task_id: Annotated[str, Path(description="A task id, e.g. `t-3k9x0q7mzt1a`.")],
+) -> str:
     if not is_safe_id(task_id):
         raise invalid(("path", "task_id"), f"task id {task_id[:100]!r} is not a valid id")
     return task_id

@@ -4,7 +4,8 @@ and reaps hosts; the other relays the outbox to the broker.
 Both wake on outbox inserts (LISTEN `vigil_outbox`: not for the events of a task's normal path
 on its worker, migration 0012; the relay alone for work messages and a job's end, 0014), the
 round at least every tick, the relay at least every `relay_poll_s`; the relay also tells the
-finaliser which jobs a published event may have finished, and wakes the round.
+finaliser which jobs a published event may have finished, the triage of failures and the
+waiters of ended tasks (`due.py`), and wakes the round.
 """
 
 import asyncio
@@ -17,7 +18,8 @@ import asyncpg
 from redis.asyncio import Redis
 
 from services.scheduler.dispatcher import Dispatcher
-from services.scheduler.finaliser import Finaliser
+from services.scheduler.due import Due
+from services.scheduler.finaliser import SWEEP_EVERY_S, Finaliser
 from services.scheduler.leader import Leadership
 from services.scheduler.reaper import Reaper
 from services.scheduler.relay import Relay
@@ -34,7 +36,7 @@ from shared.lifecycle import stop_on_signals, wait_or_stop
 from shared.messages import JobOutcome
 from shared.redis_client import open_redis
 from shared.redis_keys import RedisKeys
-from shared.states import TERMINAL
+from shared.states import FAILED, TERMINAL
 from shared.topology import Topology, declare_work_queue, pool_key
 
 logger = logging.getLogger(__name__)
@@ -72,6 +74,8 @@ class Scheduler:
             ),
         )
         self._last_reap = self._last_prune = 0.0
+        #: The triage looks when a task failed, the waiters when a task ended or was decided.
+        self.triage_due, self.waiters_due = Due(SWEEP_EVERY_S), Due(SWEEP_EVERY_S)
 
     async def run_once(self) -> int:
         """One round of every step; returns how much was done (0 means idle). The dispatcher
@@ -80,8 +84,15 @@ class Scheduler:
         released = await self.dispatcher.run_once()
         if released:
             self.wake_relay()
-        done = released + await self.triage.run_once()
-        done += await self.waiters.run_once()
+        done = released
+        now = time.monotonic()
+        if self.triage_due.due(now):
+            done += await self.triage.run_once()
+            self.triage_due.ran(self.triage.left > 0, now)
+        if self.waiters_due.due(now):
+            failed = await self.waiters.run_once()
+            self.waiters_due.ran(failed > 0, now)
+            done += failed
         ended = await self.finaliser.run_once()
         if ended:
             self.wake_relay()
@@ -101,11 +112,15 @@ class Scheduler:
         return done
 
     def _on_published(self, row: outbox.OutboxRow, wake: asyncio.Event) -> None:
-        """A task event that may end its job (a terminal state, a triage decision), or a job
-        someone cancelled (its keys are purged)."""
+        """A task event that may end its job (a terminal state, a triage decision: the waiters
+        look too, and the triage if it is a failure), or a job someone cancelled (its keys are
+        purged)."""
         if row.exchange != "events":
             return
         if _may_finish(row.routing_key):
+            if _failed(row.routing_key):
+                self.triage_due.tell()
+            self.waiters_due.tell()
             self.finaliser.touch(row.routing_key.rsplit(".", 1)[-1])
             wake.set()
         elif row.routing_key.startswith(_CANCELLED):
@@ -120,6 +135,7 @@ class Scheduler:
         polling = False  # woken by the clock, not by an insert or a busy batch
         while not stop.is_set():
             if not lead.held:
+                await self.relay.drain()
                 await wait_or_stop(stop, self.settings.scheduler_tick_s)
                 continue
             wake.clear()
@@ -166,6 +182,12 @@ async def _wait_any(stop: asyncio.Event, wake: asyncio.Event, seconds: float) ->
         waiter.cancel()
 
 
+def _failed(routing_key: str) -> bool:
+    """`task.<failed state>.<job id>`: a failure for the triage."""
+    kind, word, _ = routing_key.split(".", 2)
+    return kind == "task" and word in _FAILED_WORDS
+
+
 def _may_finish(routing_key: str) -> bool:
     """`task.<terminal state or triage verdict>.<job id>`."""
     kind, word, _ = routing_key.split(".", 2)
@@ -174,6 +196,7 @@ def _may_finish(routing_key: str) -> bool:
 
 _CANCELLED = f"job.{JobOutcome.CANCELLED.value}."
 _TERMINAL_WORDS = frozenset(s.value for s in TERMINAL)
+_FAILED_WORDS = frozenset(s.value for s in FAILED)
 _VERDICTS = frozenset({"recovered", "resubmitted", "abandoned"})
 
 

@@ -2,10 +2,11 @@
 
 A row is marked published only after its confirm; a row whose publish failed stays pending and
 is tried again on the next round (so delivery is at-least-once: consumers are idempotent).
-Only the leading scheduler relays, one batch at a time, so a batch is read and marked in two
-statements of their own, with no transaction or row lock held across the publishes (four
-round trips a batch before), and the mark is not waited for. Two leaders at once (the old one
-not yet aware it lost) may both publish a row: at-least-once already allows it.
+Only the leading scheduler relays, one batch at a time, with no transaction or row lock held
+across the publishes: a batch costs one statement, which reads it and marks the batch before
+it (the rows confirmed since), so the mark of the last batch of a burst rides on the read that
+finds nothing more. Two leaders at once (the old one not yet aware it lost) may both publish a
+row: at-least-once already allows it.
 """
 
 import asyncio
@@ -29,55 +30,55 @@ class Relay:
         self._declared: set[str] = set()
         #: Told of every row once it is confirmed (the scheduler follows jobs that may end).
         self.on_published: Callable[[outbox.OutboxRow], None] | None = None
-        #: Rows confirmed whose mark has not committed yet: never read again meanwhile.
-        self._marking: set[int] = set()
-        self._marks: set[asyncio.Task[None]] = set()
+        #: Rows confirmed, to be marked by the next read (which skips them meanwhile).
+        self._confirmed: list[int] = []
+
+    @property
+    def unmarked(self) -> int:
+        """Rows confirmed whose mark has not committed yet."""
+        return len(self._confirmed)
 
     async def run_once(self, *, look_first: bool = False) -> int:
-        """Publish one batch; returns how many rows were confirmed. `look_first`: an idle poll,
-        which most often finds nothing: one index probe instead of a read of the batch.
+        """Mark what was confirmed since the last call and publish one batch; returns how many
+        rows were confirmed. `look_first`: an idle poll (nothing to mark), which most often
+        finds nothing: one index probe instead of a read of the batch.
 
-        The batch's mark (`published_at`) is written in the background: the next batch need
-        not wait for its commit, and skips the rows it names until then. A mark that fails
-        leaves its rows pending: they are published again (at-least-once)."""
-        if look_first:
+        A call that confirmed rows must be followed by another (the relay loop does so at
+        once), or by `drain()`: until then, their mark is not written."""
+        if look_first and not self._confirmed:
             async with self._pool.acquire() as conn:
                 if not await outbox.has_pending(conn):
                     return 0
         async with self._pool.acquire() as conn:
-            rows = await outbox.pending(conn, self._batch, skip=sorted(self._marking))
+            rows = await outbox.pending(conn, self._batch, mark=self._confirmed)
+        self._confirmed = []  # marked by that statement (on an error, they are kept)
         if not rows:
             return 0
         results = await asyncio.gather(
             *(self._publish(row) for row in rows), return_exceptions=True
         )
-        done = [row.id for row, result in zip(rows, results, strict=True) if result is None]
+        self._confirmed = [
+            row.id for row, result in zip(rows, results, strict=True) if result is None
+        ]
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
             logger.warning("%d outbox rows not published yet: %s", len(failures), failures[0])
-        if done:
-            self._marking.update(done)
-            mark = asyncio.create_task(self._mark(done), name="relay-mark")
-            self._marks.add(mark)
-            mark.add_done_callback(self._marks.discard)
         if self.on_published is not None:
             for row, result in zip(rows, results, strict=True):
                 if result is None:
                     self.on_published(row)
-        return len(done)
-
-    async def _mark(self, ids: list[int]) -> None:
-        try:
-            async with self._pool.acquire() as conn:
-                await outbox.mark_published(conn, ids)
-        except Exception as exc:  # the rows stay pending and go out again
-            logger.warning("could not mark %d published outbox rows: %s", len(ids), exc)
-        finally:
-            self._marking.difference_update(ids)
+        return len(self._confirmed)
 
     async def drain(self) -> None:
-        """Wait for the marks under way (on the way out)."""
-        await asyncio.gather(*self._marks, return_exceptions=True)
+        """Mark what was confirmed (on the way out); on failure, those rows go out again."""
+        if not self._confirmed:
+            return
+        try:
+            async with self._pool.acquire() as conn:
+                await outbox.mark_published(conn, self._confirmed)
+            self._confirmed = []
+        except Exception as exc:  # the rows stay pending and go out again
+            logger.warning("could not mark %d published outbox rows: %s", len(self._confirmed), exc)
 
     async def _publish(self, row: outbox.OutboxRow) -> None:
         body = _json_bytes(row.body)

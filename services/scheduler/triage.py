@@ -63,6 +63,9 @@ class Triage:
         self, pool: Pool, analysers: Mapping[str, Analyser], settings: TriageSettings
     ) -> None:
         self._pool, self._analysers, self._settings = pool, analysers, settings
+        #: Failed tasks the last pass found and left undecided (fenced, locked, or beyond
+        #: the batch): the next round must look again.
+        self.left = 0
 
     async def run_once(self) -> int:
         """Decide about one batch of failed tasks; returns how many were decided."""
@@ -71,6 +74,7 @@ class Triage:
             rows = await conn.fetch(_UNDECIDED, self._settings.batch, _FAILED_VALUES)
             for row in rows:
                 decided += await self._triage(conn, row["id"])
+        self.left = len(rows) - decided + (len(rows) == self._settings.batch)
         return decided
 
     async def _triage(self, conn: Connection, task_id: str) -> bool:

@@ -103,6 +103,20 @@ async def test_when_rows_are_marked_published__pending_skips_them_and_keeps_the_
         assert [r.id for r in rest] == [3, 4, 5]
 
 
+async def test_a_read_that_marks_the_last_batch_returns_the_next_one(opool: db.Pool) -> None:
+    async with opool.acquire() as conn:
+        # given five rows, the first two published
+        await _add_rows(conn, 5)
+        first_two = await outbox.pending(conn, limit=2)
+        # when the next read carries their mark
+        rest = await outbox.pending(conn, limit=10, mark=[r.id for r in first_two])
+        # then it reads the others, and the two are marked
+        assert [r.id for r in rest] == [3, 4, 5]
+        assert await conn.fetchval(
+            "SELECT array_agg(id ORDER BY id) FROM outbox WHERE published_at IS NOT NULL"
+        ) == [1, 2]
+
+
 async def test_when_a_relay_rolls_back__its_rows_are_pending_again(opool: db.Pool) -> None:
     async with opool.acquire() as conn:
         await _add_rows(conn, 2)

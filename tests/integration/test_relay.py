@@ -39,7 +39,7 @@ async def broker() -> AsyncIterator[Broker]:
         yield opened
 
 
-async def test_a_batch_is_published_once_and_its_rows_are_skipped_until_their_mark_commits(
+async def test_a_batch_is_published_once_and_marked_by_the_next_read(
     rpool: db.Pool, broker: Broker
 ) -> None:
     # given three task events, and a queue that receives them
@@ -54,20 +54,18 @@ async def test_a_batch_is_published_once_and_its_rows_are_skipped_until_their_ma
             await outbox.add_task_event(conn, event)
     relay = Relay(rpool, broker, batch=100)
 
-    async with rpool.acquire() as holder:
-        # when a batch is published while its mark is held up (the rows are locked)
-        async with holder.transaction():
-            await holder.execute("SELECT 1 FROM outbox FOR UPDATE")
-            first = await relay.run_once()
-            again = await relay.run_once()  # before the mark could commit
-            pending_meanwhile = await holder.fetchval(
-                "SELECT count(*) FROM outbox WHERE published_at IS NULL"
-            )
-        await relay.drain()
+    # when a batch is published, then the relay reads again
+    first = await relay.run_once()
+    async with rpool.acquire() as conn:
+        pending_meanwhile = await conn.fetchval(
+            "SELECT count(*) FROM outbox WHERE published_at IS NULL"
+        )
+    again = await relay.run_once()
 
-        # then the second batch skipped the rows, and the mark landed once the lock went
-        assert (first, again, pending_meanwhile) == (3, 0, 3)
-        assert await holder.fetchval("SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0
+    # then the rows stayed pending until that read, which did not take them again but marked them
+    assert (first, pending_meanwhile, again, relay.unmarked) == (3, 3, 0, 0)
+    async with rpool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0
 
     received: list[str] = []
     async with asyncio.timeout(10), queue.iterator(no_ack=True) as messages:
@@ -77,3 +75,22 @@ async def test_a_batch_is_published_once_and_its_rows_are_skipped_until_their_ma
                 break
     assert len(set(received)) == 3
     assert await queue.get(fail=False, no_ack=True) is None  # nothing twice
+
+
+async def test_the_last_batch_is_marked_on_the_way_out(rpool: db.Pool, broker: Broker) -> None:
+    # given a batch published, with no read after it
+    job_id = f"j-{uuid.uuid4().hex[:8]}"
+    async with rpool.acquire() as conn:
+        event = TaskEvent(job_id=job_id, task_id=f"t-{uuid.uuid4().hex[:8]}", state=TaskState.NEW)
+        await outbox.add_task_event(conn, event)
+    relay = Relay(rpool, broker, batch=100)
+    assert await relay.run_once() == 1
+
+    # when the relay stops
+    await relay.drain()
+
+    # then its row is marked, and an idle poll finds nothing to publish
+    async with rpool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0
+    assert relay.unmarked == 0
+    assert await relay.run_once(look_first=True) == 0

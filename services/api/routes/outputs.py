@@ -26,7 +26,9 @@ _JOB_NOT_FOUND: Final[dict[int | str, dict[str, Any]]] = {
 }
 
 
-def _name(name: Annotated[str, Path(description="An output's file name, as in `outputs`.")]) -> str:
+async def _name(
+    name: Annotated[str, Path(description="An output's file name, as in `outputs`.")],
+) -> str:
     return harvest.check_name(name)
 
 
