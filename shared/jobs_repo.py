@@ -13,6 +13,7 @@ from shared.errors import StaleState
 from shared.ids import new_id, new_ids
 from shared.messages import JobEvent, JobOutcome
 from shared.states import JobState, TaskState, job_outcome, job_sources_for
+from shared.topology import event_key
 
 
 @dataclass(frozen=True)
@@ -148,15 +149,18 @@ def _atomic(conn: Connection) -> AbstractAsyncContextManager[object]:
 async def add_tasks(
     conn: Connection, job_id: str, inputs: list[Any], start_index: int, *, test: bool = False
 ) -> list[str]:
-    """Insert one `new` task per input with its `task.new` event; returns the task ids.
+    """Insert one `new` task per input with its `task.new` event, in one statement; returns
+    the task ids.
 
     Indexes go up from `start_index`, or down from it for test tasks (see `next_index`).
     """
     ids = new_ids("t", len(inputs))
+    event_key("task", "new", job_id)  # the job id is a safe routing key word
     await conn.execute(
-        "INSERT INTO tasks (id, job_id, index, input, test)"
+        "WITH added AS (INSERT INTO tasks (id, job_id, index, input, test)"
         " SELECT t.id, $2, $3 + $4 * (t.n - 1)::integer, coalesce(t.input, 'null'::jsonb), $5"
-        " FROM unnest($1::text[], $6::jsonb[]) WITH ORDINALITY AS t(id, input, n)",
+        " FROM unnest($1::text[], $6::jsonb[]) WITH ORDINALITY AS t(id, input, n))"
+        + outbox.new_task_events("$2", "$1"),
         ids,
         job_id,
         start_index,
@@ -164,7 +168,6 @@ async def add_tasks(
         test,
         inputs,
     )
-    await outbox.add_new_task_events(conn, job_id, ids)
     return ids
 
 

@@ -7,7 +7,7 @@ confirms, in id order; a row is marked published only after the broker confirmed
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from shared.db import Connection
 from shared.messages import (
@@ -66,20 +66,19 @@ async def add_work(
 #: The `task.new` event of `TaskEvent` (state new, nothing else known yet), made by PostgreSQL
 #: for each of a job's new tasks: $1 the job id, $2 the task ids. `tests/integration/
 #: test_outbox.py` checks that it reads back as the `TaskEvent` pydantic would have written.
-_NEW_TASK_EVENTS: Final = """
+def new_task_events(job_param: str, ids_param: str) -> str:
+    """The statement that queues `task.new.<job id>` for each task id of the array parameter
+    `ids_param`, in order (the body made by PostgreSQL): alone, or as the main statement after
+    a CTE that inserts those tasks (`jobs_repo.add_tasks`: one round trip for both)."""
+    return f"""
 INSERT INTO outbox (exchange, routing_key, body)
-SELECT 'events', 'task.new.' || $1, jsonb_build_object(
-    'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'task_event', 'job_id', $1::text,
-    'task_id', t.id, 'state', 'new', 'previous', NULL, 'run_number', 1, 'host', NULL,
-    'failure_class', NULL, 'exit_code', NULL, 'signal', NULL, 'error_brief', NULL)
-FROM unnest($2::text[]) WITH ORDINALITY AS t(id, n) ORDER BY n
+SELECT 'events', 'task.new.' || {job_param}::text, jsonb_build_object(
+    'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'task_event',
+    'job_id', {job_param}::text, 'task_id', e.id, 'state', 'new', 'previous', NULL,
+    'run_number', 1, 'host', NULL, 'failure_class', NULL, 'exit_code', NULL, 'signal', NULL,
+    'error_brief', NULL)
+FROM unnest({ids_param}::text[]) WITH ORDINALITY AS e(id, n) ORDER BY n
 """
-
-
-async def add_new_task_events(conn: Connection, job_id: str, task_ids: list[str]) -> None:
-    """Queue `task.new.<job id>` for each of `task_ids`, in one statement."""
-    event_key("task", "new", job_id)  # the job id is a safe routing key word
-    await conn.execute(_NEW_TASK_EVENTS, job_id, task_ids)
 
 
 def job_event_rows(events: list[JobEvent]) -> tuple[list[str], list[dict[str, Any]]]:

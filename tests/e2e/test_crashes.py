@@ -2,6 +2,7 @@
 
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -107,10 +108,17 @@ async def test_when_the_worker_is_killed__its_processes_are_killed_and_its_tasks
 
 
 async def test_when_the_worker_fails_on_a_task__the_task_fails_explained_instead_of_hanging(
-    stack: Stack, client: httpx.AsyncClient, events: Events
+    stack: Stack, client: httpx.AsyncClient, events: Events, tmp_path: Path
 ) -> None:
-    # given a held task whose job names a task type this worker does not have
-    job_id = (await client.post("/jobs", json={"command": "true"})).json()["id"]
+    # given a held task whose job names a task type this worker does not have (it waits for a
+    # task that runs until the test lets it end, so it is still new when it is held)
+    gate = tmp_path / "go"
+    blocker_job = await client.post(
+        "/jobs", json={"command": f"while [ ! -e {gate} ]; do sleep 0.05; done"}
+    )
+    [blocker] = (await client.get(f"/jobs/{blocker_job.json()['id']}/tasks")).json()
+    body = {"command": "true", "prerequisites": {"setup": {blocker["id"]: "completed"}}}
+    job_id = (await client.post("/jobs", json=body)).json()["id"]
     [task] = (await client.get(f"/jobs/{job_id}/tasks")).json()
     hold = await client.post(f"/tasks/{task['id']}/actions", json={"action": "hold"})
     assert hold.status_code == 202, hold.text
@@ -120,8 +128,9 @@ async def test_when_the_worker_fails_on_a_task__the_task_fails_explained_instead
     finally:
         await conn.close()
 
-    # when it is released to the worker
+    # when it is released to the worker, and what it waits for ends
     await client.post(f"/tasks/{task['id']}/actions", json={"action": "release"})
+    gate.touch()
 
     # then it fails with the worker's error, not stuck in setting_up
     assert (await wait_job(client, events, job_id))["state"] == "failed"

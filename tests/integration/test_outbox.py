@@ -235,7 +235,7 @@ async def test_the_task_new_events_made_in_sql_read_as_the_model_would_have_writ
     opool: db.Pool,
 ) -> None:
     async with opool.acquire() as conn:
-        await outbox.add_new_task_events(conn, "j-sqlmade", ["t-1", "t-2"])
+        await conn.execute(outbox.new_task_events("$1", "$2"), "j-sqlmade", ["t-1", "t-2"])
         rows = await conn.fetch(
             "SELECT routing_key, body FROM outbox WHERE body->>'job_id' = 'j-sqlmade' ORDER BY id"
         )
