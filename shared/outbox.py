@@ -32,7 +32,8 @@ class OutboxRow:
     id: int
     exchange: ExchangeKind
     routing_key: str
-    body: dict[str, Any]
+    #: The JSON text, as PostgreSQL writes it out: published as it is (never decoded here).
+    body: bytes
     created_at: datetime
 
 
@@ -130,12 +131,15 @@ async def pending(conn: Connection, limit: int, *, mark: Sequence[int] = ()) -> 
     rows = await conn.fetch(
         "WITH marked AS (UPDATE outbox SET published_at = now()"
         "  WHERE id = ANY($2::bigint[]) AND published_at IS NULL)"
-        " SELECT id, exchange, routing_key, body, created_at FROM outbox"
+        " SELECT id, exchange, routing_key, body::text AS body, created_at FROM outbox"
         " WHERE published_at IS NULL AND id <> ALL($2::bigint[]) ORDER BY id LIMIT $1",
         limit,
         list(mark),
     )
-    return [OutboxRow(**dict(r)) for r in rows]
+    return [
+        OutboxRow(r["id"], r["exchange"], r["routing_key"], r["body"].encode(), r["created_at"])
+        for r in rows
+    ]
 
 
 async def mark_published(conn: Connection, ids: list[int]) -> None:

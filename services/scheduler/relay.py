@@ -10,7 +10,6 @@ row: at-least-once already allows it.
 """
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 
@@ -81,7 +80,7 @@ class Relay:
             logger.warning("could not mark %d published outbox rows: %s", len(self._confirmed), exc)
 
     async def _publish(self, row: outbox.OutboxRow) -> None:
-        body = _json_bytes(row.body)
+        body = row.body
         if row.exchange == "events":
             await self._broker.publish(self._broker.events, row.routing_key, body, mandatory=False)
             return
@@ -98,7 +97,3 @@ class Relay:
             self._broker.channel, topology, topology.host_queue(host_id), routing_key
         )
         self._declared.add(routing_key)
-
-
-def _json_bytes(body: object) -> bytes:
-    return json.dumps(body, separators=(",", ":")).encode()

@@ -5,6 +5,7 @@ and empties the outbox before each test.
 """
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -82,7 +83,7 @@ async def test_when_messages_are_added__pending_gives_them_back_in_order_with_th
             ("events", "job.failed.j-1", to_jsonable(job_event)),
             ("work", "host.h-1", to_jsonable(work)),
         ]
-        assert [(r.exchange, r.routing_key, r.body) for r in rows] == expected
+        assert [(r.exchange, r.routing_key, json.loads(r.body)) for r in rows] == expected
         assert [r.id for r in rows] == sorted(r.id for r in rows)
 
 

@@ -6,6 +6,8 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
+import aio_pika
+import aiormq
 import pytest
 
 from services.scheduler.relay import Relay
@@ -94,3 +96,24 @@ async def test_the_last_batch_is_marked_on_the_way_out(rpool: db.Pool, broker: B
         assert await conn.fetchval("SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0
     assert relay.unmarked == 0
     assert await relay.run_once(look_first=True) == 0
+
+
+async def test_a_work_message_no_queue_would_take_is_refused_not_dropped(broker: Broker) -> None:
+    with pytest.raises(aiormq.exceptions.PublishError):
+        await broker.publish(
+            broker.work, f"host.nowhere-{uuid.uuid4().hex[:8]}", b"{}", mandatory=True
+        )
+
+
+async def test_a_published_message_is_persistent_json(broker: Broker) -> None:
+    queue = await broker.channel.declare_queue(f"q-{uuid.uuid4().hex[:8]}", exclusive=True)
+    await queue.bind(broker.events, "task.new.j-persistent")
+    await broker.publish(broker.events, "task.new.j-persistent", b'{"a":1}', mandatory=False)
+    async with asyncio.timeout(10), queue.iterator(no_ack=True) as messages:
+        message = await anext(aiter(messages))
+    assert (message.body, message.content_type, message.delivery_mode) == (
+        b'{"a":1}',
+        "application/json",
+        aio_pika.DeliveryMode.PERSISTENT,
+    )
+    assert message.message_id  # each its own
