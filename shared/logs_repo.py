@@ -4,6 +4,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
+import asyncpg
+
 from shared.db import Connection
 from shared.messages import LogRecord
 
@@ -42,6 +44,33 @@ async def insert(conn: Connection, records: list[LogRecord]) -> None:
             )
             for r in records
         ],
+    )
+
+
+async def insert_splitting(conn: Connection, records: list[LogRecord]) -> list[LogRecord]:
+    """`insert`, and when PostgreSQL refuses the batch for what a line holds (a `DataError`),
+    the halves again until each refused line is alone: that line is stored as a marker saying
+    why (its text stays in the run's log file), so one line never costs its neighbours.
+    Returns the lines as stored. (A batch is one statement: all of it lands, or none.)"""
+    try:
+        await insert(conn, records)
+    except asyncpg.DataError as exc:
+        if len(records) > 1:
+            half = len(records) // 2
+            return await insert_splitting(conn, records[:half]) + await insert_splitting(
+                conn, records[half:]
+            )
+        marker = records[0].model_copy(update={"line": refused_line(exc)})
+        await insert(conn, [marker])
+        return [marker]
+    return records
+
+
+def refused_line(exc: Exception) -> str:
+    """What is stored in place of a line the database refused."""
+    return (
+        f"[vigil: this line was refused by the database ({type(exc).__name__});"
+        " its text is in the run's log file]"
     )
 
 

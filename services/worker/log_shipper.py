@@ -132,7 +132,7 @@ class LogShipper:
             return
         try:
             async with self._pool.acquire() as conn:
-                await logs_repo.insert(conn, batch)
+                batch = await logs_repo.insert_splitting(conn, batch)
                 if progress is not None:
                     await tasks_repo.set_progress(conn, self._task_id, progress)
         except UNAVAILABLE as exc:
