@@ -32,6 +32,11 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def token_id(token_hash: str) -> str:
+    """A token's public id, by which it is listed and revoked (migration 0016)."""
+    return "k-" + token_hash[:12]
+
+
 async def job_uid(conn: Connection, user_id: str) -> int:
     """The number of the Unix uid the user's jobs run as (`VIGIL_JOB_UID_BASE` + it)."""
     value = await conn.fetchval("SELECT job_uid FROM users WHERE id = $1", user_id)
@@ -44,7 +49,7 @@ async def by_token(conn: Connection, token: str) -> User | None:
     """The user holding `token`, or None."""
     record = await conn.fetchrow(
         "SELECT u.id, u.name, u.role FROM tokens t JOIN users u ON u.id = t.user_id"
-        " WHERE t.token_hash = $1",
+        " WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND u.disabled_at IS NULL",
         hash_token(token),
     )
     return User(record["id"], record["name"], record["role"]) if record else None
@@ -61,11 +66,13 @@ async def ensure_user(conn: Connection, name: str, role: Role, token: str) -> Us
             role,
         )
         assert record is not None  # INSERT ... ON CONFLICT DO UPDATE always returns the row
+        hashed = hash_token(token)
         await conn.execute(
-            "INSERT INTO tokens (token_hash, user_id) VALUES ($1, $2)"
-            " ON CONFLICT (token_hash) DO NOTHING",
-            hash_token(token),
+            "INSERT INTO tokens (token_hash, user_id, id, label) VALUES ($1, $2, $3, 'bootstrap')"
+            " ON CONFLICT (token_hash) DO NOTHING",  # a revoked one stays revoked
+            hashed,
             record["id"],
+            token_id(hashed),
         )
     return User(record["id"], record["name"], record["role"])
 
@@ -77,11 +84,23 @@ _NAME_RE: Final = re.compile(NAME_PATTERN)
 
 @dataclass(frozen=True)
 class UserSummary:
-    """A user as `list-users` shows it: never a token, only how many they hold."""
+    """A user as `list-users` shows it: never a token, only how many live ones they hold."""
 
     user: User
     tokens: int
     created_at: datetime
+    disabled_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class TokenSummary:
+    """A token as operators see it: its public id, never the token or its hash."""
+
+    id: str
+    user: str
+    label: str | None
+    created_at: datetime
+    revoked_at: datetime | None
 
 
 def new_token() -> str:
@@ -113,25 +132,77 @@ async def create_user(conn: Connection, name: str, role: Role) -> User:
     return User(record["id"], record["name"], record["role"])
 
 
-async def add_token(conn: Connection, name: str, token: str) -> User:
+_TOKEN_COLUMNS: Final = "t.id, u.name AS user, t.label, t.created_at, t.revoked_at"
+
+
+async def add_token(
+    conn: Connection, name: str, token: str, label: str | None = None
+) -> TokenSummary:
     """Give user `name` one more token (stored hashed); raises `NotFound` for an unknown user."""
-    record = await conn.fetchrow("SELECT id, name, role FROM users WHERE name = $1", name)
+    hashed = hash_token(token)
+    record = await conn.fetchrow(
+        "WITH added AS (INSERT INTO tokens (token_hash, user_id, id, label)"
+        "  SELECT $1, id, $2, $3 FROM users WHERE name = $4 RETURNING *)"
+        f" SELECT {_TOKEN_COLUMNS} FROM added t JOIN users u ON u.id = t.user_id",
+        hashed,
+        token_id(hashed),
+        label,
+        name,
+    )
     if record is None:
         raise NotFound(f"no user named {name[:100]!r}")
-    await conn.execute(
-        "INSERT INTO tokens (token_hash, user_id) VALUES ($1, $2)", hash_token(token), record["id"]
-    )
-    return User(record["id"], record["name"], record["role"])
+    return TokenSummary(**dict(record))
 
 
 async def list_users(conn: Connection) -> list[UserSummary]:
-    """Every user by name, with the number of tokens each holds."""
+    """Every user by name, with the number of live tokens each holds."""
     rows = await conn.fetch(
-        "SELECT u.id, u.name, u.role, u.created_at, count(t.token_hash) AS tokens"
+        "SELECT u.id, u.name, u.role, u.created_at, u.disabled_at,"
+        " count(t.token_hash) FILTER (WHERE t.revoked_at IS NULL) AS tokens"
         " FROM users u LEFT JOIN tokens t ON t.user_id = u.id"
         " GROUP BY u.id ORDER BY u.name"
     )
     return [
-        UserSummary(User(r["id"], r["name"], r["role"]), int(r["tokens"]), r["created_at"])
+        UserSummary(
+            User(r["id"], r["name"], r["role"]), int(r["tokens"]), r["created_at"], r["disabled_at"]
+        )
         for r in rows
     ]
+
+
+async def list_tokens(conn: Connection, name: str) -> list[TokenSummary]:
+    """User `name`'s tokens, oldest first, revoked ones included; `NotFound` for no such user."""
+    if await conn.fetchval("SELECT id FROM users WHERE name = $1", name) is None:
+        raise NotFound(f"no user named {name[:100]!r}")
+    rows = await conn.fetch(
+        f"SELECT {_TOKEN_COLUMNS} FROM tokens t JOIN users u ON u.id = t.user_id"
+        " WHERE u.name = $1 ORDER BY t.created_at, t.id",
+        name,
+    )
+    return [TokenSummary(**dict(r)) for r in rows]
+
+
+async def revoke_token(conn: Connection, token_id: str) -> TokenSummary:
+    """Revoke token `token_id` (idempotent: a revoked one keeps its first revocation time);
+    `NotFound` for no such token."""
+    record = await conn.fetchrow(
+        "WITH revoked AS (UPDATE tokens SET revoked_at = coalesce(revoked_at, now())"
+        " WHERE id = $1 RETURNING *)"
+        f" SELECT {_TOKEN_COLUMNS} FROM revoked t JOIN users u ON u.id = t.user_id",
+        token_id,
+    )
+    if record is None:
+        raise NotFound(f"no token {token_id[:100]!r}")
+    return TokenSummary(**dict(record))
+
+
+async def disable_user(conn: Connection, name: str) -> UserSummary:
+    """Disable user `name`: none of their tokens works any more (idempotent); `NotFound` for
+    no such user. Their jobs are left as they are (an operator cancels them if need be)."""
+    record = await conn.fetchrow(
+        "UPDATE users SET disabled_at = coalesce(disabled_at, now()) WHERE name = $1 RETURNING id",
+        name,
+    )
+    if record is None:
+        raise NotFound(f"no user named {name[:100]!r}")
+    return next(s for s in await list_users(conn) if s.user.id == record["id"])

@@ -3,6 +3,11 @@
     python -m services.api.admin create-user alice --role user      # prints alice's first token
     python -m services.api.admin create-token alice                 # prints one more token
     python -m services.api.admin list-users
+    python -m services.api.admin list-tokens alice                  # ids, labels, revoked or not
+    python -m services.api.admin revoke-token k-0123456789ab
+    python -m services.api.admin disable-user alice                 # none of alice's tokens works
+
+Operators do the same through the api (`/admin/users`, `/admin/tokens`) and `vigil users`.
 
 The database is the one named by `VIGIL_DATABASE_URL`. A token is printed once and stored only
 as its sha256 hash: it cannot be shown again, only replaced by a new one.
@@ -95,12 +100,39 @@ def create_token(name: Annotated[str, typer.Argument(help="An existing user's na
 
 @app.command("list-users")
 def list_users() -> None:
-    """Print every user: name, role, number of tokens, creation time."""
+    """Print every user: name, role, number of live tokens, creation time, disabled or not."""
     users = _run(users_repo.list_users)
     typer.echo(f"{'NAME':<32} {'ROLE':<9} {'TOKENS':>6}  CREATED")
     for found in users:
         created = found.created_at.isoformat(timespec="seconds")
-        typer.echo(f"{found.user.name:<32} {found.user.role:<9} {found.tokens:>6}  {created}")
+        disabled = "  disabled" if found.disabled_at else ""
+        typer.echo(
+            f"{found.user.name:<32} {found.user.role:<9} {found.tokens:>6}  {created}{disabled}"
+        )
+
+
+@app.command("list-tokens")
+def list_tokens(name: Annotated[str, typer.Argument(help="An existing user's name.")]) -> None:
+    """Print a user's tokens: id, creation time, revoked or not, label (never the token)."""
+    tokens = _run(lambda conn: users_repo.list_tokens(conn, name))
+    for token in tokens:
+        created = token.created_at.isoformat(timespec="seconds")
+        state = "revoked" if token.revoked_at else "live"
+        typer.echo(f"{token.id}  {created}  {state:<7}  {token.label or ''}")
+
+
+@app.command("revoke-token")
+def revoke_token(token_id: Annotated[str, typer.Argument(help="A token's id (k-...).")]) -> None:
+    """Revoke a token: it stops working at once (open event streams within a second)."""
+    token = _run(lambda conn: users_repo.revoke_token(conn, token_id))
+    typer.echo(f"revoked {token.id} of {token.user}")
+
+
+@app.command("disable-user")
+def disable_user(name: Annotated[str, typer.Argument(help="An existing user's name.")]) -> None:
+    """Disable a user: none of their tokens works any more (their jobs are left as they are)."""
+    _run(lambda conn: users_repo.disable_user(conn, name))
+    typer.echo(f"disabled {name}")
 
 
 if __name__ == "__main__":

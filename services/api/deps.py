@@ -86,6 +86,7 @@ async def _current_user(
     user = await db.read(pool, lambda conn: users_repo.by_token(conn, token))
     if user is None:
         raise _unauthorized()
+    request.state.token = token  # an open event stream looks it up again (revocation)
     return user
 
 

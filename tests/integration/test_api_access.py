@@ -10,6 +10,7 @@ an operator gets it on anyone's; a user on an operator-only route (every `/admin
 The api is served by uvicorn (so event streams are real), on a database of this module's own.
 """
 
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -21,6 +22,7 @@ from starlette.routing import Mount
 
 from services.api.app import create_app
 from services.api.settings import ApiSettings
+from shared import users_repo
 from tests.conftest import fresh_database
 from tests.integration.served_api import Served, served_api
 from tests.integration.test_api_harness import Caller
@@ -86,6 +88,12 @@ MATRIX: Final[dict[Key, Row]] = {
     ),
     ("GET", "/admin/emergency-stop"): Row(200, operators_only=True),
     ("POST", "/admin/resume"): Row(202, operators_only=True, stop_first=True),
+    ("GET", "/admin/users"): Row(200, operators_only=True),
+    ("POST", "/admin/users"): Row(201, body={"name": "new-{job_id}"}, operators_only=True),
+    ("GET", "/admin/users/{user_name}/tokens"): Row(200, operators_only=True),
+    ("POST", "/admin/users/{user_name}/tokens"): Row(201, body={}, operators_only=True),
+    ("POST", "/admin/users/{user_name}/disable"): Row(200, operators_only=True),
+    ("DELETE", "/admin/tokens/{token_id}"): Row(200, operators_only=True),
     ("GET", "/"): Row(200, page=True),
     ("GET", "/ui/jobs/{job_id}"): Row(200, page=True),
     ("GET", "/ui/jobs/{job_id}/row"): Row(200),
@@ -174,7 +182,17 @@ class RouteCall:
         await self.api.pool.execute("INSERT INTO hosts (id, slots) VALUES ($1, 1)", host_id)
         if self.row.output:
             await self.api.pool.execute(_OUTPUT, task_id, host_id)
-        return {"job_id": job_id, "task_id": str(task_id), "host_id": host_id, "name": "out.txt"}
+        token = uuid.uuid4().hex  # a throwaway user's, for the account routes
+        async with self.api.pool.acquire() as conn:
+            someone = await users_repo.ensure_user(conn, f"someone-{job_id}", "user", token)
+        return {
+            "job_id": job_id,
+            "task_id": str(task_id),
+            "host_id": host_id,
+            "name": "out.txt",
+            "user_name": someone.name,
+            "token_id": users_repo.token_id(users_repo.hash_token(token)),
+        }
 
     async def call(self, headers: dict[str, str], ids: dict[str, str]) -> httpx.Response:
         """The route's answer; the body of a stream is not read (only its status line)."""

@@ -181,3 +181,22 @@ async def test_when_run_as_a_module__the_token_it_prints_opens_the_api(
             "/jobs", headers={"Authorization": f"Bearer {token}x"}
         )
         assert wrong.status_code == 401
+
+
+def test_a_token_listed_by_id_can_be_revoked_and_a_user_disabled(database: str) -> None:
+    name = _name()
+    token = _run("create-user", name, "--role", "user").stdout.strip()
+    _run("create-token", name)
+
+    listed = _run("list-tokens", name)
+    ids = [line.split()[0] for line in listed.stdout.splitlines()]
+    revoked = _run("revoke-token", ids[0])
+    disabled = _run("disable-user", name)
+    missing = _run("revoke-token", "k-000000000000")
+
+    assert listed.exit_code == revoked.exit_code == disabled.exit_code == 0, listed.output
+    assert len(ids) == 2 and all(i.startswith("k-") for i in ids) and token not in listed.stdout
+    states = [line.split()[2] for line in _run("list-tokens", name).stdout.splitlines()]
+    assert states == ["revoked", "live"]
+    assert "disabled" in _run("list-users").stdout.split(name, 1)[1].splitlines()[0]
+    assert missing.exit_code == 1 and "no token" in missing.output

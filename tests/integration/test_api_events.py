@@ -15,6 +15,7 @@ import aiormq
 import httpx
 import pytest
 
+from shared import users_repo
 from shared.messages import JobEvent, JobOutcome, LogRecord, Severity, encode
 from shared.topics import MAX_TOPICS
 from shared.topology import Topology, declare_events_exchange
@@ -371,3 +372,31 @@ async def test_when_the_broker_connection_is_reestablished__open_streams_go_on(
         await served.hub.wait_idle()
     assert not await broker.queue_exists(name)
     assert served.hub.connects == 1
+
+
+def _token_id(caller: Caller) -> str:
+    token = caller.headers["Authorization"].removeprefix("Bearer ")
+    return users_repo.token_id(users_repo.hash_token(token))
+
+
+@pytest.mark.parametrize("how", ["revoke the token", "disable the user"])
+async def test_when_a_followers_token_is_revoked__its_stream_ends_within_a_second(
+    session_database_url: str, namespace: str, how: str
+) -> None:
+    async with served_api(session_database_url, namespace) as served:
+        job_id = await served.submit(served.user)
+        async with stream(served, served.user, f"job.*.{job_id}") as frames:
+            # when an operator revokes the follower's token (or disables them)
+            async with served.client(served.operator) as operator:
+                if how == "revoke the token":
+                    done = await operator.delete(f"/admin/tokens/{_token_id(served.user)}")
+                else:
+                    done = await operator.post(f"/admin/users/{served.user.user.name}/disable")
+                assert done.status_code == 200, done.text
+
+            # then the stream says so and ends, and the token opens no other
+            assert await frames.next(within=3) == b": token revoked\n\n"
+            with pytest.raises(StopAsyncIteration):
+                await frames.next(within=3)
+        async with served.client(served.user) as client:
+            assert (await client.get("/jobs")).status_code == 401

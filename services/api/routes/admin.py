@@ -1,10 +1,19 @@
-"""`/admin/*` (operators only): the emergency stop and its resume (design §8, §9)."""
+"""`/admin/*` (operators only): the emergency stop and its resume (design §8, §9); users and
+their tokens (issue 17: made, listed, revoked, disabled)."""
 
 import logging
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Path, status
 
+from services.api.accounts import (
+    TOKEN_ID_PATTERN,
+    IssuedToken,
+    NewToken,
+    NewUser,
+    TokenPublic,
+    UserPublic,
+)
 from services.api.deps import AUTH_RESPONSES, OperatorUser, PoolDep
 from services.api.stops import (
     EmergencyResumePublic,
@@ -12,7 +21,8 @@ from services.api.stops import (
     EmergencyStopPublic,
     EmergencyStopRequest,
 )
-from shared import emergency
+from shared import emergency, users_repo
+from shared.errors import Conflict
 
 logger = logging.getLogger(__name__)
 
@@ -65,3 +75,91 @@ async def emergency_resume(user: OperatorUser, pool: PoolDep) -> EmergencyResume
     async with pool.acquire() as conn:
         resumed = await emergency.resume(conn, user.name)
     return EmergencyResumePublic.from_resumed(resumed)
+
+
+UserName = Annotated[
+    str, Path(pattern=users_repo.NAME_PATTERN, description="A user's name, e.g. `alice`.")
+]
+_NO_USER: Final[dict[int | str, dict[str, Any]]] = {404: {"description": "No such user."}}
+
+
+@router.get("/users", responses=_OPERATORS)
+async def list_users(user: OperatorUser, pool: PoolDep) -> list[UserPublic]:
+    """Every user by name: role, live tokens, creation, disabled or not."""
+    async with pool.acquire() as conn:
+        return [UserPublic.of(found) for found in await users_repo.list_users(conn)]
+
+
+@router.post(
+    "/users",
+    status_code=status.HTTP_201_CREATED,
+    responses=_OPERATORS | {409: {"description": "A user of that name exists."}},
+)
+async def create_user(user: OperatorUser, body: NewUser, pool: PoolDep) -> IssuedToken:
+    """Create a user with a first token: 201 with the token, shown this once."""
+    token = users_repo.new_token()
+    async with pool.acquire() as conn, conn.transaction():
+        await users_repo.create_user(conn, body.name, body.role)
+        issued = await users_repo.add_token(conn, body.name, token, body.label)
+    logger.info("user %s created by %s", body.name, user.name, extra={"user": user.name})
+    return IssuedToken(token=token, details=TokenPublic.of(issued))
+
+
+@router.get("/users/{user_name}/tokens", responses=_OPERATORS | _NO_USER)
+async def list_tokens(user: OperatorUser, user_name: UserName, pool: PoolDep) -> list[TokenPublic]:
+    """A user's tokens, oldest first, revoked ones included (ids and labels, never a token)."""
+    async with pool.acquire() as conn:
+        return [TokenPublic.of(token) for token in await users_repo.list_tokens(conn, user_name)]
+
+
+@router.post(
+    "/users/{user_name}/tokens",
+    status_code=status.HTTP_201_CREATED,
+    responses=_OPERATORS | _NO_USER,
+)
+async def create_token(
+    user: OperatorUser, user_name: UserName, body: NewToken, pool: PoolDep
+) -> IssuedToken:
+    """One more token for a user (their others stay valid): 201 with it, shown this once."""
+    token = users_repo.new_token()
+    async with pool.acquire() as conn:
+        issued = await users_repo.add_token(conn, user_name, token, body.label)
+    logger.info(
+        "token %s made for %s by %s", issued.id, user_name, user.name, extra={"user": user.name}
+    )
+    return IssuedToken(token=token, details=TokenPublic.of(issued))
+
+
+@router.post(
+    "/users/{user_name}/disable",
+    responses=_OPERATORS
+    | _NO_USER
+    | {409: {"description": "Operators cannot disable themselves."}},
+)
+async def disable_user(user: OperatorUser, user_name: UserName, pool: PoolDep) -> UserPublic:
+    """Disable a user: none of their tokens works any more, at once (an open event stream ends
+    within a second). Their jobs are left as they are. Idempotent."""
+    if user_name == user.name:
+        raise Conflict("an operator cannot disable themselves (another operator can)")
+    async with pool.acquire() as conn:
+        found = await users_repo.disable_user(conn, user_name)
+    logger.info("user %s disabled by %s", user_name, user.name, extra={"user": user.name})
+    return UserPublic.of(found)
+
+
+@router.delete(
+    "/tokens/{token_id}", responses=_OPERATORS | {404: {"description": "No such token."}}
+)
+async def revoke_token(
+    user: OperatorUser,
+    token_id: Annotated[str, Path(pattern=TOKEN_ID_PATTERN, description="`k-` and 12 hex digits.")],
+    pool: PoolDep,
+) -> TokenPublic:
+    """Revoke a token: it stops working at once (an open event stream ends within a second).
+    Idempotent: a revoked token keeps its first revocation time."""
+    async with pool.acquire() as conn:
+        token = await users_repo.revoke_token(conn, token_id)
+    logger.info(
+        "token %s of %s revoked by %s", token.id, token.user, user.name, extra={"user": user.name}
+    )
+    return TokenPublic.of(token)

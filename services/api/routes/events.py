@@ -7,16 +7,16 @@ id; an operator may follow anything, wildcards included.
 import logging
 from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, Query, Request, status
 
 from services.api import sse
 from services.api.access import owner_filter
 from services.api.deps import AUTH_RESPONSES, CurrentUser, EventHubDep, PoolDep, SettingsDep
 from services.api.errors import invalid
 from services.api.event_hub import StreamsUnavailable
-from shared import topics
-from shared.db import Connection
-from shared.errors import NotFound
+from shared import db, topics, users_repo
+from shared.db import Connection, Pool
+from shared.errors import UNAVAILABLE, NotFound
 from shared.topics import InvalidTopic, Topic
 from shared.users_repo import User
 
@@ -67,6 +67,7 @@ async def _check_access(conn: Connection, user: User, wanted: list[Topic]) -> No
     responses=_RESPONSES,
 )
 async def follow_events(
+    request: Request,
     user: CurrentUser,
     pool: PoolDep,
     hub: EventHubDep,
@@ -81,7 +82,8 @@ async def follow_events(
         ),
     ] = None,
 ) -> sse.EventStream:
-    """Stream the events matching the topics, from now on, until the client goes away.
+    """Stream the events matching the topics, from now on, until the client goes away (or
+    its token is revoked: the stream then ends within a second).
 
     When the response headers arrive, the subscription is in place. 422 names a malformed
     topic.
@@ -104,4 +106,21 @@ async def follow_events(
         ", ".join(t.pattern for t in wanted),
         extra={"action": "follow", "user": user.name},
     )
-    return sse.EventStream(hub, subscription, settings.sse_keepalive_s)
+    return sse.EventStream(
+        hub, subscription, settings.sse_keepalive_s, _token_check(pool, request.state.token, user)
+    )
+
+
+def _token_check(pool: Pool, token: str, user: User) -> sse.TokenCheck:
+    """Whether `token` still belongs to `user` (not revoked, user not disabled); a database
+    that does not answer keeps the stream open (it cannot tell)."""
+
+    async def still_valid() -> bool:
+        try:
+            now = await db.read(pool, lambda conn: users_repo.by_token(conn, token))
+        except UNAVAILABLE as exc:
+            logger.warning("cannot check an event stream's token: %s", exc)
+            return True
+        return now is not None and now.id == user.id
+
+    return still_valid
