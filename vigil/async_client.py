@@ -170,6 +170,26 @@ class AsyncClient:
     async def resume_all(self) -> dict[str, Any]:
         return cast(dict[str, Any], await self._send(calls.resume_all()))
 
+    async def users(self) -> list[dict[str, Any]]:
+        return cast(list[dict[str, Any]], await self._send(calls.users()))
+
+    async def add_user(
+        self, name: str, role: str = "user", label: str | None = None
+    ) -> dict[str, Any]:
+        return cast(dict[str, Any], await self._send(calls.add_user(name, role, label)))
+
+    async def tokens(self, name: str) -> list[dict[str, Any]]:
+        return cast(list[dict[str, Any]], await self._send(calls.tokens(name)))
+
+    async def new_token(self, name: str, label: str | None = None) -> dict[str, Any]:
+        return cast(dict[str, Any], await self._send(calls.new_token(name, label)))
+
+    async def revoke_token(self, token_id: str) -> dict[str, Any]:
+        return cast(dict[str, Any], await self._send(calls.revoke_token(token_id)))
+
+    async def disable_user(self, name: str) -> dict[str, Any]:
+        return cast(dict[str, Any], await self._send(calls.disable_user(name)))
+
     async def bulk_action(
         self,
         action: str,

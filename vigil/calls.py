@@ -149,6 +149,45 @@ def resume_all() -> Call:
     return Call("POST", "/admin/resume")
 
 
+#: shared/users_repo.py's NAME_PATTERN and a token's public id (`k-` and 12 hex digits).
+_USER_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+_TOKEN_ID_RE: Final = re.compile(r"k-[0-9a-f]{12}")
+
+
+def _user_name(name: str) -> str:
+    if not _USER_NAME_RE.fullmatch(name):
+        raise UsageError(
+            f"{name[:100]!r} is not a valid user name (1 to 64 letters, digits or '._@-')"
+        )
+    return name
+
+
+def users() -> Call:
+    return Call("GET", "/admin/users")
+
+
+def add_user(name: str, role: str, label: str | None) -> Call:
+    return Call("POST", "/admin/users", json={"name": name, "role": role, "label": label})
+
+
+def tokens(name: str) -> Call:
+    return Call("GET", f"/admin/users/{_user_name(name)}/tokens")
+
+
+def new_token(name: str, label: str | None) -> Call:
+    return Call("POST", f"/admin/users/{_user_name(name)}/tokens", json={"label": label})
+
+
+def revoke_token(token_id: str) -> Call:
+    if not _TOKEN_ID_RE.fullmatch(token_id):
+        raise UsageError(f"{token_id[:100]!r} is not a token id (k- and 12 hex digits)")
+    return Call("DELETE", f"/admin/tokens/{token_id}")
+
+
+def disable_user(name: str) -> Call:
+    return Call("POST", f"/admin/users/{_user_name(name)}/disable")
+
+
 def bulk_action(action: str, selector: Mapping[str, Any], dry_run: bool, confirm: bool) -> Call:
     body = {"action": action, "selector": dict(selector), "dry_run": dry_run, "confirm": confirm}
     return Call("POST", "/bulk/actions", json=body, timeout=BULK_TIMEOUT_S)

@@ -216,6 +216,31 @@ class Client:
         "tasks_recovered"}`. `Conflict` when no stop is in force."""
         return cast(dict[str, Any], self._send(calls.resume_all()))
 
+    def users(self) -> list[dict[str, Any]]:
+        """Every user: name, role, live tokens, creation, disabled (operators only)."""
+        return cast(list[dict[str, Any]], self._send(calls.users()))
+
+    def add_user(self, name: str, role: str = "user", label: str | None = None) -> dict[str, Any]:
+        """Create a user: `{"token", "details"}`, the token shown this once (operators only;
+        `Conflict` when the name is taken)."""
+        return cast(dict[str, Any], self._send(calls.add_user(name, role, label)))
+
+    def tokens(self, name: str) -> list[dict[str, Any]]:
+        """A user's tokens by public id, revoked ones included (never a token)."""
+        return cast(list[dict[str, Any]], self._send(calls.tokens(name)))
+
+    def new_token(self, name: str, label: str | None = None) -> dict[str, Any]:
+        """One more token for a user: `{"token", "details"}`, the token shown this once."""
+        return cast(dict[str, Any], self._send(calls.new_token(name, label)))
+
+    def revoke_token(self, token_id: str) -> dict[str, Any]:
+        """Revoke a token by its id (`k-...`): it stops working at once."""
+        return cast(dict[str, Any], self._send(calls.revoke_token(token_id)))
+
+    def disable_user(self, name: str) -> dict[str, Any]:
+        """Disable a user: none of their tokens works any more."""
+        return cast(dict[str, Any], self._send(calls.disable_user(name)))
+
     def bulk_action(
         self,
         action: str,

@@ -146,6 +146,33 @@ def hosts_table(hosts: Sequence[Mapping[str, Any]]) -> Table:
     return table
 
 
+def users_table(users: Sequence[Mapping[str, Any]]) -> Table:
+    """One row per user: role, live tokens, creation, disabled."""
+    table = Table("USER", "ROLE", "TOKENS", "CREATED", "DISABLED", box=None)
+    for user in users:
+        table.add_row(
+            cell(user.get("name")),
+            cell(user.get("role")),
+            cell(user.get("tokens")),
+            cell(_time(user.get("created_at"))),
+            cell(_time(user.get("disabled_at"))),
+        )
+    return table
+
+
+def tokens_table(tokens: Sequence[Mapping[str, Any]]) -> Table:
+    """One row per token: its id (never the token), label, creation, revocation."""
+    table = Table("TOKEN ID", "LABEL", "CREATED", "REVOKED", box=None)
+    for token in tokens:
+        table.add_row(
+            cell(token.get("id")),
+            cell(token.get("label")),
+            cell(_time(token.get("created_at"))),
+            cell(_time(token.get("revoked_at"))),
+        )
+    return table
+
+
 def stop_summary(stop: Mapping[str, Any]) -> str:
     """What an emergency stop did."""
     return (

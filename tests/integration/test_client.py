@@ -5,6 +5,7 @@ the test, and jobs end by being cancelled. tests/e2e/test_cli.py runs jobs to th
 """
 
 import asyncio
+import json
 import threading
 import time
 import uuid
@@ -15,6 +16,7 @@ from typing import Any
 import aio_pika
 import pytest
 import uvicorn
+from typer.testing import CliRunner
 
 from bench.cluster import free_port
 from services.api.app import create_app
@@ -36,6 +38,7 @@ from vigil import (
     WaitTimeout,
     calls,
 )
+from vigil.cli import app
 
 pytestmark = pytest.mark.integration
 
@@ -420,3 +423,44 @@ def test_when_listening__a_callback_gets_the_failures_its_pattern_names_and_noth
         "signal",
         9,
     )
+
+
+def test_an_operator_manages_accounts_through_the_client(served: Served) -> None:
+    name = f"dora-{uuid.uuid4().hex[:8]}"
+    with served.client(served.operator_token) as operator:
+        made = operator.add_user(name, label="first")
+        more = operator.new_token(name)
+        with served.client(made["token"]) as dora:
+            assert dora.hosts() == dora.hosts()  # the token works
+
+        revoked = operator.revoke_token(made["details"]["id"])
+        listed = operator.tokens(name)
+        with served.client(made["token"]) as dora, pytest.raises(Unauthorized):
+            dora.hosts()
+        operator.disable_user(name)
+        users = {u["name"]: u for u in operator.users()}
+
+    assert revoked["revoked_at"] is not None and more["token"] != made["token"]
+    assert [(t["label"], t["revoked_at"] is None) for t in listed] == [
+        ("first", False),
+        (None, True),
+    ]
+    assert users[name]["disabled_at"] is not None and users[name]["tokens"] == 1
+
+
+def test_the_account_commands_print_a_new_token_alone_and_json_when_asked(served: Served) -> None:
+    env = {
+        "VIGIL_URL": served.url,
+        "VIGIL_TOKEN": served.operator_token,
+        "VIGIL_CONFIG": "/dev/null",
+    }
+    name = f"ed-{uuid.uuid4().hex[:8]}"
+    made = CliRunner().invoke(app, ["add-user", name, "--label", "ci"], env=env)
+    listed = CliRunner().invoke(app, ["tokens", name, "--json"], env=env)
+
+    assert made.exit_code == 0, made.output
+    token = made.stdout.strip()
+    assert "\n" not in token and len(token) >= 40 and "shown once" in made.stderr
+    assert [t["label"] for t in json.loads(listed.stdout)] == ["ci"]
+    with served.client(token) as ed:
+        ed.hosts()

@@ -39,6 +39,9 @@ def _run(args: list[str], tmp_path: Path, **env: str) -> tuple[int, str]:
         (["fix", "recover", "--since", "yesterday"], "neither a duration before now"),
         (["fix", "recover", "--until", "99999999999w"], "neither a duration before now"),
         (["fix", "recover", "--job", "j-1/../x"], "not a valid job id"),
+        (["revoke-token", "sk-live-abc"], "is not a token id"),
+        (["tokens", "../root"], "is not a valid user name"),
+        (["disable-user", "a b"], "is not a valid user name"),
     ],
 )
 def test_when_an_argument_is_wrong__the_command_says_why_and_exits_2(
