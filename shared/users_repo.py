@@ -49,7 +49,8 @@ async def by_token(conn: Connection, token: str) -> User | None:
     """The user holding `token`, or None."""
     record = await conn.fetchrow(
         "SELECT u.id, u.name, u.role FROM tokens t JOIN users u ON u.id = t.user_id"
-        " WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND u.disabled_at IS NULL",
+        " WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND u.disabled_at IS NULL"
+        " AND (t.expires_at IS NULL OR t.expires_at > now())",
         hash_token(token),
     )
     return User(record["id"], record["name"], record["role"]) if record else None
@@ -206,3 +207,30 @@ async def disable_user(conn: Connection, name: str) -> UserSummary:
     if record is None:
         raise NotFound(f"no user named {name[:100]!r}")
     return next(s for s in await list_users(conn) if s.user.id == record["id"])
+
+
+async def open_session(conn: Connection, user: User, ttl_s: float) -> str:
+    """A new dashboard session for `user`: a token of its own, valid `ttl_s` unless revoked
+    sooner (`close_session`), for the cookie (never the token the user signed in with)."""
+    token = new_token()
+    hashed = hash_token(token)
+    await conn.execute(
+        "INSERT INTO tokens (token_hash, user_id, id, label, session, expires_at)"
+        " VALUES ($1, $2, $3, 'dashboard session', true, now() + make_interval(secs => $4))",
+        hashed,
+        user.id,
+        token_id(hashed),
+        ttl_s,
+    )
+    return token
+
+
+async def close_session(conn: Connection, token: str) -> bool:
+    """Revoke `token` if it is a dashboard session (a bearer token is left alone); whether it
+    was one still open."""
+    status = await conn.execute(
+        "UPDATE tokens SET revoked_at = now()"
+        " WHERE token_hash = $1 AND session AND revoked_at IS NULL",
+        hash_token(token),
+    )
+    return status.endswith(" 1")

@@ -1,11 +1,12 @@
-"""Signing in a browser: the bearer token kept in an HttpOnly cookie, for the dashboard.
+"""Signing in a browser: a session token kept in an HttpOnly cookie, for the dashboard.
 
-Browsers cannot put a bearer header on `EventSource` or on a page load, so `POST /login` stores
-the token in the `vigil_session` cookie (HttpOnly: scripts cannot read it; SameSite=Strict: other
-sites' pages never send it). Every route accepts the cookie when no `Authorization` header is
-given. A cookie-signed request that changes something must also carry `X-Vigil-Request`
-(cross-site forms cannot set a header, and cross-site scripts need CORS, which the api never
-grants): a second guard against cross-site request forgery.
+Browsers cannot put a bearer header on `EventSource` or on a page load, so `POST /login` checks
+the pasted token and stores a session token of its own (`users_repo.open_session`: it expires,
+and `POST /logout` revokes it) in the `vigil_session` cookie (HttpOnly: scripts cannot read
+it; SameSite=Strict: other sites' pages never send it). Every route accepts the cookie when
+no `Authorization` header is given. A cookie-signed request that changes something must also
+carry `X-Vigil-Request` (cross-site forms cannot set a header, and cross-site scripts need
+CORS, which the api never grants): a second guard against cross-site request forgery.
 """
 
 from typing import Final

@@ -26,6 +26,8 @@ class ApiSettings(CommonSettings):
     max_inputs: int = Field(default=100_000, ge=1)
     #: `GET /events` sends a `: keepalive` comment this often.
     sse_keepalive_s: float = Field(default=15.0, gt=0)
+    #: How long a dashboard sign-in lasts (`VIGIL_SESSION_TTL_S`) unless signed out sooner.
+    session_ttl_s: float = Field(default=12 * 3600.0, gt=0, le=30 * 86400.0)
     #: Most event streams (SSE clients) one api process serves at once (a channel each).
     max_event_streams: int = Field(default=500, ge=1, le=2000)
     #: Submissions (`POST /jobs`, `POST /jobs/{id}/inputs`) one user token may make per second,

@@ -75,13 +75,31 @@ async def test_when_a_valid_token_is_posted__an_http_only_strict_session_cookie_
     assert response.status_code == 303
     assert response.headers["location"] == "/"
     cookie = response.headers["set-cookie"]
-    assert cookie.startswith(f"{session.COOKIE}={_token(api.user)};")
+    assert cookie.startswith(f"{session.COOKIE}=")
     assert "HttpOnly" in cookie
     assert "SameSite=strict" in cookie
     assert "Path=/" in cookie
     out = await api.client.post("/logout")
     assert out.status_code == 303
     assert f'{session.COOKIE}="";' in out.headers["set-cookie"]
+
+
+async def test_the_cookie_holds_a_session_of_its_own_that_signing_out_ends(api: Api) -> None:
+    # given a user signed in to the dashboard
+    response = await api.client.post("/login", data={"token": _token(api.user)})
+    value = response.cookies[session.COOKIE]
+    assert value != _token(api.user)  # the pasted token never lives in a cookie
+    copied = {"Cookie": f"{session.COOKIE}={value}"}
+    assert (await api.client.get("/jobs", headers=copied)).status_code == 200
+
+    # when they sign out
+    out = await api.client.post("/logout", headers=copied)
+
+    # then a copy of the cookie no longer works, and the pasted token still does
+    assert out.status_code == 303
+    api.client.cookies.clear()
+    assert (await api.client.get("/jobs", headers=copied)).status_code == 401
+    assert (await api.client.get("/jobs", headers=api.user.headers)).status_code == 200
 
 
 @pytest.mark.parametrize("token", ["", "not-a-token", "x" * 2000])

@@ -130,10 +130,12 @@ async def login(request: Request, pool: PoolDep) -> Response:
         return _login_error("paste a token", status.HTTP_422_UNPROCESSABLE_CONTENT)
     async with pool.acquire() as conn:
         user = await users_repo.by_token(conn, token)
-    if user is None:
-        return _login_error("this token is not valid", status.HTTP_401_UNAUTHORIZED)
+        if user is None:
+            return _login_error("this token is not valid", status.HTTP_401_UNAUTHORIZED)
+        ttl_s = request.app.state.settings.session_ttl_s
+        cookie = await users_repo.open_session(conn, user, ttl_s)
     response = RedirectResponse("/", status_code=status.HTTP_303_SEE_OTHER)
-    session.sign_in(response, request, token)
+    session.sign_in(response, request, cookie)
     logger.info("%s signed in to the dashboard", user.name, extra={"user": user.name})
     return response
 
@@ -145,8 +147,13 @@ def _login_error(message: str, code: int) -> Response:
 
 
 @router.post("/logout")
-async def logout() -> Response:
-    """Forget the session cookie."""
+async def logout(request: Request, pool: PoolDep) -> Response:
+    """End the session: its token is revoked (a copy of the cookie no longer works) and the
+    cookie removed."""
+    cookie = request.cookies.get(session.COOKIE)
+    if cookie and len(cookie) <= _MAX_TOKEN_CHARS:
+        async with pool.acquire() as conn:
+            await users_repo.close_session(conn, cookie)
     response = RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
     session.sign_out(response)
     return response
