@@ -81,7 +81,10 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.state.analysers = frozenset(analysers.available_names())
     # One broker connection per api process for every live event stream, opened on first use.
     app.state.events = EventHub(
-        settings.amqp_url, Topology(settings.namespace), settings.max_event_streams
+        settings.amqp_url,
+        Topology(settings.namespace),
+        settings.max_event_streams,
+        per_holder=settings.max_event_streams_per_user,
     )
     errors.install(app)
     for module in (health, jobs, tasks, admin, events, hosts, bulk, outputs):

@@ -41,6 +41,10 @@ class StreamsUnavailable(Exception):
     """No stream can be opened now: the broker does not answer, or the api has too many."""
 
 
+class TooManyStreams(StreamsUnavailable):
+    """The caller holds their share of this api's streams already."""
+
+
 class Subscription:
     """One stream's queue; `next()` gives its messages in order, None once closed."""
 
@@ -91,10 +95,14 @@ class Subscription:
 class EventHub:
     """The api process's follower side of the events exchange."""
 
-    def __init__(self, amqp_url: str, topology: Topology, max_streams: int) -> None:
+    def __init__(
+        self, amqp_url: str, topology: Topology, max_streams: int, per_holder: int | None = None
+    ) -> None:
         self._url = amqp_url
         self._topology = topology
         self._max_streams = max_streams
+        self._per_holder = per_holder
+        self._holders: dict[Subscription, str] = {}  # who opened each stream that counts
         self._connection: AbstractRobustConnection | None = None
         self._lock = asyncio.Lock()
         self._live: set[Subscription] = set()
@@ -113,16 +121,24 @@ class EventHub:
         """Return once no stream is open (at once if none is)."""
         await self._idle.wait()
 
-    async def subscribe(self, patterns: list[str]) -> Subscription:
+    async def subscribe(self, patterns: list[str], holder: str | None = None) -> Subscription:
         """A consuming subscription bound to every checked pattern in `patterns`.
 
         When this returns, the bindings exist: every event published from now on reaches it.
-        Raises `StreamsUnavailable` when the broker does not answer or the api is at its limit.
+        Raises `StreamsUnavailable` when the broker does not answer or the api is at its limit,
+        `TooManyStreams` when `holder` (a user; None: not counted) holds their share already.
         """
         if self._closing:
             raise StreamsUnavailable("the api is shutting down")
         if len(self._live) >= self._max_streams:
             raise StreamsUnavailable(f"this api serves {self._max_streams} event streams already")
+        if holder is not None and self._per_holder is not None:
+            held = sum(1 for h in self._holders.values() if h == holder)
+            if held >= self._per_holder:
+                raise TooManyStreams(
+                    f"you hold {held} event streams of this api already (at most"
+                    f" {self._per_holder}); close one, or follow several topics in one stream"
+                )
         try:
             async with asyncio.timeout(OPEN_TIMEOUT_S):
                 connection = await self._connect()
@@ -139,6 +155,8 @@ class EventHub:
                 queue = await declare_follower_queue(channel, self._topology, name, patterns)
                 subscription = Subscription(channel, queue)
                 self._live.add(subscription)
+                if holder is not None:
+                    self._holders[subscription] = holder
                 self._idle.clear()
                 await subscription.start()
         except _BROKER_ERRORS as exc:
@@ -172,6 +190,7 @@ class EventHub:
             await subscription.close()
         finally:
             self._live.discard(subscription)
+            self._holders.pop(subscription, None)
             del self._closers[subscription]
             if not self._live:
                 self._idle.set()

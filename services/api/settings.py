@@ -30,6 +30,8 @@ class ApiSettings(CommonSettings):
     session_ttl_s: float = Field(default=12 * 3600.0, gt=0, le=30 * 86400.0)
     #: Most event streams (SSE clients) one api process serves at once (a channel each).
     max_event_streams: int = Field(default=500, ge=1, le=2000)
+    #: Most of them one user (not an operator) holds at once: their share.
+    max_event_streams_per_user: int = Field(default=20, ge=1, le=2000)
     #: Submissions (`POST /jobs`, `POST /jobs/{id}/inputs`) one user token may make per second,
     #: on average (`VIGIL_SUBMIT_RATE_PER_S`); more get 429 with `Retry-After`. Operators are
     #: not limited.

@@ -400,3 +400,31 @@ async def test_when_a_followers_token_is_revoked__its_stream_ends_within_a_secon
                 await frames.next(within=3)
         async with served.client(served.user) as client:
             assert (await client.get("/jobs")).status_code == 401
+
+
+async def test_a_user_holds_at_most_their_share_of_streams_and_others_keep_theirs(
+    session_database_url: str, namespace: str
+) -> None:
+    async with served_api(session_database_url, namespace, max_event_streams_per_user=2) as served:
+        mine = await served.submit(served.user)
+        theirs = await served.submit(served.other)
+        async with (
+            stream(served, served.user, f"job.*.{mine}"),
+            stream(served, served.user, f"task.*.{mine}"),
+        ):
+            # when the user opens a third stream
+            async with served.client(served.user) as client:
+                refused = await client.get("/events", params={"topic": f"log.*.{mine}"})
+            # then it is refused, saying why, and another user and an operator still follow
+            assert refused.status_code == 429 and "at most 2" in refused.text
+            async with (
+                stream(served, served.other, f"job.*.{theirs}"),
+                stream(served, served.operator, "job.*.*"),
+                stream(served, served.operator, "task.*.*"),
+            ):
+                pass
+        # and once the user's streams are closed, they may open one again
+        async with asyncio.timeout(WAIT_S):
+            await served.hub.wait_idle()
+        async with stream(served, served.user, f"log.*.{mine}"):
+            pass

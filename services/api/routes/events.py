@@ -13,7 +13,7 @@ from services.api import sse
 from services.api.access import owner_filter
 from services.api.deps import AUTH_RESPONSES, CurrentUser, EventHubDep, PoolDep, SettingsDep
 from services.api.errors import invalid
-from services.api.event_hub import StreamsUnavailable
+from services.api.event_hub import StreamsUnavailable, TooManyStreams
 from shared import db, topics, users_repo
 from shared.db import Connection, Pool
 from shared.errors import UNAVAILABLE, NotFound
@@ -34,6 +34,7 @@ _RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
         "description": _STREAM_DOC,
     },
     403: {"description": "A user named a wildcard job (users follow their own jobs by id)."},
+    429: {"description": "A user holds their share of the api's streams already."},
     404: {"description": "A named job does not exist or belongs to another user."},
     503: {"description": "The message broker does not answer, or the api serves too many streams."},
 }
@@ -95,7 +96,11 @@ async def follow_events(
     async with pool.acquire() as conn:
         await _check_access(conn, user, wanted)
     try:
-        subscription = await hub.subscribe([t.pattern for t in wanted])
+        subscription = await hub.subscribe(
+            [t.pattern for t in wanted], holder=None if user.is_operator else user.id
+        )
+    except TooManyStreams as exc:
+        raise HTTPException(status_code=status.HTTP_429_TOO_MANY_REQUESTS, detail=str(exc)) from exc
     except StreamsUnavailable as exc:
         raise HTTPException(
             status_code=status.HTTP_503_SERVICE_UNAVAILABLE, detail=str(exc)
