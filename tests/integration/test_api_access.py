@@ -60,7 +60,7 @@ OPEN: Final[dict[Key, str]] = {
     ("GET", "/redoc"): "the API documentation page; no data",
     ("GET", "/login"): "the dashboard's sign-in form",
     ("POST", "/login"): "signing in: it checks the token it is given",
-    ("POST", "/logout"): "signing out: it only clears the cookie",
+    ("POST", "/logout"): "signing out: it revokes the cookie's session and clears the cookie",
     ("MOUNT", "/static"): "the dashboard's scripts and styles; no data",
 }
 
@@ -132,6 +132,23 @@ def test_when_routes_are_enumerated__each_is_in_the_matrix_or_open() -> None:
     assert routes - MATRIX.keys() - OPEN.keys() == set(), "add these routes to MATRIX or OPEN"
     assert (MATRIX.keys() | OPEN.keys()) - routes == set(), "these rows name no route"
     assert not MATRIX.keys() & OPEN.keys()
+
+
+def test_the_published_contract_lists_each_route_of_the_matrix_with_its_refusals() -> None:
+    """The OpenAPI schema, as clients read it: every operation is in the matrix (or open), says
+    it may answer 401, and 403 where only operators may call it."""
+    schema = create_app(ApiSettings()).openapi()
+    operations = {
+        (method.upper(), path): operation
+        for path, item in schema["paths"].items()
+        for method, operation in item.items()
+    }
+
+    assert operations.keys() - MATRIX.keys() - OPEN.keys() == set(), "not in MATRIX or OPEN"
+    for key in operations.keys() & MATRIX.keys():
+        responses = operations[key]["responses"]
+        assert "401" in responses, key
+        assert ("403" in responses) >= MATRIX[key].operators_only, key
 
 
 #: Operator-only routes outside `/admin/`: host quarantine changes the fleet for everyone.
