@@ -2,7 +2,9 @@
 
 New tasks whose setup prerequisites are met (and whose resubmission backoff, `not_before`, has
 passed) go to the pool queue, within each job's `release_per_tick` and `max_in_flight` (1 while
-the job is probing); a configuring job has only test tasks, released the same way. Unclaimed
+the job is probing) and their owner's share (users interleaved, each within the per-user cap
+on tasks in flight, `VIGIL_MAX_IN_FLIGHT_PER_USER`); a configuring job has only test tasks,
+released the same way. Unclaimed
 tasks resting in `queued` or `data_ready`
 (after a recovery, or once post-processing prerequisites are met), or in an action state
 (`recover_*`, `restart_*`: a hook to run), go to their host's queue, since their work dir
@@ -27,36 +29,60 @@ _NOT_STOPPED: Final = "NOT EXISTS (SELECT 1 FROM emergency_stops WHERE resumed_a
 #: reading the whole index, dead entries of finished big jobs included, into a hash), and only
 #: those that have one are opened, their tasks in flight counted on `tasks_in_flight`. A round
 #: costs a probe per active job plus what it releases, not the size of the jobs.
+#:
+#: Fair share (issue 17): the candidates are numbered per owner (`nth`: their jobs oldest
+#: first, each job's tasks in order), released in that order across owners (every owner's
+#: first, then every owner's second...), and an owner gets no more than the per-user cap
+#: ($cap, NULL: none) minus what they have in flight (`owner_load`, a CTE of `_ROUND`).
 _NEW_OF = f"""
-SELECT t.id FROM (
-    SELECT j.id, j.state, j.release_per_tick, j.max_in_flight, j.probing_since FROM jobs j
-    CROSS JOIN LATERAL (
-        SELECT 1 FROM tasks n WHERE n.job_id = j.id AND n.claim IS NULL AND n.state = 'new'
-        LIMIT 1) has_new
-    WHERE {{jobs}}
-    ORDER BY j.created_at
-) j CROSS JOIN LATERAL (
-    SELECT t.id FROM tasks t
-    WHERE t.job_id = j.id AND t.state = 'new' AND t.claim IS NULL
-      AND (NOT t.test OR j.state = 'configuring')
-      AND (t.not_before IS NULL OR t.not_before <= now())
-      AND NOT {unmet_sql("setup")}
-    ORDER BY t.index
-    LIMIT greatest(0, least(j.release_per_tick, (
-        CASE WHEN j.probing_since IS NULL THEN j.max_in_flight ELSE 1 END) - (
-        SELECT count(*) FROM tasks x WHERE x.job_id = j.id
-          AND (x.claim IS NOT NULL OR x.state NOT IN {sql_states.NOT_IN_FLIGHT}))))
-) t
+SELECT r.id FROM (
+    SELECT t.id, j.owner_id, j.created_at,
+        row_number() OVER (PARTITION BY j.owner_id ORDER BY j.created_at, j.id, t.index) AS nth
+    FROM (
+        SELECT j.id, j.owner_id, j.created_at, j.state, j.release_per_tick, j.max_in_flight,
+            j.probing_since
+        FROM jobs j
+        CROSS JOIN LATERAL (
+            SELECT 1 FROM tasks n WHERE n.job_id = j.id AND n.claim IS NULL AND n.state = 'new'
+            LIMIT 1) has_new
+        WHERE {{jobs}}
+    ) j CROSS JOIN LATERAL (
+        SELECT t.id, t.index FROM tasks t
+        WHERE t.job_id = j.id AND t.state = 'new' AND t.claim IS NULL
+          AND (NOT t.test OR j.state = 'configuring')
+          AND (t.not_before IS NULL OR t.not_before <= now())
+          AND NOT {unmet_sql("setup")}
+        ORDER BY t.index
+        LIMIT greatest(0, least(j.release_per_tick, (
+            CASE WHEN j.probing_since IS NULL THEN j.max_in_flight ELSE 1 END) - (
+            SELECT count(*) FROM tasks x WHERE x.job_id = j.id
+              AND (x.claim IS NOT NULL OR x.state NOT IN {sql_states.NOT_IN_FLIGHT}))))
+    ) t
+) r
+WHERE {{cap}}::bigint IS NULL OR r.nth <= {{cap}}::bigint - coalesce(
+    (SELECT l.n FROM owner_load l WHERE l.owner_id = r.owner_id), 0)
+ORDER BY r.nth, r.created_at, r.id
 LIMIT $1
 """
 
-_NEW_TASKS: Final = (
-    "("
-    + _NEW_OF.format(jobs="j.state = 'active'")
-    + ") UNION ALL ("
-    + _NEW_OF.format(jobs=f"j.state = 'configuring' AND {_NOT_STOPPED}")
-    + ")"
-)
+
+def _new_tasks(cap: str) -> str:
+    """The new tasks to release of active jobs, then of configuring ones (test tasks)."""
+    return (
+        "("
+        + _NEW_OF.format(jobs="j.state = 'active'", cap=cap)
+        + ") UNION ALL ("
+        + _NEW_OF.format(jobs=f"j.state = 'configuring' AND {_NOT_STOPPED}", cap=cap)
+        + ")"
+    )
+
+
+#: Tasks in flight per owner, over all their jobs (`tasks_in_flight`: what runs or is claimed).
+_OWNER_LOAD: Final = f"""
+SELECT j.owner_id, count(*) AS n FROM tasks x JOIN jobs j ON j.id = x.job_id
+WHERE x.claim IS NOT NULL OR x.state NOT IN {sql_states.NOT_IN_FLIGHT}
+GROUP BY j.owner_id
+"""
 
 #: Unclaimed states with work for the task's host; the partial index `tasks_resting`
 #: (migration 0003) lists the same states, so that this query never scans finished tasks.
@@ -91,8 +117,9 @@ _STAGE_SQL: Final = (
 #: write it: `tests/integration/test_dispatcher.py` reads it back through the model): new tasks
 #: to the pool queue ($N: its routing key), the others to their host's queue.
 _ROUND: Final = f"""
-WITH picked AS (
-    ({_NEW_TASKS}) UNION ALL ({_RESTING_TASKS})
+WITH owner_load AS MATERIALIZED ({_OWNER_LOAD}
+), picked AS (
+    ({{new_tasks}}) UNION ALL ({_RESTING_TASKS})
 ), claimed AS (
     UPDATE tasks t SET claim = gen_random_uuid(), updated_at = now()
     FROM picked p
@@ -115,8 +142,10 @@ SELECT count(*) FROM claimed
 class Dispatcher:
     """Claims releasable tasks and writes their work messages to the outbox."""
 
-    def __init__(self, pool: Pool, batch: int, worker_pool: str) -> None:
-        self._pool, self._batch = pool, batch
+    def __init__(
+        self, pool: Pool, batch: int, worker_pool: str, per_user: int | None = None
+    ) -> None:
+        self._pool, self._batch, self._per_user = pool, batch, per_user
         self._pool_key = pool_key(worker_pool)
 
     async def run_once(self) -> int:
@@ -124,7 +153,11 @@ class Dispatcher:
         trip, with nothing to release too); returns how many."""
         args = [self._batch, *met_arrays()]
         n = len(args)
-        query = _ROUND.format(actions=f"${n + 1}", pool_key=f"${n + 2}")
+        query = _ROUND.format(
+            new_tasks=_new_tasks(cap=f"${n + 3}"), actions=f"${n + 1}", pool_key=f"${n + 2}"
+        )
         async with self._pool.acquire() as conn:
-            released = await conn.fetchval(query, *args, _ACTION_STATES, self._pool_key)
+            released = await conn.fetchval(
+                query, *args, _ACTION_STATES, self._pool_key, self._per_user
+            )
         return int(released)

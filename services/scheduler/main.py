@@ -53,7 +53,9 @@ class Scheduler:
         self.settings = settings
         self.pool = pool
         self.relay = Relay(pool, broker, settings.scheduler_batch)
-        self.dispatcher = Dispatcher(pool, settings.scheduler_batch, settings.worker_pool)
+        self.dispatcher = Dispatcher(
+            pool, settings.scheduler_batch, settings.worker_pool, settings.max_in_flight_per_user
+        )
         self.finaliser = Finaliser(
             pool, redis, RedisKeys(settings.namespace), settings.scheduler_batch
         )

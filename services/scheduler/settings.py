@@ -11,6 +11,9 @@ class SchedulerSettings(CommonSettings):
 
     scheduler_tick_s: float = Field(default=0.25, gt=0, le=60)
     scheduler_batch: int = Field(default=500, ge=1, le=10000)
+    #: Most tasks one user has in flight (claimed or running) over all their jobs; unset: no
+    #: cap. Whatever it is, users are interleaved at each release (`VIGIL_MAX_IN_FLIGHT_PER_USER`).
+    max_in_flight_per_user: int | None = Field(default=None, ge=1)
     #: The relay looks for unpublished rows at least this often: the events of a task's normal
     #: path on its worker send no NOTIFY (they would serialize the commits), so this bounds
     #: how late a follower can see them (`VIGIL_RELAY_POLL_S`).

@@ -1,16 +1,18 @@
 """The dispatcher on the real PostgreSQL: what it releases (see also the e2e tests)."""
 
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
 from services.scheduler.dispatcher import Dispatcher
-from shared import configuring, emergency, jobs_repo, users_repo
+from shared import configuring, db, emergency, jobs_repo, users_repo
 from shared.configuring import TrialInput
 from shared.db import Connection, Pool
 from shared.jobs_repo import NewJob
 from shared.messages import RunStage, to_jsonable
 from shared.states import Stage
+from tests.conftest import fresh_database
 
 pytestmark = pytest.mark.integration
 
@@ -90,3 +92,50 @@ async def test_the_work_messages_made_in_sql_read_as_run_stage_would_have_writte
         assert message.stage is Stage.SETUP
         assert message.claim == claims[message.task_id]
     assert sorted(m.task_id for m in messages) == sorted(claims)
+
+
+@pytest.fixture(scope="module")
+def share_database_url() -> Iterator[str]:
+    with fresh_database("vigil_fair_share") as url:
+        yield url
+
+
+async def _released_per_owner(conn: Connection, owners: dict[str, str]) -> dict[str, int]:
+    rows = await conn.fetch(
+        "SELECT j.owner_id, count(*) AS n FROM tasks t JOIN jobs j ON j.id = t.job_id"
+        " WHERE t.claim IS NOT NULL GROUP BY j.owner_id"
+    )
+    by_id = {r["owner_id"]: int(r["n"]) for r in rows}
+    return {name: by_id.get(user_id, 0) for name, user_id in owners.items()}
+
+
+@pytest.mark.parametrize(
+    ("batch", "per_user", "expected"),
+    [
+        (4, None, {"early": 2, "late": 2}),  # one round: users interleaved, not first come
+        (100, 3, {"early": 3, "late": 3}),  # the cap, over both of early's jobs
+    ],
+)
+async def test_users_share_the_releases_and_each_stays_within_the_per_user_cap(
+    share_database_url: str, batch: int, per_user: int | None, expected: dict[str, int]
+) -> None:
+    async with db.open_pool(share_database_url, max_size=2) as pool, pool.acquire() as conn:
+        await conn.execute("UPDATE tasks SET claim = NULL, state = 'completed'")  # a clean slate
+        # given a user with two big jobs submitted first, and another with one job after
+        owners = {}
+        for name, jobs in (("early", 2), ("late", 1)):
+            user = await users_repo.ensure_user(conn, f"{name}-{uuid.uuid4().hex[:8]}", "user", "x")
+            owners[name] = user.id
+            for _ in range(jobs):
+                await jobs_repo.create(
+                    conn, user.id, NewJob(name, "shell", "true", list("abcdefgh"))
+                )
+
+        # when the dispatcher runs twice (nothing ends in between)
+        dispatcher = Dispatcher(pool, batch=batch, worker_pool="default", per_user=per_user)
+        await dispatcher.run_once()
+        if per_user is not None:
+            await dispatcher.run_once()
+
+        # then each user got their share
+        assert await _released_per_owner(conn, owners) == expected
