@@ -431,7 +431,7 @@ def test_an_operator_manages_accounts_through_the_client(served: Served) -> None
         made = operator.add_user(name, label="first")
         more = operator.new_token(name)
         with served.client(made["token"]) as dora:
-            assert dora.hosts() == dora.hosts()  # the token works
+            assert isinstance(dora.hosts(), list)  # the token works
 
         revoked = operator.revoke_token(made["details"]["id"])
         listed = operator.tokens(name)
