@@ -22,7 +22,9 @@ from vigil.errors import Conflict, UsageError, VigilError
 from vigil.session import EXIT_BY_STATE, Session, explain
 from vigil.states import TASK_FAILED
 
-out = Console(highlight=False)
+#: Tables written to a pipe or a file are as wide as their cells (a terminal's width would cut
+#: ids, names and paths, and a script needs them whole).
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
 err = Console(stderr=True, highlight=False)
 
 
@@ -34,6 +36,14 @@ app = typer.Typer(
 )
 
 P = ParamSpec("P")
+
+#: `--json`: one JSON document on stdout (JSON lines for what streams), with the API's own
+#: field names, never cut; hints and progress go to stderr.
+JsonFlag = Annotated[bool, typer.Option("--json", help="One JSON document, nothing else.")]
+
+
+def _json(value: Any) -> None:
+    print(json.dumps(value), flush=True)
 
 
 def command(name: str | None = None) -> Callable[[Callable[P, None]], Callable[P, None]]:
@@ -119,8 +129,9 @@ def submit(
             "--configuring", help="Hold the inputs: only `vigil test` runs until `vigil activate`."
         ),
     ] = False,
+    as_json: JsonFlag = False,
 ) -> None:
-    """Submit the job in FILE and print its id."""
+    """Submit the job in FILE and print its id (--json: the job; with --wait, as it ended)."""
     if configuring and wait:
         raise UsageError(
             "--wait with --configuring would wait for ever: nothing but tests runs"
@@ -131,9 +142,12 @@ def submit(
         body["configuring"] = True
     with _session(ctx).client() as client:
         job = client.submit(body, idempotency_key)
-        print(render.printable(job["id"]), flush=True)
+        if not as_json:
+            print(render.printable(job["id"]), flush=True)
+        elif not wait:
+            _json(job)
         if wait:
-            _wait(client, job["id"], timeout)
+            _wait(client, job["id"], timeout, as_json=as_json)
 
 
 # -- trying a job before production ------------------------------------------------------------
@@ -149,6 +163,7 @@ def test_command(
     input_json: Annotated[
         str | None, typer.Option("--input", help="Test this input instead (JSON, or a string).")
     ] = None,
+    as_json: JsonFlag = False,
 ) -> None:
     """Run a test task of a configuring job and print its id (its outputs are thrown away
     when the job is activated)."""
@@ -162,7 +177,10 @@ def test_command(
         test_input["input"] = jobfile.json_or_text(input_json)
     with _session(ctx).client() as client:
         task = client.test(job_id, **test_input)
-    print(render.printable(task["id"]))
+    if as_json:
+        _json(task)
+    else:
+        print(render.printable(task["id"]))
 
 
 @command()
@@ -204,19 +222,30 @@ def status(
     state: Annotated[JobState | None, typer.Option(help="Only jobs in this state.")] = None,
     name: Annotated[str | None, typer.Option(help="Only jobs of this name.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=500, help="Most jobs listed.")] = 20,
+    as_json: JsonFlag = False,
 ) -> None:
-    """List jobs; or show one job (tasks per state, failed tasks) or one task (attempts)."""
+    """List jobs; or show one job (tasks per state, failed tasks) or one task (attempts).
+
+    --json: the list of jobs, or the job as `GET /jobs/{id}` gives it, or the task."""
     with _session(ctx).client() as client:
         if some_id is None:
             wanted = state.value if state else None
             page = client.jobs_page(state=wanted, name=name, limit=limit)
-            out.print(render.jobs_table(page["items"]))
+            if as_json:
+                _json(page["items"])
+            else:
+                out.print(render.jobs_table(page["items"]))
             if page["next_cursor"] is not None:
                 print(f"(the {limit} newest shown; --limit for more)", file=sys.stderr)
         elif _kind(some_id) == "job":
             job = client.job(some_id)
+            if as_json:
+                _json(job)
+                return
             failed = [t for t in client.tasks(some_id) if t["state"] in TASK_FAILED]
             out.print(*render.job_detail(job, failed))
+        elif as_json:
+            _json(client.task(some_id))
         else:
             out.print(*render.task_detail(client.task(some_id)))
 
@@ -238,7 +267,7 @@ def wait_command(
         _wait(client, job_id, timeout)
 
 
-def _wait(client: Client, job_id: str, timeout: float | None) -> NoReturn:
+def _wait(client: Client, job_id: str, timeout: float | None, *, as_json: bool = False) -> NoReturn:
     with render.progress(err) as bar:
         handle = bar.add_task(job_id, total=None)
         job = client.wait(
@@ -246,6 +275,9 @@ def _wait(client: Client, job_id: str, timeout: float | None) -> NoReturn:
             on_progress=lambda view: bar.update(handle, **render.progress_fields(view)),
             timeout=timeout,
         )
+    if as_json:
+        _json(job)
+        raise typer.Exit(EXIT_BY_STATE[job["state"]])
     print(render.job_summary(job))
     if job["state"] == "failed":
         failed = [t for t in client.tasks(job_id) if t["state"] in TASK_FAILED]
@@ -274,6 +306,9 @@ def logs(
     task: Annotated[str | None, typer.Option(help="Only this task's lines.")] = None,
     severity: Annotated[Severity | None, typer.Option(help="Only lines of this severity.")] = None,
     run: Annotated[int | None, typer.Option(min=1, help="Only this run of the tasks.")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per line, as the API gives it.")
+    ] = False,
 ) -> None:
     """Print the job's output lines: task, severity, text."""
     _expect("job", job_id, "logs")
@@ -282,7 +317,10 @@ def logs(
     with _session(ctx).client() as client:
         level = severity.value if severity else None
         for line in client.logs(job_id, task=task, severity=level, run=run, follow=follow):
-            print(render.log_line(line), flush=follow)
+            if as_json:
+                print(json.dumps(line), flush=follow)
+            else:
+                print(render.log_line(line), flush=follow)
 
 
 @command()
@@ -293,6 +331,9 @@ def events(
         bool, typer.Option("--follow", "-f", help="Reconnect when the stream breaks.")
     ] = False,
     count: Annotated[int | None, typer.Option("--count", "-n", min=1, help="Stop after N.")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help='One {"routing_key", "body"} object per line.')
+    ] = False,
 ) -> None:
     """Print events matching the topic patterns (`*` one word, `#` any): key and JSON body.
 
@@ -305,7 +346,10 @@ def events(
 
     with _session(ctx).client() as client:
         for event in client.follow(topics, reconnect=follow, on_open=opened):
-            print(render.event_line(event), flush=True)
+            if as_json:
+                _json({"routing_key": event.routing_key, "body": event.body})
+            else:
+                print(render.event_line(event), flush=True)
             seen += 1
             if count is not None and seen >= count:
                 return
@@ -405,11 +449,15 @@ def throttle(
 
 
 @command()
-def outputs(ctx: typer.Context, job_id: JobArg) -> None:
+def outputs(ctx: typer.Context, job_id: JobArg, as_json: JsonFlag = False) -> None:
     """List the job's output files: task, name, size, sha256, downloadable, where they are."""
     _expect("job", job_id, "outputs")
     with _session(ctx).client() as client:
-        out.print(harvest.outputs_table(client.outputs(job_id)))
+        found = list(client.outputs(job_id))
+    if as_json:
+        _json(found)
+    else:
+        out.print(harvest.outputs_table(found))
 
 
 @command()
@@ -455,10 +503,14 @@ def purge(
 
 
 @command()
-def hosts(ctx: typer.Context) -> None:
+def hosts(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """List the worker hosts."""
     with _session(ctx).client() as client:
-        out.print(render.hosts_table(client.hosts()))
+        found = client.hosts()
+    if as_json:
+        _json(found)
+    else:
+        out.print(render.hosts_table(found))
 
 
 @command("emergency-stop")
@@ -482,8 +534,6 @@ def resume_all(ctx: typer.Context) -> None:
 
 # -- accounts (operators) ---------------------------------------------------------------------
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="One JSON document, nothing else.")]
-
 
 def _issued(issued: dict[str, Any]) -> None:
     """A token just made: alone on stdout (`TOKEN=$(vigil add-user bob)`), its id on stderr."""
@@ -502,7 +552,7 @@ def users(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     with _session(ctx).client() as client:
         found = client.users()
     if as_json:
-        print(json.dumps(found))
+        _json(found)
     else:
         out.print(render.users_table(found))
 
@@ -529,7 +579,7 @@ def tokens(
     with _session(ctx).client() as client:
         found = client.tokens(name)
     if as_json:
-        print(json.dumps(found))
+        _json(found)
     else:
         out.print(render.tokens_table(found))
 
@@ -594,6 +644,7 @@ def fix(
     ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Change nothing; show.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Confirm acting on many tasks.")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Apply ACTION to every task the options select, across jobs (a user: their own jobs).
 
@@ -615,6 +666,9 @@ def fix(
             result = client.bulk_action(action.value, chosen, dry_run=dry_run, confirm=yes)
         except Conflict as exc:
             raise Conflict(exc.status, fixes.confirm_hint(exc.message)) from None
+    if as_json:
+        _json(result)
+        return
     print(fixes.summary(result))
     for line in fixes.refusal_lines(result):
         print(line)
@@ -626,11 +680,16 @@ def fix(
 def fixes_command(
     ctx: typer.Context,
     limit: Annotated[int, typer.Option(min=1, max=500, help="Most records listed.")] = 20,
+    as_json: JsonFlag = False,
 ) -> None:
     """List the recorded bulk actions (`fix`), dry runs included, newest first."""
     with _session(ctx).client() as client:
-        for record in client.bulk_actions(limit=limit):
-            print(fixes.record_line(record))
+        records = list(client.bulk_actions(limit=limit))
+    if as_json:
+        _json(records)
+        return
+    for record in records:
+        print(fixes.record_line(record))
 
 
 if __name__ == "__main__":  # python -m vigil.cli

@@ -3,6 +3,7 @@ and the errors a user meets (API down, token refused), each as one line without 
 """
 
 import importlib.util
+import json
 import select
 import subprocess
 import threading
@@ -202,3 +203,35 @@ def test_when_the_documented_resubmission_rule_runs__a_killed_task_is_duplicated
     assert {(t["input"], t["state"], t["failure_class"], t["signal"]) for t in tasks} == {
         ("x", "failed_on_cluster", "signal", 9)
     }
+
+
+def test_a_script_reads_every_record_as_json_and_tables_to_a_pipe_keep_whole_ids(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    # given a job submitted with --json and waited for with --json
+    job_file = tmp_path / "job.yaml"
+    long_name = "a-campaign-name-" + "x" * 90  # wider than any terminal
+    job_file.write_text(JOB_YAML.replace("name: greet", f"name: {long_name}"))
+    submitted = vigil(env, "submit", str(job_file), "--json", "--wait", "--timeout", str(WAIT_S))
+    assert submitted.returncode == 0, submitted.stderr
+    job = json.loads(submitted.stdout)  # one document: the job as it ended
+    assert (job["name"], job["state"]) == (long_name, "completed")
+
+    # when each record command is asked for --json
+    status = json.loads(vigil(env, "status", job["id"], "--json").stdout)
+    listed = json.loads(vigil(env, "status", "--json", "--name", long_name).stdout)
+    hosts = json.loads(vigil(env, "hosts", "--json").stdout)
+    outputs = json.loads(vigil(env, "outputs", job["id"], "--json").stdout)
+    logs = [
+        json.loads(line) for line in vigil(env, "logs", job["id"], "--json").stdout.splitlines()
+    ]
+    fixed = json.loads(vigil(env, "fix", "hold", "--job", job["id"], "--dry-run", "--json").stdout)
+
+    # then each is the API's record, with its own field names
+    assert status["id"] == job["id"] and [j["id"] for j in listed] == [job["id"]]
+    assert any(h["id"] == "e2e-host" for h in hosts) and outputs == []
+    assert sorted(line["line"] for line in logs) == ["hello a", "hello b"]
+    assert fixed["dry_run"] is True
+    # and a table written to a pipe cuts nothing
+    table = vigil(env, "status", "--name", long_name).stdout
+    assert long_name in table and job["id"] in table
