@@ -17,15 +17,16 @@ from shared.status_file import StatusReport
 
 #: Classes caused by the infrastructure rather than by the command: resubmitted if restartable.
 INFRA: frozenset[FailureClass] = frozenset(
-    {FailureClass.SIGNAL, FailureClass.LOST, FailureClass.HUNG}
+    {FailureClass.SIGNAL, FailureClass.LOST, FailureClass.HUNG, FailureClass.HOST}
 )
 
-#: Classes that count against the host a task failed on (design §5, blame): only `lost`, its
-#: worker or supervisor dying or going silent. A signal (a program's own fault signal, or one
+#: Classes that count against the host a task failed on (design §5, blame): `lost`, its
+#: worker or supervisor dying or going silent, and `host`, its disk refusing the task's files
+#: (full, over quota, read-only: issue 13). A signal (a program's own fault signal, or one
 #: from outside such as the OOM killer or an operator's kill) and a hang are infra for
 #: retrying but the job's record, never a host's: otherwise any user could take a pool out with
 #: `kill -SEGV $$`.
-BLAMES_HOST: frozenset[FailureClass] = frozenset({FailureClass.LOST})
+BLAMES_HOST: frozenset[FailureClass] = frozenset({FailureClass.LOST, FailureClass.HOST})
 
 
 class Verdict(StrEnum):

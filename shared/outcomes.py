@@ -1,7 +1,9 @@
 """Pure decisions about how an attempt ended: its next state, failure class and brief."""
 
+import errno
 import signal as signals
 from dataclasses import dataclass
+from typing import Final
 
 from shared.messages import JobEvent, JobOutcome
 from shared.states import FailureClass, TaskState, failure_state_for
@@ -125,15 +127,44 @@ def lost_outcome(state: TaskState, why: str) -> Outcome:
     return Outcome(failure_state_for(state), FailureClass.LOST, brief=why)
 
 
+#: What an `OSError` says when the host's disk, not the job, is at fault.
+DISK_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+
+
+def _disk_refusal(exc: BaseException) -> str | None:
+    """`no space left on device on /path` (& co.) when `exc` is the host's disk refusing."""
+    if not isinstance(exc, OSError) or exc.errno not in DISK_ERRNOS:
+        return None
+    reason = (exc.strerror or str(exc)).lower()
+    return f"{reason} on {exc.filename}" if exc.filename else reason
+
+
 def hook_failed(
     state: TaskState, hook: str, exc: BaseException | None, detail: str | None
 ) -> Outcome:
-    """A hook raised (`exc`) or returned False (`exc` is None)."""
+    """A hook raised (`exc`) or returned False (`exc` is None). A disk that refused the
+    task's files (full, over quota, read-only) is the host's failure, class `host`."""
     if exc is None:
         return Outcome(state, FailureClass.HOOK, brief=f"{hook}() returned False")
+    disk = _disk_refusal(exc)
+    if disk is not None:
+        return Outcome(
+            state, FailureClass.HOST, brief=f"{hook}(): the host's disk: {disk}", detail=detail
+        )
     return Outcome(
         state,
         FailureClass.HOOK,
         brief=f"{hook}() raised {type(exc).__name__}: {exc}",
         detail=detail,
+    )
+
+
+def worker_failed(state: TaskState, exc: BaseException, detail: str) -> Outcome:
+    """The worker hit an error of its own while driving a task in `state`: class `hook`, or
+    `host` when it was the host's disk refusing the task's files."""
+    disk = _disk_refusal(exc)
+    if disk is not None:
+        return Outcome(state, FailureClass.HOST, brief=f"the host's disk: {disk}", detail=detail)
+    return Outcome(
+        state, FailureClass.HOOK, brief=f"worker error: {type(exc).__name__}: {exc}", detail=detail
     )

@@ -65,6 +65,7 @@ class FailureClass(StrEnum):
     ERROR_LOG = "error_log"  # an error/critical/fatal log record was seen
     HOOK = "hook"  # setup()/save_results() or a recovery hook raised
     CANCELLED = "cancelled"  # a user or operator stopped it
+    HOST = "host"  # the host's disk refused the task's files (full, over quota, read-only)
 
 
 class Stage(StrEnum):

@@ -47,6 +47,7 @@ class FailureClass(StrEnum):
     ERROR_LOG = "error_log"
     HOOK = "hook"
     CANCELLED = "cancelled"
+    HOST = "host"
 
 
 def point_in_time(text: str, now: datetime) -> datetime:

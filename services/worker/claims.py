@@ -18,8 +18,8 @@ from shared.datasets import UPSTREAM_KEY
 from shared.db import Connection, Pool
 from shared.errors import UNAVAILABLE, StaleState
 from shared.messages import RunStage
-from shared.outcomes import Outcome
-from shared.states import ACTIONS, FailureClass, JobState, Stage, TaskState, failure_state_for
+from shared.outcomes import worker_failed
+from shared.states import ACTIONS, JobState, Stage, TaskState, failure_state_for
 from shared.transition_writer import Move, TransitionWriter
 
 S = TaskState
@@ -205,12 +205,7 @@ class Taker:
                     task = await tasks_repo.get(conn, held.task.id)
                     if task is None or task.claim != held.claim:
                         return
-                    outcome = Outcome(
-                        failure_state_for(task.state),
-                        FailureClass.HOOK,
-                        brief=f"worker error: {type(exc).__name__}: {exc}",
-                        detail=detail,
-                    )
+                    outcome = worker_failed(failure_state_for(task.state), exc, detail)
                     await loss.declare(conn, task, outcome)
                     return
             except UNAVAILABLE as db_error:

@@ -1,9 +1,20 @@
 """How an attempt's end is classified (design §5 failure classes)."""
 
+import errno
+import os
 import signal
 
+import pytest
+
+from shared.analyser import BLAMES_HOST, INFRA
 from shared.messages import JobOutcome
-from shared.outcomes import command_outcome, hook_failed, lost_outcome, vanished_outcome
+from shared.outcomes import (
+    command_outcome,
+    hook_failed,
+    lost_outcome,
+    vanished_outcome,
+    worker_failed,
+)
 from shared.states import FailureClass, TaskState
 from shared.status_file import StatusReport
 
@@ -52,3 +63,37 @@ def test_a_hook_that_raised_keeps_the_traceback_and_one_that_said_false_says_so(
 def test_changes_keep_an_exit_code_already_known() -> None:
     assert "exit_code" not in command_outcome(-9, None).changes()
     assert command_outcome(2, None).changes()["exit_code"] == 2
+
+
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [
+        (errno.ENOSPC, "no space left on device on /work/j-1/t-1/input.json"),
+        (errno.EROFS, "read-only file system on /work/j-1/t-1/input.json"),
+        (errno.EDQUOT, "quota exceeded on /work/j-1/t-1/input.json"),
+    ],
+)
+def test_a_disk_that_refuses_the_tasks_files_is_the_hosts_failure_not_the_jobs(
+    code: int, says: str
+) -> None:
+    exc = OSError(code, os.strerror(code), "/work/j-1/t-1/input.json")
+
+    hook = hook_failed(TaskState.FAILED_TO_SETUP, "setup", exc, "trace")
+    worker = worker_failed(TaskState.FAILED_TO_SETUP, exc, "trace")
+
+    for outcome in (hook, worker):
+        assert outcome.failure_class is FailureClass.HOST
+        assert outcome.brief is not None and says in outcome.brief.lower()
+    assert FailureClass.HOST in INFRA and FailureClass.HOST in BLAMES_HOST
+
+
+def test_any_other_error_of_a_hook_or_the_worker_stays_a_hook_failure() -> None:
+    exc = PermissionError(errno.EACCES, "Permission denied", "/work/x")
+    assert hook_failed(TaskState.FAILED_TO_SETUP, "setup", exc, None).failure_class is (
+        FailureClass.HOOK
+    )
+    worker = worker_failed(TaskState.FAILED_ON_CLUSTER, ValueError("bad"), "trace")
+    assert (worker.failure_class, worker.brief) == (
+        FailureClass.HOOK,
+        "worker error: ValueError: bad",
+    )
