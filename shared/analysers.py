@@ -7,7 +7,7 @@ its own in its package's metadata:
     retry-segv = "mysite.analysers:RetrySegv"
 
 The entry point names a class taking no arguments (or a factory); it usually wraps
-`DefaultAnalyser` and adjusts its decision (see docs/examples/retry_segv_analyser.py).
+`DefaultAnalyser` and adjusts its decision (see examples/retry-segv/).
 """
 
 from importlib.metadata import entry_points

@@ -164,6 +164,9 @@ class AsyncClient:
     async def hosts(self) -> list[Host]:
         return cast(list[Host], await self._send(calls.hosts()))
 
+    async def analysers(self) -> list[str]:
+        return cast(list[str], await self._send(calls.analysers()))
+
     async def emergency_stop(self, reason: str) -> dict[str, Any]:
         return cast(dict[str, Any], await self._send(calls.emergency_stop(reason)))
 

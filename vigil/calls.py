@@ -141,6 +141,10 @@ def hosts() -> Call:
     return Call("GET", "/hosts")
 
 
+def analysers() -> Call:
+    return Call("GET", "/analysers")
+
+
 def emergency_stop(reason: str) -> Call:
     return Call("POST", "/admin/emergency-stop", json={"reason": reason})
 

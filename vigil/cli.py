@@ -513,6 +513,18 @@ def hosts(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         out.print(render.hosts_table(found))
 
 
+@command()
+def analysers(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """List the analysers a job's policy may name."""
+    with _session(ctx).client() as client:
+        found = client.analysers()
+    if as_json:
+        _json(found)
+    else:
+        for name in found:
+            print(render.printable(name))
+
+
 @command("emergency-stop")
 def emergency_stop(
     ctx: typer.Context,

@@ -206,6 +206,10 @@ class Client:
         """The worker hosts: heartbeat age, slots, running tasks, quarantine."""
         return cast(list[Host], self._send(calls.hosts()))
 
+    def analysers(self) -> list[str]:
+        """The analysers a job's `policy.analyser` may name (`default` and those installed)."""
+        return cast(list[str], self._send(calls.analysers()))
+
     def emergency_stop(self, reason: str) -> dict[str, Any]:
         """Suspend every active job and kill all running work (operators only; `Forbidden`
         otherwise, `Conflict` while a stop is in force); returns the stop."""

@@ -1,7 +1,8 @@
-"""A site's analyser on the real services (issue 6): the example of docs/examples, registered as
-a `vigil.analysers` entry point the way a site's package would be, decides after a SIGSEGV."""
+"""A site's analyser on the real services (issue 6): the example package of `examples/`,
+installed with pip as a site would install its own, decides after a SIGSEGV."""
 
-import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from tests.e2e.stack import E2E_ENV, Stack
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLE = Path(__file__).parents[2] / "docs" / "examples" / "retry_segv_analyser.py"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "retry-segv"
 
 # Segfaults until it is given a seed; prints the seed it got.
 SEGV_UNTIL_SEEDED = 'test -n "$VIGIL_RESUME" || kill -SEGV $$; echo "resumed with $VIGIL_RESUME"'
@@ -22,16 +23,15 @@ ALWAYS_SEGV = "kill -SEGV $$"
 
 
 def _site(root: Path) -> Path:
-    """A directory for PYTHONPATH holding the example module and the metadata that registers
-    it, as installing a site's package would."""
+    """A directory for PYTHONPATH into which pip installed the example package (its module and
+    the metadata that registers it), exactly as a site installs its own."""
     site = root / "site"
-    info = site / "site_analysers-1.0.dist-info"
-    info.mkdir(parents=True)
-    shutil.copy(EXAMPLE, site / "site_analysers.py")
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: site-analysers\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(
-        "[vigil.analysers]\nretry-segv = site_analysers:RetrySegv\n"
-    )
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site),
+         str(EXAMPLE)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
     return site
 
 
@@ -59,6 +59,7 @@ def _cluster_attempts(task: dict[str, Any]) -> list[dict[str, Any]]:
 async def test_a_segfault_is_retried_with_a_new_seed_by_the_sites_analyser(
     client: httpx.AsyncClient, events: Events
 ) -> None:
+    assert (await client.get("/analysers")).json() == ["default", "retry-segv"]
     ran = await _run(client, events, SEGV_UNTIL_SEEDED)
 
     assert ran["job"]["state"] == "completed"

@@ -80,6 +80,7 @@ MATRIX: Final[dict[Key, Row]] = {
     ("POST", "/tasks/{task_id}/actions"): Row(202, body={"action": "hold"}),
     ("GET", "/events"): Row(200, query={"topic": "job.*.{job_id}"}),
     ("GET", "/hosts"): Row(200),
+    ("GET", "/analysers"): Row(200),
     ("POST", "/hosts/{host_id}/actions"): Row(
         202, body={"action": "quarantine", "reason": "matrix"}, operators_only=True
     ),

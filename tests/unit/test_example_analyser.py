@@ -9,7 +9,13 @@ from shared.analyser import Facts, PastAttempt, Verdict
 from shared.policy import Policy
 from shared.states import FailureClass, TaskState
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "retry_segv_analyser.py"
+EXAMPLE = (
+    Path(__file__).resolve().parents[2]
+    / "examples"
+    / "retry-segv"
+    / "vigil_retry_segv"
+    / "__init__.py"
+)
 
 
 def _example() -> ModuleType:

@@ -8,7 +8,14 @@ from fastapi import APIRouter, Path, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.api import hosts
-from services.api.deps import AUTH_RESPONSES, CurrentUser, OperatorUser, PoolDep, RedisDep
+from services.api.deps import (
+    AUTH_RESPONSES,
+    AnalysersDep,
+    CurrentUser,
+    OperatorUser,
+    PoolDep,
+    RedisDep,
+)
 from services.api.errors import invalid
 from shared import quarantine
 from shared.ids import is_safe_id
@@ -44,6 +51,13 @@ async def list_hosts(
     async with pool.acquire() as conn:
         found = await hosts.list_hosts(conn, redis, keys)
     return [HostPublic(**dataclasses.asdict(h)) for h in found]
+
+
+@router.get("/analysers")
+async def list_analysers(user: CurrentUser, analysers: AnalysersDep) -> list[str]:
+    """The analysers a job's `policy.analyser` may name: `default` and those installed (as
+    `vigil.analysers` entry points) where the api runs, which must match the schedulers'."""
+    return sorted(analysers)
 
 
 class HostAction(BaseModel):

@@ -1,10 +1,11 @@
 """An example analyser: retry a SIGSEGV with a new seed, at most twice.
 
-Register it in your package's metadata, then name it in a job's policy (`"analyser":
-"retry-segv"`):
+A package of its own: `pip install ./examples/retry-segv` where the scheduler runs (its
+`pyproject.toml` registers it), then name it in a job's policy (`"analyser": "retry-segv"`).
+A site's own analyser registers the same way:
 
     [project.entry-points."vigil.analysers"]
-    retry-segv = "mysite.analysers:RetrySegv"
+    retry-segv = "vigil_retry_segv:RetrySegv"
 
 It asks the default analyser first (design §5), then adjusts the decision with what it knows:
 a command killed by SIGSEGV, fewer than two earlier SIGSEGVs in the task's history, is recovered
