@@ -15,6 +15,7 @@ from vigil.errors import (
     BadResponse,
     ConfigError,
     JobFileError,
+    NotFound,
     Unauthorized,
     Unreachable,
     UsageError,
@@ -26,6 +27,7 @@ EXIT_REFUSED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_TIMEOUT: Final = 3
 EXIT_UNREACHABLE: Final = 4
+EXIT_NOT_FOUND: Final = 5
 #: `wait`'s exit code for each final job state.
 EXIT_BY_STATE: Final = {"completed": 0, "failed": 1, "cancelled": 2}
 
@@ -50,6 +52,8 @@ def explain(exc: VigilError, found: config.Config | None) -> tuple[str, int]:
         if found is not None and found.token is None:
             return f"no token is set and the API requires one (401): {hint}", EXIT_USAGE
         return f"the API refused the token (401): {hint}", EXIT_USAGE
+    if isinstance(exc, NotFound):
+        return f"{exc.message} ({exc.status})", EXIT_NOT_FOUND
     if isinstance(exc, ApiError):
         return f"{exc.message} ({exc.status})", EXIT_REFUSED
     if isinstance(exc, Unreachable | BadResponse):

@@ -126,7 +126,7 @@ def test_when_the_api_is_down_or_refuses_the_token__the_error_is_one_clear_line(
     assert refused.stderr.startswith("vigil: the API refused the token (401): set VIGIL_TOKEN")
     assert no_token.returncode == 2
     assert no_token.stderr.startswith("vigil: no token is set and the API requires one (401)")
-    assert missing.returncode == 1
+    assert missing.returncode == 5
     assert missing.stderr == "vigil: job 'j-000000000000' not found (404)\n"
     for result in (unreachable, refused, no_token, missing):
         assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from vigil import render
+from vigil import render, session
 from vigil.cli import app
 
 runner = CliRunner()
@@ -85,3 +85,19 @@ def test_when_text_from_the_api_holds_control_characters__they_are_shown_escaped
     line = {"task_id": "t-1", "severity": "info", "line": "\x1b[2Jgone\rback\tok"}
 
     assert render.log_line(line) == "t-1 info     \\x1b[2Jgone\\x0dback\tok"
+
+
+def test_the_exit_code_table_of_the_docs_is_the_one_the_command_uses() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    table = doc.split("### Exit codes and errors", 1)[1].split("\n\n", 2)[1]
+    documented = {int(line.split("|")[1]) for line in table.splitlines()[2:]}
+    used = {
+        0,
+        session.EXIT_REFUSED,
+        session.EXIT_USAGE,
+        session.EXIT_TIMEOUT,
+        session.EXIT_UNREACHABLE,
+        session.EXIT_NOT_FOUND,
+        *session.EXIT_BY_STATE.values(),
+    }
+    assert documented == used == {0, 1, 2, 3, 4, 5}
