@@ -53,7 +53,7 @@ SELECT r.id FROM (
           AND (t.not_before IS NULL OR t.not_before <= now())
           AND NOT {unmet_sql("setup")}
         ORDER BY t.index
-        LIMIT greatest(0, least(j.release_per_tick, (
+        LIMIT greatest(0, least($1, j.release_per_tick, (
             CASE WHEN j.probing_since IS NULL THEN j.max_in_flight ELSE 1 END) - (
             SELECT count(*) FROM tasks x WHERE x.job_id = j.id
               AND (x.claim IS NOT NULL OR x.state NOT IN {sql_states.NOT_IN_FLIGHT}))))
