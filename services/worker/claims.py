@@ -26,9 +26,23 @@ S = TaskState
 logger = logging.getLogger(__name__)
 
 #: A message's task and its job in one read (the job's columns prefixed `job.`).
+#: How many times this input's cluster stage started before: over the task and the tasks it
+#: was resubmitted from (`VIGIL_TRY` is one more). Each step of the lineage and each count is
+#: an index probe (the correlated subqueries keep the planner from scanning either table).
+_CLUSTER_STARTS: Final = """
+(WITH RECURSIVE line(id) AS (
+    SELECT t.id
+    UNION ALL
+    SELECT (SELECT p.resubmitted_from FROM tasks p WHERE p.id = line.id)
+    FROM line WHERE line.id IS NOT NULL)
+ SELECT coalesce(sum((SELECT count(*) FROM attempts a
+                      WHERE a.task_id = line.id AND a.stage = 'cluster')), 0)
+ FROM line WHERE line.id IS NOT NULL) AS cluster_starts"""
+
 _TASK_AND_JOB: Final = (
     "SELECT t.*, "
     + ", ".join(f'j.{column} AS "job.{column}"' for column in jobs_repo.COLUMNS)
+    + f", {_CLUSTER_STARTS}"
     + " FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE t.id = $1 AND j.id = $2"
 )
 
@@ -57,6 +71,8 @@ class Held:
     #: The setup attempt of a task set up but not yet recorded `queued` (it goes through
     #: `queued` to `on_cpu` in one move when a slot is free).
     set_up: int | None = None
+    #: How many times the input's cluster stage started before this take (its lineage too).
+    cluster_starts: int = 0
 
 
 @dataclass(frozen=True)
@@ -94,6 +110,7 @@ class Taker:
         job = jobs_repo.Job.from_record({k[4:]: v for k, v in row.items() if k[:4] == "job."})
         if task.claim != message.claim:
             return None
+        held: Held | None = None
         if message.stage is Stage.SETUP and job.state is not JobState.SUSPENDED:
             taken = await self._take_setup(task, message.claim)
             if taken is not None:
@@ -101,9 +118,13 @@ class Taker:
                 if _promised(value):
                     async with self.pool.acquire() as conn:
                         value = await _resolve_input(conn, value, job.owner_id)
-                return Held(taken, job, message.claim, S.SETTING_UP, value, taken.attempt)
-        async with self.pool.acquire() as conn, conn.transaction():
-            return await self._take(conn, task, job, message)
+                held = Held(taken, job, message.claim, S.SETTING_UP, value, taken.attempt)
+        if held is None:
+            async with self.pool.acquire() as conn, conn.transaction():
+                held = await self._take(conn, task, job, message)
+        if held is not None:
+            held.cluster_starts = int(row["cluster_starts"])
+        return held
 
     async def _take_setup(self, task: tasks_repo.Task, claim: UUID) -> tasks_repo.Task | None:
         """new -> setting_up with the setup attempt opened, unless the job is suspended."""

@@ -546,6 +546,7 @@ class StageRunner:
             attempt=attempt,
             run_number=task.run_number,
             command=held.job.command,
+            try_number=held.cluster_starts + 1,
             outputs=held.job.outputs,
             params=held.job.params,
             resume=task.resume,

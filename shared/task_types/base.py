@@ -44,6 +44,9 @@ class TaskContext:
     attempt: int
     run_number: int
     command: str
+    #: Which start of the input's cluster stage this is, 1 for the first: a recovery in place
+    #: and a resubmitted clone count on (`$VIGIL_TRY`).
+    try_number: int = 1
     outputs: list[str] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
     resume: dict[str, Any] | None = None
@@ -75,6 +78,7 @@ class TaskContext:
             "VIGIL_INPUT": value,
             "VIGIL_RUN_NUMBER": str(self.run_number),
             "VIGIL_ATTEMPT": str(self.attempt),
+            "VIGIL_TRY": str(self.try_number),
             "VIGIL_WORKDIR": str(self.workdir),
             "VIGIL_STATUS_FILE": str(self.status_file),
             "VIGIL_RESUME": json.dumps(self.resume) if self.resume is not None else "",

@@ -84,6 +84,7 @@ async def test_when_the_status_file_says_recoverable__the_task_is_retried_with_i
     client: httpx.AsyncClient, events: Events
 ) -> None:
     script = (
+        'echo "try $VIGIL_TRY"; '
         'if [ -z "$VIGIL_RESUME" ]; then '
         'echo \'{"status": "recoverable", "message": "seed was bad", "resume": {"seed": 7}}\''
         ' > "$VIGIL_STATUS_FILE"; exit 1; fi; '
@@ -102,7 +103,7 @@ async def test_when_the_status_file_says_recoverable__the_task_is_retried_with_i
         "on_cpu", "data_ready", "post_processing", "completed",
     ]  # fmt: skip
     logs = (await client.get(f"/jobs/{job_id}/logs")).json()["items"]
-    assert logs[-1]["line"] == 'resumed with {"seed": 7}'
+    assert [line["line"] for line in logs] == ["try 1", "try 2", 'resumed with {"seed": 7}']
     assert task["run_number"] == 1
 
 

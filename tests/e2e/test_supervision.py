@@ -152,7 +152,10 @@ async def test_when_a_restartable_task_is_killed_by_a_signal__a_clone_runs_and_c
 ) -> None:
     # given a restartable task whose first execution dies of SIGKILL from nobody in Vigil
     marker = tmp_path / f"first-{uuid.uuid4().hex}"
-    command = f"if mkdir {marker} 2>/dev/null; then kill -9 $$; fi; echo second run"
+    command = (
+        f'if mkdir {marker} 2>/dev/null; then kill -9 $$; fi; echo "second run, try $VIGIL_TRY"'
+    )
+
     job_id = await _submit(client, {"command": command, "policy": FAST_RETRY})
 
     # when the triage resubmits it
@@ -174,6 +177,9 @@ async def test_when_a_restartable_task_is_killed_by_a_signal__a_clone_runs_and_c
     assert row["decision"] == "resubmitted"
     assert "signal: resubmitted (1/3)" in row["decision_reason"]
     assert row["detected_after_s"] is not None and row["detected_after_s"] < 5
+    # and the clone's command knew it was the input's second try
+    logs = (await client.get(f"/jobs/{job_id}/logs", params={"task": clone["id"]})).json()
+    assert [line["line"] for line in logs["items"]] == ["second run, try 2"]
 
 
 async def test_when_a_task_is_not_restartable__a_signal_fails_it_without_a_clone(
