@@ -30,7 +30,9 @@ _NOT_STOPPED: Final = "NOT EXISTS (SELECT 1 FROM emergency_stops WHERE resumed_a
 #: those that have one are opened, their tasks in flight counted on `tasks_in_flight`. A round
 #: costs a probe per active job plus what it releases, not the size of the jobs.
 #:
-#: Fair share (issue 17): the candidates are numbered per owner (`nth`: their jobs oldest
+#: Fair share (issue 17): each job with new tasks offers at most its share of the batch ($1
+#: over the number of such jobs, so that a round numbers about a batch of candidates, not
+#: every job's whole backlog); the candidates are numbered per owner (`nth`: their jobs oldest
 #: first, each job's tasks in order), released in that order across owners (every owner's
 #: first, then every owner's second...), and an owner gets no more than the per-user cap
 #: ($cap, NULL: none) minus what they have in flight (`owner_load`, a CTE of `_ROUND`).
@@ -40,12 +42,13 @@ SELECT r.id FROM (
         row_number() OVER (PARTITION BY j.owner_id ORDER BY j.created_at, j.id, t.index) AS nth
     FROM (
         SELECT j.id, j.owner_id, j.created_at, j.state, j.release_per_tick, j.max_in_flight,
-            j.probing_since
+            j.probing_since, count(*) OVER () AS jobs
         FROM jobs j
         CROSS JOIN LATERAL (
             SELECT 1 FROM tasks n WHERE n.job_id = j.id AND n.claim IS NULL AND n.state = 'new'
             LIMIT 1) has_new
-        WHERE {{jobs}}
+        WHERE {{jobs}} AND ({{cap}}::bigint IS NULL OR {{cap}}::bigint > coalesce(
+            (SELECT l.n FROM owner_load l WHERE l.owner_id = j.owner_id), 0))
     ) j CROSS JOIN LATERAL (
         SELECT t.id, t.index FROM tasks t
         WHERE t.job_id = j.id AND t.state = 'new' AND t.claim IS NULL
@@ -53,7 +56,7 @@ SELECT r.id FROM (
           AND (t.not_before IS NULL OR t.not_before <= now())
           AND NOT {unmet_sql("setup")}
         ORDER BY t.index
-        LIMIT greatest(0, least($1, j.release_per_tick, (
+        LIMIT greatest(0, least(($1 + j.jobs - 1) / j.jobs, j.release_per_tick, (
             CASE WHEN j.probing_since IS NULL THEN j.max_in_flight ELSE 1 END) - (
             SELECT count(*) FROM tasks x WHERE x.job_id = j.id
               AND (x.claim IS NOT NULL OR x.state NOT IN {sql_states.NOT_IN_FLIGHT}))))
@@ -78,10 +81,11 @@ def _new_tasks(cap: str) -> str:
 
 
 #: Tasks in flight per owner, over all their jobs (`tasks_in_flight`: what runs or is claimed).
+#: The owner is a probe of `jobs` per task in flight (a join would read every job ever made).
 _OWNER_LOAD: Final = f"""
-SELECT j.owner_id, count(*) AS n FROM tasks x JOIN jobs j ON j.id = x.job_id
-WHERE x.claim IS NOT NULL OR x.state NOT IN {sql_states.NOT_IN_FLIGHT}
-GROUP BY j.owner_id
+SELECT (SELECT j.owner_id FROM jobs j WHERE j.id = x.job_id) AS owner_id, count(*) AS n
+FROM tasks x WHERE x.claim IS NOT NULL OR x.state NOT IN {sql_states.NOT_IN_FLIGHT}
+GROUP BY 1
 """
 
 #: Unclaimed states with work for the task's host; the partial index `tasks_resting`
