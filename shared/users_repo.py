@@ -155,13 +155,15 @@ async def add_token(
     return TokenSummary(**dict(record))
 
 
-async def list_users(conn: Connection) -> list[UserSummary]:
-    """Every user by name, with the number of live tokens each holds."""
+async def list_users(conn: Connection, name: str | None = None) -> list[UserSummary]:
+    """Every user by name (or only `name`), with the number of live tokens each holds."""
     rows = await conn.fetch(
         "SELECT u.id, u.name, u.role, u.created_at, u.disabled_at,"
         " count(t.token_hash) FILTER (WHERE t.revoked_at IS NULL) AS tokens"
         " FROM users u LEFT JOIN tokens t ON t.user_id = u.id"
-        " GROUP BY u.id ORDER BY u.name"
+        " WHERE $1::text IS NULL OR u.name = $1"
+        " GROUP BY u.id ORDER BY u.name",
+        name,
     )
     return [
         UserSummary(
@@ -200,13 +202,13 @@ async def revoke_token(conn: Connection, token_id: str) -> TokenSummary:
 async def disable_user(conn: Connection, name: str) -> UserSummary:
     """Disable user `name`: none of their tokens works any more (idempotent); `NotFound` for
     no such user. Their jobs are left as they are (an operator cancels them if need be)."""
-    record = await conn.fetchrow(
-        "UPDATE users SET disabled_at = coalesce(disabled_at, now()) WHERE name = $1 RETURNING id",
-        name,
+    status = await conn.execute(
+        "UPDATE users SET disabled_at = coalesce(disabled_at, now()) WHERE name = $1", name
     )
-    if record is None:
+    if status.endswith(" 0"):
         raise NotFound(f"no user named {name[:100]!r}")
-    return next(s for s in await list_users(conn) if s.user.id == record["id"])
+    [found] = await list_users(conn, name)
+    return found
 
 
 async def open_session(conn: Connection, user: User, ttl_s: float) -> str:
@@ -214,8 +216,10 @@ async def open_session(conn: Connection, user: User, ttl_s: float) -> str:
     sooner (`close_session`), for the cookie (never the token the user signed in with)."""
     token = new_token()
     hashed = hash_token(token)
-    await conn.execute(
-        "INSERT INTO tokens (token_hash, user_id, id, label, session, expires_at)"
+    await conn.execute(  # the user's expired sessions go (one row per sign-in otherwise)
+        "WITH expired AS (DELETE FROM tokens WHERE user_id = $2 AND session"
+        "  AND expires_at < now())"
+        " INSERT INTO tokens (token_hash, user_id, id, label, session, expires_at)"
         " VALUES ($1, $2, $3, 'dashboard session', true, now() + make_interval(secs => $4))",
         hashed,
         user.id,

@@ -151,17 +151,21 @@ class Dispatcher:
     ) -> None:
         self._pool, self._batch, self._per_user = pool, batch, per_user
         self._pool_key = pool_key(worker_pool)
+        n = 1 + len(met_arrays())  # the batch, then the arrays of met states
+        self._query = _ROUND.format(
+            new_tasks=_new_tasks(cap=f"${n + 3}"), actions=f"${n + 1}", pool_key=f"${n + 2}"
+        )
 
     async def run_once(self) -> int:
         """Release one batch of new tasks and one of resting tasks (one statement, one round
         trip, with nothing to release too); returns how many."""
-        args = [self._batch, *met_arrays()]
-        n = len(args)
-        query = _ROUND.format(
-            new_tasks=_new_tasks(cap=f"${n + 3}"), actions=f"${n + 1}", pool_key=f"${n + 2}"
-        )
         async with self._pool.acquire() as conn:
             released = await conn.fetchval(
-                query, *args, _ACTION_STATES, self._pool_key, self._per_user
+                self._query,
+                self._batch,
+                *met_arrays(),
+                _ACTION_STATES,
+                self._pool_key,
+                self._per_user,
             )
         return int(released)

@@ -305,3 +305,21 @@ async def test_the_static_files_are_served(api: Api) -> None:
     style = await api.client.get("/static/dashboard.css")
     assert script.status_code == 200 and "EventSource" in script.text
     assert style.status_code == 200
+
+
+async def test_an_expired_session_stops_working_and_goes_at_the_next_sign_in(api: Api) -> None:
+    first = await api.client.post("/login", data={"token": _token(api.user)})
+    copied = {"Cookie": f"{session.COOKIE}={first.cookies[session.COOKIE]}"}
+    api.client.cookies.clear()
+    await api.pool.execute(
+        "UPDATE tokens SET expires_at = now() - interval '1 second' WHERE session AND user_id = $1",
+        api.user.user.id,
+    )
+    assert (await api.client.get("/jobs", headers=copied)).status_code == 401
+
+    await api.client.post("/login", data={"token": _token(api.user)})
+
+    sessions = await api.pool.fetchval(
+        "SELECT count(*) FROM tokens WHERE session AND user_id = $1", api.user.user.id
+    )
+    assert sessions == 1
