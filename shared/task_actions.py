@@ -102,15 +102,20 @@ async def kill_running(conn: Connection, task: tasks_repo.Task, reason: str) -> 
     one running; `task` is the row as read before its transition."""
     if task.state is not S.ON_CPU or task.pid is None or task.host is None:
         return
+    process = tasks_repo.Process(task.id, task.pid, task.host, task.pid_create_time, task.claim)
+    await outbox.add_work_many(conn, [_kill_order(task.job_id, process, reason)])
+
+
+def _kill_order(job_id: str, process: tasks_repo.Process, reason: str) -> tuple[str, KillTask]:
     kill = KillTask(
-        job_id=task.job_id,
-        task_id=task.id,
-        pid=task.pid,
-        create_time=task.pid_create_time or 0.0,
+        job_id=job_id,
+        task_id=process.task_id,
+        pid=process.pid,
+        create_time=process.create_time or 0.0,
         reason=reason,
-        claim=task.claim,
+        claim=process.claim,
     )
-    await outbox.add_work(conn, supervise_key(task.host), kill)
+    return supervise_key(process.host), kill
 
 
 async def duplicate(conn: Connection, task: tasks_repo.Task) -> tasks_repo.Task:
@@ -197,9 +202,10 @@ async def _set_job_state(
     target = _JOB_TARGET[action]
     event = None
     if target is JobState.CANCELLED:
-        event = JobEvent(job_id=job_id, outcome=JobOutcome.CANCELLED, brief=f"cancelled by {actor}")
-        for task_id in await _task_ids(conn, job_id, exclude=TERMINAL):
-            await apply_to_task(conn, task_id, TaskAction.CANCEL, actor)
+        brief = f"cancelled by {actor}"
+        event = JobEvent(job_id=job_id, outcome=JobOutcome.CANCELLED, brief=brief)
+        running = await tasks_repo.cancel_job(conn, job_id, brief)
+        await outbox.add_work_many(conn, [_kill_order(job_id, p, brief) for p in running])
     await jobs_repo.transition(conn, job_id, target, event)
     if action in (JobAction.SUSPEND, JobAction.RESUME):
         await _freeze_running(conn, job_id, frozen=action is JobAction.SUSPEND)
@@ -250,20 +256,13 @@ async def _throttle(
     )
 
 
-async def _task_ids(
-    conn: Connection,
-    job_id: str,
-    *,
-    only: frozenset[TaskState] | None = None,
-    exclude: frozenset[TaskState] = frozenset(),
-) -> list[str]:
-    states = only if only is not None else frozenset(TaskState) - exclude
+async def _task_ids(conn: Connection, job_id: str, *, only: frozenset[TaskState]) -> list[str]:
     # Test tasks only while the job is configuring: once it is active they are a record.
     rows = await conn.fetch(
         "SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE t.job_id = $1"
         " AND t.state = ANY($2::task_state[]) AND (NOT t.test OR j.state = 'configuring')"
         " ORDER BY t.index",
         job_id,
-        sorted(s.value for s in states),
+        sorted(s.value for s in only),
     )
     return [r["id"] for r in rows]

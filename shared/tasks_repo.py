@@ -1,9 +1,9 @@
 """Task rows: reads, and every state change as a compare-and-set written with its outbox event.
 
-`transition()` and `advance()` (the worker's successful moves, one statement each) are the only
-functions that change `tasks.state`. Their guard is the source state from the transition table,
-optionally narrowed and fenced by the claim token; no row back means someone else moved the
-task first, and nothing is written.
+`transition()`, `advance()` (the worker's successful moves, one statement each) and
+`cancel_job()` (every task of a job at once) are the only functions that change `tasks.state`.
+Their guard is the source state from the transition table, optionally narrowed and fenced by
+the claim token; no row back means someone else moved the task first, and nothing is written.
 """
 
 import itertools
@@ -314,6 +314,64 @@ async def advance(
         )
     record = await conn.fetchrow(f"WITH {', '.join(ctes)} SELECT * FROM moved", *args)
     return Task.from_record(record) if record is not None else None
+
+
+#: `cancel_job`: $1 the job id, $2 the states at rest, $3 the brief. Locks the job's tasks not at
+#: rest (test tasks only while the job is configuring: once it is active they are a record),
+#: moves them to `terminated` as `cancelled`, closes their open attempts and queues their
+#: `task.terminated` events (made by PostgreSQL as `_event` makes them; `tests/integration/
+#: test_task_actions.py` reads them back), in index order. Returns the processes of those that
+#: were on a CPU, read from the rows as locked (`p`: the statement's snapshot may be older).
+_CANCEL_JOB: Final = """
+WITH p AS (
+    SELECT t.id, t.state AS previous, t.pid, t.host, t.pid_create_time, t.claim
+    FROM tasks t JOIN jobs j ON j.id = t.job_id
+    WHERE t.job_id = $1 AND t.state <> ALL($2::task_state[])
+      AND (NOT t.test OR j.state = 'configuring')
+    FOR UPDATE OF t
+), moved AS (
+    UPDATE tasks t SET state = 'terminated', updated_at = now(), claim = NULL, worker = NULL,
+        failure_class = 'cancelled', error_brief = $3, decided = true
+    FROM p WHERE t.id = p.id
+    RETURNING t.id, t.index, t.run_number, t.exit_code, t.signal, p.previous, p.pid, p.host,
+        p.pid_create_time, p.claim
+), closed AS (
+    UPDATE attempts a SET ended_at = now(), outcome = 'terminated', failure_class = 'cancelled',
+        error_brief = $3, reaped_at = NULL, detected_after_s = NULL
+    FROM moved WHERE a.task_id = moved.id AND a.ended_at IS NULL
+), events AS (
+    INSERT INTO outbox (exchange, routing_key, body)
+    SELECT 'events', 'task.terminated.' || $1::text, jsonb_build_object(
+        'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'task_event',
+        'job_id', $1::text, 'task_id', m.id, 'state', 'terminated', 'previous', m.previous,
+        'run_number', m.run_number, 'host', m.host, 'failure_class', 'cancelled',
+        'exit_code', m.exit_code, 'signal', m.signal, 'error_brief', $3::text)
+    FROM moved m ORDER BY m.index
+)
+SELECT id, pid, host, pid_create_time, claim FROM moved
+WHERE previous = 'on_cpu' AND pid IS NOT NULL AND host IS NOT NULL ORDER BY index
+"""
+
+
+@dataclass(frozen=True)
+class Process:
+    """A task's running process, as its row names it: what a kill order needs."""
+
+    task_id: str
+    pid: int
+    host: str
+    create_time: float | None
+    claim: UUID | None
+
+
+async def cancel_job(conn: Connection, job_id: str, brief: str) -> list[Process]:
+    """Terminate every task of `job_id` not at rest, as `cancelled` with `brief`, in one
+    statement (a job of 100,000 tasks too); returns the processes of the tasks that were on a
+    CPU (to be killed). The caller holds the job's row lock."""
+    records = await conn.fetch(_CANCEL_JOB, job_id, sorted(s.value for s in TERMINAL), brief)
+    return [
+        Process(r["id"], r["pid"], r["host"], r["pid_create_time"], r["claim"]) for r in records
+    ]
 
 
 #: The task fields an event carries that a move may change.

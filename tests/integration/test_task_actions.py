@@ -15,6 +15,7 @@ from shared.actions import JobAction, TaskAction, plan
 from shared.db import Connection, Pool
 from shared.errors import Conflict, NotFound
 from shared.jobs_repo import NewJob
+from shared.messages import TaskEvent, to_jsonable
 from shared.states import TERMINAL, FailureClass, JobState, TaskState
 from tests.integration.waiting import until_blocked
 
@@ -340,3 +341,93 @@ async def test_two_duplicates_made_at_once_get_their_own_indexes(pool: Pool) -> 
     async with pool.acquire() as conn:
         indexes = await conn.fetch("SELECT index FROM tasks WHERE job_id = $1 ORDER BY 1", job.id)
     assert [r["index"] for r in indexes] == [0, 1, 2, 3]
+
+
+async def test_when_a_job_is_cancelled__each_task_not_at_rest_ends_as_one_cancel_would_end_it(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        # given: a running task (with an open attempt), a set-up one, a finished one, and one
+        # of each on another job (left alone)
+        job = await _job(conn, ["running", "queued", "done"])
+        running, queued, done = await _task_ids(conn, job.id)
+        claim = uuid.uuid4()
+        await _put(
+            conn,
+            running,
+            S.ON_CPU,
+            host="node-3",
+            pid=77,
+            pid_create_time=1.5,
+            claim=claim,
+            run_number=2,
+            exit_code=None,
+        )
+        await conn.execute(
+            "INSERT INTO attempts (task_id, attempt, run_number, stage, host, worker, claim, pid)"
+            " VALUES ($1, 1, 2, 'cluster', 'node-3', 'w-1', $2, 77)",
+            running,
+            claim,
+        )
+        await _put(conn, queued, S.QUEUED, host="node-4")
+        await _put(conn, done, S.COMPLETED)
+        other = await _one_task(conn, S.QUEUED)
+
+        # when
+        await task_actions.apply_to_job(conn, job.id, JobAction.CANCEL, ACTOR)
+
+        # then: the tasks moved, their events read back as the model writes them, in order
+        brief = f"cancelled by {ACTOR}"
+        tasks = {t.id: t for t in await tasks_repo.list_for_job(conn, job.id)}
+        assert [tasks[t].state for t in (running, queued, done)] == [
+            S.TERMINATED,
+            S.TERMINATED,
+            S.COMPLETED,
+        ]
+        assert {
+            (tasks[t].failure_class, tasks[t].error_brief, tasks[t].claim)
+            for t in (running, queued)
+        } == {(FailureClass.CANCELLED, brief, None)}
+        rows = await _outbox(conn, job.id)
+        events = [
+            TaskEvent.model_validate(body) for _, key, body in rows if key.startswith("task.term")
+        ]
+        assert [e.model_dump(exclude={"message_id", "sent_at"}) for e in events] == [
+            TaskEvent(
+                job_id=job.id,
+                task_id=running,
+                state=S.TERMINATED,
+                previous=S.ON_CPU,
+                run_number=2,
+                host="node-3",
+                failure_class=FailureClass.CANCELLED,
+                error_brief=brief,
+            ).model_dump(exclude={"message_id", "sent_at"}),
+            TaskEvent(
+                job_id=job.id,
+                task_id=queued,
+                state=S.TERMINATED,
+                previous=S.QUEUED,
+                host="node-4",
+                failure_class=FailureClass.CANCELLED,
+                error_brief=brief,
+            ).model_dump(exclude={"message_id", "sent_at"}),
+        ]
+        model = to_jsonable(events[0])
+        assert all(set(body) == set(model) for _, k, body in rows if k.startswith("task.term"))
+        # the running one's supervisor is told to kill it; its attempt is closed
+        kills = [(key, body) for exchange, key, body in rows if exchange == "work"]
+        assert [(k, b["pid"], b["create_time"], b["claim"]) for k, b in kills] == [
+            ("supervise.node-3", 77, 1.5, str(claim))
+        ]
+        attempt = await conn.fetchrow(
+            "SELECT outcome, failure_class, error_brief, ended_at FROM attempts WHERE task_id = $1",
+            running,
+        )
+        assert attempt is not None and attempt["ended_at"] is not None
+        assert (attempt["outcome"], attempt["failure_class"], attempt["error_brief"]) == (
+            "terminated",
+            "cancelled",
+            brief,
+        )
+        assert [t.state for t in await tasks_repo.list_for_job(conn, other.job_id)] == [S.QUEUED]
