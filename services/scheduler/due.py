@@ -7,7 +7,8 @@ least every `every_s` (a safety sweep: what no event announces, such as a prereq
 was already out of reach when its task was submitted, or a fence that timed out).
 """
 
-from dataclasses import dataclass
+import heapq
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -34,3 +35,50 @@ class Due:
     def ran(self, left: bool, now: float) -> None:
         """The step ran at `now`; `left`: it found work it did not finish (look again)."""
         self._left, self._next = left, now + self.every_s
+
+
+@dataclass
+class Pace:
+    """How long the scheduling round waits when it found nothing to do.
+
+    `tick_s` after a round that did something, or that a notification or an event woke
+    (`stir`); twice as long after each idle round, up to `max_s` (what no notification or
+    event announces is then found within `max_s`); never past a moment something is known to
+    become releasable (`due_in`: a resubmitted task's backoff).
+    """
+
+    tick_s: float
+    max_s: float
+    _wait: float = 0.0
+    _due: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._wait = self.tick_s
+
+    @property
+    def slowed(self) -> bool:
+        """Whether the next idle wait is longer than `tick_s`."""
+        return self._wait > self.tick_s
+
+    def stir(self) -> None:
+        """Something happened: the next idle wait is `tick_s` again."""
+        self._wait = self.tick_s
+
+    def due_in(self, seconds: float, now: float) -> None:
+        """Something becomes releasable `seconds` after `now`: look then."""
+        heapq.heappush(self._due, now + max(0.0, seconds))
+
+    def idle_wait(self, now: float) -> float:
+        """The wait after an idle round that began at `now` (the next idle round waits
+        longer); a moment passed before the round began was looked at by it."""
+        wait = min(self._wait, self.max_s)
+        self._wait = min(self._wait * 2, self.max_s)
+        while self._due and self._due[0] + _CLOCK_SLACK_S <= now:
+            heapq.heappop(self._due)  # passed: this round has looked
+        if self._due and self._due[0] < now + wait:
+            wait = max(0.0, heapq.heappop(self._due) - now + _CLOCK_SLACK_S)
+        return wait
+
+
+#: A backoff ends at PostgreSQL's `now()`; the round looks that much after it, not before.
+_CLOCK_SLACK_S = 0.01

@@ -2,8 +2,11 @@
 and reaps hosts; the other relays the outbox to the broker.
 
 Both wake on outbox inserts (LISTEN `vigil_outbox`: not for the events of a task's normal path
-on its worker, migration 0012; the relay alone for work messages and a job's end, 0014), the
-round at least every tick, the relay at least every `relay_poll_s`; the relay also tells the
+on its worker, migration 0012; the relay alone for work messages and a job's end, 0014; the
+round for a job made active or throttled and a claim given back, 0018), the relay at least
+every `relay_poll_s`, the round every tick while busy and, idle, after twice as long each
+time up to the sweep's 2 s (`due.Pace`), sooner for a resubmission's backoff or any event the
+relay publishes; the relay also tells the
 finaliser which jobs a published event may have finished, the triage of failures and the
 waiters of ended tasks (`due.py`), and wakes the round.
 """
@@ -18,7 +21,7 @@ import asyncpg
 from redis.asyncio import Redis
 
 from services.scheduler.dispatcher import Dispatcher
-from services.scheduler.due import Due
+from services.scheduler.due import Due, Pace
 from services.scheduler.finaliser import SWEEP_EVERY_S, Finaliser
 from services.scheduler.leader import Leadership
 from services.scheduler.reaper import Reaper
@@ -78,6 +81,10 @@ class Scheduler:
         self._last_reap = self._last_prune = 0.0
         #: The triage looks when a task failed, the waiters when a task ended or was decided.
         self.triage_due, self.waiters_due = Due(SWEEP_EVERY_S), Due(SWEEP_EVERY_S)
+        #: How long an idle round waits: from the tick up to the sweep's period.
+        tick_s = settings.scheduler_tick_s
+        self.pace = Pace(tick_s, max(tick_s, SWEEP_EVERY_S))
+        self.triage.on_backoff = lambda seconds: self.pace.due_in(seconds, time.monotonic())
 
     async def run_once(self) -> int:
         """One round of every step; returns how much was done (0 means idle). The dispatcher
@@ -116,9 +123,12 @@ class Scheduler:
     def _on_published(self, row: outbox.OutboxRow, wake: asyncio.Event) -> None:
         """A task event that may end its job (a terminal state, a triage decision: the waiters
         look too, and the triage if it is a failure), or a job someone cancelled (its keys are
-        purged)."""
+        purged). While the round sleeps long (idle), any event wakes it: a task moved, and what
+        waited on it may be releasable."""
         if row.exchange != "events":
             return
+        if self.pace.slowed:
+            wake.set()
         if _may_finish(row.routing_key):
             if _failed(row.routing_key):
                 self.triage_due.tell()
@@ -157,12 +167,14 @@ class Scheduler:
         """Loop until `stop`; a failing round is logged and retried (the servers may restart).
 
         Work is done only while the advisory lock is held; a lost lock is waited for again.
+        An idle round waits longer each time (`due.Pace`), until something wakes it.
         """
         while not stop.is_set():
             if not leadership.held and not await leadership.acquire(stop):
                 return
             notified = wake.is_set()
             wake.clear()
+            started = time.monotonic()
             try:
                 busy = await self.run_once()
             except (*UNAVAILABLE, RuntimeError) as exc:
@@ -172,9 +184,11 @@ class Scheduler:
                 continue
             if notified:  # the rows that woke the round go out with what the round wrote
                 self.wake_relay()
+            if busy or notified:
+                self.pace.stir()
             if busy:
                 continue
-            await _wait_any(stop, wake, self.settings.scheduler_tick_s)
+            await _wait_any(stop, wake, self.pace.idle_wait(started))
 
 
 async def _wait_any(stop: asyncio.Event, wake: asyncio.Event, seconds: float) -> None:

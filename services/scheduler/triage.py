@@ -12,7 +12,7 @@ stays unreachable for `fence_timeout_s`.
 """
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -63,6 +63,8 @@ class Triage:
         self, pool: Pool, analysers: Mapping[str, Analyser], settings: TriageSettings
     ) -> None:
         self._pool, self._analysers, self._settings = pool, analysers, settings
+        #: Told the backoff of each task resubmitted (in seconds): it becomes releasable then.
+        self.on_backoff: Callable[[float], None] = lambda _seconds: None
         #: Failed tasks the last pass found and left undecided (fenced, locked, or beyond
         #: the batch): the next round must look again.
         self.left = 0
@@ -182,6 +184,7 @@ class Triage:
                 clone.id,
                 decision.delay_s,
             )
+            self.on_backoff(decision.delay_s)
         elif decision.fail_job and not task.test:  # a test run never fails its job
             brief = f"fail_fast: task {task.id} failed ({task.failure_class}): {task.error_brief}"
             await outbox.add_job_event(

@@ -12,7 +12,9 @@ class SupervisorSettings(HostSettings):
     report_grace_s: float = Field(default=0.5, gt=0, le=30)
     #: Every this often, compare PostgreSQL's view of this host with the processes running.
     reconcile_s: float = Field(default=2.0, gt=0, le=300)
-    #: How often to look up which worker process is registered on this host.
+    #: How often to look up which worker process is registered on this host while none is
+    #: watched (one is starting); a watched worker's exit is seen at once, and its
+    #: registration and heartbeat are looked at every `dead_worker_s` / 10 (or this, if longer).
     worker_poll_s: float = Field(default=0.2, gt=0, le=10)
     #: A process still running this long after it was handed over gets its job's error-log
     #: binding (and a read of the errors already stored). A shorter one costs no binding: the

@@ -5,6 +5,11 @@ registration and holds a pidfd on the registered process, so a worker killed wit
 as soon as the kernel reaps it. A worker that is alive but silent (frozen, e.g. SIGSTOP) for
 `dead_worker_s` is judged the same way: its processes are killed and its tasks lost; if it
 wakes up, its late reports are fenced off and it goes on with new work.
+
+The registration is looked up every `poll_s` while no live worker is watched (one is starting);
+while one is, its exit wakes the watch at once, and the registration and its heartbeat are
+looked at every tenth of `dead_worker_s` only (a new worker registers after the old one
+exits: a host runs one).
 """
 
 import asyncio
@@ -24,6 +29,9 @@ from shared.processes import exit_waiter
 from shared.redis_keys import RedisKeys
 
 logger = logging.getLogger(__name__)
+
+#: How many times a live worker's heartbeat is looked at within `dead_worker_s`.
+_LOOKS_PER_SILENCE = 10
 
 
 class WorkerWatch:
@@ -55,12 +63,13 @@ class WorkerWatch:
             await self._wait(stop, poll_s)
 
     async def _wait(self, stop: asyncio.Event, poll_s: float) -> None:
-        if self._exit is None:
+        if self._exit is None or self._exit.done():
             await wait_or_stop(stop, poll_s)
             return
         stopper = asyncio.ensure_future(stop.wait())
         waiters: list[asyncio.Future[Any]] = [stopper, self._exit]
-        await asyncio.wait(waiters, timeout=poll_s, return_when="FIRST_COMPLETED")
+        every_s = max(poll_s, self._dead_worker_s / _LOOKS_PER_SILENCE)
+        await asyncio.wait(waiters, timeout=every_s, return_when="FIRST_COMPLETED")
         stopper.cancel()
 
     async def _step(self) -> None:

@@ -153,11 +153,7 @@ class Taker:
         if task.claim != message.claim:
             return None
         if job.state is JobState.SUSPENDED:
-            await conn.execute(
-                "UPDATE tasks SET claim = NULL, worker = NULL WHERE id = $1 AND claim = $2",
-                task.id,
-                message.claim,
-            )
+            await _give_back(conn, task.id, message.claim)
             return None
         try:
             state = await self._enter(conn, task, message)
@@ -243,11 +239,21 @@ class Taker:
 
 async def release(conn: Connection, held: Held, state: TaskState) -> None:
     """Give the claim of a task resting in `state` back to the scheduler (no state change)."""
+    await _give_back(conn, held.task.id, held.claim, state)
+
+
+async def _give_back(
+    conn: Connection, task_id: str, claim: UUID, state: TaskState | None = None
+) -> None:
+    """Unclaim the task (if it is still in `state`, when given) and wake the scheduling round,
+    which may release it again at once: no outbox row announces this (migration 0018)."""
     await conn.execute(
-        "UPDATE tasks SET claim = NULL, worker = NULL WHERE id = $1 AND claim = $2 AND state = $3",
-        held.task.id,
-        held.claim,
-        state.value,
+        "WITH given AS (UPDATE tasks SET claim = NULL, worker = NULL"
+        "  WHERE id = $1 AND claim = $2 AND ($3::task_state IS NULL OR state = $3) RETURNING 1)"
+        " SELECT pg_notify('vigil_outbox', 'round') FROM given",
+        task_id,
+        claim,
+        state.value if state else None,
     )
 
 

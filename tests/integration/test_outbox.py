@@ -13,7 +13,10 @@ from typing import Any
 
 import pytest
 
-from shared import db, outbox
+from services.worker import claims
+from shared import datasets, db, jobs_repo, outbox, task_actions, tasks_repo, users_repo
+from shared.actions import JobAction
+from shared.jobs_repo import NewJob
 from shared.messages import JobEvent, JobOutcome, RunStage, TaskEvent, to_jsonable
 from shared.states import Stage, TaskState
 from shared.topology import host_key
@@ -254,3 +257,40 @@ async def test_the_task_new_events_made_in_sql_read_as_the_model_would_have_writ
             message_id=event.message_id,
             sent_at=event.sent_at,
         )
+
+
+async def _quiet(listener: db.Connection, notified: "asyncio.Queue[object]") -> None:
+    """Drop what was notified so far (a notification sent before is read by the round trip)."""
+    await listener.execute("SELECT 1")
+    while not notified.empty():
+        notified.get_nowait()
+
+
+async def test_changes_that_make_tasks_releasable_without_an_event_wake_the_round(
+    opool: db.Pool,
+) -> None:
+    async with opool.acquire() as listener, opool.acquire() as conn:
+        user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+        job, _ = await jobs_repo.create(conn, user.id, NewJob("j", "shell", "true", ["a"]))
+        async with _payloads(listener) as notified:
+            for action, changes in [
+                (JobAction.SUSPEND, False),  # nothing to release: nobody woken
+                (JobAction.RESUME, True),
+                (JobAction.THROTTLE, True),
+            ]:
+                await _quiet(listener, notified)
+                await task_actions.apply_to_job(conn, job.id, action, "ops", max_in_flight=3)
+                await listener.execute("SELECT 1")
+                payloads = [notified.get_nowait() for _ in range(notified.qsize())]
+                assert payloads == (["round"] if changes else []), action
+            # a claim given back by a worker
+            [task_id] = await datasets.upstream_task_ids(conn, job.id)
+            claim = uuid.uuid4()
+            await conn.execute("UPDATE tasks SET claim = $2 WHERE id = $1", task_id, claim)
+            await _quiet(listener, notified)
+            task = await tasks_repo.get(conn, task_id)
+            assert task is not None
+            await claims.release(conn, claims.Held(task, job, claim, TaskState.NEW), TaskState.NEW)
+            async with asyncio.timeout(5):
+                assert await notified.get() == "round"
+        assert await conn.fetchval("SELECT claim FROM tasks WHERE id = $1", task_id) is None

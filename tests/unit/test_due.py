@@ -1,6 +1,8 @@
-"""When the round's occasional steps (triage, waiters) look."""
+"""When the round's occasional steps (triage, waiters) look, and how long an idle round waits."""
 
-from services.scheduler.due import Due
+import pytest
+
+from services.scheduler.due import Due, Pace
 
 
 def test_the_first_round_looks_then_only_when_told_or_at_the_sweep() -> None:
@@ -30,3 +32,53 @@ def test_a_tell_during_a_pass_is_not_lost_when_it_ends() -> None:
     due.tell()  # the relay saw a failure while the triage was reading
     due.ran(False, 0.0)
     assert due.due(0.1)
+
+
+def test_an_idle_round_waits_twice_as_long_each_time_up_to_the_sweep() -> None:
+    pace = Pace(tick_s=0.25, max_s=2.0)
+
+    waits = [pace.idle_wait(now=float(n)) for n in range(6)]
+
+    assert waits == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0]
+    assert pace.slowed
+
+
+def test_when_stirred__the_next_idle_wait_is_the_tick_again() -> None:
+    pace = Pace(tick_s=0.25, max_s=2.0)
+    for n in range(4):
+        pace.idle_wait(now=float(n))
+
+    pace.stir()
+
+    assert not pace.slowed
+    assert pace.idle_wait(now=10.0) == 0.25
+
+
+def test_a_backoff_ending_before_the_wait_would_shortens_it_once() -> None:
+    pace = Pace(tick_s=0.25, max_s=2.0)
+    for n in range(4):
+        pace.idle_wait(now=float(n))  # slowed to 2 s
+    pace.due_in(0.5, now=100.0)
+
+    first = pace.idle_wait(now=100.0)
+    second = pace.idle_wait(now=100.6)
+
+    assert first == pytest.approx(0.5 + 0.01)  # just after it ends (PostgreSQL's clock)
+    assert second == 2.0  # looked at it: forgotten
+
+
+def test_a_backoff_ending_while_the_round_ran_is_looked_at_again_at_once() -> None:
+    pace = Pace(tick_s=0.25, max_s=2.0)
+    pace.due_in(0.001, now=50.0)
+
+    assert pace.idle_wait(now=50.0) == pytest.approx(0.011)
+
+
+def test_backoffs_are_looked_at_earliest_first_and_later_ones_kept() -> None:
+    pace = Pace(tick_s=1.0, max_s=8.0)
+    pace.due_in(5.0, now=0.0)
+    pace.due_in(0.5, now=0.0)
+
+    assert pace.idle_wait(now=0.0) == pytest.approx(0.51)
+    assert pace.idle_wait(now=0.6) == 2.0  # the next backoff ends at 5: after this wait
+    assert pace.idle_wait(now=2.6) == pytest.approx(2.41)
