@@ -103,6 +103,13 @@ NORMAL_PATH: Final[tuple[TaskState, ...]] = (
     S.COMPLETED,
 )
 
+#: States of the normal path whose `task.<state>` events notify nobody (migrations 0012 and
+#: 0014: NOTIFY would serialize the worker's commits); the relay finds them at its poll, and
+#: the worker nudges it after a quiet spell (`shared/transition_writer.py`).
+QUIET: Final[frozenset[TaskState]] = frozenset(
+    {S.SETTING_UP, S.QUEUED, S.ON_CPU, S.DATA_READY, S.POST_PROCESSING}
+)
+
 #: States in which a worker holds the task (its claim) and a process or hook may be running.
 HELD_BY_WORKER: Final[frozenset[TaskState]] = frozenset(
     {

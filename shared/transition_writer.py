@@ -8,6 +8,13 @@ a move, and one flusher commits what is queued, up to `max_batch` moves in one t
 move is committed at once, as one statement: nothing waits for a batch to fill, so an idle
 system pays nothing for this, and a busy one pays one commit for many moves.
 
+The events of moves that end in a quiet state (`shared.states.QUIET`: `setting_up`, `on_cpu`...)
+notify nobody; the relay polls for them, quickly only while it heard from the system lately.
+So a writer given `nudge_every_s` nudges the relay (a bare `NOTIFY`) after a commit of only
+such moves when it has not for that long: every quiet event then follows a notification by
+less than `nudge_every_s` (`services/scheduler/main.py` keeps polling quickly that long).
+The worker's other moves of a quiet state call `nudge()` after their commit.
+
 Each caller gets its own move's outcome: the task as it is now, or None when its guard did not
 match (nothing of it written). A move that fails the batch (an error, not a miss: a deadlock
 with another writer, a bug) makes the flusher try each move of that batch again alone, so it
@@ -24,13 +31,17 @@ from uuid import UUID
 
 from shared import tasks_repo
 from shared.db import Connection, Pool
-from shared.states import TaskState
+from shared.errors import UNAVAILABLE
+from shared.states import QUIET, TaskState
 
 logger = logging.getLogger(__name__)
 
 #: Moves per transaction at most: enough for every slot of a big host, few enough that one
 #: transaction's row locks stay brief.
 MAX_BATCH: Final = 64
+
+#: How often at most a worker nudges the relay (see the module doc).
+NUDGE_EVERY_S: Final = 0.5
 
 
 @dataclass(frozen=True)
@@ -71,14 +82,19 @@ class _Queued:
 class TransitionWriter:
     """One per process: `advance()` from any number of coroutines; commits in batches."""
 
-    def __init__(self, pool: Pool, *, max_batch: int = MAX_BATCH) -> None:
+    def __init__(
+        self, pool: Pool, *, max_batch: int = MAX_BATCH, nudge_every_s: float | None = None
+    ) -> None:
         self.pool = pool
         self.max_batch = max_batch
+        self.nudge_every_s = nudge_every_s
         self._queue: list[_Queued] = []
         self._flusher: asyncio.Task[None] | None = None
-        #: Batches committed and moves in them, for benchmarks and tests.
+        self._nudged_at = float("-inf")
+        #: Batches committed and moves in them, and nudges sent, for benchmarks and tests.
         self.commits = 0
         self.moves = 0
+        self.nudges = 0
 
     async def advance(self, move: Move) -> tasks_repo.Task | None:
         """Do `move` in the next commit; the task as it is then, or None if it did not match."""
@@ -95,6 +111,8 @@ class TransitionWriter:
             del self._queue[: self.max_batch]
             try:
                 await self._commit(batch)
+                if all(queued.move.path[-1] in QUIET for queued in batch):
+                    await self.nudge()
             except BaseException as exc:  # the pool itself failed, or this task was cancelled
                 for queued in batch:
                     _settle(queued, exc=exc)
@@ -103,6 +121,22 @@ class TransitionWriter:
                         _settle(queued, exc=exc)
                     self._queue.clear()
                     raise
+
+    async def nudge(self) -> None:
+        """Wake the relay (a `NOTIFY` of its own) unless this writer did less than
+        `nudge_every_s` ago; after a commit, never instead of one. Best effort: a nudge
+        that fails leaves the events to the relay's slow poll."""
+        now = asyncio.get_running_loop().time()
+        if self.nudge_every_s is None or now - self._nudged_at < self.nudge_every_s:
+            return
+        self._nudged_at = now
+        try:
+            async with self.pool.acquire() as conn:
+                await conn.execute("SELECT pg_notify('vigil_outbox', 'relay')")
+        except UNAVAILABLE as exc:
+            logger.info("could not nudge the relay: %s", exc)
+            return
+        self.nudges += 1
 
     async def _commit(self, batch: list[_Queued]) -> None:
         self.commits += 1

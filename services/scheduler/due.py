@@ -80,5 +80,21 @@ class Pace:
         return wait
 
 
+def relay_wait(quiet_s: float, poll_s: float, nudge_every_s: float) -> float:
+    """How long the relay waits for a notification before it looks anyway, after `quiet_s`
+    without one or a batch (`poll_s`: `VIGIL_RELAY_POLL_S`).
+
+    Events of quiet states (`shared.states.QUIET`) notify nobody, but a worker that writes one
+    has nudged the relay less than `nudge_every_s` before (`shared/transition_writer.py`):
+    polling every `poll_s` for twice that long and one poll more finds each within `poll_s`.
+    After a longer quiet spell nothing waits but what a failed nudge left: looked at every
+    2 s."""
+    if quiet_s < 2 * nudge_every_s + poll_s:
+        return poll_s
+    return max(poll_s, _RELAY_SLOW_S)
+
+
+_RELAY_SLOW_S = 2.0
+
 #: A backoff ends at PostgreSQL's `now()`; the round looks that much after it, not before.
 _CLOCK_SLACK_S = 0.01

@@ -3,12 +3,13 @@ and reaps hosts; the other relays the outbox to the broker.
 
 Both wake on outbox inserts (LISTEN `vigil_outbox`: not for the events of a task's normal path
 on its worker, migration 0012; the relay alone for work messages and a job's end, 0014; the
-round for a job made active or throttled and a claim given back, 0018), the relay at least
-every `relay_poll_s`, the round every tick while busy and, idle, after twice as long each
-time up to the sweep's 2 s (`due.Pace`), sooner for a resubmission's backoff or any event the
-relay publishes; the relay also tells the
-finaliser which jobs a published event may have finished, the triage of failures and the
-waiters of ended tasks (`due.py`), and wakes the round.
+round for a job made active or throttled and a claim given back, 0018; the relay for a
+worker's nudge). The relay also polls every `relay_poll_s` while it heard from the system
+lately, every 2 s after a quiet spell (`due.relay_wait`); the round runs every tick while
+busy and, idle, waits twice as long each time up to the sweep's 2 s (`due.Pace`), woken
+sooner for a resubmission's backoff or any event the relay publishes. The relay also tells
+the finaliser which jobs a published event may have finished, the triage of failures and
+the waiters of ended tasks (`due.py`), and wakes the round.
 """
 
 import asyncio
@@ -21,7 +22,7 @@ import asyncpg
 from redis.asyncio import Redis
 
 from services.scheduler.dispatcher import Dispatcher
-from services.scheduler.due import Due, Pace
+from services.scheduler.due import Due, Pace, relay_wait
 from services.scheduler.finaliser import SWEEP_EVERY_S, Finaliser
 from services.scheduler.leader import Leadership
 from services.scheduler.reaper import Reaper
@@ -41,6 +42,7 @@ from shared.redis_client import open_redis
 from shared.redis_keys import RedisKeys
 from shared.states import FAILED, TERMINAL
 from shared.topology import Topology, declare_work_queue, pool_key
+from shared.transition_writer import NUDGE_EVERY_S
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +147,7 @@ class Scheduler:
         """Relay the outbox while leading, batch after batch, then wait for an insert."""
         self.relay.on_published = lambda row: self._on_published(row, rounds)
         polling = False  # woken by the clock, not by an insert or a busy batch
+        heard = time.monotonic()  # the last notification or batch
         while not stop.is_set():
             if not lead.held:
                 await self.relay.drain()
@@ -157,9 +160,13 @@ class Scheduler:
                 logger.warning("relay failed, retrying: %s", exc)
                 await wait_or_stop(stop, _ERROR_PAUSE_S)
                 continue
+            now = time.monotonic()
+            if relayed or not polling:
+                heard = now
             polling = False
             if not relayed:
-                await _wait_any(stop, wake, self.settings.relay_poll_s)
+                wait = relay_wait(now - heard, self.settings.relay_poll_s, NUDGE_EVERY_S)
+                await _wait_any(stop, wake, wait)
                 polling = not wake.is_set()
         await self.relay.drain()
 

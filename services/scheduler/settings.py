@@ -14,9 +14,10 @@ class SchedulerSettings(CommonSettings):
     #: Most tasks one user has in flight (claimed or running) over all their jobs; unset: no
     #: cap. Whatever it is, users are interleaved at each release (`VIGIL_MAX_IN_FLIGHT_PER_USER`).
     max_in_flight_per_user: int | None = Field(default=None, ge=1)
-    #: The relay looks for unpublished rows at least this often: the events of a task's normal
-    #: path on its worker send no NOTIFY (they would serialize the commits), so this bounds
-    #: how late a follower can see them (`VIGIL_RELAY_POLL_S`).
+    #: The relay looks for unpublished rows this often while the system is busy (every 2 s
+    #: after a quiet spell): the events of a task's normal path on its worker send no NOTIFY
+    #: (they would serialize the commits; the worker nudges the relay at most every 0.5 s
+    #: instead), so this bounds how late a follower can see them (`VIGIL_RELAY_POLL_S`).
     relay_poll_s: float = Field(default=0.25, gt=0, le=60)
     #: A host whose worker and supervisor have not heartbeated for this long is dead: its
     #: tasks are lost.

@@ -19,7 +19,7 @@ from shared.db import Connection, Pool
 from shared.errors import UNAVAILABLE, StaleState
 from shared.messages import RunStage
 from shared.outcomes import worker_failed
-from shared.states import ACTIONS, JobState, Stage, TaskState, failure_state_for
+from shared.states import ACTIONS, QUIET, JobState, Stage, TaskState, failure_state_for
 from shared.transition_writer import Move, TransitionWriter
 
 S = TaskState
@@ -122,6 +122,8 @@ class Taker:
         if held is None:
             async with self.pool.acquire() as conn, conn.transaction():
                 held = await self._take(conn, task, job, message)
+            if held is not None and held.state in QUIET:
+                await self.writer.nudge()
         if held is not None:
             held.cluster_starts = int(row["cluster_starts"])
         return held

@@ -42,12 +42,12 @@ from shared.outcomes import Outcome, command_outcome, error_log_outcome, hook_fa
 from shared.policy import Policy
 from shared.processes import signal_tree
 from shared.redis_keys import JOB_TTL_S, RedisKeys
-from shared.states import ACTIONS, FailureClass, JobState, Stage, TaskState
+from shared.states import ACTIONS, QUIET, FailureClass, JobState, Stage, TaskState
 from shared.status_file import StatusReport, read_status
 from shared.task_types import TaskContext, TaskType
 from shared.task_types.base import HOOK_FOR_ACTION, OutputRecord
 from shared.topology import supervise_key
-from shared.transition_writer import Move, TransitionWriter
+from shared.transition_writer import NUDGE_EVERY_S, Move, TransitionWriter
 
 logger = logging.getLogger(__name__)
 S = TaskState
@@ -113,7 +113,7 @@ class StageRunner:
 
     def __post_init__(self) -> None:
         #: The worker's moves of all its tasks, committed together when they overlap.
-        self.writer = TransitionWriter(self.pool)
+        self.writer = TransitionWriter(self.pool, nudge_every_s=NUDGE_EVERY_S)
         self.taker = Taker(
             self.pool,
             self.instance,
@@ -209,6 +209,8 @@ class StageRunner:
                 error_brief=failure.brief if failure else None,
                 error_detail=failure.detail if failure else None,
             )
+        if state in QUIET:
+            await self.writer.nudge()
         held.task, held.state = task, state
 
     # -- setup -------------------------------------------------------------------------------
@@ -502,6 +504,7 @@ class StageRunner:
                     changes={"worker": self.instance},
                 )
                 attempt = await self._open_attempt(conn, held, Stage.POST_PROCESSING.value)
+            await self.writer.nudge()
             held.state = S.POST_PROCESSING
         ctx = self._context(held, attempt)
         ctx.exit_code = 0
@@ -689,6 +692,8 @@ class StageRunner:
         except StaleState as exc:
             await self._record_late(held, attempt, outcome, str(exc))
             raise
+        if outcome.state in QUIET:
+            await self.writer.nudge()
         held.task, held.state = task, outcome.state
 
     async def _record_late(self, held: Held, attempt: int, outcome: Outcome, why: str) -> None:

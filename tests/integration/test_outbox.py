@@ -18,7 +18,7 @@ from shared import datasets, db, jobs_repo, outbox, task_actions, tasks_repo, us
 from shared.actions import JobAction
 from shared.jobs_repo import NewJob
 from shared.messages import JobEvent, JobOutcome, RunStage, TaskEvent, to_jsonable
-from shared.states import Stage, TaskState
+from shared.states import QUIET, Stage, TaskState
 from shared.topology import host_key
 from tests.conftest import fresh_database
 
@@ -294,3 +294,18 @@ async def test_changes_that_make_tasks_releasable_without_an_event_wake_the_roun
             async with asyncio.timeout(5):
                 assert await notified.get() == "round"
         assert await conn.fetchval("SELECT claim FROM tasks WHERE id = $1", task_id) is None
+
+
+async def test_exactly_the_events_of_the_quiet_states_notify_nobody(opool: db.Pool) -> None:
+    async with (
+        opool.acquire() as listener,
+        opool.acquire() as writer,
+        _payloads(listener) as notified,
+    ):
+        for state in TaskState:
+            # when
+            await outbox.add_task_event(writer, _task_event(state))
+            await listener.execute("SELECT 1")  # a notification sent is read by now
+            # then
+            payloads = [notified.get_nowait() for _ in range(notified.qsize())]
+            assert payloads == ([] if state in QUIET else ["round"]), state

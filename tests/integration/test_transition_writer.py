@@ -176,3 +176,31 @@ async def test_more_takes_at_once_than_the_pool_has_connections_all_go_through(
             held = await asyncio.gather(*(taker.take(m) for m in messages))
 
         assert [h.state if h else None for h in held] == [S.SETTING_UP] * 6
+
+
+async def test_after_quiet_moves_a_writer_nudges_the_relay_at_most_once_a_period(
+    pool: db.Pool,
+) -> None:
+    tasks = await _held_tasks(pool, 3)
+    writer = TransitionWriter(pool, nudge_every_s=600)
+    assert tasks[2].claim is not None
+    ended = Move(tasks[2], tasks[2].claim, (S.ON_CPU, S.DATA_READY, S.POST_PROCESSING, S.COMPLETED))
+    payloads: asyncio.Queue[object] = asyncio.Queue()
+
+    def heard(_conn: object, _pid: int, _channel: str, payload: object) -> None:
+        payloads.put_nowait(payload)
+
+    async with pool.acquire() as listener:
+        await listener.add_listener("vigil_outbox", heard)
+        # when: two moves whose events notify nobody, then one that ends its task
+        await writer.advance(_finish(tasks[0]))
+        await writer.advance(_finish(tasks[1]))
+        await writer.advance(ended)
+        await listener.execute("SELECT 1")  # what was sent before is read by now
+        await listener.remove_listener("vigil_outbox", heard)
+    got = [payloads.get_nowait() for _ in range(payloads.qsize())]
+
+    # then: the first quiet move nudged the relay, the second was within the period, and the
+    # last one's event notified by itself (the trigger)
+    assert writer.nudges == 1
+    assert got == ["relay", "round"]

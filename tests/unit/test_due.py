@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.scheduler.due import Due, Pace
+from services.scheduler.due import Due, Pace, relay_wait
 
 
 def test_the_first_round_looks_then_only_when_told_or_at_the_sweep() -> None:
@@ -82,3 +82,11 @@ def test_backoffs_are_looked_at_earliest_first_and_later_ones_kept() -> None:
     assert pace.idle_wait(now=0.0) == pytest.approx(0.51)
     assert pace.idle_wait(now=0.6) == 2.0  # the next backoff ends at 5: after this wait
     assert pace.idle_wait(now=2.6) == pytest.approx(2.41)
+
+
+def test_the_relay_polls_quickly_while_a_worker_may_have_written_quiet_events() -> None:
+    # a worker nudges at most every 0.5 s: its quiet events follow a nudge by less than that
+    assert relay_wait(0.0, poll_s=0.25, nudge_every_s=0.5) == 0.25
+    assert relay_wait(1.2, poll_s=0.25, nudge_every_s=0.5) == 0.25
+    assert relay_wait(1.25, poll_s=0.25, nudge_every_s=0.5) == 2.0
+    assert relay_wait(60.0, poll_s=5.0, nudge_every_s=0.5) == 5.0  # never faster than asked
