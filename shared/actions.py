@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Final
 
 from shared.errors import Conflict
-from shared.states import ACTIONS, TERMINAL, TRANSITIONS, TaskState
+from shared.states import ACTIONS, FAILED, TERMINAL, TRANSITIONS, TaskState
 
 S = TaskState
 
@@ -82,8 +82,9 @@ def allowed_states(action: TaskAction) -> list[TaskState]:
     return sorted(_TABLE[action])
 
 
-def plan(action: TaskAction, current: TaskState) -> Plan:
-    """What `action` does to a task in `current`; raises `Conflict` naming the allowed states."""
+def plan(action: TaskAction, current: TaskState, task_id: str = "TASK") -> Plan:
+    """What `action` does to a task in `current`; raises `Conflict` naming the allowed states
+    and what can be done with the task (`task_id`) now."""
     if action is TaskAction.DUPLICATE:
         if current in TERMINAL:
             return Plan(target=None, duplicate=True)
@@ -91,4 +92,20 @@ def plan(action: TaskAction, current: TaskState) -> Plan:
         target = _TABLE[action][current]
         return Plan(target=target, hook=target in ACTIONS)
     allowed = ", ".join(s.value for s in allowed_states(action))
-    raise Conflict(f"cannot {action.value} a task in state {current.value}; allowed in: {allowed}")
+    raise Conflict(
+        f"cannot {action.value} a task in state {current.value}; allowed in: {allowed}",
+        next_step=task_next_step(task_id, current),
+    )
+
+
+def task_next_step(task_id: str, current: TaskState) -> str:
+    """What can be done with a task in `current` state, for a refusal."""
+    if current is TaskState.COMPLETED:
+        return f"run it again from a stage (`vigil restart {task_id} --stage cluster`)"
+    if current in FAILED:
+        return f"recover it (`vigil recover {task_id}`), or restart it from a stage"
+    if current is TaskState.TERMINATED:
+        return "it was cancelled for good; duplicate it (the action duplicate) to run its input"
+    if current in (TaskState.NEW, TaskState.ON_HOLD):
+        return "it has not started: hold, release or cancel it"
+    return f"it is under way: wait for it to end, or cancel it (`vigil cancel {task_id}`)"

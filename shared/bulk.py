@@ -19,6 +19,7 @@ Locks are taken job row first, then task row, the order of job actions and the f
 import json
 import logging
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -100,7 +101,8 @@ def check_scope(matched: int, jobs: int, request: BulkRequest, limits: Limits) -
     if not request.dry_run and not request.confirm and matched > limits.confirm_over:
         raise Conflict(
             f"the selector matches {matched} tasks in {jobs} jobs (more than"
-            f' {limits.confirm_over}); repeat with "confirm": true or narrow it'
+            f" {limits.confirm_over})",
+            next_step='repeat with "confirm": true (`--yes`), or narrow the selector',
         )
 
 
@@ -146,16 +148,26 @@ async def select(
     return [MatchedTask.model_validate(dict(r)) for r in rows]
 
 
-async def run(conn: Connection, request: BulkRequest, actor: User, limits: Limits) -> Outcome:
+async def run(
+    conn: Connection,
+    request: BulkRequest,
+    actor: User,
+    limits: Limits,
+    charge: Callable[[int], Awaitable[None]] | None = None,
+) -> Outcome:
     """Select, check the scope, record, then count (dry run) or apply; see the module doc.
 
-    Raises `TooManyTasks` or `Conflict` before anything is recorded or changed. Not one
-    transaction: call it outside any (each batch commits on its own).
+    `charge` is given how many tasks a `duplicate` is about to create, and may refuse by
+    raising. Raises `TooManyTasks` or `Conflict` (or what `charge` raised) before anything is
+    recorded or changed. Not one transaction: call it outside any (each batch commits on its
+    own).
     """
     owner = None if actor.is_operator else actor.id
     matched = await select(conn, request.selector, owner, limits.max_tasks + 1)
     jobs = len({m.job_id for m in matched})
     check_scope(len(matched), jobs, request, limits)
+    if charge is not None and request.action is TaskAction.DUPLICATE and not request.dry_run:
+        await charge(dry_run_counts(matched, request.action)[0])
     selector = request.selector.model_dump(mode="json", exclude_defaults=True)
     record_id = await bulk_repo.start(
         conn,
@@ -224,7 +236,7 @@ async def _apply_one(
             return reason
     except (Conflict, NotFound) as exc:  # a check of apply_to_task's that `refusal` lacks
         logger.info("bulk %s refused on task %s: %s", action.value, task.id, exc)
-        return str(exc)
+        return exc.refusal.why if isinstance(exc, Conflict) else str(exc)
     except asyncpg.DeadlockDetectedError:
         logger.info("bulk %s on task %s lost a deadlock; skipped", action.value, task.id)
         return RACED

@@ -103,7 +103,8 @@ async def _locked_configuring(conn: Connection, job_id: str, doing: str) -> jobs
     if job.state is not JobState.CONFIGURING:
         raise Conflict(
             f"cannot {doing} job {job_id}: it is {job.state.value}, and only a configuring job"
-            ' (submitted with "configuring": true) can be tested or activated'
+            " can be tested or activated",
+            next_step='submit one with "configuring": true (`vigil submit --configuring`)',
         )
     return job
 
@@ -112,9 +113,10 @@ def _held_at(job: jobs_repo.Job, index: int) -> Any:
     held = job.inputs or []
     if not 0 <= index < len(held):
         raise Conflict(
-            f"job {job.id} holds {len(held)} input(s): input_index must be 0 to {len(held) - 1}"
+            f"job {job.id} holds {len(held)} input(s)" if held else f"job {job.id} holds no input",
+            next_step=f"give input_index 0 to {len(held) - 1}, or an explicit input"
             if held
-            else f"job {job.id} holds no input: give the test an explicit input"
+            else "give the test an explicit input",
         )
     return held[index]
 
@@ -124,9 +126,11 @@ async def _upstream_at(conn: Connection, job: jobs_repo.Job, index: int) -> str:
     upstream = await datasets.task_ids_of(conn, job.inputs_from)
     if not 0 <= index < len(upstream):
         raise Conflict(
-            f"job {job.inputs_from} (inputs_from) has {len(upstream)} task(s): input_index"
-            f" must be 0 to {len(upstream) - 1}"
+            f"job {job.inputs_from} (inputs_from) has {len(upstream)} task(s)"
             if upstream
-            else f"job {job.inputs_from} (inputs_from) has no task yet: give an explicit input"
+            else f"job {job.inputs_from} (inputs_from) has no task yet",
+            next_step=f"give input_index 0 to {len(upstream) - 1}, or an explicit input"
+            if upstream
+            else "give the test an explicit input",
         )
     return upstream[index]

@@ -37,7 +37,10 @@ async def add_inputs(conn: Connection, job_id: str, inputs: list[Any]) -> list[s
         if state is None:
             raise NotFound(f"no job {job_id}")
         if JobState(state) not in _APPENDABLE:
-            raise Conflict(f"cannot append inputs to a job in state {state}")
+            raise Conflict(
+                f"cannot append inputs to a job in state {state}",
+                next_step="submit a new job with them (`vigil submit`, or POST /jobs)",
+            )
         await harvest.check_not_purged(conn, job_id, "append inputs to it")
         if JobState(state) is JobState.CONFIGURING:
             await conn.execute(

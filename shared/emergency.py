@@ -15,7 +15,7 @@ against stops and resumes, so no job slips between the stop's suspension and its
 import logging
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import asyncpg
 
@@ -63,6 +63,9 @@ def kill_brief(actor: str, reason: str) -> str:
     return f"emergency stop by {actor}: {reason}"
 
 
+_RESUME_FIRST: Final = "resume it first (`vigil resume-all`, or POST /admin/resume)"
+
+
 async def stop(conn: Connection, actor: str, reason: str) -> Stop:
     """Stop everything (see the module doc); raises `Conflict` if a stop is already in force."""
     async with conn.transaction():
@@ -71,8 +74,8 @@ async def stop(conn: Connection, actor: str, reason: str) -> Stop:
         if current is not None:
             raise Conflict(
                 f"an emergency stop is already in force (by {current.stopped_by} at"
-                f" {current.stopped_at.isoformat(timespec='seconds')}: {current.reason});"
-                " resume it first"
+                f" {current.stopped_at.isoformat(timespec='seconds')}: {current.reason})",
+                next_step=_RESUME_FIRST,
             )
         try:
             stop_id = await conn.fetchval(
@@ -81,7 +84,9 @@ async def stop(conn: Connection, actor: str, reason: str) -> Stop:
                 reason,
             )
         except asyncpg.UniqueViolationError as exc:  # only without the lock: belt and braces
-            raise Conflict("an emergency stop is already in force") from exc
+            raise Conflict(
+                "an emergency stop is already in force", next_step=_RESUME_FIRST
+            ) from exc
         jobs = await _suspend_active_jobs(conn, stop_id)
         killed = await _kill_running_tasks(conn, stop_id, kill_brief(actor, reason))
         logger.warning(
@@ -101,7 +106,9 @@ async def resume(conn: Connection, actor: str) -> Resumed:
         await conn.execute("SELECT pg_advisory_xact_lock($1)", stop_guard.LOCK_KEY)
         current = await in_force(conn)
         if current is None:
-            raise Conflict("no emergency stop is in force")
+            raise Conflict(
+                "no emergency stop is in force", next_step="nothing to resume: work goes on"
+            )
         # lifted first: a job that recovering reopens must not be held by this stop again
         await conn.execute(
             "UPDATE emergency_stops SET resumed_by = $2, resumed_at = now() WHERE id = $1",

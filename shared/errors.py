@@ -5,13 +5,15 @@ VigilError
 ├── InvalidTransition   a state change that is not a row of the transition table
 ├── StaleState          a compare-and-set found the row in another state (lost a race)
 ├── NotFound            no such job, task or user (or not visible to the caller)
-├── Conflict            the request is valid but the current state does not allow it
+├── Conflict            the request is valid but the current state does not allow it (with
+│                       the next step: a `Refusal`)
 └── SchemaOutOfDate     the schema is older than the code: run `python -m shared.migrate`
 
 `UNAVAILABLE` is the tuple of errors that a server away for a while (restarting) causes: loops
 log them, pause and go on; they never bring a service down.
 """
 
+from dataclasses import dataclass
 from typing import Final
 
 import asyncpg
@@ -46,8 +48,28 @@ class NotFound(VigilError):
     """The object does not exist or the caller may not see it."""
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request is refused in the current state, and what the caller can do next."""
+
+    why: str
+    next_step: str
+
+    def __str__(self) -> str:
+        return f"{self.why}; {self.next_step}"
+
+
 class Conflict(VigilError):
-    """The current state does not allow the request."""
+    """The current state does not allow the request: why, and the next step (every 409 of
+    the API says both: `detail` the sentence, `next_step` the step alone)."""
+
+    def __init__(self, why: str, *, next_step: str) -> None:
+        self.refusal = Refusal(why, next_step)
+        super().__init__(str(self.refusal))
+
+    @classmethod
+    def of(cls, refusal: Refusal) -> "Conflict":
+        return cls(refusal.why, next_step=refusal.next_step)
 
 
 class SchemaOutOfDate(VigilError):

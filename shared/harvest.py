@@ -78,7 +78,7 @@ async def purge_job(conn: Connection, job_id: str, actor: str, reason: str) -> P
         facts = await _facts(conn, job_id)
         refused = purge_rules.refusal(facts)
         if refused is not None:
-            raise Conflict(refused)
+            raise Conflict.of(refused)
         logs = await conn.execute("DELETE FROM logs WHERE job_id = $1", job_id)
         contents = await conn.execute(
             "UPDATE task_outputs o SET content = NULL FROM tasks t"
@@ -146,7 +146,10 @@ async def check_not_purged(
     row = await conn.fetchrow(f"SELECT purged_at, purged_by FROM jobs WHERE id = $1{lock}", job_id)
     if row is not None and row["purged_at"] is not None:
         message = purge_rules.purged_message(job_id, row["purged_at"], row["purged_by"])
-        raise Conflict(f"{message}: cannot {doing}")
+        raise Conflict(
+            f"{message}: cannot {doing}",
+            next_step="its data is gone for good; submit a new job to run its inputs again",
+        )
 
 
 async def set_retention(conn: Connection, job_id: str, retention_s: float | None) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from shared import jobs_repo
 from shared.db import Connection
-from shared.errors import Conflict, NotFound
+from shared.errors import Conflict, NotFound, Refusal
 from shared.states import JobState
 
 #: Job fields an edit may name, each a column of `jobs` (never user text as a name).
@@ -47,12 +47,15 @@ def changed(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, 
     return found
 
 
-def refusal(job_id: str, state: JobState, changes: Collection[str]) -> str | None:
+def refusal(job_id: str, state: JobState, changes: Collection[str]) -> Refusal | None:
     """Why `changes` (names from `changed`) may not be made to a job in `state`, or None."""
     if not changes or state is JobState.CONFIGURING:
         return None
     if state is JobState.CANCELLED:
-        return f"job {job_id} is cancelled: it cannot be edited"
+        return Refusal(
+            f"job {job_id} is cancelled: it cannot be edited",
+            "submit a new job with the changes (`vigil submit`)",
+        )
     refused = sorted(
         name
         for name in changes
@@ -62,10 +65,12 @@ def refusal(job_id: str, state: JobState, changes: Collection[str]) -> str | Non
         return None
     allowed = sorted(OPERATIONAL_FIELDS) + [f"policy.{p}" for p in sorted(OPERATIONAL_POLICY)]
     hint = " (append inputs with POST /jobs/{id}/inputs)" if "inputs" in refused else ""
-    return (
+    return Refusal(
         f"job {job_id} is {state.value}: {', '.join(refused)} can no longer be changed (its"
-        f" tasks have run with them; submit a new job, or a configuring one to try changes"
-        f" first). A {state.value} job can change only {', '.join(allowed)}{hint}"
+        f" tasks have run with them); once {state.value}, a job can change only"
+        f" {', '.join(allowed)}{hint}",
+        "submit a new job with the changes, or a configuring one to try them first"
+        " (`vigil submit --configuring`)",
     )
 
 
@@ -95,7 +100,7 @@ async def apply(
         diff = changed(dict(record), wanted)
         reason = refusal(job_id, state, diff)
         if reason is not None:
-            raise Conflict(reason)
+            raise Conflict.of(reason)
         columns = sorted({name.split(".")[0] for name in diff})
         if columns:
             assignments = ", ".join(f"{c} = ${i}" for i, c in enumerate(columns, start=2))

@@ -6,10 +6,15 @@ clone (lineage), so tasks waiting on it survive the retry; the clone waits on wh
 waited on. A superseded task no longer counts towards its job's outcome.
 """
 
+from typing import Final
+
 from shared import jobs_repo, tasks_repo
 from shared.db import Connection
 from shared.errors import Conflict
 from shared.states import FAILED
+
+#: The triage's own resubmissions: a refused one is left as it is.
+_LEFT: Final = "the task is left as it is"
 
 
 async def resubmit(conn: Connection, task_id: str) -> tasks_repo.Task:
@@ -20,10 +25,12 @@ async def resubmit(conn: Connection, task_id: str) -> tasks_repo.Task:
     async with conn.transaction():
         record = await conn.fetchrow("SELECT * FROM tasks WHERE id = $1 FOR UPDATE", task_id)
         if record is None:
-            raise Conflict(f"no task {task_id}")
+            raise Conflict(f"no task {task_id}", next_step=_LEFT)
         original = tasks_repo.Task.from_record(record)
         if original.state not in FAILED or original.superseded_by is not None:
-            raise Conflict(f"task {task_id} ({original.state}) cannot be resubmitted")
+            raise Conflict(
+                f"task {task_id} ({original.state}) cannot be resubmitted", next_step=_LEFT
+            )
         [clone_id] = await jobs_repo.append_tasks(
             conn, original.job_id, [original.input], test=original.test
         )

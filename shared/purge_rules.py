@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
+from shared.errors import Refusal
 from shared.states import JobState
 
 #: The job states a purge is allowed in.
@@ -45,29 +46,33 @@ def _busy(facts: JobFacts) -> str:
     return named + (" and more" if len(facts.busy) > NAMED else "")
 
 
-def refusal(facts: JobFacts) -> str | None:
-    """Why the job cannot be purged now, or None when it can."""
+def refusal(facts: JobFacts) -> Refusal | None:
+    """Why the job cannot be purged now, and what to do, or None when it can be."""
     if facts.purged_at is not None:
-        return purged_message(facts.job_id, facts.purged_at, facts.purged_by) + " already"
+        return Refusal(
+            purged_message(facts.job_id, facts.purged_at, facts.purged_by) + " already",
+            "nothing is left to purge",
+        )
     if facts.state not in PURGEABLE:
         allowed = ", ".join(sorted(s.value for s in PURGEABLE))
         running = f"; tasks still running or held: {_busy(facts)}" if facts.busy else ""
-        return (
+        return Refusal(
             f"cannot purge job {facts.job_id} in state {facts.state.value}: only a job that"
-            f" has ended ({allowed}) can be purged{running}. To end it now, cancel it"
-            f" (`vigil cancel {facts.job_id}`, or the action cancel), then purge it once its"
-            " tasks have stopped"
+            f" has ended ({allowed}) can be purged{running}",
+            f"to end it now, cancel it (`vigil cancel {facts.job_id}`, or the action cancel),"
+            " then purge it once its tasks have stopped",
         )
     if facts.busy:
-        return (
-            f"cannot purge job {facts.job_id}: tasks still running or held: {_busy(facts)};"
-            " wait for them to end"
+        return Refusal(
+            f"cannot purge job {facts.job_id}: tasks still running or held: {_busy(facts)}",
+            "wait for them to end, then purge it",
         )
     if facts.downstream:
         named = ", ".join(facts.downstream[:NAMED])
         more = " and more" if len(facts.downstream) > NAMED else ""
-        return (
+        return Refusal(
             f"cannot purge job {facts.job_id}: jobs chained from it have not ended and may"
-            f" still read its outputs: {named}{more}"
+            f" still read its outputs: {named}{more}",
+            "purge it once they have ended (or cancel them)",
         )
     return None

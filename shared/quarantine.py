@@ -17,7 +17,10 @@ async def release(conn: Connection, host_id: str, actor: str) -> None:
     )
     if status == "UPDATE 0":
         await _must_exist(conn, host_id)
-        raise Conflict(f"host {host_id} is not quarantined")
+        raise Conflict(
+            f"host {host_id} is not quarantined",
+            next_step="nothing to release: it takes work (`vigil hosts` shows every host)",
+        )
 
 
 async def quarantine(

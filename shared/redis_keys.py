@@ -48,6 +48,10 @@ class RedisKeys:
         """
         return self._key("api", "submit", token_id)
 
+    def task_bucket(self, user_id: str) -> str:
+        """Token bucket (hash of `tokens`, `ts`) limiting the tasks one user creates."""
+        return self._key("api", "tasks", user_id)
+
     def job_keys(self, job_id: str) -> list[str]:
         """Every key that belongs to `job_id`, for the purge at the end of the job.
 

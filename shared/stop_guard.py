@@ -51,5 +51,6 @@ async def refuse_if_stopped(conn: Connection, doing: str) -> None:
     if stop is not None:
         raise Conflict(
             f"cannot {doing}: an emergency stop by {stop['stopped_by']} is in force"
-            f" ({stop['reason']}); an operator lifts it with POST /admin/resume"
+            f" ({stop['reason']})",
+            next_step="an operator lifts it (`vigil resume-all`, or POST /admin/resume)",
         )

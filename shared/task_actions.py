@@ -38,7 +38,7 @@ async def apply_to_task(
         if action is not TaskAction.CANCEL:
             await _check_job_not_cancelled(conn, task.job_id, action)
         await _check_test_still_configuring(conn, task)
-        step = plan(action, task.state)
+        step = plan(action, task.state, task.id)
         if step.duplicate:
             return ActionResult(task, await duplicate(conn, task))
         moved = await _move(conn, task, step, action, actor)
@@ -60,7 +60,10 @@ async def _check_job_not_cancelled(conn: Connection, job_id: str, action: TaskAc
     await harvest.check_not_purged(conn, job_id, f"{action.value} a task of it")
     state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1", job_id)
     if state == JobState.CANCELLED.value:
-        raise Conflict(f"cannot {action.value} a task of job {job_id}: the job is cancelled")
+        raise Conflict(
+            f"cannot {action.value} a task of job {job_id}: the job is cancelled",
+            next_step="a cancelled job stays so; submit a new job to run its inputs again",
+        )
 
 
 async def _check_test_still_configuring(conn: Connection, task: tasks_repo.Task) -> None:
@@ -71,7 +74,8 @@ async def _check_test_still_configuring(conn: Connection, task: tasks_repo.Task)
     if state != JobState.CONFIGURING.value:
         raise Conflict(
             f"task {task.id} is a test run of job {task.job_id}, which is {state} now;"
-            " its outputs were discarded at activation"
+            " its outputs were discarded at activation",
+            next_step=f"act on the job's own tasks (`vigil status {task.job_id}` lists them)",
         )
 
 
@@ -94,7 +98,7 @@ async def _move(
             conn, task.id, step.target, among=frozenset({task.state}), changes=changes
         )
     except StaleState as exc:  # the row is locked: only a bug can get here
-        raise Conflict(str(exc)) from exc
+        raise Conflict(str(exc), next_step="look at the task again, then retry") from exc
 
 
 async def kill_running(conn: Connection, task: tasks_repo.Task, reason: str) -> None:
@@ -189,13 +193,36 @@ _JOB_ALLOWED = {
 }
 
 
+def job_next_step(job_id: str, current: JobState, action: JobAction) -> str:
+    """What can be done with a job in `current` state, for a refusal of `action`."""
+    if action is JobAction.RESUME and current is JobState.ACTIVE:
+        return "it is running already: nothing to resume"
+    if action is JobAction.SUSPEND and current is JobState.SUSPENDED:
+        return f"it is suspended already; resume it with `vigil resume {job_id}`"
+    if action is JobAction.CANCEL and current in (JobState.COMPLETED, JobState.FAILED):
+        return f"it has ended: nothing runs (`vigil purge {job_id}` deletes its data)"
+    if current in (JobState.COMPLETED, JobState.FAILED):
+        return (
+            f"it has ended: recover its failed tasks (`vigil recover {job_id}`), or append"
+            " inputs to run more"
+        )
+    if current is JobState.CANCELLED:
+        return "a cancelled job stays so; submit it again to run it again"
+    if current is JobState.SUSPENDED:
+        return f"resume it (`vigil resume {job_id}`), or cancel it (`vigil cancel {job_id}`)"
+    if current is JobState.CONFIGURING:
+        return f"activate it first (`vigil activate {job_id}`), or cancel it"
+    return f"it is running: suspend it (`vigil suspend {job_id}`) or cancel it"
+
+
 async def _set_job_state(
     conn: Connection, job_id: str, current: JobState, action: JobAction, actor: str
 ) -> None:
     if current not in _JOB_ALLOWED[action]:
         allowed = ", ".join(s.value for s in _JOB_ALLOWED[action])
         raise Conflict(
-            f"cannot {action.value} a job in state {current.value}; allowed in: {allowed}"
+            f"cannot {action.value} a job in state {current.value}; allowed in: {allowed}",
+            next_step=job_next_step(job_id, current, action),
         )
     if action is JobAction.RESUME:
         await stop_guard.refuse_if_stopped(conn, f"resume job {job_id}")
@@ -234,7 +261,10 @@ async def _freeze_running(conn: Connection, job_id: str, *, frozen: bool) -> Non
 async def _recover_failed(conn: Connection, job_id: str, actor: str) -> None:
     failed = await _task_ids(conn, job_id, only=FAILED)
     if not failed:
-        raise Conflict(f"job {job_id} has no failed task to recover")
+        raise Conflict(
+            f"job {job_id} has no failed task to recover",
+            next_step=f"nothing to do (`vigil status {job_id}` shows its tasks)",
+        )
     for task_id in failed:
         await apply_to_task(conn, task_id, TaskAction.RECOVER, actor)
 
@@ -246,7 +276,10 @@ async def _throttle(
     release_per_tick: int | None,
 ) -> None:
     if max_in_flight is None and release_per_tick is None:
-        raise Conflict("throttle needs max_in_flight and/or release_per_tick")
+        raise Conflict(
+            "throttle needs max_in_flight and/or release_per_tick",
+            next_step="give one of them, or both",
+        )
     await conn.execute(
         "UPDATE jobs SET max_in_flight = coalesce($2, max_in_flight),"
         " release_per_tick = coalesce($3, release_per_tick) WHERE id = $1",

@@ -129,7 +129,10 @@ async def create_user(conn: Connection, name: str, role: Role) -> User:
         role,
     )
     if record is None:
-        raise Conflict(f"a user named {name!r} already exists")
+        raise Conflict(
+            f"a user named {name!r} already exists",
+            next_step=f"pick another name, or give them a new token (`vigil new-token {name}`)",
+        )
     return User(record["id"], record["name"], record["role"])
 
 

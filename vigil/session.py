@@ -56,7 +56,11 @@ def explain(exc: VigilError, found: config.Config | None) -> tuple[str, int]:
         return f"{exc.message} ({exc.status})", EXIT_NOT_FOUND
     if isinstance(exc, ApiError):
         return f"{exc.message} ({exc.status})", EXIT_REFUSED
-    if isinstance(exc, Unreachable | BadResponse):
+    if isinstance(exc, Unreachable):
+        return f"{exc}; is it running there? (`scripts/up` starts it; --url or VIGIL_URL)", (
+            EXIT_UNREACHABLE
+        )
+    if isinstance(exc, BadResponse):  # its message says what to check
         return str(exc), EXIT_UNREACHABLE
     if isinstance(exc, WaitTimeout):
         return str(exc), EXIT_TIMEOUT

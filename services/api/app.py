@@ -15,7 +15,7 @@ from services.api import errors
 from services.api.body_limit import BodyLimit
 from services.api.event_hub import EventHub
 from services.api.metrics import Metrics
-from services.api.rate_limit import SubmitLimiter
+from services.api.rate_limit import SubmitLimiter, TaskQuota
 from services.api.routes import admin, bulk, events, health, hosts, jobs, outputs, pages, tasks
 from services.api.settings import ApiSettings
 from shared import analysers, db, users_repo
@@ -61,6 +61,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.redis = redis
         app.state.limiter = SubmitLimiter(
             redis, app.state.redis_keys, settings.submit_rate_per_s, settings.submit_burst
+        )
+        app.state.task_quota = TaskQuota(
+            redis, app.state.redis_keys, settings.task_rate_per_s, settings.task_burst
         )
         logger.info("api ready", extra={"action": "start"})
         try:

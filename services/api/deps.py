@@ -14,7 +14,7 @@ from services.api import session
 from services.api.errors import invalid
 from services.api.event_hub import EventHub
 from services.api.metrics import Metrics
-from services.api.rate_limit import SubmitLimiter
+from services.api.rate_limit import SubmitLimiter, TaskQuota
 from services.api.settings import ApiSettings
 from shared import db, users_repo
 from shared.db import Pool
@@ -112,6 +112,22 @@ OperatorUser = Annotated[User, Depends(_operator)]
 
 async def _limiter(request: Request) -> SubmitLimiter:
     return cast(SubmitLimiter, request.app.state.limiter)
+
+
+async def _task_quota(request: Request) -> TaskQuota:
+    return cast(TaskQuota, request.app.state.task_quota)
+
+
+#: Charges the tasks a request creates to its user (`QuotaExceeded`: 429, or 413).
+TaskQuotaDep = Annotated[TaskQuota, Depends(_task_quota)]
+#: The answers of a route that charges tasks, for its OpenAPI description.
+QUOTA_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
+    413: {"description": "It would create more tasks than a user may at once."},
+    429: {
+        "description": "It would create more tasks than the user may now;"
+        " `Retry-After` says when to retry."
+    },
+}
 
 
 async def _submission_allowed(

@@ -1,7 +1,8 @@
 """How errors become HTTP answers: every 4xx body is `{"detail": ...}`, never a 500 for bad input.
 
 422 bodies are always a list of `{loc, msg, type}` naming the field at fault (the user's input is
-not echoed back: it may be megabytes). 404/409 bodies carry one human sentence.
+not echoed back: it may be megabytes). 404 bodies carry one human sentence; 409 bodies the
+sentence (why; the next step) and `next_step` alone.
 """
 
 import logging
@@ -15,8 +16,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from services.api.rate_limit import QuotaExceeded
 from shared.db import CONNECTION_LOST
-from shared.errors import Conflict, InvalidTransition, NotFound, StaleState
+from shared.errors import Conflict, InvalidTransition, NotFound, Refusal, StaleState
 
 logger = logging.getLogger(__name__)
 
@@ -83,16 +85,36 @@ async def _not_found(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _conflict(request: Request, exc: Exception) -> JSONResponse:
+    """409: the sentence in `detail` (why; the next step), the next step alone in `next_step`.
+    A compare-and-set that lost a race (`StaleState`) says to look again."""
     logger.info("refused %s %s: %s", request.method, request.url.path, exc)
-    return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_409_CONFLICT)
+    refusal = exc.refusal if isinstance(exc, Conflict) else Refusal(str(exc), _LOOK_AGAIN)
+    body = {"detail": str(refusal), "next_step": refusal.next_step}
+    return JSONResponse(body, status_code=status.HTTP_409_CONFLICT)
+
+
+_LOOK_AGAIN: Final = "it changed meanwhile: look at it again, then retry if it still applies"
 
 
 async def _raced(request: Request, exc: Exception) -> JSONResponse:
     # PostgreSQL aborted this request's transaction to let a concurrent one through (a
     # deadlock between two writers, e.g. a task action and a bulk action): nothing was written.
     logger.warning("concurrent change on %s %s: %s", request.method, request.url.path, exc)
-    detail = "a concurrent change got in the way and nothing was done; try again"
-    return JSONResponse({"detail": detail}, status_code=status.HTTP_409_CONFLICT)
+    refusal = Refusal("a concurrent change got in the way and nothing was done", "try again")
+    body = {"detail": str(refusal), "next_step": refusal.next_step}
+    return JSONResponse(body, status_code=status.HTTP_409_CONFLICT)
+
+
+async def _over_quota(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, QuotaExceeded)
+    logger.info("refused %s %s: %s", request.method, request.url.path, exc)
+    if exc.retry_after_s is None:
+        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_413_CONTENT_TOO_LARGE)
+    return JSONResponse(
+        {"detail": str(exc)},
+        status_code=status.HTTP_429_TOO_MANY_REQUESTS,
+        headers={"Retry-After": str(exc.retry_after_s)},
+    )
 
 
 async def _connection_lost(request: Request, exc: Exception) -> JSONResponse:
@@ -112,10 +134,12 @@ async def _connection_lost(request: Request, exc: Exception) -> JSONResponse:
 def install(app: FastAPI) -> None:
     """Register the handlers: bad input → 422, NotFound → 404, Conflict and lost races (our
     compare-and-sets, and PostgreSQL's deadlock and serialization aborts) → 409, a database
-    connection dropped mid-request → 503 with Retry-After."""
+    connection dropped mid-request → 503 with Retry-After, more tasks than the user's quota →
+    429 with Retry-After (413 for more than it ever allows at once)."""
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(NotFound, _not_found)
+    app.add_exception_handler(QuotaExceeded, _over_quota)
     for conflict in (Conflict, StaleState, InvalidTransition):
         app.add_exception_handler(conflict, _conflict)
     for raced in (asyncpg.DeadlockDetectedError, asyncpg.SerializationError):

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from services.api import cursor
 from services.api.errors import invalid
 from services.api.schemas import MAX_OUTPUT_CHARS, OutputName
+from shared.errors import Refusal
 from shared.jobs_repo import Job
 from shared.outputs_repo import StoredOutput
 from shared.purge_rules import purged_message
@@ -83,17 +84,20 @@ def decode_after(text: str) -> tuple[int, str]:
     return index, check_name(name, loc)
 
 
-def refusal(output: StoredOutput, job: Job, content: bytes | None) -> str | None:
+def refusal(output: StoredOutput, job: Job, content: bytes | None) -> Refusal | None:
     """Why `output` cannot be downloaded (a 409), or None when `content` can be sent."""
     if job.purged_at is not None:
         gone = purged_message(job.id, job.purged_at, job.purged_by)
-        return f"{gone}: the kept bytes of output {output.name} were deleted"
+        return Refusal(
+            f"{gone}: the kept bytes of output {output.name} were deleted",
+            "they are gone for good; run the task's input again in a new job",
+        )
     if content is not None:
         return None
     why = output.not_kept or "recorded before outputs were kept for download"
-    return (
-        f"output {output.name} is {output.size} bytes, {why}; it is at {output.path}"
-        f" on host {output.host or 'unknown'}"
+    return Refusal(
+        f"output {output.name} is {output.size} bytes, {why}",
+        f"it is at {output.path} on host {output.host or 'unknown'}: copy it from there",
     )
 
 

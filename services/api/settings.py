@@ -38,6 +38,13 @@ class ApiSettings(CommonSettings):
     submit_rate_per_s: float = Field(default=5.0, gt=0, le=1_000_000)
     #: Submissions one token may make at once after a quiet spell (`VIGIL_SUBMIT_BURST`).
     submit_burst: int = Field(default=20, ge=1, le=1_000_000)
+    #: Tasks one user (not an operator) may create per second, on average, whatever the route
+    #: (`VIGIL_TASK_RATE_PER_S`): submissions, appended inputs, test runs, duplicates,
+    #: activation; more get 429 with `Retry-After`.
+    task_rate_per_s: float = Field(default=500.0, gt=0, le=1_000_000)
+    #: Tasks one user may create at once after a quiet spell (`VIGIL_TASK_BURST`); a request
+    #: that would create more is 413 (to be split).
+    task_burst: int = Field(default=100_000, ge=1, le=10_000_000)
     #: Shortest `retention_s` a job may be submitted with (`VIGIL_MIN_RETENTION_S`).
     min_retention_s: float = Field(default=60.0, ge=1)
     #: Most tasks one bulk action (`POST /bulk/actions`) may touch; more is 422.

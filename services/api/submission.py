@@ -19,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from services.api import queries
 from services.api.access import owner_filter
 from services.api.errors import invalid
+from services.api.rate_limit import TaskQuota
 from services.api.schemas import JobCreate
 from shared import datasets, harvest, jobs_repo, stop_guard
 from shared.datasets import UPSTREAM_KEY
@@ -30,13 +31,14 @@ logger = logging.getLogger(__name__)
 
 
 async def submit(
-    pool: Pool, user: User, body: JobCreate, idempotency_key: str | None
+    pool: Pool, user: User, body: JobCreate, idempotency_key: str | None, quota: TaskQuota
 ) -> tuple[Job, bool]:
     """Create the job (or find the one made earlier with `idempotency_key`); (job, created).
 
     Raises a 422 `RequestValidationError` naming any prerequisite task, `inputs_from` job or
-    input's `upstream_task` that does not exist or that the user may not see, and `Conflict`
-    when `inputs_from` names a purged job (its outputs are gone); nothing is written then.
+    input's `upstream_task` that does not exist or that the user may not see, `Conflict`
+    when `inputs_from` names a purged job (its outputs are gone), and `QuotaExceeded` when
+    the user may not create that many tasks now; nothing is written then.
     """
     async with pool.acquire() as conn, conn.transaction():
         await stop_guard.share(conn)  # first: the job may be held by a stop (see stop_guard)
@@ -52,6 +54,7 @@ async def submit(
         if created and not body.configuring:  # a configuring job is filled at activation
             held = await stop_guard.hold_if_stopped(conn, job.id, shared=True)
             job = await _fill(conn, job, body, held)
+            await quota.charge(user, sum(job.counts.values()))
     if created:
         logger.info(
             "job submitted with %d task(s)",

@@ -59,7 +59,7 @@ async def test_when_a_job_wrote_outputs__they_are_listed_and_the_small_one_downl
     assert big.status_code == 409
     assert big.json()["detail"] == (
         f"output big.bin is 1048577 bytes, over the 1 MiB download limit; it is at"
-        f" {workdir / 'big.bin'} on host {listed[0]['host']}"
+        f" {workdir / 'big.bin'} on host {listed[0]['host']}: copy it from there"
     )
 
 

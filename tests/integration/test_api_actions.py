@@ -302,9 +302,11 @@ async def test_when_an_active_job_is_resumed__the_answer_is_409_naming_the_state
     response = await _act_on_job(api, job_id, {"action": "resume"})
 
     assert response.status_code == 409, response.text
-    assert response.json()["detail"] == (
-        "cannot resume a job in state active; allowed in: suspended"
-    )
+    assert response.json() == {
+        "detail": "cannot resume a job in state active; allowed in: suspended;"
+        " it is running already: nothing to resume",
+        "next_step": "it is running already: nothing to resume",
+    }
 
 
 async def test_when_a_job_is_cancelled__its_tasks_not_at_rest_end_and_the_event_is_queued(
@@ -362,7 +364,10 @@ async def test_when_no_task_of_the_job_failed__recover_failed_answers_409(api: A
     response = await _act_on_job(api, job_id, {"action": "recover_failed"})
 
     assert response.status_code == 409, response.text
-    assert response.json()["detail"] == f"job {job_id} has no failed task to recover"
+    assert response.json()["detail"] == (
+        f"job {job_id} has no failed task to recover;"
+        f" nothing to do (`vigil status {job_id}` shows its tasks)"
+    )
 
 
 async def test_when_a_job_is_throttled__its_view_shows_the_new_limits(api: Api) -> None:

@@ -202,8 +202,9 @@ async def test_when_more_tasks_match_than_the_threshold__409_until_confirmed(
     assert refused.status_code == 409, refused.text
     assert refused.json()["detail"] == (
         f"the selector matches 5 tasks in 2 jobs (more than {CONFIRM_OVER});"
-        ' repeat with "confirm": true or narrow it'
+        ' repeat with "confirm": true (`--yes`), or narrow the selector'
     )
+    assert refused.json()["next_step"].startswith('repeat with "confirm": true')
     assert set(await _states(api, a + b)) == {"new"}
     assert await api.pool.fetchval("SELECT count(*) FROM bulk_actions") == before
 

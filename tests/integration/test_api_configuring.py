@@ -80,7 +80,7 @@ async def test_a_test_runs_one_held_input_as_a_test_task_with_a_negative_index(a
 @pytest.mark.parametrize(
     ("body", "status", "says"),
     [
-        ({"input_index": 3}, 409, "input_index must be 0 to 2"),
+        ({"input_index": 3}, 409, "holds 3 input(s); give input_index 0 to 2"),
         ({"input_index": -1}, 422, "greater than or equal to 0"),
         ({"input_index": 0, "input": "x"}, 422, "either input_index or input"),
         ({"inputs": ["x"]}, 422, "Extra inputs are not permitted"),

@@ -148,7 +148,7 @@ async def test_when_the_bucket_is_kept__its_key_is_namespaced_expiring_and_holds
     async with _limited(session_database_url, namespace, burst=3, rate=1.0) as api:
         await _post_job(api, api.user)
 
-        keys = [k async for k in redis.scan_iter(f"{namespace}:*")]
+        keys = [k async for k in redis.scan_iter(f"{namespace}:*api:submit:*")]
         assert len(keys) == 1
         assert keys[0] == RedisKeys(namespace).submit_bucket(keys[0].rsplit(":", 1)[1])
         token = api.user.headers["Authorization"].split()[1]
@@ -232,3 +232,127 @@ async def test_when_content_length_is_not_a_number__the_answer_is_400(
 
     assert response.status_code == 400
     assert response.json() == {"detail": "the Content-Length header is not a number"}
+
+
+# -- tasks created per user, whatever the route ------------------------------------------------
+
+
+def _task_quota(database_url: str, namespace: str, burst: int) -> Any:
+    """An api whose users may create `burst` tasks (no refill), any number of requests."""
+    return running_api(
+        database_url,
+        namespace=namespace,
+        submit_burst=1000,
+        task_burst=burst,
+        task_rate_per_s=NO_REFILL,
+    )
+
+
+async def _complete(api: Api, job_id: str) -> None:
+    """Given-step: every task of the job completed (a state that allows a duplicate)."""
+    await api.pool.execute("UPDATE tasks SET state = 'completed' WHERE job_id = $1", job_id)
+
+
+async def _tasks_of(api: Api, caller: Caller) -> int:
+    count = await api.pool.fetchval(
+        "SELECT count(*) FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE j.owner_id = $1",
+        caller.user.id,
+    )
+    return int(count)
+
+
+async def test_tasks_created_through_any_route_count_against_one_bucket_per_user(
+    session_database_url: str, namespace: str, redis: Redis
+) -> None:
+    async with _task_quota(session_database_url, namespace, burst=5) as api:
+        # given: 3 tasks submitted and 2 appended (the bucket of 5 is empty)
+        job = await api.submit(api.user, inputs=["a", "b", "c"])
+        appended = await api.client.post(
+            f"/jobs/{job['id']}/inputs", json={"inputs": ["d", "e"]}, headers=api.user.headers
+        )
+        assert appended.status_code == 201, appended.text
+        [task_id, *_] = appended.json()["task_ids"]
+        await _complete(api, job["id"])
+        second_token = uuid.uuid4().hex
+        async with api.pool.acquire() as conn:
+            await users_repo.ensure_user(conn, api.user.user.name, "user", second_token)
+        same_user = Caller(api.user.user, {"Authorization": f"Bearer {second_token}"})
+
+        # when: a duplicate, with either of the user's tokens
+        answers = [
+            await api.client.post(
+                f"/tasks/{task_id}/actions", json={"action": "duplicate"}, headers=caller.headers
+            )
+            for caller in (api.user, same_user)
+        ]
+
+        # then
+        assert [a.status_code for a in answers] == [429, 429]
+        assert int(answers[0].headers["Retry-After"]) >= 1
+        detail = answers[0].json()["detail"]
+        assert f"too many tasks created by {api.user.user.name}" in detail
+        assert "at most 5 at once" in detail and "would create 1" in detail
+        assert await _tasks_of(api, api.user) == 5
+        assert (await api.submit(api.other, inputs=["x"]))["counts"] == {"new": 1}
+
+
+async def test_a_request_for_more_tasks_than_a_user_may_ever_create_at_once_is_413(
+    session_database_url: str, namespace: str, redis: Redis
+) -> None:
+    async with _task_quota(session_database_url, namespace, burst=3) as api:
+        answer = await api.client.post(
+            "/jobs", json={"command": "true", "inputs": [1, 2, 3, 4]}, headers=api.user.headers
+        )
+
+        assert answer.status_code == 413, answer.text
+        assert "split it" in answer.json()["detail"]
+        assert await api.jobs_of(api.user) == 0
+        assert (await api.submit(api.operator, inputs=[1, 2, 3, 4]))["counts"] == {"new": 4}
+
+
+async def test_an_activation_over_the_quota_is_refused_and_the_job_stays_configuring(
+    session_database_url: str, namespace: str, redis: Redis
+) -> None:
+    async with _task_quota(session_database_url, namespace, burst=3) as api:
+        # given: a configuring job of 3 held inputs (nothing created yet), one test run
+        job = await api.submit(api.user, configuring=True, inputs=["a", "b", "c"])
+        test = await api.client.post(
+            f"/jobs/{job['id']}/tests", json={"input_index": 0}, headers=api.user.headers
+        )
+        assert test.status_code == 201, test.text
+
+        # when
+        answer = await api.client.post(
+            f"/jobs/{job['id']}/actions", json={"action": "activate"}, headers=api.user.headers
+        )
+
+        # then
+        assert answer.status_code == 429, answer.text
+        assert "would create 3" in answer.json()["detail"]
+        state = await api.pool.fetchval("SELECT state FROM jobs WHERE id = $1", job["id"])
+        assert state == "configuring"
+        assert await _tasks_of(api, api.user) == 1  # the test run
+
+
+async def test_a_bulk_duplicate_over_the_quota_is_refused_before_anything_is_recorded(
+    session_database_url: str, namespace: str, redis: Redis
+) -> None:
+    async with _task_quota(session_database_url, namespace, burst=3) as api:
+        job = await api.submit(api.user, inputs=["a", "b"])
+        await _complete(api, job["id"])
+        body = {"selector": {"job_ids": [job["id"]]}, "action": "duplicate", "confirm": True}
+
+        dry = await api.client.post(
+            "/bulk/actions", json=body | {"dry_run": True}, headers=api.user.headers
+        )
+        answer = await api.client.post("/bulk/actions", json=body, headers=api.user.headers)
+
+        assert dry.status_code == 200, dry.text
+        assert answer.status_code == 429, answer.text
+        assert "would create 2" in answer.json()["detail"]
+        assert await _tasks_of(api, api.user) == 2
+        records = await api.pool.fetchval(
+            "SELECT count(*) FROM bulk_actions WHERE NOT dry_run AND actor = $1",
+            api.user.user.name,
+        )
+        assert records == 0

@@ -134,7 +134,7 @@ async def test_when_an_output_was_too_large__the_download_says_where_it_is(api: 
     assert response.status_code == 409
     assert response.json()["detail"] == (
         f"output big.bin is 2000 bytes, over the 1 MiB download limit; it is at {big.path}"
-        f" on host {HOST}"
+        f" on host {HOST}: copy it from there"
     )
 
 

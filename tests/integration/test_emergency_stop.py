@@ -233,7 +233,10 @@ async def test_when_no_stop_is_in_force__resume_is_refused_with_409(api: Api) ->
 
     for response in (first, again):
         assert response.status_code == 409
-        assert response.json() == {"detail": "no emergency stop is in force"}
+        assert response.json() == {
+            "detail": "no emergency stop is in force; nothing to resume: work goes on",
+            "next_step": "nothing to resume: work goes on",
+        }
 
 
 async def test_when_a_job_is_submitted_during_a_stop__it_is_suspended_until_the_resume(

@@ -32,5 +32,6 @@ async def test_a_transaction_postgresql_aborted_for_a_concurrent_one_is_a_409(
 
     assert response.status_code == 409
     assert response.json() == {
-        "detail": "a concurrent change got in the way and nothing was done; try again"
+        "detail": "a concurrent change got in the way and nothing was done; try again",
+        "next_step": "try again",
     }

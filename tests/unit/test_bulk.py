@@ -48,7 +48,7 @@ def test_when_more_tasks_match_than_the_threshold__only_a_confirmed_or_dry_run_p
 
     assert str(refused.value) == (
         'the selector matches 11 tasks in 3 jobs (more than 10); repeat with "confirm": true'
-        " or narrow it"
+        " (`--yes`), or narrow the selector"
     )
     check_scope(11, 3, _request(confirm=True), LIMITS)
     check_scope(11, 3, _request(dry_run=True), LIMITS)

@@ -21,9 +21,10 @@ def test_when_an_ended_job_is_idle__it_may_be_purged(state: JobState) -> None:
     [s for s in JobState if s not in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)],
 )
 def test_when_the_job_has_not_ended__the_refusal_names_its_state(state: JobState) -> None:
-    message = refusal(JobFacts("j-1", state))
+    refused = refusal(JobFacts("j-1", state))
 
-    assert message is not None
+    assert refused is not None
+    message = str(refused)
     assert f"in state {state.value}" in message
     assert "cancelled, completed, failed" in message
 
@@ -31,9 +32,10 @@ def test_when_the_job_has_not_ended__the_refusal_names_its_state(state: JobState
 def test_when_tasks_are_busy__the_refusal_names_the_first_five_and_says_there_are_more() -> None:
     busy = [(f"t-{i}", "on_cpu") for i in range(6)]
 
-    message = refusal(JobFacts("j-1", JobState.COMPLETED, busy=busy))
+    refused = refusal(JobFacts("j-1", JobState.COMPLETED, busy=busy))
 
-    assert message is not None
+    assert refused is not None
+    message = str(refused)
     assert (
         "t-0 (on_cpu), t-1 (on_cpu), t-2 (on_cpu), t-3 (on_cpu), t-4 (on_cpu) and more" in message
     )
@@ -41,15 +43,18 @@ def test_when_tasks_are_busy__the_refusal_names_the_first_five_and_says_there_ar
 
 
 def test_when_a_chained_job_runs__the_refusal_names_it() -> None:
-    message = refusal(JobFacts("j-1", JobState.FAILED, downstream=["j-2"]))
+    refused = refusal(JobFacts("j-1", JobState.FAILED, downstream=["j-2"]))
 
-    assert message is not None and "j-2" in message and "and more" not in message
+    assert refused is not None and "j-2" in refused.why and "and more" not in refused.why
 
 
 def test_when_the_job_was_purged__that_comes_first() -> None:
     facts = JobFacts("j-1", JobState.ACTIVE, AT, "ops", busy=[("t-1", "on_cpu")])
 
-    assert refusal(facts) == "job j-1 was purged at 2030-01-02T03:04:05+00:00 by ops already"
+    refused = refusal(facts)
+
+    assert refused is not None
+    assert refused.why == "job j-1 was purged at 2030-01-02T03:04:05+00:00 by ops already"
 
 
 def test_when_nobody_is_named__the_purged_message_leaves_out_by() -> None:
@@ -76,8 +81,8 @@ def test_when_a_size_is_shown__it_is_in_the_largest_unit(count: int, text: str) 
 def test_when_a_running_job_is_purged__the_refusal_names_its_tasks_and_how_to_end_it() -> None:
     facts = JobFacts("j-1", JobState.ACTIVE, busy=[("t-1", "on_cpu"), ("t-2", "queued")])
 
-    message = refusal(facts)
+    refused = refusal(facts)
 
-    assert message is not None
-    assert "tasks still running or held: t-1 (on_cpu), t-2 (queued)" in message
-    assert "cancel it (`vigil cancel j-1`, or the action cancel)" in message
+    assert refused is not None
+    assert "tasks still running or held: t-1 (on_cpu), t-2 (queued)" in refused.why
+    assert "cancel it (`vigil cancel j-1`, or the action cancel)" in refused.next_step

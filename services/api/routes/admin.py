@@ -140,7 +140,7 @@ async def disable_user(user: OperatorUser, user_name: UserName, pool: PoolDep) -
     """Disable a user: none of their tokens works any more, at once (an open event stream ends
     within a second). Their jobs are left as they are. Idempotent."""
     if user_name == user.name:
-        raise Conflict("an operator cannot disable themselves (another operator can)")
+        raise Conflict("an operator cannot disable themselves", next_step="ask another operator to")
     async with pool.acquire() as conn:
         found = await users_repo.disable_user(conn, user_name)
     logger.info("user %s disabled by %s", user_name, user.name, extra={"user": user.name})

@@ -9,14 +9,21 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Query
 
 from services.api.bulk_schemas import BulkActionPublic, BulkActionRequest
-from services.api.deps import AUTH_RESPONSES, CurrentUser, PoolDep, SettingsDep
+from services.api.deps import (
+    AUTH_RESPONSES,
+    QUOTA_RESPONSES,
+    CurrentUser,
+    PoolDep,
+    SettingsDep,
+    TaskQuotaDep,
+)
 from services.api.errors import invalid
 from services.api.settings import ApiSettings
 from shared import bulk, bulk_repo
 
 router = APIRouter(prefix="/bulk", tags=["bulk"], responses=AUTH_RESPONSES)
 
-_REFUSED: Final[dict[int | str, dict[str, Any]]] = {
+_REFUSED: Final[dict[int | str, dict[str, Any]]] = QUOTA_RESPONSES | {
     409: {
         "description": "The selector matches more tasks than the confirmation threshold and"
         " `confirm` is not true; nothing was changed."
@@ -34,7 +41,11 @@ def _limits(settings: ApiSettings) -> bulk.Limits:
 
 @router.post("/actions", responses=_REFUSED)
 async def bulk_action(
-    user: CurrentUser, body: BulkActionRequest, pool: PoolDep, settings: SettingsDep
+    user: CurrentUser,
+    body: BulkActionRequest,
+    pool: PoolDep,
+    settings: SettingsDep,
+    quota: TaskQuotaDep,
 ) -> BulkActionPublic:
     """Apply `action` to every task `selector` matches (a user: among their own jobs): 200.
 
@@ -44,7 +55,13 @@ async def bulk_action(
     """
     async with pool.acquire() as conn:
         try:
-            outcome = await bulk.run(conn, body.to_request(), user, _limits(settings))
+            outcome = await bulk.run(
+                conn,
+                body.to_request(),
+                user,
+                _limits(settings),
+                charge=lambda tasks: quota.charge(user, tasks),
+            )
         except bulk.TooManyTasks as exc:
             raise invalid(("body", "selector"), str(exc)) from exc
     return BulkActionPublic.from_outcome(outcome)

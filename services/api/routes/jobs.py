@@ -15,6 +15,7 @@ from services.api.access import owner_filter, visible_job
 from services.api.actions import InputsAdded, InputsAppend, JobActionRequest, TestRequest
 from services.api.deps import (
     AUTH_RESPONSES,
+    QUOTA_RESPONSES,
     AnalysersDep,
     CurrentUser,
     JobIdPath,
@@ -22,6 +23,7 @@ from services.api.deps import (
     PoolDep,
     SettingsDep,
     SubmittingUser,
+    TaskQuotaDep,
     TaskTypesDep,
 )
 from services.api.edits import JobEdit
@@ -63,7 +65,10 @@ _CONFLICT: Final[dict[int | str, dict[str, Any]]] = {
     409: {"description": "The job's state does not allow it; the detail says why."}
 }
 _RATE_LIMITED: Final[dict[int | str, dict[str, Any]]] = {
-    429: {"description": "Too many submissions with this token; `Retry-After` says when to retry."}
+    429: {
+        "description": "Too many submissions with this token, or tasks created by this user;"
+        " `Retry-After` says when to retry."
+    }
 }
 _INT4_MAX: Final = 2**31 - 1
 _INT8_MAX: Final = 2**63 - 1
@@ -105,6 +110,7 @@ async def submit_job(
     task_types: TaskTypesDep,
     analysers: AnalysersDep,
     metrics: MetricsDep,
+    quota: TaskQuotaDep,
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobPublic:
@@ -118,7 +124,7 @@ async def submit_job(
     """
     body.check_against(task_types, settings.max_inputs, analysers)
     check_retention(body.retention_s, settings.min_retention_s)
-    job, created = await submission.submit(pool, user, body, idempotency_key)
+    job, created = await submission.submit(pool, user, body, idempotency_key, quota)
     if created:
         metrics.jobs_submitted.inc()
     else:
@@ -247,10 +253,14 @@ async def list_logs(
 @router.post(
     "/{job_id}/actions",
     status_code=status.HTTP_202_ACCEPTED,
-    responses=_NOT_FOUND | _CONFLICT,
+    responses=_NOT_FOUND | _CONFLICT | QUOTA_RESPONSES,
 )
 async def act_on_job(
-    user: CurrentUser, job_id: JobIdPath, body: JobActionRequest, pool: PoolDep
+    user: CurrentUser,
+    job_id: JobIdPath,
+    body: JobActionRequest,
+    pool: PoolDep,
+    quota: TaskQuotaDep,
 ) -> JobPublic:
     """Cancel, suspend, resume, recover the failed tasks of, or throttle the job, or activate
     a configuring one (its tasks are made from the held inputs, its test outputs discarded):
@@ -264,7 +274,8 @@ async def act_on_job(
     async with pool.acquire() as conn, conn.transaction():
         await visible_job(conn, user, job_id)
         if body.action is JobAction.ACTIVATE:
-            job, _made = await configuring.activate(conn, job_id, user.name)
+            job, made = await configuring.activate(conn, job_id, user.name)
+            await quota.charge(user, made)
         else:
             job = await task_actions.apply_to_job(
                 conn,
@@ -295,6 +306,7 @@ async def append_inputs(
     body: InputsAppend,
     pool: PoolDep,
     settings: SettingsDep,
+    quota: TaskQuotaDep,
 ) -> InputsAdded:
     """Append one `new` task per input (a finished job becomes active again): 201.
 
@@ -305,6 +317,7 @@ async def append_inputs(
         await visible_job(conn, user, job_id)
         await submission.check_upstreams(conn, user, body.inputs, ("body", "inputs"))
         task_ids = await datasets.add_inputs(conn, job_id, list(body.inputs))
+        await quota.charge(user, len(task_ids))
         job = await jobs_repo.get(conn, job_id)
     assert job is not None  # jobs are never deleted
     logger.info(
@@ -358,7 +371,7 @@ async def edit_job(
     responses=_NOT_FOUND | _RATE_LIMITED | {409: {"description": "The job is not configuring."}},
 )
 async def start_test(
-    user: SubmittingUser, job_id: JobIdPath, body: TestRequest, pool: PoolDep
+    user: SubmittingUser, job_id: JobIdPath, body: TestRequest, pool: PoolDep, quota: TaskQuotaDep
 ) -> TaskPublic:
     """Run a test task of a configuring job on one held input (`input_index`, default 0) or
     on an explicit `input`: 201 with the task (negative index). Its outputs are discarded when
@@ -368,6 +381,7 @@ async def start_test(
         if body.input is not None:
             await submission.check_upstreams(conn, user, [body.input], ("body", "input"))
         task = await configuring.start_test(conn, job_id, body.what())
+        await quota.charge(user, 1)
         found = await queries.prerequisites_of(conn, [task.id])
     logger.info(
         "job %s: test task %s",

@@ -82,7 +82,7 @@ async def download_output(
     output, content = found
     refused = harvest.refusal(output, job, content)
     if refused is not None:
-        raise Conflict(refused)
+        raise Conflict.of(refused)
     assert content is not None  # refusal() says why whenever there is none
     logger.info(
         "output %s of task %s downloaded",

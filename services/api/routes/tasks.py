@@ -8,7 +8,14 @@ from fastapi import APIRouter, status
 from services.api import queries
 from services.api.access import visible_task
 from services.api.actions import TaskActionPublic, TaskActionRequest
-from services.api.deps import AUTH_RESPONSES, CurrentUser, PoolDep, TaskIdPath
+from services.api.deps import (
+    AUTH_RESPONSES,
+    QUOTA_RESPONSES,
+    CurrentUser,
+    PoolDep,
+    TaskIdPath,
+    TaskQuotaDep,
+)
 from services.api.schemas import PrerequisitePublic, TaskDetail, TaskPublic
 from shared import attempts_repo, task_actions
 
@@ -38,10 +45,14 @@ async def get_task(user: CurrentUser, task_id: TaskIdPath, pool: PoolDep) -> Tas
 @router.post(
     "/{task_id}/actions",
     status_code=status.HTTP_202_ACCEPTED,
-    responses=_NOT_FOUND | _CONFLICT,
+    responses=_NOT_FOUND | _CONFLICT | QUOTA_RESPONSES,
 )
 async def act_on_task(
-    user: CurrentUser, task_id: TaskIdPath, body: TaskActionRequest, pool: PoolDep
+    user: CurrentUser,
+    task_id: TaskIdPath,
+    body: TaskActionRequest,
+    pool: PoolDep,
+    quota: TaskQuotaDep,
 ) -> TaskActionPublic:
     """Recover, restart, duplicate, cancel, hold or release the task: 202 with the task.
 
@@ -51,6 +62,7 @@ async def act_on_task(
     async with pool.acquire() as conn, conn.transaction():
         await visible_task(conn, user, task_id)
         result = await task_actions.apply_to_task(conn, task_id, body.action, actor=user.name)
+        await quota.charge(user, 1 if result.created else 0)
         made = [t for t in (result.task, result.created) if t is not None]
         found = await queries.prerequisites_of(conn, [t.id for t in made])
     logger.info(
