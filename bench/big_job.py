@@ -1,11 +1,12 @@
-"""Big-job benchmark: one job of N inputs made, paged and cancelled, through `shared/` alone.
+"""Big-job benchmark: one job of N inputs made, paged, recovered and cancelled (`shared/` alone).
 
     python -m bench.big_job [--inputs 100000]
 
 Works on a database of its own (created, migrated and dropped on the local PostgreSQL, or the
 server of `VIGIL_ADMIN_DATABASE_URL`); no service runs. Prints how long making the job's tasks
-(with their `task.new` events), reading a page of 100 at its end, and cancelling it (every
-task terminated with its event, in the cancel's one transaction) take.
+(with their `task.new` events), reading a page of 100 at its end, recovering every task once
+they all failed (`recover_failed`), and cancelling it (every task terminated with its event)
+take; each action is one transaction.
 """
 
 import argparse
@@ -35,6 +36,17 @@ async def _bench(pool: db.Pool, inputs: int) -> None:
         page = await tasks_repo.page_for_job(conn, job.id, after=inputs - 101, limit=100)
         paged = time.perf_counter() - start
         print(f"a page of {len(page)} at the end: {1000 * paged:.1f} ms")
+
+        await conn.execute(
+            "UPDATE tasks SET state = 'failed_on_cluster', failure_class = 'exit', exit_code = 1"
+            " WHERE job_id = $1",
+            job.id,
+        )
+        await conn.execute("UPDATE jobs SET state = 'failed' WHERE id = $1", job.id)
+        start = time.perf_counter()
+        await task_actions.apply_to_job(conn, job.id, JobAction.RECOVER_FAILED, "bench")
+        took = time.perf_counter() - start
+        print(f"recovered every task: {took:.2f} s, {1e6 * took / inputs:.0f} µs per task")
 
         start = time.perf_counter()
         cancelled = await task_actions.apply_to_job(conn, job.id, JobAction.CANCEL, "bench")

@@ -75,6 +75,12 @@ _TABLE: Final[dict[TaskAction, dict[TaskState, TaskState]]] = {
 }
 
 
+def targets(action: TaskAction) -> dict[TaskState, TaskState]:
+    """Each state `action` is accepted in -> the state it moves the task to (not `duplicate`,
+    which moves nothing)."""
+    return dict(_TABLE[action])
+
+
 def allowed_states(action: TaskAction) -> list[TaskState]:
     """The current states from which `action` is accepted, sorted."""
     if action is TaskAction.DUPLICATE:

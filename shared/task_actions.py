@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared import attempts_repo, harvest, jobs_repo, outbox, stop_guard, tasks_repo
-from shared.actions import JobAction, Plan, TaskAction, plan
+from shared.actions import JobAction, Plan, TaskAction, plan, targets
 from shared.db import Connection
 from shared.errors import Conflict, NotFound, StaleState
 from shared.messages import FreezeTask, JobEvent, JobOutcome, KillTask
-from shared.states import FAILED, TERMINAL, FailureClass, JobState, TaskState
+from shared.states import ACTIONS, FAILED, TERMINAL, FailureClass, JobState, TaskState
 from shared.topology import supervise_key
 
 S = TaskState
@@ -173,7 +173,7 @@ async def apply_to_job(
         elif action is JobAction.THROTTLE:
             await _throttle(conn, job_id, max_in_flight, release_per_tick)
         elif action is JobAction.RECOVER_FAILED:
-            await _recover_failed(conn, job_id, actor)
+            await _recover_failed(conn, job_id, current)
         else:
             await _set_job_state(conn, job_id, current, action, actor)
         job = await jobs_repo.get(conn, job_id)
@@ -258,15 +258,22 @@ async def _freeze_running(conn: Connection, job_id: str, *, frozen: bool) -> Non
         await outbox.add_work(conn, supervise_key(task.host), freeze)
 
 
-async def _recover_failed(conn: Connection, job_id: str, actor: str) -> None:
-    failed = await _task_ids(conn, job_id, only=FAILED)
-    if not failed:
+async def _recover_failed(conn: Connection, job_id: str, current: JobState) -> None:
+    """Every failed task of the job moves as a `recover` of it would, in one statement."""
+    if current is JobState.CANCELLED:
+        raise Conflict(
+            f"cannot recover a task of job {job_id}: the job is cancelled",
+            next_step="a cancelled job stays so; submit a new job to run its inputs again",
+        )
+    moved = await tasks_repo.move_job_tasks(
+        conn, job_id, targets(TaskAction.RECOVER), keeps_failure=frozenset(ACTIONS)
+    )
+    if not moved:
         raise Conflict(
             f"job {job_id} has no failed task to recover",
             next_step=f"nothing to do (`vigil status {job_id}` shows its tasks)",
         )
-    for task_id in failed:
-        await apply_to_task(conn, task_id, TaskAction.RECOVER, actor)
+    await reopen_job(conn, job_id)
 
 
 async def _throttle(
@@ -287,15 +294,3 @@ async def _throttle(
         max_in_flight,
         release_per_tick,
     )
-
-
-async def _task_ids(conn: Connection, job_id: str, *, only: frozenset[TaskState]) -> list[str]:
-    # Test tasks only while the job is configuring: once it is active they are a record.
-    rows = await conn.fetch(
-        "SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE t.job_id = $1"
-        " AND t.state = ANY($2::task_state[]) AND (NOT t.test OR j.state = 'configuring')"
-        " ORDER BY t.index",
-        job_id,
-        sorted(s.value for s in only),
-    )
-    return [r["id"] for r in rows]

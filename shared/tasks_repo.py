@@ -1,13 +1,14 @@
 """Task rows: reads, and every state change as a compare-and-set written with its outbox event.
 
-`transition()`, `advance()` (the worker's successful moves, one statement each) and
-`cancel_job()` (every task of a job at once) are the only functions that change `tasks.state`.
+`transition()`, `advance()` (the worker's successful moves, one statement each),
+`cancel_job()` and `move_job_tasks()` (every task of a job at once) are the only functions that
+change `tasks.state`.
 Their guard is the source state from the transition table, optionally narrowed and fenced by
 the claim token; no row back means someone else moved the task first, and nothing is written.
 """
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any, Final
@@ -372,6 +373,65 @@ async def cancel_job(conn: Connection, job_id: str, brief: str) -> list[Process]
     return [
         Process(r["id"], r["pid"], r["host"], r["pid_create_time"], r["claim"]) for r in records
     ]
+
+
+#: `move_job_tasks`: $1 the job id, $2 the source states, $3 those whose target keeps the
+#: failure fields; `{target}` the CASE from a source state to its target, `{keeps}` whether
+#: the row's keeps them. The events are made as `_event` makes them, in index order.
+_MOVE_JOB_TASKS: Final = """
+WITH p AS (
+    SELECT t.id, t.state AS previous
+    FROM tasks t JOIN jobs j ON j.id = t.job_id
+    WHERE t.job_id = $1 AND t.state = ANY($2::task_state[])
+      AND (NOT t.test OR j.state = 'configuring')
+    FOR UPDATE OF t
+), moved AS (
+    UPDATE tasks t SET state = {target}, updated_at = now(), claim = NULL, worker = NULL,
+        decided = true,
+        failure_class = CASE WHEN {keeps} THEN t.failure_class END,
+        exit_code = CASE WHEN {keeps} THEN t.exit_code END,
+        signal = CASE WHEN {keeps} THEN t.signal END,
+        error_brief = CASE WHEN {keeps} THEN t.error_brief END,
+        error_detail = CASE WHEN {keeps} THEN t.error_detail END
+    FROM p WHERE t.id = p.id
+    RETURNING t.id, t.index, t.state, t.run_number, t.host, t.failure_class, t.exit_code,
+        t.signal, t.error_brief, p.previous
+), events AS (
+    INSERT INTO outbox (exchange, routing_key, body)
+    SELECT 'events', 'task.' || m.state || '.' || $1::text, jsonb_build_object(
+        'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'task_event',
+        'job_id', $1::text, 'task_id', m.id, 'state', m.state, 'previous', m.previous,
+        'run_number', m.run_number, 'host', m.host, 'failure_class', m.failure_class,
+        'exit_code', m.exit_code, 'signal', m.signal, 'error_brief', m.error_brief)
+    FROM moved m ORDER BY m.index
+)
+SELECT count(*) FROM moved
+"""
+
+
+async def move_job_tasks(
+    conn: Connection,
+    job_id: str,
+    targets: Mapping[TaskState, TaskState],
+    keeps_failure: frozenset[TaskState],
+) -> int:
+    """Move every task of `job_id` in a source state of `targets` to its target (test tasks
+    only while the job is configuring), unclaimed, with its `task.<target>` event, in one
+    statement; a target not in `keeps_failure` clears the failure fields (a recovery hook
+    reads them). Returns how many moved. The caller holds the job's row lock and checked the
+    table (`shared.actions`)."""
+    for source, dst in targets.items():
+        sources_for(dst, frozenset({source}))  # every move is one the table allows
+    case = (
+        "CASE p.previous "
+        + " ".join(f"WHEN '{s.value}' THEN '{t.value}'::task_state" for s, t in targets.items())
+        + " END"
+    )
+    kept = [s.value for s, t in targets.items() if t in keeps_failure]
+    keeps = "p.previous::text = ANY($3::text[])"
+    statement = _MOVE_JOB_TASKS.format(target=case, keeps=keeps)
+    moved = await conn.fetchval(statement, job_id, [s.value for s in targets], kept)
+    return int(moved)
 
 
 #: The task fields an event carries that a move may change.

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from shared import datasets, jobs_repo, task_actions, tasks_repo, users_repo
-from shared.actions import JobAction, TaskAction, plan
+from shared.actions import JobAction, TaskAction, plan, targets
 from shared.db import Connection, Pool
 from shared.errors import Conflict, NotFound
 from shared.jobs_repo import NewJob
 from shared.messages import TaskEvent, to_jsonable
-from shared.states import TERMINAL, FailureClass, JobState, TaskState
+from shared.states import FAILED, TERMINAL, FailureClass, JobState, TaskState
 from tests.integration.waiting import until_blocked
 
 pytestmark = pytest.mark.integration
@@ -431,3 +431,65 @@ async def test_when_a_job_is_cancelled__each_task_not_at_rest_ends_as_one_cancel
             brief,
         )
         assert [t.state for t in await tasks_repo.list_for_job(conn, other.job_id)] == [S.QUEUED]
+
+
+async def test_when_a_jobs_failed_tasks_are_recovered__each_moves_as_one_recover_would(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        # given: a failed job with a task failed in each failed state, and a completed one
+        failed = sorted(FAILED)
+        job = await _job(conn, [s.value for s in failed] + ["done"])
+        ids = await _task_ids(conn, job.id)
+        for task_id, state in zip(ids, failed, strict=False):
+            await _put(
+                conn,
+                task_id,
+                state,
+                failure_class="exit",
+                exit_code=3,
+                error_brief="boom",
+                claim=uuid.uuid4(),
+                host="node-1",
+                run_number=2,
+            )
+        await _put(conn, ids[-1], S.COMPLETED)
+        await conn.execute("UPDATE jobs SET state = 'failed' WHERE id = $1", job.id)
+
+        # when
+        recovered = await task_actions.apply_to_job(conn, job.id, JobAction.RECOVER_FAILED, ACTOR)
+
+        # then: the job is active again, each task where `plan` says, with its event
+        assert recovered.state is JobState.ACTIVE
+        tasks = {t.id: t for t in await tasks_repo.list_for_job(conn, job.id)}
+        for task_id, state in zip(ids, failed, strict=False):
+            step = plan(TaskAction.RECOVER, state)
+            task = tasks[task_id]
+            assert (task.state, task.claim) == (step.target, None)
+            kept = (FailureClass.EXIT, 3, "boom") if step.hook else (None, None, None)
+            assert (task.failure_class, task.exit_code, task.error_brief) == kept
+        assert tasks[ids[-1]].state is S.COMPLETED
+        events = [
+            TaskEvent.model_validate(body)
+            for _, key, body in await _outbox(conn, job.id)
+            if key.split(".")[1] in {s.value for s in targets(TaskAction.RECOVER).values()}
+            and body["previous"] is not None  # not the tasks' `task.new` of their submission
+        ]
+        expected = [
+            TaskEvent(
+                job_id=job.id,
+                task_id=task_id,
+                state=tasks[task_id].state,
+                previous=state,
+                run_number=2,
+                host="node-1",
+                failure_class=tasks[task_id].failure_class,
+                exit_code=tasks[task_id].exit_code,
+                error_brief=tasks[task_id].error_brief,
+            )
+            for task_id, state in zip(ids, failed, strict=False)
+        ]
+        dump = {"message_id", "sent_at"}
+        assert [e.model_dump(exclude=dump) for e in events] == [
+            e.model_dump(exclude=dump) for e in expected
+        ]
