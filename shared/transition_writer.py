@@ -11,9 +11,11 @@ system pays nothing for this, and a busy one pays one commit for many moves.
 The events of moves that end in a quiet state (`shared.states.QUIET`: `setting_up`, `on_cpu`...)
 notify nobody; the relay polls for them, quickly only while it heard from the system lately.
 So a writer given `nudge_every_s` nudges the relay (a bare `NOTIFY`) after a commit of only
-such moves when it has not for that long: every quiet event then follows a notification by
-less than `nudge_every_s` (`services/scheduler/main.py` keeps polling quickly that long).
-The worker's other moves of a quiet state call `nudge()` after their commit.
+such moves when it has not for that long, `NUDGE_DELAY_S` later (a short task has ended by
+then, and its end's notification took its events along: the nudge costs its run nothing):
+every quiet event then reaches the relay within the delay, or follows a nudge by less than
+`nudge_every_s` (`services/scheduler/main.py` keeps polling quickly that long). The worker's
+other moves of a quiet state call `nudge()` after their commit.
 
 Each caller gets its own move's outcome: the task as it is now, or None when its guard did not
 match (nothing of it written). A move that fails the batch (an error, not a miss: a deadlock
@@ -40,8 +42,9 @@ logger = logging.getLogger(__name__)
 #: transaction's row locks stay brief.
 MAX_BATCH: Final = 64
 
-#: How often at most a worker nudges the relay (see the module doc).
+#: How often at most a worker nudges the relay, and how long after the commit (module doc).
 NUDGE_EVERY_S: Final = 0.5
+NUDGE_DELAY_S: Final = 0.1
 
 
 @dataclass(frozen=True)
@@ -83,14 +86,20 @@ class TransitionWriter:
     """One per process: `advance()` from any number of coroutines; commits in batches."""
 
     def __init__(
-        self, pool: Pool, *, max_batch: int = MAX_BATCH, nudge_every_s: float | None = None
+        self,
+        pool: Pool,
+        *,
+        max_batch: int = MAX_BATCH,
+        nudge_every_s: float | None = None,
+        nudge_delay_s: float = NUDGE_DELAY_S,
     ) -> None:
         self.pool = pool
         self.max_batch = max_batch
-        self.nudge_every_s = nudge_every_s
+        self.nudge_every_s, self.nudge_delay_s = nudge_every_s, nudge_delay_s
         self._queue: list[_Queued] = []
         self._flusher: asyncio.Task[None] | None = None
-        self._nudged_at = float("-inf")
+        self._nudged_at = float("-inf")  # when the last nudge went, or will go, out
+        self._nudging: set[asyncio.Task[None]] = set()
         #: Batches committed and moves in them, and nudges sent, for benchmarks and tests.
         self.commits = 0
         self.moves = 0
@@ -123,13 +132,20 @@ class TransitionWriter:
                     raise
 
     async def nudge(self) -> None:
-        """Wake the relay (a `NOTIFY` of its own) unless this writer did less than
-        `nudge_every_s` ago; after a commit, never instead of one. Best effort: a nudge
-        that fails leaves the events to the relay's slow poll."""
+        """Wake the relay (a `NOTIFY` of its own) `nudge_delay_s` from now, unless this writer
+        did (or will) less than `nudge_every_s` before; after a commit, never instead of one.
+        Returns at once. Best effort: a nudge that fails leaves the events to the relay's slow
+        poll."""
         now = asyncio.get_running_loop().time()
         if self.nudge_every_s is None or now - self._nudged_at < self.nudge_every_s:
             return
-        self._nudged_at = now
+        self._nudged_at = now + self.nudge_delay_s
+        task = asyncio.create_task(self._nudge_later(), name="relay-nudge")
+        self._nudging.add(task)
+        task.add_done_callback(self._nudging.discard)
+
+    async def _nudge_later(self) -> None:
+        await asyncio.sleep(self.nudge_delay_s)
         try:
             async with self.pool.acquire() as conn:
                 await conn.execute("SELECT pg_notify('vigil_outbox', 'relay')")

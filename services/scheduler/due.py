@@ -49,7 +49,8 @@ class Pace:
 
     tick_s: float
     max_s: float
-    _wait: float = 0.0
+    _wait: float = 0.0  # the next idle wait
+    _waiting: float = 0.0  # the wait under way (the last one given)
     _due: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -57,12 +58,12 @@ class Pace:
 
     @property
     def slowed(self) -> bool:
-        """Whether the next idle wait is longer than `tick_s`."""
-        return self._wait > self.tick_s
+        """Whether the round sleeps longer than `tick_s` now (what it was last given)."""
+        return self._waiting > self.tick_s
 
     def stir(self) -> None:
         """Something happened: the next idle wait is `tick_s` again."""
-        self._wait = self.tick_s
+        self._wait = self._waiting = self.tick_s
 
     def due_in(self, seconds: float, now: float) -> None:
         """Something becomes releasable `seconds` after `now`: look then."""
@@ -77,6 +78,7 @@ class Pace:
             heapq.heappop(self._due)  # passed: this round has looked
         if self._due and self._due[0] < now + wait:
             wait = max(0.0, heapq.heappop(self._due) - now + _CLOCK_SLACK_S)
+        self._waiting = wait
         return wait
 
 
@@ -85,8 +87,9 @@ def relay_wait(quiet_s: float, poll_s: float, nudge_every_s: float) -> float:
     without one or a batch (`poll_s`: `VIGIL_RELAY_POLL_S`).
 
     Events of quiet states (`shared.states.QUIET`) notify nobody, but a worker that writes one
-    has nudged the relay less than `nudge_every_s` before (`shared/transition_writer.py`):
-    polling every `poll_s` for twice that long and one poll more finds each within `poll_s`.
+    nudges the relay within `NUDGE_DELAY_S`, or has less than `nudge_every_s` before
+    (`shared/transition_writer.py`): polling every `poll_s` for twice that long and one poll
+    more finds each within `poll_s` of it.
     After a longer quiet spell nothing waits but what a failed nudge left: looked at every
     2 s."""
     if quiet_s < 2 * nudge_every_s + poll_s:

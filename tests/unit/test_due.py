@@ -43,6 +43,17 @@ def test_an_idle_round_waits_twice_as_long_each_time_up_to_the_sweep() -> None:
     assert pace.slowed
 
 
+def test_the_round_counts_as_slowed_only_while_it_sleeps_longer_than_a_tick() -> None:
+    pace = Pace(tick_s=0.25, max_s=2.0)
+
+    pace.idle_wait(now=0.0)
+    sleeping_a_tick = pace.slowed
+    pace.idle_wait(now=1.0)
+
+    assert not sleeping_a_tick
+    assert pace.slowed
+
+
 def test_when_stirred__the_next_idle_wait_is_the_tick_again() -> None:
     pace = Pace(tick_s=0.25, max_s=2.0)
     for n in range(4):
