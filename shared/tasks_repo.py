@@ -382,7 +382,7 @@ _MOVE_JOB_TASKS: Final = """
 WITH p AS (
     SELECT t.id, t.state AS previous
     FROM tasks t JOIN jobs j ON j.id = t.job_id
-    WHERE t.job_id = $1 AND t.state = ANY($2::task_state[])
+    WHERE t.job_id = $1 AND t.state = ANY($2::task_state[]) AND t.superseded_by IS NULL
       AND (NOT t.test OR j.state = 'configuring')
     FOR UPDATE OF t
 ), moved AS (
@@ -416,10 +416,10 @@ async def move_job_tasks(
     keeps_failure: frozenset[TaskState],
 ) -> int:
     """Move every task of `job_id` in a source state of `targets` to its target (test tasks
-    only while the job is configuring), unclaimed, with its `task.<target>` event, in one
-    statement; a target not in `keeps_failure` clears the failure fields (a recovery hook
-    reads them). Returns how many moved. The caller holds the job's row lock and checked the
-    table (`shared.actions`)."""
+    only while the job is configuring; not a task superseded by its clone, which carries its
+    input on), unclaimed, with its `task.<target>` event, in one statement; a target not in
+    `keeps_failure` clears the failure fields (a recovery hook reads them). Returns how many
+    moved. The caller holds the job's row lock and checked the table (`shared.actions`)."""
     for source, dst in targets.items():
         sources_for(dst, frozenset({source}))  # every move is one the table allows
     case = (

@@ -455,6 +455,10 @@ async def test_when_a_jobs_failed_tasks_are_recovered__each_moves_as_one_recover
             )
         await _put(conn, ids[-1], S.COMPLETED)
         await conn.execute("UPDATE jobs SET state = 'failed' WHERE id = $1", job.id)
+        # and one failed task already resubmitted: its clone carries the input on
+        [superseded] = await datasets.add_inputs(conn, job.id, ["resubmitted"])
+        await _put(conn, superseded, S.FAILED_ON_CLUSTER, superseded_by=ids[-1])
+        await conn.execute("UPDATE jobs SET state = 'failed' WHERE id = $1", job.id)
 
         # when
         recovered = await task_actions.apply_to_job(conn, job.id, JobAction.RECOVER_FAILED, ACTOR)
@@ -469,6 +473,7 @@ async def test_when_a_jobs_failed_tasks_are_recovered__each_moves_as_one_recover
             kept = (FailureClass.EXIT, 3, "boom") if step.hook else (None, None, None)
             assert (task.failure_class, task.exit_code, task.error_brief) == kept
         assert tasks[ids[-1]].state is S.COMPLETED
+        assert tasks[superseded].state is S.FAILED_ON_CLUSTER
         events = [
             TaskEvent.model_validate(body)
             for _, key, body in await _outbox(conn, job.id)
