@@ -117,6 +117,13 @@ async def _add(conn: Connection, exchange: ExchangeKind, key: str, body: dict[st
     )
 
 
+async def wake_round(conn: Connection) -> None:
+    """Wake the scheduling round (and through it the relay) when the caller's transaction
+    commits: for a move into a quiet state (`shared.states.QUIET`) made outside a worker, whose
+    event notifies nobody while the task may be releasable at once (e.g. `data_ready`)."""
+    await conn.execute("SELECT pg_notify('vigil_outbox', 'round')")
+
+
 async def has_pending(conn: Connection) -> bool:
     """Whether any row waits to be published (one probe of `outbox_pending`)."""
     return bool(

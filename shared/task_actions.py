@@ -14,7 +14,7 @@ from shared.actions import JobAction, Plan, TaskAction, plan, targets
 from shared.db import Connection
 from shared.errors import Conflict, NotFound, StaleState
 from shared.messages import FreezeTask, JobEvent, JobOutcome, KillTask
-from shared.states import ACTIONS, FAILED, TERMINAL, FailureClass, JobState, TaskState
+from shared.states import ACTIONS, FAILED, QUIET, TERMINAL, FailureClass, JobState, TaskState
 from shared.topology import supervise_key
 
 S = TaskState
@@ -93,6 +93,8 @@ async def _move(
         )
     elif task.state in FAILED and not step.hook:
         changes |= tasks_repo.CLEAR_FAILURE
+    if step.target in QUIET:
+        await outbox.wake_round(conn)
     try:
         return await tasks_repo.transition(
             conn, task.id, step.target, among=frozenset({task.state}), changes=changes
@@ -273,6 +275,7 @@ async def _recover_failed(conn: Connection, job_id: str, current: JobState) -> N
             f"job {job_id} has no failed task to recover",
             next_step=f"nothing to do (`vigil status {job_id}` shows its tasks)",
         )
+    await outbox.wake_round(conn)  # some may rest in a quiet state (`data_ready`)
     await reopen_job(conn, job_id)
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from services.worker import claims
 from shared import datasets, db, jobs_repo, outbox, task_actions, tasks_repo, users_repo
-from shared.actions import JobAction
+from shared.actions import JobAction, TaskAction
 from shared.jobs_repo import NewJob
 from shared.messages import JobEvent, JobOutcome, RunStage, TaskEvent, to_jsonable
 from shared.states import QUIET, Stage, TaskState
@@ -309,3 +309,27 @@ async def test_exactly_the_events_of_the_quiet_states_notify_nobody(opool: db.Po
             # then
             payloads = [notified.get_nowait() for _ in range(notified.qsize())]
             assert payloads == ([] if state in QUIET else ["round"]), state
+
+
+async def test_a_recovery_into_a_quiet_state_wakes_the_round(opool: db.Pool) -> None:
+    async with opool.acquire() as listener, opool.acquire() as conn:
+        # given: a task failed on its post-processing prerequisites (recovered to data_ready,
+        # whose event notifies nobody, and releasable at once)
+        user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+        job, _ = await jobs_repo.create(conn, user.id, NewJob("j", "shell", "true", ["a"]))
+        [task_id] = await datasets.upstream_task_ids(conn, job.id)
+        await conn.execute(
+            "UPDATE tasks SET state = 'failed_post_processing_prerequisites', host = 'h-1'"
+            " WHERE id = $1",
+            task_id,
+        )
+        async with _payloads(listener) as notified:
+            await _quiet(listener, notified)
+
+            # when
+            moved = await task_actions.apply_to_task(conn, task_id, TaskAction.RECOVER, "ops")
+
+            # then
+            assert moved.task.state is TaskState.DATA_READY
+            async with asyncio.timeout(5):
+                assert await notified.get() == "round"
