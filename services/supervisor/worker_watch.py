@@ -63,8 +63,10 @@ class WorkerWatch:
             await self._wait(stop, poll_s)
 
     async def _wait(self, stop: asyncio.Event, poll_s: float) -> None:
-        if self._exit is None or self._exit.done():
+        if self._exit is None:
             await wait_or_stop(stop, poll_s)
+            return
+        if self._exit.done():  # exited meanwhile: reaped by the next step, at once
             return
         stopper = asyncio.ensure_future(stop.wait())
         waiters: list[asyncio.Future[Any]] = [stopper, self._exit]
