@@ -46,9 +46,16 @@ class Broker:
     topology: Topology
 
     async def publish(
-        self, exchange: AbstractExchange, routing_key: str, body: bytes, *, mandatory: bool
+        self,
+        exchange: AbstractExchange,
+        routing_key: str,
+        body: bytes,
+        *,
+        mandatory: bool,
+        seq: int | None = None,
     ) -> None:
         """Publish persistent JSON and wait for the broker's confirm (raises on return/timeout).
+        `seq`, an event's position, goes in the header `seq` and as the `message_id` too.
 
         Straight to the channel underneath (the properties aio-pika's `Message` would make,
         without the cost of making one: the relay publishes a dozen a task)."""
@@ -59,7 +66,14 @@ class Broker:
             body,
             exchange=exchange.name,
             routing_key=routing_key,
-            properties=Basic.Properties(content_type="application/json", delivery_mode=2),
+            properties=Basic.Properties(content_type="application/json", delivery_mode=2)
+            if seq is None
+            else Basic.Properties(
+                content_type="application/json",
+                delivery_mode=2,
+                message_id=str(seq),
+                headers={"seq": seq},
+            ),
             mandatory=mandatory,
             timeout=PUBLISH_TIMEOUT_S,
         )

@@ -110,7 +110,14 @@ class RemoveWorkdirs(_Message):
     reason: str = ""
 
 
-class TaskEvent(_Message):
+class _Event(_Message):
+    """An event of the history: the relay gives it its position (`seq`) as it publishes it
+    (never written by the producer, so left out when one is encoded here)."""
+
+    seq: int | None = Field(default=None, exclude=True)
+
+
+class TaskEvent(_Event):
     """A task changed state (`task.<state>.<job id>`)."""
 
     type: Literal["task_event"] = "task_event"
@@ -126,7 +133,7 @@ class TaskEvent(_Message):
     error_brief: str | None = None
 
 
-class JobEvent(_Message):
+class JobEvent(_Event):
     """A job-level outcome (`job.<outcome>.<job id>`): finished, or one of its tasks crashed."""
 
     type: Literal["job_event"] = "job_event"
@@ -136,7 +143,7 @@ class JobEvent(_Message):
     brief: str | None = None
 
 
-class TaskDecision(_Message):
+class TaskDecision(_Event):
     """The triage decided about a failed task (`task.<verdict>.<job id>`): `recovered`,
     `resubmitted` or `abandoned` (see `shared.analyser.Verdict`)."""
 

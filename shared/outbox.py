@@ -1,7 +1,10 @@
 """The transactional outbox: events and work messages written in the transaction of their change.
 
 Rows are relayed to the broker by the scheduler (`services/scheduler/relay.py`) with publisher
-confirms, in id order; a row is marked published only after the broker confirmed it.
+confirms, in id order; a row is marked published only after the broker confirmed it. Events are
+numbered as the relay reads them: each gets its position (`seq`) in the one installation-wide
+sequence and a row in the event history (`shared/event_log.py`), both in the statement that
+reads the batch (migration 0019's `outbox_batch`).
 """
 
 from collections.abc import Sequence
@@ -35,6 +38,8 @@ class OutboxRow:
     #: The JSON text, as PostgreSQL writes it out: published as it is (never decoded here).
     body: bytes
     created_at: datetime
+    #: An event's position (in its body too); None for a work message.
+    seq: int | None = None
 
 
 async def add_task_event(conn: Connection, event: TaskEvent) -> None:
@@ -134,17 +139,13 @@ async def has_pending(conn: Connection) -> bool:
 async def pending(conn: Connection, limit: int, *, mark: Sequence[int] = ()) -> list[OutboxRow]:
     """The oldest unpublished rows, in one statement that also marks `mark` published (rows
     the broker confirmed since the last read: the mark rides on the read, one round trip a
-    batch). Not locked: the one relay reads them."""
-    rows = await conn.fetch(
-        "WITH marked AS (UPDATE outbox SET published_at = now()"
-        "  WHERE id = ANY($2::bigint[]) AND published_at IS NULL)"
-        " SELECT id, exchange, routing_key, body::text AS body, created_at FROM outbox"
-        " WHERE published_at IS NULL AND id <> ALL($2::bigint[]) ORDER BY id LIMIT $1",
-        limit,
-        list(mark),
-    )
+    batch) and numbers the events among them. Not locked: the one relay reads them (two
+    relays for a moment may publish a row twice, never number an event twice)."""
+    rows = await conn.fetch("SELECT * FROM outbox_batch($1, $2::bigint[])", limit, list(mark))
     return [
-        OutboxRow(r["id"], r["exchange"], r["routing_key"], r["body"].encode(), r["created_at"])
+        OutboxRow(
+            r["id"], r["exchange"], r["routing_key"], r["body"].encode(), r["created_at"], r["seq"]
+        )
         for r in rows
     ]
 
@@ -154,11 +155,13 @@ async def mark_published(conn: Connection, ids: list[int]) -> None:
     await conn.execute("UPDATE outbox SET published_at = now() WHERE id = ANY($1)", ids)
 
 
-async def prune(conn: Connection, older_than_s: float) -> int:
-    """Delete published rows older than `older_than_s`; returns how many went."""
+async def prune(conn: Connection, older_than_s: float, *, batch: int = 5000) -> int:
+    """Delete up to `batch` published rows older than `older_than_s`, in one short statement;
+    returns how many went (call again while it returns `batch`)."""
     status = await conn.execute(
-        "DELETE FROM outbox WHERE published_at IS NOT NULL"
-        " AND published_at < now() - make_interval(secs => $1)",
+        "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE published_at IS NOT NULL"
+        " AND published_at < now() - make_interval(secs => $1) ORDER BY published_at LIMIT $2)",
         older_than_s,
+        batch,
     )
     return int(status.split()[-1])

@@ -22,7 +22,7 @@ from vigil import calls, config
 from vigil.calls import Call, Host, Job, LogLine, Output, Task
 from vigil.client import EVENTS_READ_TIMEOUT_S, MAX_RETRY_WAIT_S, POLL_S
 from vigil.errors import Unreachable
-from vigil.sse import Event, EventParser
+from vigil.sse import AsyncEventStream, Event, Resume
 from vigil.states import JOB_FINAL
 from vigil.topics import Subscriptions
 
@@ -252,9 +252,13 @@ class AsyncClient:
 
     @asynccontextmanager
     async def subscribe(
-        self, patterns: Iterable[str], *, read_timeout: float | None = EVENTS_READ_TIMEOUT_S
-    ) -> AsyncIterator[AsyncIterator[Event]]:
-        call = calls.events(patterns)
+        self,
+        patterns: Iterable[str],
+        *,
+        after: int | None = None,
+        read_timeout: float | None = EVENTS_READ_TIMEOUT_S,
+    ) -> AsyncIterator[AsyncEventStream]:
+        call = calls.events(patterns, after)
         timeout = httpx.Timeout(self._timeout, read=read_timeout)
         try:
             request = call.request_args(self.url, self._auth)
@@ -262,14 +266,18 @@ class AsyncClient:
                 if not response.is_success:
                     await response.aread()
                     calls.result(response)
-                yield _events_of(response)
+                yield AsyncEventStream(response.aiter_lines())
         except httpx.TransportError as exc:
             raise calls.unreachable(self.url, exc) from exc
 
     async def events(
-        self, patterns: Iterable[str], *, read_timeout: float | None = EVENTS_READ_TIMEOUT_S
+        self,
+        patterns: Iterable[str],
+        *,
+        after: int | None = None,
+        read_timeout: float | None = EVENTS_READ_TIMEOUT_S,
     ) -> AsyncGenerator[Event, None]:
-        async with self.subscribe(patterns, read_timeout=read_timeout) as stream:
+        async with self.subscribe(patterns, after=after, read_timeout=read_timeout) as stream:
             async for event in stream:
                 yield event
 
@@ -288,21 +296,28 @@ class AsyncClient:
         self,
         patterns: Iterable[str],
         *,
+        since: int | None = None,
         reconnect: bool = True,
         retry_s: float = 1.0,
         on_open: Callable[[], object] | None = None,
     ) -> AsyncGenerator[Event, None]:
         patterns = list(patterns)
+        resume = Resume(since)
         self._stop.clear()
         while not self._stop.is_set():
             try:
-                async with self.subscribe(patterns) as stream:
-                    if on_open is not None:
-                        on_open()
-                    async for event in stream:
-                        yield event
-                        if self._stop.is_set():
-                            return
+                async with self.subscribe(patterns, after=resume.last) as stream:
+                    try:
+                        if on_open is not None:
+                            on_open()
+                        async for event in stream:
+                            if resume.fresh(event):
+                                yield event
+                            resume.reached(event.seq)
+                            if self._stop.is_set():
+                                return
+                    finally:
+                        resume.reached(stream.position)
             except Unreachable as exc:
                 if not reconnect:
                     raise
@@ -313,12 +328,15 @@ class AsyncClient:
     async def listen(
         self,
         *,
+        since: int | None = None,
         reconnect: bool = True,
         retry_s: float = 1.0,
         on_open: Callable[[], object] | None = None,
     ) -> None:
         patterns = self._subscriptions.patterns()
-        stream = self.follow(patterns, reconnect=reconnect, retry_s=retry_s, on_open=on_open)
+        stream = self.follow(
+            patterns, since=since, reconnect=reconnect, retry_s=retry_s, on_open=on_open
+        )
         async with aclosing(stream):
             async for event in stream:
                 await self.dispatch(event)
@@ -354,11 +372,3 @@ class AsyncClient:
             logger.info("rate limited by the API; retrying in %gs", delay)
             await asyncio.sleep(delay)
         return calls.answer(call, response)
-
-
-async def _events_of(response: httpx.Response) -> AsyncIterator[Event]:
-    parser = EventParser()
-    async for line in response.aiter_lines():
-        event = parser.feed(line)
-        if event is not None:
-            yield event

@@ -15,7 +15,7 @@ from urllib.parse import quote
 import httpx
 
 from vigil import topics
-from vigil.errors import BadResponse, RateLimited, Unreachable, UsageError, api_error
+from vigil.errors import BadResponse, Gone, RateLimited, Unreachable, UsageError, api_error
 
 _ID_RE: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")  # shared/ids.py's ID_PATTERN
 _SHA256_RE: Final = re.compile(r"[0-9a-f]{64}")
@@ -201,12 +201,27 @@ def bulk_actions(limit: int, before: int | None) -> Call:
     return Call("GET", "/bulk/actions", params=_params(limit=limit, before=before))
 
 
-def events(patterns: Iterable[str]) -> Call:
-    """`GET /events` for the topic patterns (at least one, each checked)."""
+def events(patterns: Iterable[str], after: int | None = None) -> Call:
+    """`GET /events` for the topic patterns (at least one, each checked), resuming after the
+    position `after` if given."""
     checked = list(dict.fromkeys(topics.check_pattern(p) for p in patterns))
     if not checked:
         raise UsageError("name at least one topic pattern, e.g. 'job.*.*'")
-    return Call("GET", "/events", params=[("topic", p) for p in checked])
+    if after is not None and after < 0:
+        raise UsageError(f"an event position is a whole number from 0, not {after}")
+    params: list[tuple[str, str | int]] = [("topic", p) for p in checked]
+    return Call("GET", "/events", params=params + _params(after=after))
+
+
+def job_events(job_id: str, *, order: str, start: int | None, limit: int) -> Call:
+    """One page of `GET /jobs/{id}/events` (oldest first after `start`, or newest first
+    before it)."""
+    bound = {"after": start} if order == "oldest" else {"before": start}
+    return Call(
+        "GET",
+        f"/jobs/{check_id('job', job_id)}/events",
+        params=_params(order=order, limit=limit, **bound),
+    )
 
 
 def _params(**values: str | int | None) -> list[tuple[str, str | int]]:
@@ -255,6 +270,9 @@ def result(response: httpx.Response) -> Any:
     error = api_error(response.status_code, detail)
     if isinstance(error, RateLimited):
         error.retry_after = retry_after(response)
+    if isinstance(error, Gone) and isinstance(body, dict):
+        oldest = body.get("oldest_retained")
+        error.oldest_retained = oldest if isinstance(oldest, int) else None
     raise error
 
 

@@ -22,7 +22,7 @@ import httpx
 from vigil import calls, config
 from vigil.calls import Call, Host, Job, LogLine, Output, Task
 from vigil.errors import Unreachable, WaitTimeout
-from vigil.sse import Event, events_in
+from vigil.sse import Event, EventStream, Resume
 from vigil.states import JOB_FINAL
 from vigil.topics import Subscriptions
 
@@ -329,15 +329,22 @@ class Client:
 
     @contextmanager
     def subscribe(
-        self, patterns: Iterable[str], *, read_timeout: float | None = EVENTS_READ_TIMEOUT_S
-    ) -> Iterator[Iterator[Event]]:
+        self,
+        patterns: Iterable[str],
+        *,
+        after: int | None = None,
+        read_timeout: float | None = EVENTS_READ_TIMEOUT_S,
+    ) -> Iterator[EventStream]:
         """Open `GET /events` for the topic `patterns`: within the block the subscription is in
-        place (the API binds it before answering) and the iterator gives events as they come.
+        place (the API binds it before answering) and the iterator gives events as they come,
+        first those after the position `after` that the API still keeps (if given). The
+        iterator's `position` is the last position it gave (or where it started).
 
         The iterator ends when the API closes the stream. `Unreachable` when the stream cannot
-        be opened, breaks, or stays silent longer than `read_timeout` (keepalives count).
+        be opened, breaks, or stays silent longer than `read_timeout` (keepalives count);
+        `Gone` when the API no longer keeps every event after `after`.
         """
-        call = calls.events(patterns)
+        call = calls.events(patterns, after)
         timeout = httpx.Timeout(self._timeout, read=read_timeout)
         try:
             request = call.request_args(self.url, self._auth)
@@ -345,16 +352,20 @@ class Client:
                 if not response.is_success:
                     response.read()
                     calls.result(response)
-                yield events_in(response.iter_lines())
+                yield EventStream(response.iter_lines())
         except httpx.TransportError as exc:
             raise calls.unreachable(self.url, exc) from exc
 
     def events(
-        self, patterns: Iterable[str], *, read_timeout: float | None = EVENTS_READ_TIMEOUT_S
+        self,
+        patterns: Iterable[str],
+        *,
+        after: int | None = None,
+        read_timeout: float | None = EVENTS_READ_TIMEOUT_S,
     ) -> Generator[Event, None, None]:
-        """The events matching `patterns` from when the stream opens until it ends (see
-        `subscribe`). Events published while no stream is open are not seen."""
-        with self.subscribe(patterns, read_timeout=read_timeout) as stream:
+        """The events matching `patterns` from when the stream opens (or after the position
+        `after`) until it ends (see `subscribe`). `follow()` reconnects and resumes."""
+        with self.subscribe(patterns, after=after, read_timeout=read_timeout) as stream:
             yield from stream
 
     @overload
@@ -377,25 +388,34 @@ class Client:
         self,
         patterns: Iterable[str],
         *,
+        since: int | None = None,
         reconnect: bool = True,
         retry_s: float = 1.0,
         on_open: Callable[[], object] | None = None,
     ) -> Generator[Event, None, None]:
-        """`events(patterns)` that, with `reconnect`, opens the stream again `retry_s` after
-        it broke or the API closed it; `on_open()` is called each time a subscription is in
-        place. Ends at `stop_listening()` (noticed at the next event or keepalive); errors
-        the API answers (401, 403, 404) end it too."""
+        """`events(patterns)` from now (or after the position `since`; 0: everything the API
+        keeps) that, with `reconnect`, opens the stream again `retry_s` after it broke or the
+        API closed it, resuming after the last position it saw: no job or task event is
+        missed or given twice across reconnections and api restarts. `on_open()` is called
+        each time a subscription is in place. Ends at `stop_listening()` (noticed at the next
+        event or keepalive); errors the API answers (401, 403, 404, 410 `Gone`) end it too."""
         patterns = list(patterns)
+        resume = Resume(since)
         self._stop.clear()
         while not self._stop.is_set():
             try:
-                with self.subscribe(patterns) as stream:
-                    if on_open is not None:
-                        on_open()
-                    for event in stream:
-                        yield event
-                        if self._stop.is_set():
-                            return
+                with self.subscribe(patterns, after=resume.last) as stream:
+                    try:
+                        if on_open is not None:
+                            on_open()
+                        for event in stream:
+                            if resume.fresh(event):
+                                yield event
+                            resume.reached(event.seq)
+                            if self._stop.is_set():
+                                return
+                    finally:
+                        resume.reached(stream.position)
             except Unreachable as exc:
                 if not reconnect:
                     raise
@@ -406,17 +426,21 @@ class Client:
     def listen(
         self,
         *,
+        since: int | None = None,
         reconnect: bool = True,
         retry_s: float = 1.0,
         on_open: Callable[[], object] | None = None,
     ) -> None:
-        """Follow the events of every registered pattern, calling the matching callbacks.
+        """Follow the events of every registered pattern, calling the matching callbacks (once
+        per event, across reconnections).
 
-        Runs until `stop_listening()`; see `follow()` for reconnecting and `on_open`. An
-        exception a callback raises ends it.
+        Runs until `stop_listening()`; see `follow()` for `since`, reconnecting and `on_open`.
+        An exception a callback raises ends it.
         """
         patterns = self._subscriptions.patterns()
-        following = self.follow(patterns, reconnect=reconnect, retry_s=retry_s, on_open=on_open)
+        following = self.follow(
+            patterns, since=since, reconnect=reconnect, retry_s=retry_s, on_open=on_open
+        )
         with closing(following) as stream:
             for event in stream:
                 self.dispatch(event)

@@ -12,6 +12,7 @@ VigilError
     ├── Forbidden       403: the token's user may not do this (operators only, others' jobs)
     ├── NotFound        404: no such job or task, or another user's
     ├── Conflict        409: the current state does not allow the action
+    ├── Gone            410: events after that position are no longer kept (`oldest_retained`)
     ├── InvalidRequest  400/413/422: the request itself is wrong (the message names the field)
     └── RateLimited     429: too many submissions; `retry_after` seconds (the client retries)
 """
@@ -91,6 +92,15 @@ class Conflict(ApiError):
     """409: the request is valid but the current state does not allow it."""
 
 
+class Gone(ApiError):
+    """410: the events after the position to resume from are no longer all kept; read the
+    state again, then follow from now (`oldest_retained`: where the history starts)."""
+
+    def __init__(self, status: int, detail: Any, oldest_retained: int | None = None) -> None:
+        super().__init__(status, detail)
+        self.oldest_retained = oldest_retained
+
+
 class InvalidRequest(ApiError):
     """400, 413 or 422: the request is wrong; the message names the field at fault."""
 
@@ -109,6 +119,7 @@ _BY_STATUS: Final[dict[int, type[ApiError]]] = {
     403: Forbidden,
     404: NotFound,
     409: Conflict,
+    410: Gone,
     413: InvalidRequest,
     422: InvalidRequest,
     429: RateLimited,

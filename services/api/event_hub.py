@@ -70,6 +70,15 @@ class Subscription:
             return None
         return await self._inbox.get()
 
+    def next_nowait(self) -> AbstractIncomingMessage | None:
+        """The next message if one is waiting; None when none is, or once closed."""
+        if self._closed:
+            return None
+        try:
+            return self._inbox.get_nowait()
+        except asyncio.QueueEmpty:
+            return None
+
     async def ack(self, message: AbstractIncomingMessage) -> None:
         """Acknowledge a delivered message (ignored if its channel is gone)."""
         await settle(message, ack=True)

@@ -468,6 +468,22 @@ class LogsPage(BaseModel):
     next_after: int | None
 
 
+class EventPublic(BaseModel):
+    """One event of the history: its position, routing key and body (with `seq`)."""
+
+    seq: int
+    routing_key: str
+    body: dict[str, Any]
+
+
+class EventsPage(BaseModel):
+    """One page of a job's events; pass `next` back (as `after` oldest first, `before` newest
+    first) for the next page (null: this one was the last)."""
+
+    items: list[EventPublic]
+    next: int | None
+
+
 class Health(BaseModel):
     """`ok` when the database answers."""
 

@@ -21,6 +21,7 @@ from contextlib import AsyncExitStack
 import asyncpg
 from redis.asyncio import Redis
 
+from services.scheduler import pruning
 from services.scheduler.dispatcher import Dispatcher
 from services.scheduler.due import Due, Pace, relay_wait
 from services.scheduler.finaliser import SWEEP_EVERY_S, Finaliser
@@ -31,7 +32,7 @@ from services.scheduler.retention import Retention
 from services.scheduler.settings import SchedulerSettings
 from services.scheduler.triage import Triage, TriageSettings, end_probing, release_quarantines
 from services.scheduler.waiters import Waiters
-from shared import logs_repo, outbox
+from shared import outbox
 from shared.amqp import Broker, open_broker
 from shared.analysers import load_analysers
 from shared.db import Pool, check_schema, open_pool
@@ -116,9 +117,7 @@ class Scheduler:
             await release_quarantines(self.pool)
         if now - self._last_prune >= self.settings.prune_every_s:
             self._last_prune = now
-            async with self.pool.acquire() as conn:
-                await outbox.prune(conn, self.settings.outbox_keep_s)
-                await logs_repo.prune_ended_jobs(conn, self.settings.log_retention_s)
+            await pruning.prune(self.pool, self.settings)
             done += await self.retention.run_once()
         return done
 

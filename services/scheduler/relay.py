@@ -1,5 +1,10 @@
 """Relaying the outbox to the broker, in order, with publisher confirms.
 
+Events are numbered as a batch is read (`outbox.pending`): each carries its position in its
+body (`seq`), in the header `seq` and as its `message_id`. A row published again after a failed
+publish keeps its position, so after broker trouble positions may arrive out of order: a
+consumer that sees a gap fills it from the history (`GET /events?after=`).
+
 A row is marked published only after its confirm; a row whose publish failed stays pending and
 is tried again on the next round (so delivery is at-least-once: consumers are idempotent).
 Only the leading scheduler relays, one batch at a time, with no transaction or row lock held
@@ -82,7 +87,9 @@ class Relay:
     async def _publish(self, row: outbox.OutboxRow) -> None:
         body = row.body
         if row.exchange == "events":
-            await self._broker.publish(self._broker.events, row.routing_key, body, mandatory=False)
+            await self._broker.publish(
+                self._broker.events, row.routing_key, body, mandatory=False, seq=row.seq
+            )
             return
         await self._ensure_queue(row.routing_key)
         await self._broker.publish(self._broker.work, row.routing_key, body, mandatory=True)

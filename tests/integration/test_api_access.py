@@ -71,6 +71,7 @@ MATRIX: Final[dict[Key, Row]] = {
     ("GET", "/jobs/{job_id}"): Row(200),
     ("GET", "/jobs/{job_id}/tasks"): Row(200),
     ("GET", "/jobs/{job_id}/logs"): Row(200),
+    ("GET", "/jobs/{job_id}/events"): Row(200),
     ("GET", "/jobs/{job_id}/errors"): Row(200),
     ("POST", "/jobs/{job_id}/actions"): Row(202, body={"action": "suspend"}),
     ("POST", "/jobs/{job_id}/inputs"): Row(201, body={"inputs": ["more"]}),

@@ -36,7 +36,8 @@ def outbox_database_url() -> Iterator[str]:
 async def opool(outbox_database_url: str) -> AsyncIterator[db.Pool]:
     """A pool on the module's database, with an empty outbox."""
     async with db.open_pool(outbox_database_url, max_size=4) as pool:
-        await pool.execute("TRUNCATE outbox RESTART IDENTITY")
+        await pool.execute("TRUNCATE outbox, events RESTART IDENTITY")
+        await pool.execute("UPDATE event_positions SET last_given = 0, pruned_through = 0")
         yield pool
 
 
@@ -86,8 +87,12 @@ async def test_when_messages_are_added__pending_gives_them_back_in_order_with_th
             ("events", "job.failed.j-1", to_jsonable(job_event)),
             ("work", "host.h-1", to_jsonable(work)),
         ]
+        numbered = [{**body, "seq": n} for n, body in ((1, expected[0][2]), (2, expected[1][2]))]
+        expected[0] = (*expected[0][:2], numbered[0])
+        expected[1] = (*expected[1][:2], numbered[1])
         assert [(r.exchange, r.routing_key, json.loads(r.body)) for r in rows] == expected
         assert [r.id for r in rows] == sorted(r.id for r in rows)
+        assert [r.seq for r in rows] == [1, 2, None]
 
 
 async def test_when_rows_are_marked_published__pending_skips_them_and_keeps_the_rest_in_order(

@@ -1,20 +1,24 @@
 """`GET /events`: follow topic patterns of the events exchange as Server-Sent Events (design §9).
 
 The wire format is `services.api.sse`'s. A user may follow only their own jobs, each named by
-id; an operator may follow anything, wildcards included.
+id; an operator may follow anything, wildcards included. A stream resumes after a position
+(`after=`, or the `Last-Event-ID` a reconnecting `EventSource` sends): it first sends every
+retained event after it that matches, then goes on live, with no gap and no duplicate at the
+seam; a position older than the history holds answers 410 Gone.
 """
 
 import logging
 from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, HTTPException, Query, Request, status
+from fastapi import APIRouter, Header, HTTPException, Query, Request, status
+from fastapi.responses import JSONResponse, Response
 
 from services.api import sse
 from services.api.access import owner_filter
 from services.api.deps import AUTH_RESPONSES, CurrentUser, EventHubDep, PoolDep, SettingsDep
 from services.api.errors import invalid
 from services.api.event_hub import StreamsUnavailable, TooManyStreams
-from shared import db, topics, users_repo
+from shared import db, event_log, topics, users_repo
 from shared.db import Connection, Pool
 from shared.errors import UNAVAILABLE, NotFound
 from shared.topics import InvalidTopic, Topic
@@ -23,6 +27,11 @@ from shared.users_repo import User
 logger = logging.getLogger(__name__)
 
 router = APIRouter(tags=["events"], responses=AUTH_RESPONSES)
+
+#: Largest position (PostgreSQL bigint).
+_INT8_MAX: Final = 2**63 - 1
+#: Events one read of the history gives a stream.
+HISTORY_PAGE: Final = 500
 
 _STREAM_DOC: Final = (
     'One event per message: `data: {"routing_key": "<key>", "body": <JSON body>}` and a'
@@ -34,6 +43,10 @@ _RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
         "description": _STREAM_DOC,
     },
     403: {"description": "A user named a wildcard job (users follow their own jobs by id)."},
+    410: {
+        "description": "The position to resume after is older than the history keeps:"
+        " `oldest_retained` says where it starts now; read the state again, then follow."
+    },
     429: {"description": "A user holds their share of the api's streams already."},
     404: {"description": "A named job does not exist or belongs to another user."},
     503: {"description": "The message broker does not answer, or the api serves too many streams."},
@@ -82,19 +95,39 @@ async def follow_events(
             examples=["job.*.*", "log.error.j-3k9x0q7mzt1a"],
         ),
     ] = None,
-) -> sse.EventStream:
-    """Stream the events matching the topics, from now on, until the client goes away (or
-    its token is revoked: the stream then ends within a second).
+    after: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            le=_INT8_MAX,
+            description="Resume after this position: every retained event after it that"
+            " matches is sent first, then the stream goes on live.",
+        ),
+    ] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            description="What a reconnecting `EventSource` sends: the last position it saw"
+            " (wins over `after`)."
+        ),
+    ] = None,
+) -> Response:
+    """Stream the events matching the topics, from now on (or after a position), until the
+    client goes away (or its token is revoked: the stream then ends within a second).
 
     When the response headers arrive, the subscription is in place. 422 names a malformed
-    topic.
+    topic or position; 410 says the position is older than the history keeps.
     """
     try:
         wanted = topics.parse_all(topic or [])
     except InvalidTopic as exc:
         raise invalid(("query", "topic"), str(exc)) from exc
+    resume = after if last_event_id is None else _position(last_event_id)
     async with pool.acquire() as conn:
         await _check_access(conn, user, wanted)
+        bounds = await event_log.bounds(conn)
+    if resume is not None and bounds.lost(resume):
+        return _gone(resume, bounds)
     try:
         subscription = await hub.subscribe(
             [t.pattern for t in wanted], holder=None if user.is_operator else user.id
@@ -112,8 +145,54 @@ async def follow_events(
         extra={"action": "follow", "user": user.name},
     )
     return sse.EventStream(
-        hub, subscription, settings.sse_keepalive_s, _token_check(pool, request.state.token, user)
+        hub,
+        subscription,
+        settings.sse_keepalive_s,
+        _history(pool, wanted, bounds.last_given if resume is None else resume),
+        _token_check(pool, request.state.token, user),
     )
+
+
+def _position(header: str) -> int:
+    """The position a `Last-Event-ID` header holds; 422 when it is not one."""
+    text = header.strip()
+    if not text.isdigit() or not text.isascii() or int(text) > _INT8_MAX:
+        raise invalid(
+            ("header", "last-event-id"),
+            f"{header[:30]!r} is not an event position (a whole number, the `id:` of an event)",
+        )
+    return int(text)
+
+
+def _gone(resume: int, bounds: event_log.Bounds) -> JSONResponse:
+    oldest = bounds.oldest_retained
+    return JSONResponse(
+        {
+            "detail": f"events after position {resume} are no longer all kept: the history"
+            f" starts at position {oldest} now",
+            "oldest_retained": oldest,
+            "next_step": "read the state again (GET /jobs, GET /jobs/{id}/tasks), then follow"
+            " without a position, or after the newest one you read",
+        },
+        status_code=status.HTTP_410_GONE,
+    )
+
+
+def _history(pool: Pool, wanted: list[Topic], start: int) -> sse.History | None:
+    """Where the stream reads its numbered events (None when it follows only log lines)."""
+    numbered = event_log.numbered(wanted)
+    if not numbered:
+        return None
+
+    async def read(position: int) -> list[event_log.LoggedEvent]:
+        try:
+            async with pool.acquire() as conn:
+                return await event_log.after(conn, position, numbered, HISTORY_PAGE)
+        except UNAVAILABLE as exc:  # read again at the next delivery or poll
+            logger.warning("cannot read the event history for a stream: %s", exc)
+            return []
+
+    return sse.History(read=read, start=start, page=HISTORY_PAGE)
 
 
 def _token_check(pool: Pool, token: str, user: User) -> sse.TokenCheck:

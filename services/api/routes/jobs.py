@@ -3,9 +3,10 @@
 """
 
 import dataclasses
+import json
 import logging
 import re
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 from fastapi import APIRouter, Header, Query, Response, status
 from pydantic import AfterValidator
@@ -31,6 +32,8 @@ from services.api.errors import invalid
 from services.api.harvest import check_retention
 from services.api.schemas import (
     TEXT_PATTERN,
+    EventPublic,
+    EventsPage,
     JobCreate,
     JobErrorPublic,
     JobPublic,
@@ -42,6 +45,7 @@ from services.api.schemas import (
 from shared import (
     configuring,
     datasets,
+    event_log,
     job_edits,
     job_errors,
     jobs_repo,
@@ -247,6 +251,44 @@ async def list_logs(
     return LogsPage(
         items=[LogPublic.from_stored(log) for log in logs],
         next_after=logs[-1].seq if logs else None,
+    )
+
+
+@router.get("/{job_id}/events", responses=_NOT_FOUND)
+async def list_events(
+    user: CurrentUser,
+    job_id: JobIdPath,
+    pool: PoolDep,
+    order: Literal["oldest", "newest"] = "oldest",
+    after: Annotated[
+        int | None,
+        Query(ge=0, le=_INT8_MAX, description="Oldest first: only events after this position."),
+    ] = None,
+    before: Annotated[
+        int | None,
+        Query(ge=0, le=_INT8_MAX, description="Newest first: only events before this position."),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> EventsPage:
+    """The job's events (`job.*`, `task.*`) as the history keeps them, one page at a time by
+    position: oldest first (continue with `after=next`) or newest first (`before=next`)."""
+    if (order == "oldest" and before is not None) or (order == "newest" and after is not None):
+        other = "before" if order == "oldest" else "after"
+        raise invalid(
+            ("query", other),
+            f"{other} pages the other way: use it with order="
+            + ("newest" if order == "oldest" else "oldest"),
+        )
+    async with pool.acquire() as conn:
+        await visible_job(conn, user, job_id)
+        start = after if order == "oldest" else before
+        events = await event_log.of_job(conn, job_id, order=order, start=start, limit=limit)
+    return EventsPage(
+        items=[
+            EventPublic(seq=e.seq, routing_key=e.routing_key, body=json.loads(e.body))
+            for e in events
+        ],
+        next=events[-1].seq if len(events) == limit else None,
     )
 
 
