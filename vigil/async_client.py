@@ -250,6 +250,20 @@ class AsyncClient:
             if not ended:
                 await asyncio.sleep(self.poll_s)
 
+    async def job_events(
+        self, job_id: str, *, newest_first: bool = False, limit: int = 1000
+    ) -> AsyncIterator[Event]:
+        order = "newest" if newest_first else "oldest"
+        start: int | None = None
+        while True:
+            call = calls.job_events(job_id, order=order, start=start, limit=limit)
+            page = cast(dict[str, Any], await self._send(call))
+            for e in page["items"]:
+                yield Event(e["routing_key"], e["body"], e["seq"])
+            start = page["next"]
+            if start is None:
+                return
+
     @asynccontextmanager
     async def subscribe(
         self,

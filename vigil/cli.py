@@ -331,13 +331,23 @@ def events(
         bool, typer.Option("--follow", "-f", help="Reconnect when the stream breaks.")
     ] = False,
     count: Annotated[int | None, typer.Option("--count", "-n", min=1, help="Stop after N.")] = None,
+    after: Annotated[
+        int | None,
+        typer.Option(
+            "--after",
+            min=0,
+            help="Start after this event position (0: every event still kept), not from now.",
+        ),
+    ] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help='One {"routing_key", "body"} object per line.')
+        bool, typer.Option("--json", help='One {"seq", "routing_key", "body"} object per line.')
     ] = False,
 ) -> None:
     """Print events matching the topic patterns (`*` one word, `#` any): key and JSON body.
 
     A user names their own jobs by id (`job.*.j-...`); operators may use wildcards there.
+    With --follow, a broken stream is reopened after the last position printed: no job or
+    task event is missed or printed twice.
     """
     seen = 0
 
@@ -345,9 +355,9 @@ def events(
         print(f"following {' '.join(topics)}", file=sys.stderr, flush=True)
 
     with _session(ctx).client() as client:
-        for event in client.follow(topics, reconnect=follow, on_open=opened):
+        for event in client.follow(topics, since=after, reconnect=follow, on_open=opened):
             if as_json:
-                _json({"routing_key": event.routing_key, "body": event.body})
+                _json({"seq": event.seq, "routing_key": event.routing_key, "body": event.body})
             else:
                 print(render.event_line(event), flush=True)
             seen += 1

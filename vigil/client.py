@@ -327,6 +327,21 @@ class Client:
             if not ended:
                 time.sleep(self.poll_s)
 
+    def job_events(
+        self, job_id: str, *, newest_first: bool = False, limit: int = 1000
+    ) -> Iterator[Event]:
+        """The job's events as the API keeps them (`GET /jobs/{id}/events`), oldest first (or
+        newest first), page after page."""
+        order = "newest" if newest_first else "oldest"
+        start: int | None = None
+        while True:
+            call = calls.job_events(job_id, order=order, start=start, limit=limit)
+            page = cast(dict[str, Any], self._send(call))
+            yield from (Event(e["routing_key"], e["body"], e["seq"]) for e in page["items"])
+            start = page["next"]
+            if start is None:
+                return
+
     @contextmanager
     def subscribe(
         self,

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from bench.cluster import free_port
 from services.api.app import create_app
 from services.api.settings import ApiSettings
-from shared import db, logs_repo, users_repo
+from shared import db, logs_repo, outbox, users_repo
 from shared.messages import LogRecord, Severity, TaskEvent, encode
 from shared.states import FailureClass, TaskState
 from shared.topology import Topology, declare_events_exchange, event_key
@@ -184,6 +184,31 @@ def test_a_jobs_tasks_are_read_page_after_page_until_a_short_one(
     tasks = client.tasks(job["id"])
 
     assert [(t["index"], t["input"]) for t in tasks] == list(enumerate("abcde"))
+
+
+def test_a_jobs_events_are_read_page_after_page_either_way(served: Served, client: Client) -> None:
+    # given a job of three tasks whose task.new events the relay numbered
+    job = client.submit({"name": "history", "command": "true", "inputs": ["a", "b", "c"]})
+
+    async def number() -> None:
+        async with db.open_pool(served.database_url, max_size=1) as pool, pool.acquire() as conn:
+            while await outbox.pending(conn, 500):  # numbered, left unpublished
+                if not await conn.fetchval(
+                    "SELECT EXISTS (SELECT 1 FROM outbox WHERE published_at IS NULL"
+                    " AND seq IS NULL AND exchange = 'events')"
+                ):
+                    return
+
+    asyncio.run(number())
+    # when
+    oldest = list(client.job_events(job["id"], limit=2))
+    newest = list(client.job_events(job["id"], newest_first=True, limit=2))
+    # then
+    assert [e.routing_key for e in oldest] == [f"task.new.{job['id']}"] * 3
+    seqs = [e.seq for e in oldest]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 3
+    assert [e.seq for e in newest] == seqs[::-1]
+    assert [e.body["seq"] for e in oldest] == seqs
 
 
 def test_when_submitted_twice_with_one_idempotency_key__the_same_job_comes_back(

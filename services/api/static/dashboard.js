@@ -96,7 +96,15 @@
     const query = topics.map((t) => "topic=" + encodeURIComponent(t)).join("&");
     source = new EventSource("/events?" + query);
     source.onopen = () => { setLive("on"); if (onOpen) onOpen(); };
-    source.onerror = () => setLive(source && source.readyState === EventSource.CLOSED ? "off" : "retry");
+    // A dropped stream reconnects by itself with Last-Event-ID: the api replays what it missed.
+    // One the api refused (410: older than the history keeps) starts afresh a little later;
+    // onOpen then reads the page's rows again.
+    const opened = source;
+    source.onerror = () => {
+      const closed = opened.readyState === EventSource.CLOSED;
+      setLive(closed ? "off" : "retry");
+      if (closed) setTimeout(() => { if (source === opened) follow(topics, onEvent, onOpen); }, 5000);
+    };
     source.onmessage = (message) => {
       let event;
       try { event = JSON.parse(message.data); } catch (e) { return; }
