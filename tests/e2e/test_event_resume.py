@@ -4,6 +4,8 @@ though the api restarts while the tasks fail (the client resumes after the last 
 import asyncio
 import signal
 import threading
+from collections.abc import Awaitable
+from typing import Any
 
 from tests.e2e.conftest import Events
 from tests.e2e.stack import Stack
@@ -44,7 +46,7 @@ async def test_a_listener_gets_every_failure_once_across_an_api_restart(
         }
         job_id = client.submit(body)["id"]
 
-        def failed(count: int) -> object:
+        def failed(count: int) -> Awaitable[tuple[str, dict[str, Any]]]:
             return events.wait_for(
                 lambda k, _b: (
                     sum(key == f"task.failed_on_cluster.{job_id}" for key, _ in events.received)
