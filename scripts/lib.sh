@@ -259,6 +259,21 @@ apt_install() {
 
 # Install Debian's chromium for the browser tests when no chromium is on PATH.
 # Never fails: a missing browser only makes the browser tests skip or fail on their own.
+# ensure_jq: the docs' shell examples pipe `--json` into jq (tests/e2e/test_docs.py runs them).
+ensure_jq() {
+    if command -v jq >/dev/null 2>&1; then
+        ok "jq present: $(command -v jq)"
+        return 0
+    fi
+    step "Installing jq (the docs' examples use it)"
+    if apt_install jq && command -v jq >/dev/null 2>&1; then
+        ok "jq installed"
+    else
+        warn "could not install jq; the docs' examples will fail saying so"
+    fi
+    return 0
+}
+
 ensure_chromium() {
     local bin
     for bin in chromium chromium-browser google-chrome; do

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.integration
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 _ID = re.compile(r"\b[jt]-[0-9a-z]{12}\b")
+_EXIT_NOTE = re.compile(r"\s+#\s*exits?\s+\d+.*$")
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,9 @@ def documented_refusals() -> list[tuple[str, str]]:
             inside = line == "```console"
             continue
         if inside and line.startswith("$ "):
-            command = line[2:]
+            command = _EXIT_NOTE.sub(
+                "", line[2:]
+            )  # the runner's `# exit N` (tests/doc_examples.py)
         elif inside and line.startswith("vigil: "):
             pairs.append((command, line))
     return pairs
@@ -68,7 +71,7 @@ def _job(api: Served) -> str:
 
 def _edit_active(api: Served, tmp: Path) -> Run:
     job_id = _job(api)
-    (tmp / "faster.yaml").write_text('command: ./run.sh --faster "$VIGIL_INPUT"\n')
+    (tmp / "faster.yaml").write_text('command: ./faster.sh "$VIGIL_INPUT"\n')
     return Run(["edit", job_id, str(tmp / "faster.yaml")])
 
 
@@ -103,7 +106,7 @@ def _purge_running(api: Served, tmp: Path) -> Run:
 
 #: The page's command line -> its scenario.
 SCENARIOS: dict[str, Callable[[Served, Path], Run]] = {
-    'printf \'command: ./run.sh --faster "$VIGIL_INPUT"\\n\' > faster.yaml && vigil edit "$JOB"'
+    'printf \'command: ./faster.sh "$VIGIL_INPUT"\\n\' > faster.yaml && vigil edit "$JOB"'
     " faster.yaml": _edit_active,
     "vigil status": _unreachable,
     "VIGIL_TOKEN=wrong vigil status": _wrong_token,
