@@ -257,39 +257,31 @@ apt_install() {
     fi
 }
 
-# Install Debian's chromium for the browser tests when no chromium is on PATH.
-# Never fails: a missing browser only makes the browser tests skip or fail on their own.
-# ensure_jq: the docs' shell examples pipe `--json` into jq (tests/e2e/test_docs.py runs them).
-ensure_jq() {
-    if command -v jq >/dev/null 2>&1; then
-        ok "jq present: $(command -v jq)"
-        return 0
-    fi
-    step "Installing jq (the docs' examples use it)"
-    if apt_install jq && command -v jq >/dev/null 2>&1; then
-        ok "jq installed"
+# ensure_tool WHY PACKAGE COMMAND...: install PACKAGE with apt when none of the COMMANDs is on
+# PATH. Never fails: what needs the tool fails on its own, saying how to get it.
+ensure_tool() {
+    local why="$1" package="$2" bin
+    shift 2
+    for bin in "$@"; do
+        if command -v "$bin" >/dev/null 2>&1; then
+            ok "$package present: $(command -v "$bin")"
+            return 0
+        fi
+    done
+    step "Installing $package ($why)"
+    if apt_install "$package" && command -v "$1" >/dev/null 2>&1; then
+        ok "$package installed: $(command -v "$1")"
     else
-        warn "could not install jq; the docs' examples will fail saying so"
+        warn "could not install $package; $why will fail saying so"
     fi
     return 0
 }
 
-ensure_chromium() {
-    local bin
-    for bin in chromium chromium-browser google-chrome; do
-        if command -v "$bin" >/dev/null 2>&1; then
-            ok "browser present: $(command -v "$bin")"
-            return 0
-        fi
-    done
-    step "Installing chromium (for the browser tests)"
-    if apt_install chromium && command -v chromium >/dev/null 2>&1; then
-        ok "chromium installed: $(chromium --version 2>/dev/null || command -v chromium)"
-    else
-        warn "could not install chromium; browser tests will not have a browser"
-    fi
-    return 0
-}
+# Debian's chromium, for the browser tests.
+ensure_chromium() { ensure_tool "the browser tests" chromium chromium chromium-browser google-chrome; }
+
+# jq: the docs' shell examples pipe `--json` into it (tests/e2e/test_docs.py runs them).
+ensure_jq() { ensure_tool "the docs' examples" jq jq; }
 
 # ---------------------------------------------------------------------------------------------
 # Service processes
