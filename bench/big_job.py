@@ -6,7 +6,9 @@ Works on a database of its own (created, migrated and dropped on the local Postg
 server of `VIGIL_ADMIN_DATABASE_URL`); no service runs. Prints how long making the job's tasks
 (with their `task.new` events), reading a page of 100 at its end, recovering every task once
 they all failed (`recover_failed`), and cancelling it (every task terminated with its event)
-take; each action is one transaction.
+take; each action is one transaction. Then it gives every task three log lines and a kept
+output and purges the job: the whole purge, and its longest statement and transaction (a purge
+clears in batches: none may hold a lock long).
 """
 
 import argparse
@@ -14,9 +16,12 @@ import asyncio
 import os
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 from bench.cluster import create_database, drop_database
-from shared import db, jobs_repo, task_actions, tasks_repo, users_repo
+from shared import db, harvest, jobs_repo, task_actions, tasks_repo, users_repo
 from shared.actions import JobAction
 from shared.jobs_repo import NewJob
 
@@ -58,6 +63,67 @@ async def _bench(pool: db.Pool, inputs: int) -> None:
             f"cancelled ({cancelled.state.value}, {events} task.terminated events):"
             f" {took:.2f} s, {1e6 * took / inputs:.0f} µs per task"
         )
+        await _purge(conn, job.id, inputs)
+
+
+class _Timed:
+    """A connection whose statements and transactions are timed (the longest of each kept)."""
+
+    def __init__(self, conn: db.Connection) -> None:
+        self._conn = conn
+        self.longest_statement = self.longest_transaction = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self._conn, name)
+        if name not in ("execute", "fetch", "fetchrow", "fetchval"):
+            return call
+
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return await call(*args, **kwargs)
+            finally:
+                self.longest_statement = max(self.longest_statement, time.perf_counter() - start)
+
+        return timed
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        start = time.perf_counter()
+        try:
+            async with self._conn.transaction():
+                yield
+        finally:
+            self.longest_transaction = max(self.longest_transaction, time.perf_counter() - start)
+
+
+async def _purge(conn: db.Connection, job_id: str, inputs: int) -> None:
+    await conn.execute(
+        "UPDATE tasks SET host = 'h-bench', workdir = '/w/' || id WHERE job_id = $1", job_id
+    )
+    await conn.execute(
+        "INSERT INTO logs (job_id, task_id, run_number, attempt, line_no, ts, severity, stream,"
+        " line) SELECT t.job_id, t.id, 1, 1, n, now(), 'info', 'stdout', 'line ' || n"
+        " FROM tasks t, generate_series(1, 3) AS n WHERE t.job_id = $1",
+        job_id,
+    )
+    await conn.execute(
+        "INSERT INTO task_outputs (task_id, run_number, name, path, host, size, sha256, content)"
+        " SELECT id, 1, 'out.txt', '/w/' || id || '/out.txt', 'h-bench', 6, 'x', 'result'::bytea"
+        " FROM tasks WHERE job_id = $1",
+        job_id,
+    )
+    await conn.execute("ANALYZE logs; ANALYZE task_outputs")
+    timed = _Timed(conn)
+    start = time.perf_counter()
+    purged = await harvest.purge_job(timed, job_id, "bench", "bench")  # type: ignore[arg-type]
+    took = time.perf_counter() - start
+    print(
+        f"purged ({purged.logs} log lines, {purged.contents} outputs, {purged.removals}"
+        f" removals): {took:.2f} s, {1e6 * took / inputs:.0f} µs per task; longest statement"
+        f" {1000 * timed.longest_statement:.0f} ms, longest transaction"
+        f" {1000 * timed.longest_transaction:.0f} ms"
+    )
 
 
 async def main(inputs: int) -> None:

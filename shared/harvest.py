@@ -66,10 +66,23 @@ class Purged:
     removals: int
 
 
+#: Log lines one purge statement deletes, and tasks whose outputs and work dirs one short
+#: transaction handles: no statement of a purge runs long, whatever the job's size.
+PURGE_LOG_BATCH = 5000
+PURGE_TASK_BATCH = 500
+
+
 async def purge_job(conn: Connection, job_id: str, actor: str, reason: str) -> Purged:
-    """Purge an ended job in one transaction: delete its log lines, drop the kept bytes of its
-    outputs (their records stay), queue the removal of its work dirs on their hosts, record
-    who purged it and why, and publish `job.purged.<job>`.
+    """Purge an ended job: mark it purged (`mark_purged`, one short transaction), then clear
+    its data in batches (`clear_purged`). Call it outside a transaction."""
+    await mark_purged(conn, job_id, actor, reason)
+    return await clear_purged(conn, job_id)
+
+
+async def mark_purged(conn: Connection, job_id: str, actor: str, reason: str) -> None:
+    """Record who purged the job and why, and publish `job.purged.<job>`, in the caller's
+    transaction (or one of its own): from then on nothing may bring the job back to work, and
+    its data is to be cleared (`clear_purged`; the scheduler finishes a clearing cut short).
 
     The job row is locked first (like every writer that adds work to a job). Raises `NotFound`
     for no such job and `Conflict` when `purge_rules.refusal` says no (naming what runs).
@@ -79,18 +92,9 @@ async def purge_job(conn: Connection, job_id: str, actor: str, reason: str) -> P
         refused = purge_rules.refusal(facts)
         if refused is not None:
             raise Conflict.of(refused)
-        logs = await conn.execute("DELETE FROM logs WHERE job_id = $1", job_id)
-        contents = await conn.execute(
-            "UPDATE task_outputs o SET content = NULL FROM tasks t"
-            " WHERE o.task_id = t.id AND t.job_id = $1 AND o.content IS NOT NULL",
-            job_id,
-        )
-        rows = await conn.fetch("SELECT * FROM tasks WHERE job_id = $1 ORDER BY index", job_id)
-        removals = await remove_workdirs(
-            conn, [Task.from_record(r) for r in rows], reason=f"job {job_id} purged"
-        )
         await conn.execute(
-            "UPDATE jobs SET purged_at = now(), purged_by = $2, purge_reason = $3 WHERE id = $1",
+            "UPDATE jobs SET purged_at = now(), purged_by = $2, purge_reason = $3,"
+            " purge_done_at = NULL WHERE id = $1",
             job_id,
             actor,
             reason,
@@ -99,7 +103,65 @@ async def purge_job(conn: Connection, job_id: str, actor: str, reason: str) -> P
             job_id=job_id, outcome=JobOutcome.PURGED, brief=f"purged by {actor}: {reason}"
         )
         await outbox.add_job_event(conn, event)
-    return Purged(job_id, _count(logs), _count(contents), removals)
+
+
+async def clear_purged(conn: Connection, job_id: str) -> Purged:
+    """Clear the data of a job marked purged, in batches, each statement (or short
+    transaction) on its own so that no lock is held long: delete its log lines, drop the kept
+    bytes of its outputs (their records stay), queue the removal of its work dirs on their
+    hosts; then record that the purge is done (`purge_done_at`). Idempotent: a clearing cut
+    short is done again from the start by the next call. Call it outside a transaction."""
+    logs = 0
+    after = 0
+    while True:
+        gone = await conn.fetch(
+            "DELETE FROM logs WHERE seq IN (SELECT seq FROM logs WHERE job_id = $1 AND seq > $2"
+            " ORDER BY seq LIMIT $3) RETURNING seq",
+            job_id,
+            after,
+            PURGE_LOG_BATCH,
+        )
+        logs += len(gone)
+        if len(gone) < PURGE_LOG_BATCH:
+            break
+        after = max(r["seq"] for r in gone)
+    contents = removals = 0
+    index: int | None = None
+    while True:
+        async with conn.transaction():
+            rows = await conn.fetch(
+                "SELECT * FROM tasks WHERE job_id = $1 AND index > coalesce($2, -2147483648)"
+                " ORDER BY index LIMIT $3",
+                job_id,
+                index,
+                PURGE_TASK_BATCH,
+            )
+            if not rows:
+                break
+            tasks = [Task.from_record(r) for r in rows]
+            contents += _count(
+                await conn.execute(
+                    "UPDATE task_outputs SET content = NULL"
+                    " WHERE task_id = ANY($1::text[]) AND content IS NOT NULL",
+                    [t.id for t in tasks],
+                )
+            )
+            removals += await remove_workdirs(conn, tasks, reason=f"job {job_id} purged")
+        index = tasks[-1].index
+    await conn.execute("UPDATE jobs SET purge_done_at = now() WHERE id = $1", job_id)
+    return Purged(job_id, logs, contents, removals)
+
+
+async def unfinished_purges(conn: Connection, older_than_s: float, limit: int) -> list[str]:
+    """Jobs marked purged more than `older_than_s` ago whose clearing has not finished (the
+    purger stopped half-way), oldest first."""
+    rows = await conn.fetch(
+        "SELECT id FROM jobs WHERE purged_at IS NOT NULL AND purge_done_at IS NULL"
+        " AND purged_at < now() - make_interval(secs => $1) ORDER BY purged_at LIMIT $2",
+        older_than_s,
+        limit,
+    )
+    return [r["id"] for r in rows]
 
 
 async def _facts(conn: Connection, job_id: str) -> purge_rules.JobFacts:

@@ -161,7 +161,9 @@ async def apply_to_job(
     max_in_flight: int | None = None,
     release_per_tick: int | None = None,
 ) -> jobs_repo.Job:
-    """Apply a job action; raises `NotFound` or `Conflict`. One transaction."""
+    """Apply a job action; raises `NotFound` or `Conflict`. One transaction. A purge only
+    marks the job purged here: the caller clears its data once this committed
+    (`harvest.clear_purged`, in batches)."""
     async with conn.transaction():
         await stop_guard.share(conn)  # first: it may resume or reopen the job (see stop_guard)
         state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", job_id)
@@ -171,7 +173,7 @@ async def apply_to_job(
         if action is not JobAction.PURGE:
             await harvest.check_not_purged(conn, job_id, f"{action.value} it")
         if action is JobAction.PURGE:
-            await harvest.purge_job(conn, job_id, actor, "purge action")
+            await harvest.mark_purged(conn, job_id, actor, "purge action")
         elif action is JobAction.THROTTLE:
             await _throttle(conn, job_id, max_in_flight, release_per_tick)
         elif action is JobAction.RECOVER_FAILED:

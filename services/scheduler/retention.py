@@ -1,8 +1,11 @@
-"""Retention (issue 6): purge the jobs whose `retention_s` ran out since they ended.
+"""Retention (issue 6): purge the jobs whose `retention_s` ran out since they ended, and finish
+the purges cut short.
 
-Runs with the scheduler's pruning, a batch per round; each purge is its own transaction
-(`shared.harvest.purge_job`, actor `retention`). A job that cannot be purged now (reopened or
-busy since it was found) is left for a later round.
+Runs with the scheduler's pruning, a batch per round; each purge marks its job in a short
+transaction and clears its data in batches (`shared.harvest.purge_job`, actor `retention`). A
+job that cannot be purged now (reopened or busy since it was found) is left for a later round.
+A job marked purged whose clearing did not finish (its purger stopped half-way) for
+`UNFINISHED_AFTER_S` is cleared here.
 """
 
 import logging
@@ -16,6 +19,8 @@ logger = logging.getLogger(__name__)
 
 #: Who purges a job whose retention ran out (`jobs.purged_by`).
 ACTOR: Final = "retention"
+#: A purge whose clearing has not finished this long after the job was marked was cut short.
+UNFINISHED_AFTER_S: Final = 60.0
 
 
 class Retention:
@@ -26,10 +31,22 @@ class Retention:
         self.batch = batch
 
     async def run_once(self) -> int:
-        """Purge the jobs due now (at most `batch`); returns how many were purged."""
+        """Purge the jobs due now (at most `batch`), and finish purges cut short; returns how
+        many jobs were purged or cleared."""
         async with self.pool.acquire() as conn:
+            unfinished = await harvest.unfinished_purges(conn, UNFINISHED_AFTER_S, self.batch)
+            for job_id in unfinished:
+                cleared = await harvest.clear_purged(conn, job_id)
+                logger.info(
+                    "job %s: purge finished (%d log lines, %d outputs, %d removals)",
+                    job_id,
+                    cleared.logs,
+                    cleared.contents,
+                    cleared.removals,
+                    extra={"action": "purge", "job_id": job_id},
+                )
             due = await harvest.due_for_retention(conn, self.batch)
-        purged = 0
+        purged = len(unfinished)
         for job_id, retention_s in due:
             reason = f"retention: {retention_s:g} s after the job ended"
             try:

@@ -276,3 +276,47 @@ async def test_when_a_recovery_waits_on_a_purge__it_is_refused_once_the_purge_co
         job = await jobs_repo.get(conn, job_id)
     assert task is not None and task.state.value == "failed_on_cluster"
     assert job is not None and job.state.value == "failed"
+
+
+async def test_a_purge_clears_a_jobs_data_in_batches_and_records_when_it_is_done(
+    pool: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: batches smaller than the job's data (two tasks, six log lines)
+    monkeypatch.setattr(harvest, "PURGE_LOG_BATCH", 4)
+    monkeypatch.setattr(harvest, "PURGE_TASK_BATCH", 1)
+    async with pool.acquire() as conn:
+        job_id = await _ended_with_data(conn)
+        ids = await given.task_ids(conn, job_id)
+        # when
+        purged = await harvest.purge_job(conn, job_id, "ops", "batches")
+        # then everything went, a removal per batch of tasks, and the purge says it is done
+        assert (purged.logs, purged.contents, purged.removals) == (6, 2, 2)
+        assert await given.logs_of(conn, job_id) == 0
+        assert await given.kept_bytes(conn, job_id) == 0
+        removals = [
+            b["task_ids"] for k, b in await given.outbox_of(conn, job_id) if k.startswith("host.")
+        ]
+        assert removals == [[ids[0]], [ids[1]]]
+        assert await conn.fetchval("SELECT purge_done_at FROM jobs WHERE id = $1", job_id)
+
+
+async def test_a_purge_cut_short_after_its_mark_is_finished_by_the_scheduler(pool: Pool) -> None:
+    async with pool.acquire() as conn:
+        # given: a job marked purged a while ago whose purger stopped before clearing it
+        job_id = await _ended_with_data(conn)
+        fresh = await _ended_with_data(conn)
+        await harvest.mark_purged(conn, job_id, "ops", "cut short")
+        await harvest.mark_purged(conn, fresh, "ops", "being cleared right now")
+        await conn.execute(
+            "UPDATE jobs SET purged_at = now() - interval '2 minutes' WHERE id = $1", job_id
+        )
+        assert await given.logs_of(conn, job_id) == 6
+    # when
+    await Retention(pool, batch=100).run_once()
+    # then its data is gone and the purge is done; the fresh one is left to its purger
+    async with pool.acquire() as conn:
+        assert await given.logs_of(conn, job_id) == 0
+        assert await given.kept_bytes(conn, job_id) == 0
+        assert await conn.fetchval("SELECT purge_done_at FROM jobs WHERE id = $1", job_id)
+        assert await given.logs_of(conn, fresh) == 6
+        assert await conn.fetchval("SELECT purge_done_at FROM jobs WHERE id = $1", fresh) is None

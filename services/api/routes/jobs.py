@@ -46,6 +46,7 @@ from shared import (
     configuring,
     datasets,
     event_log,
+    harvest,
     job_edits,
     job_errors,
     jobs_repo,
@@ -327,6 +328,9 @@ async def act_on_job(
                 max_in_flight=body.max_in_flight,
                 release_per_tick=body.release_per_tick,
             )
+    if body.action is JobAction.PURGE:  # marked: its data goes now, in short batches
+        async with pool.acquire() as conn:
+            await harvest.clear_purged(conn, job_id)
     logger.info(
         "job %s %s: now %s",
         job_id,
