@@ -45,7 +45,6 @@ RETURNS TABLE (id bigint, exchange text, routing_key text, body text,
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     base bigint;
-    numbered bigint;
 BEGIN
     UPDATE outbox o SET published_at = now()
         WHERE o.id = ANY(confirmed) AND o.published_at IS NULL;
@@ -66,8 +65,7 @@ BEGIN
             FROM moved m
             RETURNING 1
         )
-        SELECT count(*) INTO numbered FROM logged;
-        UPDATE event_positions SET last_given = base + numbered;
+        UPDATE event_positions SET last_given = base + (SELECT count(*) FROM logged);
     END IF;
     RETURN QUERY
         SELECT o.id, o.exchange, o.routing_key,
