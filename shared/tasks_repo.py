@@ -398,15 +398,75 @@ WITH p AS (
         t.signal, t.error_brief, p.previous
 ), events AS (
     INSERT INTO outbox (exchange, routing_key, body)
-    SELECT 'events', 'task.' || m.state || '.' || $1::text, jsonb_build_object(
-        'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'task_event',
-        'job_id', $1::text, 'task_id', m.id, 'state', m.state, 'previous', m.previous,
-        'run_number', m.run_number, 'host', m.host, 'failure_class', m.failure_class,
-        'exit_code', m.exit_code, 'signal', m.signal, 'error_brief', m.error_brief)
+    SELECT 'events', 'task.' || m.state || '.' || $1::text, {event}
     FROM moved m ORDER BY m.index
 )
 SELECT count(*) FROM moved
 """
+
+#: The body of the `task.<state>` event of a row `m` of a set-based move (`m.job_id` or the
+#: job parameter, the row's new fields and `m.previous`), as `TaskEvent` writes it.
+_MOVED_EVENT: Final = """jsonb_build_object(
+        'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'task_event',
+        'job_id', {job}, 'task_id', m.id, 'state', m.state, 'previous', m.previous,
+        'run_number', m.run_number, 'host', m.host, 'failure_class', m.failure_class,
+        'exit_code', m.exit_code, 'signal', m.signal, 'error_brief', m.error_brief)"""
+
+#: Tasks moved each from the state the caller locked it in to its own target, with events.
+_MOVE_TASKS: Final = """
+WITH p AS (
+    SELECT u.id, u.previous::task_state AS previous, u.target::task_state AS target, u.clear, u.n
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::bool[])
+        WITH ORDINALITY AS u(id, previous, target, clear, n)
+), moved AS (
+    UPDATE tasks t SET state = p.target, updated_at = now(), claim = NULL, worker = NULL,
+        decided = true,
+        failure_class = CASE WHEN p.clear THEN NULL ELSE t.failure_class END,
+        exit_code = CASE WHEN p.clear THEN NULL ELSE t.exit_code END,
+        signal = CASE WHEN p.clear THEN NULL ELSE t.signal END,
+        error_brief = CASE WHEN p.clear THEN NULL ELSE t.error_brief END,
+        error_detail = CASE WHEN p.clear THEN NULL ELSE t.error_detail END
+    FROM p WHERE t.id = p.id AND t.state = p.previous
+    RETURNING t.id, t.job_id, t.state, t.run_number, t.host, t.failure_class, t.exit_code,
+        t.signal, t.error_brief, p.previous, p.n
+), events AS (
+    INSERT INTO outbox (exchange, routing_key, body)
+    SELECT 'events', 'task.' || m.state || '.' || m.job_id, {event}
+    FROM moved m ORDER BY m.n
+)
+SELECT id, job_id FROM moved ORDER BY n
+"""
+
+
+@dataclass(frozen=True)
+class Move:
+    """One task of a set-based move: from the state it was locked in, to `target`; `clear`
+    empties its failure fields."""
+
+    task_id: str
+    previous: TaskState
+    target: TaskState
+    clear: bool
+
+
+async def move_tasks(conn: Connection, moves: Sequence[Move]) -> list[tuple[str, str]]:
+    """Move each task from `previous` (the caller locked its row in it) to its target,
+    unclaimed and decided, with its `task.<target>` event, in one statement; returns the
+    (task id, job id) of those moved, in order (a task no longer in `previous` is left)."""
+    for move in moves:
+        sources_for(move.target, frozenset({move.previous}))  # a move the table allows
+        if move.target in FAILED:
+            raise ValueError(f"a set-based move does not fail tasks ({move.target.value})")
+    if not moves:
+        return []
+    rows = await conn.fetch(
+        _MOVE_TASKS.format(event=_MOVED_EVENT.format(job="m.job_id")),
+        [m.task_id for m in moves],
+        [m.previous.value for m in moves],
+        [m.target.value for m in moves],
+        [m.clear for m in moves],
+    )
+    return [(r["id"], r["job_id"]) for r in rows]
 
 
 async def move_job_tasks(
@@ -429,7 +489,8 @@ async def move_job_tasks(
     )
     kept = [s.value for s, t in targets.items() if t in keeps_failure]
     keeps = "p.previous::text = ANY($3::text[])"
-    statement = _MOVE_JOB_TASKS.format(target=case, keeps=keeps)
+    event = _MOVED_EVENT.format(job="$1::text")
+    statement = _MOVE_JOB_TASKS.format(target=case, keeps=keeps, event=event)
     moved = await conn.fetchval(statement, job_id, [s.value for s in targets], kept)
     return int(moved)
 
