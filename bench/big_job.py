@@ -6,7 +6,9 @@ Works on a database of its own (created, migrated and dropped on the local Postg
 server of `VIGIL_ADMIN_DATABASE_URL`); no service runs. Prints how long making the job's tasks
 (with their `task.new` events), reading a page of 100 at its end, recovering every task once
 they all failed (`recover_failed`), and cancelling it (every task terminated with its event)
-take; each action is one transaction. Then it gives every task three log lines and a kept
+take; each action is one transaction. It reads pages of the job's event history (two events a
+task, numbered as the relay would) from the start, the middle and the newest end. Then it
+gives every task three log lines and a kept
 output and purges the job: the whole purge, and its longest statement and transaction (a purge
 clears in batches: none may hold a lock long).
 """
@@ -18,10 +20,10 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 from bench.cluster import create_database, drop_database
-from shared import db, harvest, jobs_repo, task_actions, tasks_repo, users_repo
+from shared import db, event_log, harvest, jobs_repo, outbox, task_actions, tasks_repo, users_repo
 from shared.actions import JobAction
 from shared.jobs_repo import NewJob
 
@@ -63,6 +65,7 @@ async def _bench(pool: db.Pool, inputs: int) -> None:
             f"cancelled ({cancelled.state.value}, {events} task.terminated events):"
             f" {took:.2f} s, {1e6 * took / inputs:.0f} µs per task"
         )
+        await _history(conn, job.id)
         await _purge(conn, job.id, inputs)
 
 
@@ -95,6 +98,34 @@ class _Timed:
                 yield
         finally:
             self.longest_transaction = max(self.longest_transaction, time.perf_counter() - start)
+
+
+async def _history(conn: db.Connection, job_id: str) -> None:
+    numbered = time.perf_counter()
+    while await outbox.pending(conn, 5000):  # numbered and logged; never published here
+        if not await conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM outbox WHERE published_at IS NULL AND seq IS NULL"
+            " AND exchange = 'events')"
+        ):
+            break
+    count = await conn.fetchval("SELECT count(*) FROM events WHERE job_id = $1", job_id)
+    print(f"numbered {count} events: {time.perf_counter() - numbered:.2f} s")
+    await conn.execute("ANALYZE events")
+    middle = await conn.fetchval(
+        "SELECT seq FROM events WHERE job_id = $1 ORDER BY seq OFFSET $2 LIMIT 1",
+        job_id,
+        count // 2,
+    )
+    pages: list[tuple[str, Literal["oldest", "newest"], int | None]] = [
+        ("oldest first", "oldest", None),
+        ("from the middle", "oldest", middle),
+        ("newest first", "newest", None),
+    ]
+    for label, order, start in pages:
+        began = time.perf_counter()
+        page = await event_log.of_job(conn, job_id, order=order, start=start, limit=1000)
+        took = time.perf_counter() - began
+        print(f"a page of {len(page)} of its history, {label}: {1000 * took:.1f} ms")
 
 
 async def _purge(conn: db.Connection, job_id: str, inputs: int) -> None:
