@@ -4,12 +4,13 @@
 refuses a selection too large to act on, or larger than `Limits.confirm_over` without
 confirmation, records the bulk action, then either counts what the action would do (dry run,
 from the pure `shared.actions` table) or applies it, in one transaction per batch of
-`Limits.batch` tasks. An action that is a plain move (`MOVED_TOGETHER`: recover, restart, hold,
-release) moves a batch in a few statements: its jobs and tasks locked by id, each task judged
-on its locked row, the movable ones moved together with their events (`tasks_repo.move_tasks`),
-their jobs reopened. Cancel and duplicate (a kill order, a new task) go task by task through the
-single-task path (`task_actions.apply_to_task`), each in a savepoint of its own; so does a batch
-whose set-based move lost a deadlock. A task whose state does not allow the action is refused
+`Limits.batch` tasks. An action that is a move (`MOVED_TOGETHER`: recover, restart, hold,
+release, cancel) moves a batch in a few statements: its jobs and tasks locked by id, each task
+judged on its locked row, the movable ones moved together with their events
+(`tasks_repo.move_tasks`, `tasks_repo.cancel_tasks` with the kill orders of those running),
+their jobs reopened. Duplicate (a new task each) goes task by task through the single-task path
+(`task_actions.apply_to_task`), each in a savepoint of its own; so does a batch whose set-based
+move lost a deadlock. A task whose state does not allow the action is refused
 and counted by reason; the others are not affected by it.
 
 Why batches: one transaction for 10 000 tasks would hold 10 000 row locks for its whole run,
@@ -18,7 +19,7 @@ one transaction per task would cost one commit (an fsync) each. The record's cou
 in each batch's transaction, so it always says exactly what was committed.
 
 Locks are taken job rows first, then task rows (a set-based batch: each kind by id), the order
-of job actions and the finaliser. `python -m bench.bulk`: 5,000 tasks recovered in 0.27 s
+of job actions and the finaliser. `python -m bench.bulk`: 5,000 tasks recovered in 0.28 s
 (0.07 ms a task; 2.3 ms one by one).
 """
 
@@ -37,7 +38,7 @@ from shared.actions import TaskAction, plan
 from shared.db import Connection
 from shared.errors import Conflict, NotFound, VigilError
 from shared.selectors import TaskSelector, where
-from shared.states import FAILED, QUIET, FailureClass, JobState, TaskState
+from shared.states import FAILED, QUIET, TERMINAL, FailureClass, JobState, TaskState
 from shared.users_repo import User
 
 logger = logging.getLogger(__name__)
@@ -207,7 +208,7 @@ async def _apply(
     for number, batch in enumerate(batches or [[]], start=1):
         async with conn.transaction():
             await stop_guard.share(conn)  # first: a batch may reopen jobs (see stop_guard)
-            together = await _move_together(conn, batch, action)
+            together = await _move_together(conn, batch, action, actor)
             applied += together.applied
             refusals.update(together.refusals)
             for task in together.rest:
@@ -221,10 +222,11 @@ async def _apply(
     return applied, dict(refusals)
 
 
-#: Actions whose tasks a batch moves in one statement: a plain move from the state to the
-#: action's target, nothing else to do per task (no kill order, no new task).
+#: Actions whose tasks a batch moves in one statement: a move from the state to the action's
+#: target (a cancel with its kill orders), no new task.
 MOVED_TOGETHER: Final = frozenset(
     {
+        TaskAction.CANCEL,
         TaskAction.RECOVER,
         TaskAction.RESTART_SETUP,
         TaskAction.RESTART_CLUSTER,
@@ -245,23 +247,25 @@ class Together:
 
 
 async def _move_together(
-    conn: Connection, batch: list[MatchedTask], action: TaskAction
+    conn: Connection, batch: list[MatchedTask], action: TaskAction, actor: str
 ) -> Together:
     """Move the batch's tasks in a few statements: lock their jobs, then the tasks (each by
     id), judge each on the locked rows (`refusal`), move the movable ones together with their
-    events (`tasks_repo.move_tasks`) and reopen their jobs. Test tasks, actions that do more
-    than a move, and a batch that lost a deadlock (its savepoint rolled back) go one by one."""
+    events (`tasks_repo.move_tasks`, `cancel_tasks`) and reopen their jobs. Test tasks,
+    duplicates, and a batch that lost a deadlock (its savepoint rolled back) go one by one."""
     if action not in MOVED_TOGETHER or not batch:
         return Together(rest=batch)
     try:
         async with conn.transaction():  # a savepoint: on a deadlock, one by one instead
-            return await _move_locked(conn, batch, action)
+            return await _move_locked(conn, batch, action, actor)
     except asyncpg.DeadlockDetectedError:
         logger.info("bulk %s: a batch lost a deadlock; one task at a time", action.value)
         return Together(rest=batch)
 
 
-async def _move_locked(conn: Connection, batch: list[MatchedTask], action: TaskAction) -> Together:
+async def _move_locked(
+    conn: Connection, batch: list[MatchedTask], action: TaskAction, actor: str
+) -> Together:
     jobs = {r["id"]: r for r in await conn.fetch(_LOCK_JOBS, sorted({t.job_id for t in batch}))}
     tasks = {r["id"]: r for r in await conn.fetch(_LOCK_TASKS, sorted(t.id for t in batch))}
     done = Together()
@@ -284,14 +288,33 @@ async def _move_locked(conn: Connection, batch: list[MatchedTask], action: TaskA
         assert step.target is not None
         clear = current.state in FAILED and not step.hook
         moves.append(tasks_repo.Move(task.id, current.state, step.target, clear))
-    moved = await tasks_repo.move_tasks(conn, moves)
+    if action is TaskAction.CANCEL:
+        moved = await _cancel(conn, moves, f"cancelled by {actor}")
+    else:
+        moved = await tasks_repo.move_tasks(conn, moves)
     if len(moved) != len(moves):  # the rows are locked: only a bug can get here
         raise RuntimeError(f"bulk {action.value}: {len(moves) - len(moved)} locked tasks not moved")
     if any(m.target in QUIET for m in moves):
         await outbox.wake_round(conn)
-    for job_id in sorted({job_id for _, job_id in moved}):
+    reopened = {
+        job_id for m, (_, job_id) in zip(moves, moved, strict=True) if m.target not in TERMINAL
+    }
+    for job_id in sorted(reopened):
         await task_actions.reopen_job(conn, job_id)
     return Together(len(moved), done.refusals, done.rest)
+
+
+async def _cancel(
+    conn: Connection, moves: list[tasks_repo.Move], brief: str
+) -> list[tuple[str, str]]:
+    """Terminate the tasks together, and order their running processes killed."""
+    cancelled, running = await tasks_repo.cancel_tasks(
+        conn, [(m.task_id, m.previous) for m in moves], brief
+    )
+    jobs = dict(cancelled)
+    kills = [task_actions.kill_order(jobs[p.task_id], p, brief) for p in running]
+    await outbox.add_work_many(conn, kills)
+    return cancelled
 
 
 _LOCK_JOBS: Final = (

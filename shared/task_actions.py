@@ -109,10 +109,11 @@ async def kill_running(conn: Connection, task: tasks_repo.Task, reason: str) -> 
     if task.state is not S.ON_CPU or task.pid is None or task.host is None:
         return
     process = tasks_repo.Process(task.id, task.pid, task.host, task.pid_create_time, task.claim)
-    await outbox.add_work_many(conn, [_kill_order(task.job_id, process, reason)])
+    await outbox.add_work_many(conn, [kill_order(task.job_id, process, reason)])
 
 
-def _kill_order(job_id: str, process: tasks_repo.Process, reason: str) -> tuple[str, KillTask]:
+def kill_order(job_id: str, process: tasks_repo.Process, reason: str) -> tuple[str, KillTask]:
+    """The `KillTask` (and its routing key) for a task's running process."""
     kill = KillTask(
         job_id=job_id,
         task_id=process.task_id,
@@ -236,7 +237,7 @@ async def _set_job_state(
         brief = f"cancelled by {actor}"
         event = JobEvent(job_id=job_id, outcome=JobOutcome.CANCELLED, brief=brief)
         running = await tasks_repo.cancel_job(conn, job_id, brief)
-        await outbox.add_work_many(conn, [_kill_order(job_id, p, brief) for p in running])
+        await outbox.add_work_many(conn, [kill_order(job_id, p, brief) for p in running])
     await jobs_repo.transition(conn, job_id, target, event)
     if action in (JobAction.SUSPEND, JobAction.RESUME):
         await _freeze_running(conn, job_id, frozen=action is JobAction.SUSPEND)

@@ -317,41 +317,47 @@ async def advance(
     return Task.from_record(record) if record is not None else None
 
 
-#: `cancel_job`: $1 the job id, $2 the states at rest, $3 the brief. Locks the job's tasks not at
-#: rest (test tasks only while the job is configuring: once it is active they are a record),
-#: moves them to `terminated` as `cancelled`, closes their open attempts and queues their
-#: `task.terminated` events (made by PostgreSQL as `_event` makes them; `tests/integration/
-#: test_task_actions.py` reads them back), in index order. Returns the processes of those that
-#: were on a CPU, read from the rows as locked (`p`: the statement's snapshot may be older).
-_CANCEL_JOB: Final = """
-WITH p AS (
-    SELECT t.id, t.state AS previous, t.pid, t.host, t.pid_create_time, t.claim
-    FROM tasks t JOIN jobs j ON j.id = t.job_id
-    WHERE t.job_id = $1 AND t.state <> ALL($2::task_state[])
-      AND (NOT t.test OR j.state = 'configuring')
-    FOR UPDATE OF t
-), moved AS (
+#: Cancelling tasks in one statement: `{pick}` locks (or, for tasks the caller locked, reads)
+#: the tasks with the state each leaves (`previous`); $3 is the brief. Moves them to
+#: `terminated` as `cancelled`, closes their open attempts and queues their `task.terminated`
+#: events (made by PostgreSQL as `_event` makes them; `tests/integration/test_task_actions.py`
+#: reads them back), by job and index. Returns the processes of those that were on a CPU, read
+#: from the rows as locked (`p`: the statement's snapshot may be older).
+_CANCEL: Final = """
+WITH p AS ({pick}), moved AS (
     UPDATE tasks t SET state = 'terminated', updated_at = now(), claim = NULL, worker = NULL,
         failure_class = 'cancelled', error_brief = $3, decided = true
-    FROM p WHERE t.id = p.id
-    RETURNING t.id, t.index, t.run_number, t.exit_code, t.signal, p.previous, p.pid, p.host,
-        p.pid_create_time, p.claim
+    FROM p WHERE t.id = p.id AND t.state = p.previous
+    RETURNING t.id, t.job_id, t.index, t.run_number, t.exit_code, t.signal, p.previous, p.pid,
+        p.host, p.pid_create_time, p.claim
 ), closed AS (
     UPDATE attempts a SET ended_at = now(), outcome = 'terminated', failure_class = 'cancelled',
         error_brief = $3, reaped_at = NULL, detected_after_s = NULL
     FROM moved WHERE a.task_id = moved.id AND a.ended_at IS NULL
 ), events AS (
     INSERT INTO outbox (exchange, routing_key, body)
-    SELECT 'events', 'task.terminated.' || $1::text, jsonb_build_object(
+    SELECT 'events', 'task.terminated.' || m.job_id, jsonb_build_object(
         'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'task_event',
-        'job_id', $1::text, 'task_id', m.id, 'state', 'terminated', 'previous', m.previous,
+        'job_id', m.job_id, 'task_id', m.id, 'state', 'terminated', 'previous', m.previous,
         'run_number', m.run_number, 'host', m.host, 'failure_class', 'cancelled',
         'exit_code', m.exit_code, 'signal', m.signal, 'error_brief', $3::text)
-    FROM moved m ORDER BY m.index
+    FROM moved m ORDER BY m.job_id, m.index
 )
-SELECT id, pid, host, pid_create_time, claim FROM moved
-WHERE previous = 'on_cpu' AND pid IS NOT NULL AND host IS NOT NULL ORDER BY index
+SELECT id, job_id, pid, host, pid_create_time, claim, previous = 'on_cpu' AS on_cpu FROM moved
+ORDER BY job_id, index
 """
+#: `cancel_job`'s tasks: $1 the job id, $2 the states at rest. Test tasks only while the job is
+#: configuring (once it is active they are a record).
+_PICK_JOB_TASKS: Final = """
+    SELECT t.id, t.state AS previous, t.pid, t.host, t.pid_create_time, t.claim
+    FROM tasks t JOIN jobs j ON j.id = t.job_id
+    WHERE t.job_id = $1 AND t.state <> ALL($2::task_state[])
+      AND (NOT t.test OR j.state = 'configuring')
+    FOR UPDATE OF t"""
+#: `cancel_tasks`' tasks: $1 their ids, $2 the state each was locked in.
+_PICK_TASKS: Final = """
+    SELECT t.id, u.previous::task_state AS previous, t.pid, t.host, t.pid_create_time, t.claim
+    FROM unnest($1::text[], $2::text[]) AS u(id, previous) JOIN tasks t ON t.id = u.id"""
 
 
 @dataclass(frozen=True)
@@ -369,10 +375,38 @@ async def cancel_job(conn: Connection, job_id: str, brief: str) -> list[Process]
     """Terminate every task of `job_id` not at rest, as `cancelled` with `brief`, in one
     statement (a job of 100,000 tasks too); returns the processes of the tasks that were on a
     CPU (to be killed). The caller holds the job's row lock."""
-    records = await conn.fetch(_CANCEL_JOB, job_id, sorted(s.value for s in TERMINAL), brief)
-    return [
-        Process(r["id"], r["pid"], r["host"], r["pid_create_time"], r["claim"]) for r in records
-    ]
+    states = sorted(s.value for s in TERMINAL)
+    records = await conn.fetch(_CANCEL.format(pick=_PICK_JOB_TASKS), job_id, states, brief)
+    return [_process(r) for r in records if _running(r)]
+
+
+async def cancel_tasks(
+    conn: Connection, tasks: Sequence[tuple[str, TaskState]], brief: str
+) -> tuple[list[tuple[str, str]], list[Process]]:
+    """Terminate each (task id, state the caller locked it in) as `cancelled` with `brief`,
+    in one statement; returns the (task id, job id) of those cancelled and the processes of
+    those that were on a CPU (to be killed)."""
+    for _, state in tasks:
+        sources_for(TaskState.TERMINATED, frozenset({state}))  # a move the table allows
+    if not tasks:
+        return [], []
+    records = await conn.fetch(
+        _CANCEL.format(pick=_PICK_TASKS),
+        [t for t, _ in tasks],
+        [state.value for _, state in tasks],
+        brief,
+    )
+    return [(r["id"], r["job_id"]) for r in records], [_process(r) for r in records if _running(r)]
+
+
+def _running(record: Any) -> bool:
+    return bool(record["on_cpu"]) and record["pid"] is not None and record["host"] is not None
+
+
+def _process(record: Any) -> Process:
+    return Process(
+        record["id"], record["pid"], record["host"], record["pid_create_time"], record["claim"]
+    )
 
 
 #: `move_job_tasks`: $1 the job id, $2 the source states, $3 those whose target keeps the

@@ -131,3 +131,54 @@ async def test_a_restart_in_bulk_reopens_a_completed_job(pool: Pool) -> None:
         # and the one-task path agrees on what it would do now: nothing more
         with pytest.raises(Exception, match="restart_cluster"):
             await task_actions.apply_to_task(conn, ids[0], TaskAction.RESTART_CLUSTER, "ops")
+
+
+async def test_a_bulk_cancel_terminates_a_batch_together_and_orders_the_running_killed(
+    pool: Pool,
+) -> None:
+    name = f"moves-{uuid.uuid4().hex[:8]}"
+    async with pool.acquire() as conn:
+        # given: a task on a CPU (its process known, an attempt open), one waiting, one done
+        operator = await users_repo.ensure_user(conn, f"op-{name}", "operator", uuid.uuid4().hex)
+        running, waiting, done = await _job(conn, operator, name, "on_cpu", "new", "completed")
+        await conn.execute(
+            "UPDATE tasks SET pid = 4242, pid_create_time = 17.5, failure_class = NULL"
+            " WHERE id = $1",
+            running,
+        )
+        await conn.execute(
+            "INSERT INTO attempts (task_id, attempt, stage, run_number, host, started_at)"
+            " VALUES ($1, 1, 'cluster', 1, 'h-1', now())",
+            running,
+        )
+        request = BulkRequest(TaskSelector(job_name=name), TaskAction.CANCEL, confirm=True)
+        # when
+        outcome = await bulk.run(conn, request, operator, Limits(batch=10))
+        # then
+        assert (outcome.record.applied, outcome.record.refusals) == (
+            2,
+            {"not allowed in state completed": 1},
+        )
+        for task_id in (running, waiting):
+            row = await _task(conn, task_id)
+            assert (row["state"], row["failure_class"], row["error_brief"]) == (
+                "terminated",
+                "cancelled",
+                f"cancelled by {operator.name}",
+            )
+        assert (await _task(conn, done))["state"] == "completed"
+        attempt = await conn.fetchrow(
+            "SELECT outcome, ended_at FROM attempts WHERE task_id = $1", running
+        )
+        assert attempt is not None and attempt["outcome"] == "terminated"
+        assert attempt["ended_at"] is not None
+        kills = await conn.fetch(
+            "SELECT routing_key, body::text AS body FROM outbox WHERE body->>'type' = 'kill_task'"
+            " AND body->>'task_id' = ANY($1::text[])",
+            [running, waiting],
+        )
+        assert [(k["routing_key"], json.loads(k["body"])["pid"]) for k in kills] == [
+            ("supervise.h-1", 4242)
+        ]
+        [event] = [e for e in await _events(conn, running) if e.get("state") == "terminated"]
+        assert (event["previous"], event["failure_class"]) == ("on_cpu", "cancelled")
