@@ -353,7 +353,7 @@ _PICK_JOB_TASKS: Final = """
     FROM tasks t JOIN jobs j ON j.id = t.job_id
     WHERE t.job_id = $1 AND t.state <> ALL($2::task_state[])
       AND (NOT t.test OR j.state = 'configuring')
-    FOR UPDATE OF t"""
+    ORDER BY t.id FOR UPDATE OF t"""
 #: `cancel_tasks`' tasks: $1 their ids, $2 the state each was locked in.
 _PICK_TASKS: Final = """
     SELECT t.id, u.previous::task_state AS previous, t.pid, t.host, t.pid_create_time, t.claim
@@ -418,7 +418,7 @@ WITH p AS (
     FROM tasks t JOIN jobs j ON j.id = t.job_id
     WHERE t.job_id = $1 AND t.state = ANY($2::task_state[]) AND t.superseded_by IS NULL
       AND (NOT t.test OR j.state = 'configuring')
-    FOR UPDATE OF t
+    ORDER BY t.id FOR UPDATE OF t
 ), moved AS (
     UPDATE tasks t SET state = {target}, updated_at = now(), claim = NULL, worker = NULL,
         decided = true,
