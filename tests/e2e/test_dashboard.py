@@ -65,8 +65,11 @@ class Tab:
 def chromium_path() -> str:
     """Debian's chromium (`scripts/lib.sh`'s `ensure_chromium` installs it for CI)."""
     found = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
-    if found is None:
-        pytest.skip(f"no chromium at {CHROMIUM} nor on PATH: `apt-get install chromium`")
+    if found is None:  # never a silent skip: the browser tests are part of the suite
+        pytest.fail(
+            f"no chromium at {CHROMIUM} nor on PATH: install it (`sudo apt-get install"
+            " chromium`; scripts/test and .ci/run do it when run as root)"
+        )
     return found
 
 
