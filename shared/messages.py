@@ -155,6 +155,27 @@ class TaskDecision(_Event):
     failure_class: FailureClass | None = None
 
 
+class HostState(StrEnum):
+    """What a host's quarantine did (`host.<state>.<host>`): shut (by the breaker or an
+    operator), letting one task through to probe, or open to work again."""
+
+    QUARANTINED = "quarantined"
+    PROBING = "probing"
+    RELEASED = "released"
+
+
+class HostEvent(_Event):
+    """A host's quarantine changed (`host.<state>.<host>`); `until` is when a shut breaker
+    probes next (an operator's quarantine: when it runs out)."""
+
+    type: Literal["host_event"] = "host_event"
+    host: str
+    state: HostState
+    reason: str | None = None
+    until: AwareDatetime | None = None
+    by: str = "breaker"
+
+
 class LogRecord(_Message):
     """One output line of a task's command (`log.<severity>.<job id>`)."""
 
@@ -180,6 +201,7 @@ Message = Annotated[
     | TaskEvent
     | TaskDecision
     | JobEvent
+    | HostEvent
     | LogRecord,
     Field(discriminator="type"),
 ]

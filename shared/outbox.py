@@ -15,6 +15,7 @@ from typing import Any, Literal
 from shared.db import Connection
 from shared.messages import (
     FreezeTask,
+    HostEvent,
     JobEvent,
     KillTask,
     RemoveWorkdirs,
@@ -57,6 +58,12 @@ async def add_task_decision(conn: Connection, decision: TaskDecision) -> None:
 async def add_job_event(conn: Connection, event: JobEvent) -> None:
     """Queue `job.<outcome>.<job id>`."""
     key = event_key("job", event.outcome.value, event.job_id)
+    await _add(conn, "events", key, to_jsonable(event))
+
+
+async def add_host_event(conn: Connection, event: HostEvent) -> None:
+    """Queue `host.<state>.<host>` (quarantined, probing, released)."""
+    key = event_key("host", event.state.value, event.host)
     await _add(conn, "events", key, to_jsonable(event))
 
 

@@ -1,8 +1,16 @@
-"""Operators' control of host quarantine (the triage quarantines hosts by itself, see
-`services/scheduler/triage.py`): a quarantined host's worker takes no new tasks."""
+"""Operators' control of host quarantine (the triage's quarantine is a breaker that probes,
+see `services/scheduler/breaker.py`): a quarantined host's worker takes no new tasks.
 
+An operator's quarantine is a wall, not a breaker: it lasts until it runs out or is released.
+Releasing a host ends a breaker's quarantine too. Each change goes out as
+`host.<quarantined|released>.<host>`, with the change, in one transaction."""
+
+from datetime import datetime
+
+from shared import outbox
 from shared.db import Connection
 from shared.errors import Conflict, NotFound
+from shared.messages import HostEvent, HostState
 
 #: An operator's quarantine lasts this long unless released earlier.
 DEFAULT_QUARANTINE_S = 7 * 24 * 3600.0
@@ -10,16 +18,24 @@ DEFAULT_QUARANTINE_S = 7 * 24 * 3600.0
 
 async def release(conn: Connection, host_id: str, actor: str) -> None:
     """End the host's quarantine; `Conflict` if it is not quarantined."""
-    status = await conn.execute(
-        "UPDATE hosts SET quarantined = false, quarantined_until = now(),"
-        " quarantine_reason = NULL WHERE id = $1 AND quarantined",
-        host_id,
-    )
-    if status == "UPDATE 0":
-        await _must_exist(conn, host_id)
-        raise Conflict(
-            f"host {host_id} is not quarantined",
-            next_step="nothing to release: it takes work (`vigil hosts` shows every host)",
+    async with conn.transaction():
+        status = await conn.execute(
+            "UPDATE hosts SET quarantined = false, quarantined_until = now(),"
+            " quarantine_reason = NULL, breaker = false, probing_since = NULL, cooldown_s = NULL"
+            " WHERE id = $1 AND quarantined",
+            host_id,
+        )
+        if status == "UPDATE 0":
+            await _must_exist(conn, host_id)
+            raise Conflict(
+                f"host {host_id} is not quarantined",
+                next_step="nothing to release: it takes work (`vigil hosts` shows every host)",
+            )
+        await outbox.add_host_event(
+            conn,
+            HostEvent(
+                host=host_id, state=HostState.RELEASED, reason=f"released by {actor}", by=actor
+            ),
         )
 
 
@@ -27,16 +43,28 @@ async def quarantine(
     conn: Connection, host_id: str, actor: str, reason: str, duration_s: float
 ) -> None:
     """Quarantine the host for `duration_s` (or until released)."""
-    status = await conn.execute(
-        "UPDATE hosts SET quarantined = true,"
-        " quarantined_until = now() + make_interval(secs => $2), quarantine_reason = $3"
-        " WHERE id = $1",
-        host_id,
-        duration_s,
-        f"quarantined by {actor}: {reason}",
-    )
-    if status == "UPDATE 0":
-        raise NotFound(f"host {host_id!r} not found")
+    async with conn.transaction():
+        until: datetime | None = await conn.fetchval(
+            "UPDATE hosts SET quarantined = true,"
+            " quarantined_until = now() + make_interval(secs => $2), quarantine_reason = $3,"
+            " breaker = false, probing_since = NULL, cooldown_s = NULL"
+            " WHERE id = $1 RETURNING quarantined_until",
+            host_id,
+            duration_s,
+            f"quarantined by {actor}: {reason}",
+        )
+        if until is None:
+            raise NotFound(f"host {host_id!r} not found")
+        await outbox.add_host_event(
+            conn,
+            HostEvent(
+                host=host_id,
+                state=HostState.QUARANTINED,
+                reason=f"quarantined by {actor}: {reason}",
+                until=until,
+                by=actor,
+            ),
+        )
 
 
 async def _must_exist(conn: Connection, host_id: str) -> None:

@@ -21,7 +21,7 @@ from contextlib import AsyncExitStack
 import asyncpg
 from redis.asyncio import Redis
 
-from services.scheduler import pruning
+from services.scheduler import breaker, pruning
 from services.scheduler.dispatcher import Dispatcher
 from services.scheduler.due import Due, Pace, relay_wait
 from services.scheduler.finaliser import SWEEP_EVERY_S, Finaliser
@@ -30,7 +30,7 @@ from services.scheduler.reaper import Reaper
 from services.scheduler.relay import Relay
 from services.scheduler.retention import Retention
 from services.scheduler.settings import SchedulerSettings
-from services.scheduler.triage import Triage, TriageSettings, end_probing, release_quarantines
+from services.scheduler.triage import Triage, TriageSettings, end_probing
 from services.scheduler.waiters import Waiters
 from shared import outbox
 from shared.amqp import Broker, open_broker
@@ -70,17 +70,16 @@ class Scheduler:
         self.wake_relay: Callable[[], None] = lambda: None
         self.retention = Retention(pool, _RETENTION_BATCH)
         self.waiters = Waiters(pool, settings.scheduler_batch)
-        self.triage = Triage(
-            pool,
-            load_analysers(),
-            TriageSettings(
-                batch=settings.scheduler_batch,
-                fence_timeout_s=settings.fence_timeout_s,
-                quarantine_after=settings.quarantine_after,
-                quarantine_window_s=settings.quarantine_window_s,
-                quarantine_s=settings.quarantine_s,
-            ),
+        triage_settings = TriageSettings(
+            batch=settings.scheduler_batch,
+            fence_timeout_s=settings.fence_timeout_s,
+            quarantine_after=settings.quarantine_after,
+            quarantine_window_s=settings.quarantine_window_s,
+            quarantine_s=settings.quarantine_s,
+            quarantine_probe_s=settings.quarantine_probe_s,
         )
+        self.breaker_settings = triage_settings.breaker
+        self.triage = Triage(pool, load_analysers(), triage_settings)
         self._last_reap = self._last_prune = 0.0
         #: The triage looks when a task failed, the waiters when a task ended or was decided.
         self.triage_due, self.waiters_due = Due(SWEEP_EVERY_S), Due(SWEEP_EVERY_S)
@@ -114,7 +113,7 @@ class Scheduler:
             self._last_reap = now
             done += await self.reaper.run_once()
             done += await end_probing(self.pool)
-            await release_quarantines(self.pool)
+            done += await breaker.sweep(self.pool, self.breaker_settings)
         if now - self._last_prune >= self.settings.prune_every_s:
             self._last_prune = now
             await pruning.prune(self.pool, self.settings)

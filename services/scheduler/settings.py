@@ -25,11 +25,14 @@ class SchedulerSettings(CommonSettings):
     #: A lost task whose process may still run is resubmitted once its supervisor killed it,
     #: or after its host has been unreachable this long.
     fence_timeout_s: float = Field(default=60.0, gt=0)
-    #: A host with this many infra failures (signal, lost, hung) within the window is
-    #: quarantined for `quarantine_s` (0: never).
+    #: Quarantine is a circuit breaker (`services/scheduler/breaker.py`): a host with
+    #: `quarantine_after` failures blamed on it (lost) within `quarantine_window_s` is shut
+    #: (0: never), probes one task at a time after `quarantine_probe_s`, and is shut again
+    #: for twice as long after a failed probe, up to `quarantine_s`.
     quarantine_after: int = Field(default=5, ge=0)
     quarantine_window_s: float = Field(default=600.0, gt=0)
     quarantine_s: float = Field(default=600.0, gt=0)
+    quarantine_probe_s: float = Field(default=30.0, gt=0)
     #: The logs of a job are deleted this long after it ended (centralised logs' retention).
     log_retention_s: float = Field(default=30 * 86400.0, gt=0)
     #: How often published outbox rows, old events and old logs are pruned, and jobs whose

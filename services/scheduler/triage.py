@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from services.scheduler import breaker
+from services.scheduler.breaker import BreakerSettings
 from shared import analysers, attempts_repo, lineage, outbox, stop_guard, tasks_repo
 from shared.analyser import BLAMES_HOST, Analyser, Decision, Facts, PastAttempt, Verdict
 from shared.db import Connection, Pool
@@ -51,9 +53,19 @@ FROM hosts WHERE id = $1
 class TriageSettings:
     batch: int
     fence_timeout_s: float
-    quarantine_after: int  # infra failures on one host within the window; 0 never quarantines
+    quarantine_after: int  # failures blamed on one host within the window; 0 never quarantines
     quarantine_window_s: float
-    quarantine_s: float
+    quarantine_s: float  # the longest cool-down of a host's breaker
+    quarantine_probe_s: float = 30.0  # the first cool-down
+
+    @property
+    def breaker(self) -> BreakerSettings:
+        return BreakerSettings(
+            trip_after=self.quarantine_after,
+            window_s=self.quarantine_window_s,
+            first_cooldown_s=self.quarantine_probe_s,
+            max_cooldown_s=self.quarantine_s,
+        )
 
 
 class Triage:
@@ -111,7 +123,7 @@ class Triage:
                 ),
             )
             if task.failure_class in BLAMES_HOST and last is not None and last.host:
-                await self._count_against_host(conn, last.host)
+                await breaker.trip(conn, last.host, self._settings.breaker)
             if task.failure_class is not FailureClass.CANCELLED and not task.test:
                 await _maybe_probe(conn, task.job_id, policy)
         logger.info(
@@ -195,30 +207,6 @@ class Triage:
             )
             await revoke_job(conn, task.job_id, brief)
 
-    async def _count_against_host(self, conn: Connection, host: str) -> None:
-        """Quarantine a host with `quarantine_after` failures it is blamed for (`lost`) within
-        the window."""
-        s = self._settings
-        if s.quarantine_after <= 0:
-            return
-        quarantined = await conn.fetchval(
-            "UPDATE hosts h SET quarantined = true,"
-            " quarantined_until = now() + make_interval(secs => $3),"
-            " quarantine_reason = $2 || ' tasks lost within ' || $4::text || ' s'"
-            " WHERE h.id = $1 AND NOT h.quarantined AND $2 <= (SELECT count(*) FROM attempts a"
-            "   WHERE a.host = $1 AND a.failure_class::text = ANY($5::text[])"
-            "   AND a.ended_at > greatest(now() - make_interval(secs => $4),"
-            "                             coalesce(h.quarantined_until, '-infinity')))"
-            " RETURNING h.id",
-            host,
-            s.quarantine_after,
-            s.quarantine_s,
-            s.quarantine_window_s,
-            sorted(c.value for c in BLAMES_HOST),
-        )
-        if quarantined:
-            logger.warning("host %s quarantined: repeated lost tasks", host)
-
 
 _FAILED_VALUES = sorted(s.value for s in FAILED)
 
@@ -296,15 +284,5 @@ async def end_probing(pool: Pool) -> int:
             " AND EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'completed'"
             "   AND NOT t.test"
             "   AND t.updated_at > j.probing_since)"
-        )
-    return int(status.split()[-1])
-
-
-async def release_quarantines(pool: Pool) -> int:
-    """Hosts whose quarantine has run out take work again."""
-    async with pool.acquire() as conn:
-        status = await conn.execute(
-            "UPDATE hosts SET quarantined = false, quarantine_reason = NULL"
-            " WHERE quarantined AND quarantined_until <= now()"
         )
     return int(status.split()[-1])

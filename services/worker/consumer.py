@@ -15,6 +15,7 @@ from pathlib import Path
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
 
 from services.worker import cleanup
+from services.worker.admission import Admission
 from services.worker.stages import StageRunner
 from shared.amqp import Broker, settle
 from shared.errors import InvalidMessage
@@ -45,41 +46,75 @@ class Consumer:
         self._intake = asyncio.Semaphore(self._prefetch)
         self._tasks: set[asyncio.Task[None]] = set()
         self._consuming: list[tuple[AbstractQueue, str]] = []
+        #: The pool queue on the channel of `slots + prefetch`, and on one of a single
+        #: delivery for probing (`Admission.PROBING`).
         self._pool_queue: AbstractQueue | None = None
+        self._probe_queue: AbstractQueue | None = None
+        #: A probing host's pool tasks hold this from their take to their end.
+        self._probe = asyncio.Lock()
         self._stopping = False
-        self._quarantined = False
+        self._admission = Admission.SHUT
 
-    async def start(self, broker: Broker, host_id: str, pool_name: str) -> None:
-        """Declare this host's queues and start consuming the pool and host queues."""
+    async def start(
+        self, broker: Broker, host_id: str, pool_name: str, admission: Admission
+    ) -> None:
+        """Declare this host's queues and consume the host queue, and the pool queue as far as
+        `admission` lets the host."""
         channel = await broker.channel_for_consuming(self._prefetch)
         pool_q, host_q, _ = await declare_all_work_queues(
             channel, broker.topology, host_id, pool_name
         )
         self._pool_queue = pool_q
-        for queue in (host_q, pool_q):
-            self._consuming.append((queue, await queue.consume(self._on_message)))
+        probe_channel = await broker.channel_for_consuming(1)
+        self._probe_queue = await probe_channel.get_queue(pool_q.name, ensure=False)
+        self._consuming.append((host_q, await host_q.consume(self._on_message)))
+        await self.admit(admission)
         logger.info("consuming %s", ", ".join(q.name for q, _ in self._consuming))
 
-    async def set_quarantined(self, quarantined: bool) -> None:
-        """A quarantined host takes no new tasks: it stops consuming the pool queue (work for
-        tasks whose work dirs are here still comes through the host queue)."""
-        if quarantined == self._quarantined or self._stopping or self._pool_queue is None:
+    async def admit(self, admission: Admission) -> None:
+        """Consume the pool queue as the host's quarantine allows: fully when open, one task
+        at a time while its breaker probes, not at all when shut (work for tasks whose work
+        dirs are here still comes through the host queue)."""
+        if admission == self._admission or self._stopping or self._pool_queue is None:
             return
-        self._quarantined = quarantined
-        queue = self._pool_queue
-        if quarantined:
-            for entry in [e for e in self._consuming if e[0] is queue]:
-                self._consuming.remove(entry)
-                await queue.cancel(entry[1])
-            logger.warning("host quarantined: no new tasks taken from %s", queue.name)
-        else:
-            self._consuming.append((queue, await queue.consume(self._on_message)))
-            logger.info("quarantine over: consuming %s again", queue.name)
+        was, self._admission = self._admission, admission
+        for queue, handler in (
+            (self._pool_queue, self._on_message),
+            (self._probe_queue, self._on_probe_message),
+        ):
+            wanted = admission is (
+                Admission.OPEN if queue is self._pool_queue else Admission.PROBING
+            )
+            consuming = [e for e in self._consuming if e[0] is queue]
+            if consuming and not wanted:
+                for entry in consuming:
+                    self._consuming.remove(entry)
+                    await entry[0].cancel(entry[1])
+            elif wanted and not consuming and queue is not None:
+                self._consuming.append((queue, await queue.consume(handler)))
+        log = logger.info if admission is Admission.OPEN else logger.warning
+        log("host admission %s -> %s (pool queue %s)", was, admission, self._pool_queue.name)
 
     async def _on_message(self, incoming: AbstractIncomingMessage) -> None:
         task = asyncio.create_task(self._handle(incoming), name=f"work-{incoming.delivery_tag}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _on_probe_message(self, incoming: AbstractIncomingMessage) -> None:
+        task = asyncio.create_task(
+            self._probe_with(incoming), name=f"probe-{incoming.delivery_tag}"
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _probe_with(self, incoming: AbstractIncomingMessage) -> None:
+        """A probing host runs one task of its pool at a time; one that waited while the
+        breaker shut again goes back to the queue."""
+        async with self._probe:
+            if self._admission is Admission.SHUT:
+                await settle(incoming, ack=False, requeue=True)
+                return
+            await self._handle(incoming)
 
     async def _handle(self, incoming: AbstractIncomingMessage) -> None:
         acked = False

@@ -52,9 +52,9 @@ async def main(settings: WorkerSettings) -> None:
             cgroups,
             confinement.decide(settings.job_isolation, settings.job_uid_base),
         )
-        await register(pool, redis, keys, presence)
+        admission = await register(pool, redis, keys, presence, settings.worker_pool)
         consumer = Consumer(runner, settings.worker_slots, settings.worker_prefetch)
-        await consumer.start(broker, settings.host_id, settings.worker_pool)
+        await consumer.start(broker, settings.host_id, settings.worker_pool, admission)
         logger.info("worker %s up with %d slots", instance, settings.worker_slots)
         drained = asyncio.Event()  # the heartbeat goes on while draining: the worker lives
         lease = Lease()
@@ -67,7 +67,7 @@ async def main(settings: WorkerSettings) -> None:
                     presence,
                     settings.heartbeat_s,
                     drained,
-                    consumer.set_quarantined,
+                    consumer.admit,
                     lease,
                 ),
                 name="heartbeat",

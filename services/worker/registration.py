@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
+from services.worker.admission import Admission, of_host
 from shared.db import Pool
 from shared.errors import UNAVAILABLE
 from shared.fence import Lease
@@ -37,17 +38,24 @@ class Presence:
         return WorkerIdentity(self.instance, pid, create_time(pid) or 0.0, self.slots)
 
 
-async def register(pool: Pool, redis: Redis, keys: RedisKeys, presence: Presence) -> None:
-    """Announce this worker (idempotent): Redis hash with a TTL, and the `hosts` row."""
+async def register(
+    pool: Pool, redis: Redis, keys: RedisKeys, presence: Presence, pool_name: str
+) -> Admission:
+    """Announce this worker (idempotent): Redis hash with a TTL, and the `hosts` row (with the
+    worker pool it consumes). Returns what the host's quarantine lets it take."""
     await announce(redis, keys, presence.host_id, presence.identity())
-    await pool.execute(
-        "INSERT INTO hosts (id, slots, worker, started_at, heartbeat_at)"
-        " VALUES ($1, $2, $3, now(), now()) ON CONFLICT (id) DO UPDATE SET slots = $2,"
-        " worker = $3, started_at = now(), heartbeat_at = now()",
+    row = await pool.fetchrow(
+        "INSERT INTO hosts (id, slots, worker, started_at, heartbeat_at, pool)"
+        " VALUES ($1, $2, $3, now(), now(), $4) ON CONFLICT (id) DO UPDATE SET slots = $2,"
+        " worker = $3, started_at = now(), heartbeat_at = now(), pool = $4"
+        " RETURNING quarantined, probing_since IS NOT NULL AS probing",
         presence.host_id,
         presence.slots,
         presence.instance,
+        pool_name,
     )
+    assert row is not None  # an upsert returns its row
+    return of_host(row["quarantined"], row["probing"])
 
 
 async def heartbeat(
@@ -57,14 +65,15 @@ async def heartbeat(
     presence: Presence,
     every_s: float,
     stop: asyncio.Event,
-    on_quarantine: Callable[[bool], Awaitable[None]],
+    on_admission: Callable[[Admission], Awaitable[None]],
     lease: Lease,
 ) -> None:
     """Refresh the presence every `every_s` seconds until `stop`; errors are logged, not fatal.
-    Each beat that lands in PostgreSQL renews `lease` (`shared/fence.py`).
+        Each beat that lands in PostgreSQL renews `lease` (`shared/fence.py`).
 
-    A worker that was silent long enough to be declared dead (frozen, partitioned) takes its
-    place again when it wakes. `on_quarantine` is told the host's quarantine flag each time.
+        A worker that was silent long enough to be declared dead (frozen, partitioned) takes its
+        place again when it wakes. `on_admission` is told what the host's quarantine lets it take,
+    each time.
     """
     while not await wait_or_stop(stop, every_s):
         try:
@@ -74,15 +83,16 @@ async def heartbeat(
             logger.warning("presence not refreshed in Redis: %s", exc)
         sent_at = time.monotonic()
         try:
-            quarantined = await pool.fetchval(
+            row = await pool.fetchrow(
                 "UPDATE hosts SET heartbeat_at = now(), worker = $2"
-                " WHERE id = $1 AND (worker = $2 OR worker IS NULL) RETURNING quarantined",
+                " WHERE id = $1 AND (worker = $2 OR worker IS NULL)"
+                " RETURNING quarantined, probing_since IS NOT NULL AS probing",
                 presence.host_id,
                 presence.instance,
             )
-            if quarantined is not None:
+            if row is not None:
                 lease.renew(sent_at)
-                await on_quarantine(bool(quarantined))
+                await on_admission(of_host(row["quarantined"], row["probing"]))
         except UNAVAILABLE as exc:
             logger.warning("heartbeat failed: %s", exc)
 

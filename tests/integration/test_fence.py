@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 from redis.asyncio import Redis
 
+from services.worker.admission import Admission
 from services.worker.registration import Presence, heartbeat
 from shared import db, marks
 from shared.fence import Lease, fence_after, fence_if_expired
@@ -89,12 +90,12 @@ async def test_a_worker_with_redis_away_still_renews_its_lease_through_the_datab
     lease = Lease(renewed_at=time.monotonic() - 1000)
     stop = asyncio.Event()
 
-    async def quarantined(_flag: bool) -> None:
+    async def admitted(_admission: Admission) -> None:
         pass
 
     beating = asyncio.create_task(
         heartbeat(
-            pool, redis, RedisKeys("t"), Presence(host, "w-1", 1), 0.01, stop, quarantined, lease
+            pool, redis, RedisKeys("t"), Presence(host, "w-1", 1), 0.01, stop, admitted, lease
         )
     )
     try:

@@ -5,8 +5,17 @@ from typing import Any
 
 import pytest
 
-from services.scheduler.triage import Triage, TriageSettings, end_probing, release_quarantines
-from shared import configuring, datasets, jobs_repo, logs_repo, tasks_repo, users_repo
+from services.scheduler import breaker
+from services.scheduler.triage import Triage, TriageSettings, end_probing
+from shared import (
+    configuring,
+    datasets,
+    jobs_repo,
+    logs_repo,
+    quarantine,
+    tasks_repo,
+    users_repo,
+)
 from shared.analyser import Decision, DefaultAnalyser, Facts, Verdict
 from shared.configuring import TrialInput
 from shared.db import Connection, Pool
@@ -17,14 +26,26 @@ pytestmark = pytest.mark.integration
 S = TaskState
 
 
-def _triage(pool: Pool, quarantine_after: int = 0, fence_timeout_s: float = 60.0) -> Triage:
-    settings = TriageSettings(
+def triage_settings(
+    quarantine_after: int = 0,
+    fence_timeout_s: float = 60.0,
+    probe_s: float = 30.0,
+    quarantine_s: float = 600.0,
+) -> TriageSettings:
+    return TriageSettings(
         batch=1000,
         fence_timeout_s=fence_timeout_s,
         quarantine_after=quarantine_after,
         quarantine_window_s=600,
-        quarantine_s=600,
+        quarantine_s=quarantine_s,
+        quarantine_probe_s=probe_s,
     )
+
+
+def _triage(
+    pool: Pool, quarantine_after: int = 0, fence_timeout_s: float = 60.0, **kw: float
+) -> Triage:
+    settings = triage_settings(quarantine_after, fence_timeout_s, **kw)
     return Triage(pool, {"default": DefaultAnalyser(rand=lambda: 1.0)}, settings)
 
 
@@ -140,31 +161,123 @@ async def test_when_the_host_stays_unreachable_past_the_fence_timeout__the_clone
         assert task is not None and task.superseded_by is not None
 
 
-async def test_when_a_host_loses_tasks_repeatedly__it_is_quarantined_until_released(
+async def _host_row(conn: Connection, host: str) -> Any:
+    return await conn.fetchrow("SELECT * FROM hosts WHERE id = $1", host)
+
+
+async def _host_events(conn: Connection, host: str) -> list[tuple[str, dict[str, Any]]]:
+    rows = await conn.fetch(
+        "SELECT routing_key, body FROM outbox WHERE routing_key LIKE 'host.%.' || $1 ORDER BY id",
+        host,
+    )
+    return [(r["routing_key"], dict(r["body"])) for r in rows]
+
+
+async def _cool_down_over(conn: Connection, host: str) -> None:
+    await conn.execute("UPDATE hosts SET quarantined_until = now() WHERE id = $1", host)
+
+
+async def _attempt_on(conn: Connection, host: str, failure: FailureClass | None) -> None:
+    """A task of a fresh job ran on `host` (started now), then ended with `failure`."""
+    [task] = await _job(conn, ["probe"], {})
+    await conn.execute(
+        "INSERT INTO attempts (task_id, attempt, run_number, stage, host, ended_at,"
+        " failure_class, error_brief) VALUES ($1, 1, 1, 'cluster', $2, now(), $3, $4)",
+        task,
+        host,
+        failure.value if failure else None,
+        f"{failure} there" if failure else None,
+    )
+
+
+async def test_when_a_host_loses_tasks_repeatedly__its_breaker_shuts_probes_and_heals(
     pool: Pool,
 ) -> None:
-    triage = _triage(pool, quarantine_after=2)
+    triage = _triage(pool, quarantine_after=2, probe_s=5, quarantine_s=12)
+    settings = triage_settings(quarantine_after=2, probe_s=5, quarantine_s=12).breaker
     async with pool.acquire() as conn:
         host = await _host(conn)
         first, second = await _job(conn, ["a", "b"], {})
         await _fail(conn, first, FailureClass.LOST, host, pid=None)
         await triage.run_once()
-        assert not await conn.fetchval("SELECT quarantined FROM hosts WHERE id = $1", host)
+        assert not (await _host_row(conn, host))["quarantined"]
 
         await _fail(conn, second, FailureClass.LOST, host, pid=None)
         await triage.run_once()
-        row = await conn.fetchrow("SELECT * FROM hosts WHERE id = $1", host)
-        assert row is not None and row["quarantined"]
+        row = await _host_row(conn, host)
+        assert row["quarantined"] and row["breaker"] and row["probing_since"] is None
         assert "2 tasks lost" in row["quarantine_reason"]
+        assert row["cooldown_s"] == 5
+        [(key, body)] = await _host_events(conn, host)
+        assert key == f"host.quarantined.{host}" and body["until"] and body["by"] == "breaker"
 
-        # its quarantine runs out: it takes work again, and old failures no longer count
-        await conn.execute("UPDATE hosts SET quarantined_until = now() WHERE id = $1", host)
-        assert await release_quarantines(pool) >= 1
-        assert not await conn.fetchval("SELECT quarantined FROM hosts WHERE id = $1", host)
+        # within its cool-down it stays shut; past it, it probes (one task at a time)
+        await breaker.sweep(pool, settings)
+        assert (await _host_row(conn, host))["probing_since"] is None
+        await _cool_down_over(conn, host)
+        await breaker.sweep(pool, settings)
+        row = await _host_row(conn, host)
+        assert row["quarantined"] and row["probing_since"] is not None
+        assert (await _host_events(conn, host))[-1][0] == f"host.probing.{host}"
+
+        # a lost probe shuts it again, for twice as long
+        await _attempt_on(conn, host, FailureClass.LOST)
+        await breaker.sweep(pool, settings)
+        row = await _host_row(conn, host)
+        assert row["probing_since"] is None and row["cooldown_s"] == 10
+        assert row["quarantine_reason"].startswith("probe failed (lost)")
+        assert (await _host_events(conn, host))[-1][0] == f"host.quarantined.{host}"
+
+        # the cool-down doubles up to quarantine_s
+        await _cool_down_over(conn, host)
+        await breaker.sweep(pool, settings)
+        await _attempt_on(conn, host, FailureClass.LOST)
+        await breaker.sweep(pool, settings)
+        assert (await _host_row(conn, host))["cooldown_s"] == 12
+
+        # a probe that ends, even failed by its own program, heals the host
+        await _cool_down_over(conn, host)
+        await breaker.sweep(pool, settings)
+        await _attempt_on(conn, host, FailureClass.EXIT)
+        await breaker.sweep(pool, settings)
+        row = await _host_row(conn, host)
+        assert not row["quarantined"] and not row["breaker"] and row["cooldown_s"] is None
+        assert [k.split(".")[1] for k, _ in await _host_events(conn, host)] == [
+            "quarantined",
+            "probing",
+            "quarantined",
+            "probing",
+            "quarantined",
+            "probing",
+            "released",
+        ]
+
+        # the failures before it healed no longer count
         [third] = await _job(conn, ["c"], {})
         await _fail(conn, third, FailureClass.LOST, host, pid=None)
         await triage.run_once()
-        assert not await conn.fetchval("SELECT quarantined FROM hosts WHERE id = $1", host)
+        assert not (await _host_row(conn, host))["quarantined"]
+
+
+async def test_an_operators_quarantine_is_a_wall_until_it_runs_out(pool: Pool) -> None:
+    settings = triage_settings(quarantine_after=2, probe_s=1, quarantine_s=1).breaker
+    async with pool.acquire() as conn:
+        host = await _host(conn)
+        await quarantine.quarantine(conn, host, "ops", "disk check", 3600)
+        await conn.execute(
+            "UPDATE hosts SET quarantined_until = now() + interval '1 hour' WHERE id = $1", host
+        )
+        await breaker.sweep(pool, settings)
+        row = await _host_row(conn, host)
+        assert row["quarantined"] and not row["breaker"] and row["probing_since"] is None
+
+        await _cool_down_over(conn, host)
+        await breaker.sweep(pool, settings)
+        assert not (await _host_row(conn, host))["quarantined"]
+        assert [(k.split(".")[1], b["by"]) for k, b in await _host_events(conn, host)] == [
+            ("quarantined", "ops"),
+            ("released", "operator"),
+        ]
 
 
 async def test_a_program_that_crashes_itself_or_hangs_never_quarantines_its_host(
