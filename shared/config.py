@@ -10,6 +10,7 @@ from pydantic import AfterValidator, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.ids import is_safe_id, to_safe_id
+from shared.topology import DEFAULT_POOL
 
 
 def _check_namespace(value: str) -> str:
@@ -45,6 +46,11 @@ class CommonSettings(BaseSettings):
     log_level: str = "INFO"
     #: How long a service waits for in-flight work after SIGTERM before cancelling it.
     graceful_timeout_s: float = Field(default=10.0, gt=0)
+    #: The pool of workers that takes the new tasks of this installation (`VIGIL_WORKER_POOL`).
+    worker_pool: str = DEFAULT_POOL
+    #: A host whose worker and supervisor have not heartbeated for this long is dead: its
+    #: tasks are lost (the scheduler), and it counts as gone (the api's `waiting_on`, health).
+    dead_host_s: float = Field(default=10.0, gt=0)
 
 
 class HostSettings(CommonSettings):

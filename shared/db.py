@@ -36,6 +36,10 @@ async def _init_connection(conn: "asyncpg.Connection[asyncpg.Record]") -> None:
 #: when the server's goodbye reached an idle pooled connection before its socket closed, so
 #: asyncpg still counted it open (MagicStack/asyncpg#1069). Not `InterfaceError`: its
 #: `DataError` is a value the client could not encode, which a retry would not cure.
+#: The advisory lock the leading scheduler holds on its session (`services/scheduler/leader.py`);
+#: the api's health looks for it in `pg_locks`.
+SCHEDULER_LOCK_KEY: Final = 0x56494753  # "VIGS"
+
 CONNECTION_LOST: Final = (
     asyncpg.InternalClientError,
     asyncpg.PostgresConnectionError,

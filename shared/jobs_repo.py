@@ -66,6 +66,8 @@ class Job:
     purged_at: datetime | None = None
     purged_by: str | None = None
     purge_reason: str | None = None
+    #: Since when it releases one task at a time (too many of its recent tasks failed).
+    probing_since: datetime | None = None
     #: Tasks per state, test tasks left out.
     counts: dict[str, int] = field(default_factory=dict)
     #: Test tasks per state.

@@ -85,6 +85,8 @@ def job_detail(job: Mapping[str, Any], failed_tasks: Sequence[Mapping[str, Any]]
     head.add_row("created", cell(_time(job.get("created_at"))))
     head.add_row("finished", cell(_time(job.get("finished_at"))))
     head.add_row("throttle", cell(_throttle(job)))
+    if job.get("waiting_on"):
+        head.add_row("waiting on", cell(job["waiting_on"]))
     counts = Table("STATE", "TASKS", box=None)
     for state, n in sorted(job.get("counts", {}).items()):
         counts.add_row(cell(state), cell(n))
@@ -224,9 +226,13 @@ def _age(seconds: Any) -> str | None:
 def _quarantine(host: Mapping[str, Any]) -> str:
     if not host.get("quarantined"):
         return "no"
-    until = _time(host.get("quarantined_until"))
     reason = host.get("quarantine_reason")
-    return "yes" + (f" until {until}" if until else "") + (f": {reason}" if reason else "")
+    if host.get("probing_since"):
+        since = _time(host.get("probing_since"))
+        return f"probing since {since}, one task at a time" + (f": {reason}" if reason else "")
+    until = _time(host.get("quarantined_until"))
+    what = "breaker shut" if host.get("breaker") else "yes"
+    return what + (f" until {until}" if until else "") + (f": {reason}" if reason else "")
 
 
 def _throttle(job: Mapping[str, Any]) -> str:

@@ -27,6 +27,7 @@ MAX_HOSTS: Final = 1000
 
 _HOSTS_SQL: Final = (
     "SELECT id, slots, worker, started_at, quarantined, quarantined_until, quarantine_reason,"
+    " pool, breaker, probing_since,"
     " extract(epoch FROM now() - heartbeat_at)::float8 AS worker_age,"
     " extract(epoch FROM now() - supervisor_heartbeat_at)::float8 AS supervisor_age"
     " FROM hosts ORDER BY id LIMIT $1"
@@ -52,6 +53,12 @@ class HostView:
     quarantined_until: datetime | None
     quarantine_reason: str | None
     started_at: datetime | None
+    #: The pool its worker consumes (None: no worker registered since it was recorded).
+    pool: str | None = None
+    #: Quarantined by its breaker (probes its way back), not by an operator.
+    breaker: bool = False
+    #: Since when its breaker lets one task at a time through.
+    probing_since: datetime | None = None
 
 
 def _age(seconds: float | None) -> float | None:
@@ -73,6 +80,9 @@ def view_of(row: Record, running: int, registered: bool | None) -> HostView:
         quarantined_until=row["quarantined_until"],
         quarantine_reason=row["quarantine_reason"],
         started_at=row["started_at"],
+        pool=row["pool"],
+        breaker=row["breaker"],
+        probing_since=row["probing_since"],
     )
 
 

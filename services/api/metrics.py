@@ -88,6 +88,17 @@ class Metrics:
             "1 while the host's worker is registered in Redis (absent: Redis did not answer)",
             "host",
         )
+        self.quarantined = self._gauge(
+            "vigil_host_quarantined",
+            "1 while the host is quarantined (shut or probing: it takes at most one task of"
+            " its pool at a time)",
+            "host",
+        )
+        self.probing = self._gauge(
+            "vigil_host_probing",
+            "1 while the host's breaker lets one task at a time through to probe it",
+            "host",
+        )
         self.detection = _DetectionLatency()
         self.registry.register(self.detection)
         self.emergency_stop = Gauge(
@@ -119,6 +130,13 @@ class Metrics:
         ages = await queries.host_heartbeat_ages(conn, MAX_HOSTS)
         self.heartbeat_age.clear()
         self.registered.clear()
+        self.quarantined.clear()
+        self.probing.clear()
+        for host_id, (quarantined, probing) in (
+            await queries.host_quarantines(conn, MAX_HOSTS)
+        ).items():
+            self.quarantined.labels(host_id).set(int(quarantined))
+            self.probing.labels(host_id).set(int(probing))
         try:
             async with asyncio.timeout(REDIS_TIMEOUT_S):
                 live = await presence.heartbeat_ages(redis, keys, sorted(ages))

@@ -135,6 +135,16 @@ async def host_heartbeat_ages(conn: Connection, limit: int) -> dict[str, float]:
     return {row["id"]: max(float(row["age"]), 0.0) for row in rows}
 
 
+async def host_quarantines(conn: Connection, limit: int) -> dict[str, tuple[bool, bool]]:
+    """Each host's (quarantined, probing) flags (at most `limit` hosts)."""
+    rows = await conn.fetch(
+        "SELECT id, quarantined, probing_since IS NOT NULL AS probing FROM hosts"
+        " ORDER BY id LIMIT $1",
+        limit,
+    )
+    return {row["id"]: (row["quarantined"], row["probing"]) for row in rows}
+
+
 async def emergency_stop_in_force(conn: Connection) -> bool:
     """True while an emergency stop is in force."""
     found = await conn.fetchval("SELECT 1 FROM emergency_stops WHERE resumed_at IS NULL")

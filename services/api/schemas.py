@@ -29,6 +29,7 @@ from shared.ids import is_safe_id
 from shared.jobs_repo import Job, NewJob
 from shared.logs_repo import StoredLog
 from shared.policy import Policy
+from shared.pool_status import PoolStatus, job_waiting_on
 from shared.states import FailureClass, JobState, TaskState
 from shared.task_types.base import TaskType
 from shared.tasks_repo import Task
@@ -300,12 +301,25 @@ class JobPublic(BaseModel):
     )
     purged_by: str | None = None
     purge_reason: str | None = None
+    waiting_on: str | None = Field(
+        default=None,
+        description="Why its new tasks do not start now (every host of the pool quarantined,"
+        " no live worker, the job probing after failures); null when nothing holds them."
+        " Given by `GET /jobs` and `GET /jobs/{id}`.",
+    )
 
     @classmethod
-    def from_job(cls, job: Job) -> "JobPublic":
+    def from_job(cls, job: Job, pool: PoolStatus | None = None) -> "JobPublic":
+        """The job as clients see it; with the pool's status, why it waits (if it does)."""
         held = len(job.inputs) if job.inputs is not None else None
-        names = set(cls.model_fields) - {"held_inputs"}
-        return cls(**{name: getattr(job, name) for name in names}, held_inputs=held)
+        names = set(cls.model_fields) - {"held_inputs", "waiting_on"}
+        waiting = None
+        if pool is not None and job.state in (JobState.ACTIVE, JobState.CONFIGURING):
+            counts = job.counts if job.state is JobState.ACTIVE else job.test_counts
+            waiting = job_waiting_on(counts.get("new", 0), job.probing_since, pool)
+        return cls(
+            **{name: getattr(job, name) for name in names}, held_inputs=held, waiting_on=waiting
+        )
 
 
 class JobsPage(BaseModel):
@@ -485,6 +499,8 @@ class EventsPage(BaseModel):
 
 
 class Health(BaseModel):
-    """`ok` when the database answers."""
+    """`ok`; `degraded` when the api answers but something it relies on does not (the
+    reasons say what); `unavailable` when the database does not answer."""
 
-    status: Literal["ok", "unavailable"]
+    status: Literal["ok", "degraded", "unavailable"]
+    reasons: list[str] = Field(default_factory=list)

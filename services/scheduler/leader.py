@@ -10,12 +10,12 @@ from typing import Final
 
 import asyncpg
 
+from shared.db import SCHEDULER_LOCK_KEY
 from shared.errors import UNAVAILABLE
 from shared.lifecycle import wait_or_stop
 
 logger = logging.getLogger(__name__)
 
-_LOCK_KEY: Final = 0x56494753  # "VIGS"
 _RETRY_S: Final = 1.0
 
 
@@ -49,7 +49,7 @@ class Leadership:
     async def _try(self) -> bool:
         if self._conn is None or self._conn.is_closed():
             self._conn = await asyncpg.connect(self._dsn)
-        if await self._conn.fetchval("SELECT pg_try_advisory_lock($1)", _LOCK_KEY):
+        if await self._conn.fetchval("SELECT pg_try_advisory_lock($1)", SCHEDULER_LOCK_KEY):
             return True
         await self._conn.close()
         self._conn = None

@@ -3,7 +3,6 @@
 from pydantic import Field
 
 from shared.config import CommonSettings
-from shared.topology import DEFAULT_POOL
 
 
 class SchedulerSettings(CommonSettings):
@@ -19,9 +18,6 @@ class SchedulerSettings(CommonSettings):
     #: (they would serialize the commits; the worker nudges the relay at most every 0.5 s
     #: instead), so this bounds how late a follower can see them (`VIGIL_RELAY_POLL_S`).
     relay_poll_s: float = Field(default=0.25, gt=0, le=60)
-    #: A host whose worker and supervisor have not heartbeated for this long is dead: its
-    #: tasks are lost.
-    dead_host_s: float = Field(default=10.0, gt=0)
     #: A lost task whose process may still run is resubmitted once its supervisor killed it,
     #: or after its host has been unreachable this long.
     fence_timeout_s: float = Field(default=60.0, gt=0)
@@ -43,4 +39,3 @@ class SchedulerSettings(CommonSettings):
     #: The event history (replay, resume: `GET /events?after=`) keeps an event this long
     #: (`VIGIL_EVENT_RETENTION_S`); a reader resuming from before it is told 410 Gone.
     event_retention_s: float = Field(default=7 * 86400.0, gt=0)
-    worker_pool: str = DEFAULT_POOL

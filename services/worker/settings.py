@@ -4,7 +4,6 @@ from pydantic import Field
 
 from services.worker.confinement import Isolation
 from shared.config import HostSettings
-from shared.topology import DEFAULT_POOL
 
 
 class WorkerSettings(HostSettings):
@@ -16,7 +15,6 @@ class WorkerSettings(HostSettings):
     #: short tasks; keep 0 for long tasks over many hosts (a task taken here runs here, and is
     #: failed as lost if this worker dies before it ran).
     worker_prefetch: int = Field(default=0, ge=0, le=4096)
-    worker_pool: str = DEFAULT_POOL
     #: Whether jobs run confined (`services/worker/confinement.py`): `auto` when the worker
     #: is root, `on` (refuse to start otherwise), `off`.
     job_isolation: Isolation = "auto"

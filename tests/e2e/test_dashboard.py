@@ -299,3 +299,27 @@ async def test_when_a_user_submits_a_job__it_appears_on_their_dashboard_and_no_o
         assert await tab.page.locator(f'tr[data-job-id="{theirs}"]').count() == 0
         assert await tab.page.locator("#jobs th", has_text="Owner").count() == 0
         await tab.screenshot("jobs-page-user")
+
+
+async def test_while_a_host_is_quarantined__every_page_shows_a_banner_saying_so(
+    tab: Tab, client: httpx.AsyncClient
+) -> None:
+    await tab.open("/")
+    banner = tab.page.locator("#quarantine-banner")
+    await expect(banner).to_have_count(0)
+
+    # when an operator quarantines the only host, the open page learns it by itself
+    response = await client.post(
+        f"/hosts/{HOST_ID}/actions",
+        json={"action": "quarantine", "reason": "e2e disk check", "duration_s": 600},
+    )
+    assert response.status_code == 202, response.text
+    try:
+        await expect(banner).to_contain_text("Every host is quarantined", timeout=10_000)
+        await expect(banner).to_contain_text(f"{HOST_ID}: quarantined until")
+        await expect(banner).to_contain_text("e2e disk check")
+        await tab.screenshot("quarantine-banner")
+    finally:
+        released = await client.post(f"/hosts/{HOST_ID}/actions", json={"action": "release"})
+        assert released.status_code == 202, released.text
+    await expect(banner).to_have_count(0, timeout=10_000)

@@ -8,8 +8,15 @@ import pytest
 
 from services.api.app import create_app
 from services.api.settings import ApiSettings
+from shared.db import SCHEDULER_LOCK_KEY
 from shared.errors import SchemaOutOfDate
-from tests.conftest import ADMIN_DATABASE_URL, database_url, require_servers
+from tests.conftest import (
+    ADMIN_DATABASE_URL,
+    create_database,
+    database_url,
+    drop_database,
+    require_servers,
+)
 from tests.integration.test_api_harness import Api, running_api
 
 pytestmark = pytest.mark.integration
@@ -21,11 +28,73 @@ async def api(session_database_url: str) -> AsyncIterator[Api]:
         yield running
 
 
-async def test_when_the_database_answers__healthz_is_ok_without_a_token(api: Api) -> None:
-    response = await api.client.get("/healthz")
+@pytest.fixture
+async def fresh_url() -> AsyncIterator[str]:
+    """A database of this test's own (health reads the whole outbox and every lock)."""
+    require_servers()
+    name = f"vigil_test_health_{uuid.uuid4().hex[:8]}"
+    url = await create_database(name)
+    try:
+        yield url
+    finally:
+        await drop_database(name)
 
-    assert response.status_code == 200
-    assert response.json() == {"status": "ok"}
+
+async def _live_host(api: Api) -> str:
+    """A host of the api's pool whose worker and supervisor just heartbeated."""
+    host = f"h-{uuid.uuid4().hex[:8]}"
+    await api.pool.execute(
+        "INSERT INTO hosts (id, slots, worker, heartbeat_at, supervisor_heartbeat_at, pool)"
+        " VALUES ($1, 2, 'w-1', now(), now(), $2)",
+        host,
+        api.settings.worker_pool,
+    )
+    return host
+
+
+async def _health(api: Api) -> tuple[str, list[str]]:
+    response = await api.client.get("/healthz")  # no token
+    assert response.status_code == 200, response.text
+    body = response.json()
+    return body["status"], body["reasons"]
+
+
+async def test_when_everything_it_relies_on_answers__healthz_is_ok_else_degraded_saying_why(
+    fresh_url: str,
+) -> None:
+    async with running_api(fresh_url, worker_pool="hp") as api:
+        status, reasons = await _health(api)
+        assert status == "degraded"
+        assert reasons == [
+            "no worker of pool hp has a fresh heartbeat",
+            "no supervisor of pool hp has a fresh heartbeat",
+            "no scheduler is leading: nothing is released, ended or relayed",
+        ]
+
+        host = await _live_host(api)
+        scheduler = await asyncpg.connect(fresh_url)  # holds the leader's lock, as one leads
+        try:
+            await scheduler.execute("SELECT pg_advisory_lock($1)", SCHEDULER_LOCK_KEY)
+            assert await _health(api) == ("ok", [])
+
+            await api.pool.execute(
+                "UPDATE hosts SET quarantined = true, quarantine_reason = 'disk check',"
+                " quarantined_until = '2100-01-01T00:00:00Z' WHERE id = $1",
+                host,
+            )
+            await api.pool.execute(
+                "INSERT INTO outbox (exchange, routing_key, body, created_at)"
+                " VALUES ('work', 'pool.hp', '{}', now() - interval '1 minute')"
+            )
+            status, reasons = await _health(api)
+            assert status == "degraded"
+            assert reasons[0] == (
+                "all 1 host(s) of pool hp quarantined until 2100-01-01T00:00:00+00:00 (disk check)"
+            )
+            assert reasons[1].startswith("events wait 60 s to be published")
+        finally:
+            await scheduler.close()
+        assert "no scheduler is leading" in " ".join((await _health(api))[1])
 
 
 async def test_when_the_database_is_unreachable__healthz_answers_503(api: Api) -> None:
@@ -34,7 +103,43 @@ async def test_when_the_database_is_unreachable__healthz_answers_503(api: Api) -
     response = await api.client.get("/healthz")
 
     assert response.status_code == 503
-    assert response.json() == {"status": "unavailable"}
+    assert response.json() == {
+        "status": "unavailable",
+        "reasons": ["reconnecting to PostgreSQL"],
+    }
+
+
+async def test_a_jobs_new_tasks_say_why_they_wait_while_the_pool_cannot_start_them(
+    session_database_url: str,
+) -> None:
+    pool_name = f"p{uuid.uuid4().hex[:8]}"
+    async with running_api(session_database_url, worker_pool=pool_name) as api:
+        job_id = (await api.submit(api.user, inputs=[1]))["id"]
+
+        async def waiting_on() -> str | None:
+            response = await api.client.get(f"/jobs/{job_id}", headers=api.user.headers)
+            listed = await api.client.get("/jobs", headers=api.user.headers)
+            [same] = [j for j in listed.json()["items"] if j["id"] == job_id]
+            assert same["waiting_on"] == response.json()["waiting_on"]
+            value: str | None = response.json()["waiting_on"]
+            return value
+
+        assert await waiting_on() == f"no worker of pool {pool_name} has a fresh heartbeat"
+        host = await _live_host(api)
+        assert await waiting_on() is None
+        await api.pool.execute(
+            "UPDATE hosts SET quarantined = true, breaker = true, quarantine_reason = '5 lost',"
+            " quarantined_until = '2100-01-01T00:00:00Z' WHERE id = $1",
+            host,
+        )
+        assert await waiting_on() == (
+            f"all 1 host(s) of pool {pool_name} quarantined until 2100-01-01T00:00:00+00:00"
+            " (5 lost)"
+        )
+        await api.pool.execute("UPDATE hosts SET probing_since = now() WHERE id = $1", host)
+        assert await waiting_on() == (
+            f"all 1 host(s) of pool {pool_name} quarantined; 1 probing, one task at a time"
+        )
 
 
 async def test_when_metrics_are_scraped_without_a_token__the_answer_is_401(api: Api) -> None:

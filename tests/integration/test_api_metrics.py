@@ -223,3 +223,20 @@ async def test_when_failures_were_detected__their_latencies_form_a_histogram_per
     assert samples[(bucket, "+Inf")] == 3
     assert samples[("vigil_detection_latency_seconds_count", "")] == 3
     assert samples[("vigil_detection_latency_seconds_sum", "")] == pytest.approx(3.32)
+
+
+async def test_a_quarantined_host_and_a_probing_one_are_told_apart(api: Api) -> None:
+    shut, probing = await _hosts(api)
+    await api.pool.execute(
+        "UPDATE hosts SET quarantined = true, breaker = true,"
+        " probing_since = CASE WHEN id = $2 THEN now() END WHERE id IN ($1, $2)",
+        shut,
+        probing,
+    )
+
+    samples = await _scrape(api)
+
+    assert samples[("vigil_host_quarantined", shut)] == 1
+    assert samples[("vigil_host_probing", shut)] == 0
+    assert samples[("vigil_host_quarantined", probing)] == 1
+    assert samples[("vigil_host_probing", probing)] == 1

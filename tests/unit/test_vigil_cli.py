@@ -1,8 +1,10 @@
 """The command line refuses bad arguments and configuration before any request, with exit 2."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from vigil import render, session
@@ -101,3 +103,40 @@ def test_the_exit_code_table_of_the_docs_is_the_one_the_command_uses() -> None:
         *session.EXIT_BY_STATE.values(),
     }
     assert documented == used == {0, 1, 2, 3, 4, 5}
+
+
+def test_vigil_hosts_tells_a_shut_breaker_a_probing_one_and_an_operators_quarantine_apart() -> None:
+    base: dict[str, Any] = {"slots": 2, "running_tasks": 0, "quarantined": True}
+    hosts: list[dict[str, Any]] = [
+        base
+        | {
+            "id": "shut",
+            "breaker": True,
+            "quarantined_until": "2100-01-01T00:00:00Z",
+            "quarantine_reason": "5 tasks lost within 600 s",
+        },
+        base | {"id": "probing", "breaker": True, "probing_since": "2100-01-01T00:00:00Z"},
+        base | {"id": "walled", "quarantine_reason": "quarantined by ops: disk"},
+        {"id": "open", "slots": 2, "running_tasks": 1, "quarantined": False},
+    ]
+    console = Console(width=300, record=True)
+    console.print(render.hosts_table(hosts))
+    lines = {line.split()[0]: line for line in console.export_text().splitlines()[1:]}
+
+    assert "breaker shut until" in lines["shut"] and "5 tasks lost" in lines["shut"]
+    assert "probing since" in lines["probing"] and "one task at a time" in lines["probing"]
+    assert "yes: quarantined by ops: disk" in lines["walled"]
+    assert lines["open"].rstrip().endswith("no")
+
+
+def test_vigil_status_says_why_a_job_waits() -> None:
+    job = {
+        "id": "j-1",
+        "state": "active",
+        "waiting_on": "all 1 host(s) of pool default quarantined",
+    }
+    console = Console(width=200, record=True)
+    for part in render.job_detail(job, []):
+        console.print(part)
+
+    assert "waiting on  all 1 host(s) of pool default quarantined" in console.export_text()

@@ -4,13 +4,20 @@ import asyncio
 import logging
 from typing import Final
 
-import asyncpg
 from fastapi import APIRouter, Request, Response, status
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from services.api import queries
-from services.api.deps import AUTH_RESPONSES, CurrentUser, MetricsDep, PoolDep, RedisDep
+from services.api import degraded
+from services.api.deps import (
+    AUTH_RESPONSES,
+    CurrentUser,
+    MetricsDep,
+    PoolDep,
+    RedisDep,
+    SettingsDep,
+)
 from services.api.schemas import Health
+from shared.errors import UNAVAILABLE
 from shared.redis_keys import RedisKeys
 
 logger = logging.getLogger(__name__)
@@ -25,18 +32,20 @@ HEALTH_TIMEOUT_S: Final = 2.0
     "/healthz",
     responses={503: {"model": Health, "description": "The database does not answer."}},
 )
-async def healthz(pool: PoolDep, response: Response) -> Health:
-    """200 `{"status": "ok"}` when the database answers; 503 otherwise. No token needed."""
+async def healthz(
+    pool: PoolDep, redis: RedisDep, settings: SettingsDep, response: Response
+) -> Health:
+    """503 `unavailable` when the database does not answer; else 200, `ok`, or `degraded`
+    with the reasons (no live worker or supervisor in the pool, every host quarantined, no
+    scheduler leading, events not going out, Redis away). No token needed."""
     try:
         async with asyncio.timeout(HEALTH_TIMEOUT_S), pool.acquire() as conn:
-            healthy = await queries.ping(conn)
-    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            found = await degraded.reasons(conn, redis, settings.worker_pool, settings.dead_host_s)
+    except (*UNAVAILABLE, TimeoutError) as exc:
         logger.warning("health check failed: %s", exc)
-        healthy = False
-    if not healthy:
         response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-        return Health(status="unavailable")
-    return Health(status="ok")
+        return Health(status="unavailable", reasons=["reconnecting to PostgreSQL"])
+    return Health(status="degraded", reasons=found) if found else Health(status="ok")
 
 
 @router.get(

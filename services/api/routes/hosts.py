@@ -39,6 +39,13 @@ class HostPublic(BaseModel):
     quarantined_until: datetime | None
     quarantine_reason: str | None
     started_at: datetime | None
+    pool: str | None = None
+    breaker: bool = Field(
+        default=False,
+        description="Quarantined by its breaker: it probes one task at a time after a"
+        " cool-down and is released by a probe that ends well (an operator's quarantine is not).",
+    )
+    probing_since: datetime | None = None
 
 
 @router.get("/hosts")

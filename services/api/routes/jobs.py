@@ -51,6 +51,7 @@ from shared import (
     job_errors,
     jobs_repo,
     logs_repo,
+    pool_status,
     task_actions,
     tasks_repo,
 )
@@ -142,6 +143,7 @@ async def submit_job(
 async def list_jobs(
     user: CurrentUser,
     pool: PoolDep,
+    settings: SettingsDep,
     state: JobState | None = None,
     name: Annotated[str | None, Query(max_length=200, pattern=TEXT_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
@@ -162,20 +164,24 @@ async def list_jobs(
             before=before,
         )
         counts = await queries.counts_for_jobs(conn, [job.id for job in jobs[:limit]])
+        hosts = await pool_status.read(conn, settings.worker_pool, settings.dead_host_s)
     items = [dataclasses.replace(job, counts=counts.get(job.id, {})) for job in jobs[:limit]]
     last = items[-1] if len(jobs) > limit else None
     return JobsPage(
-        items=[JobPublic.from_job(job) for job in items],
+        items=[JobPublic.from_job(job, hosts) for job in items],
         next_cursor=cursor.encode(last.created_at, last.id) if last else None,
     )
 
 
 @router.get("/{job_id}", responses=_NOT_FOUND)
-async def get_job(user: CurrentUser, job_id: JobIdPath, pool: PoolDep) -> JobPublic:
-    """One job with its task counts per state."""
+async def get_job(
+    user: CurrentUser, job_id: JobIdPath, pool: PoolDep, settings: SettingsDep
+) -> JobPublic:
+    """One job with its task counts per state, and why it waits if it does (`waiting_on`)."""
     async with pool.acquire() as conn:
         job = await visible_job(conn, user, job_id)
-    return JobPublic.from_job(job)
+        hosts = await pool_status.read(conn, settings.worker_pool, settings.dead_host_s)
+    return JobPublic.from_job(job, hosts)
 
 
 @router.get("/{job_id}/errors", responses=_NOT_FOUND)

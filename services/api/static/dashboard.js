@@ -377,6 +377,30 @@
     banner.append(resume);
   }
 
+  // Every page: a banner while hosts are quarantined (their breaker shut or probing, or an
+  // operator's), refreshed every 5 s, gone once every host takes work again.
+  async function showQuarantine() {
+    let hosts;
+    try { hosts = await api("GET", "/hosts"); } catch (e) { return; }
+    const out = hosts.filter((h) => h.quarantined);
+    let banner = document.getElementById("quarantine-banner");
+    if (!out.length) { if (banner) banner.remove(); return; }
+    if (!banner) {
+      banner = el("div", "banner");
+      banner.id = "quarantine-banner";
+      document.querySelector("main").prepend(banner);
+    }
+    const parts = out.map((h) => {
+      const what = h.probing_since ? "probing, one task at a time"
+        : (h.breaker ? "shut until " : "quarantined until ") + (h.quarantined_until || "released");
+      return el("span", "host", h.id + ": " + what + (h.quarantine_reason ? " (" + h.quarantine_reason + ")" : ""));
+    });
+    const all = out.length === hosts.filter((h) => h.worker).length;
+    banner.replaceChildren(
+      el("b", "", all ? "Every host is quarantined" : out.length + " host(s) quarantined"), " ");
+    parts.forEach((p, i) => banner.append(i ? "; " : "", p));
+  }
+
   document.addEventListener("click", (event) => {
     const target = event.target.closest("button");
     if (!target) return;
@@ -406,4 +430,6 @@
   else if (page.page === "job") startJob();
   else if (page.page === "hosts") startHosts();
   showEmergency();
+  showQuarantine();
+  setInterval(showQuarantine, 5000);
 })();

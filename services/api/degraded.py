@@ -1,0 +1,49 @@
+"""What `/healthz` reports as degraded (issue 13): the api answers, but something it relies on
+does not — no live worker or supervisor in the pool, every host quarantined, no scheduler
+leading, events not going out, Redis away. Each reason says what is wrong, in words."""
+
+import asyncio
+import logging
+from typing import Final
+
+from redis.asyncio import Redis
+
+from shared import pool_status
+from shared.db import SCHEDULER_LOCK_KEY, Connection
+from shared.errors import UNAVAILABLE
+
+logger = logging.getLogger(__name__)
+
+#: Events waiting longer than this to go out mean the relay is stuck (broker or scheduler).
+STUCK_OUTBOX_S: Final = 30.0
+REDIS_TIMEOUT_S: Final = 1.0
+
+_LEADING = """
+SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+    WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()
+      AND l.classid = 0 AND l.objid = $1::bigint::oid AND l.objsubid = 1)
+"""
+
+_OUTBOX_AGE = """
+SELECT extract(epoch FROM now() - o.created_at)
+FROM outbox o WHERE o.published_at IS NULL ORDER BY o.id LIMIT 1
+"""
+
+
+async def reasons(conn: Connection, redis: Redis, pool: str, dead_host_s: float) -> list[str]:
+    """Every reason the system is degraded now (empty: healthy)."""
+    found = (await pool_status.read(conn, pool, dead_host_s)).troubles()
+    if not await conn.fetchval(_LEADING, SCHEDULER_LOCK_KEY):
+        found.append("no scheduler is leading: nothing is released, ended or relayed")
+    age = await conn.fetchval(_OUTBOX_AGE)
+    if age is not None and age > STUCK_OUTBOX_S:
+        found.append(
+            f"events wait {age:.0f} s to be published: is RabbitMQ reachable by the scheduler?"
+        )
+    try:
+        async with asyncio.timeout(REDIS_TIMEOUT_S):
+            await redis.ping()
+    except (*UNAVAILABLE, TimeoutError) as exc:
+        logger.warning("health: Redis does not answer: %s", exc)
+        found.append("reconnecting to Redis: rate limits and live process notes are off")
+    return found
