@@ -3,7 +3,7 @@ blamed for pile up, and probes its way back.
 
     closed --(quarantine_after blamed failures within the window)--> shut
     shut   --(its cool-down has passed)----------------------------> probing
-    probing --(an attempt started since ends, not blamed on the host)--> closed
+    probing --(a command started since ends, not blamed on the host)--> closed
     probing --(an attempt started since is blamed on the host)---> shut, cool-down doubled
 
 A shut host takes no task of its pool (its worker stops consuming the pool queue); a probing
@@ -84,14 +84,16 @@ WHERE h.id = o.id AND o.breaker AND o.probing_since IS NOT NULL
 RETURNING h.id, h.quarantined_until, h.quarantine_reason
 """
 
-#: A probe succeeded: an attempt started there since probing began ended, not blamed on the
-#: host (a program's own failure proves the host runs programs). Failures before now no
-#: longer count towards the next trip (`quarantined_until` marks the end).
+#: A probe succeeded: a command started there since probing began ended (its cluster or
+#: post-processing stage; a setup alone proves little), not blamed on the host (a program's
+#: own failure proves the host runs programs). Failures before now no longer count towards
+#: the next trip (`quarantined_until` marks the end).
 _PROBE_PASSED = """
 UPDATE hosts h SET quarantined = false, breaker = false, probing_since = NULL,
     cooldown_s = NULL, quarantined_until = now(), quarantine_reason = NULL
 WHERE h.breaker AND h.probing_since IS NOT NULL AND EXISTS (SELECT 1 FROM attempts a
     WHERE a.host = h.id AND a.started_at >= h.probing_since AND a.ended_at IS NOT NULL
+      AND a.stage IN ('cluster', 'post_processing')
       AND (a.failure_class IS NULL OR a.failure_class::text <> ALL($1::text[])))
 RETURNING h.id, NULL::timestamptz AS quarantined_until, 'a probe task ran' AS quarantine_reason
 """
