@@ -1,13 +1,16 @@
 """Chaos run: mixed jobs on a cluster of its own while processes, workers, supervisors and the
 broker are killed, then a check of every promise from PostgreSQL and from the jobs' own effects.
 
-    python -m bench.chaos [--jobs 300] [--hosts 2] [--duration 60] [--no-rabbit-restart]
+    python -m bench.chaos [--jobs 300] [--hosts 2] [--duration 60]
+                          [--restarts postgresql,rabbitmq,redis]
 
 It starts api, scheduler and `--hosts` hosts (worker + supervisor each) in a fresh database and
 namespace, submits the jobs, and for `--duration` seconds: kills random job processes, workers
 and supervisors (kill -9, then restarts them), freezes a worker (SIGSTOP) past its heartbeat
-deadline and resumes it, and restarts RabbitMQ once. Then it waits until every job has ended
-and checks:
+deadline and resumes it, and restarts each server of `--restarts` once, spread over the run
+(PostgreSQL with `pg_ctlcluster ... restart -m fast`, RabbitMQ with `rabbitmqctl
+stop_app/start_app`, Redis shut down and started again as this machine starts it: nothing on
+disk). Then it waits until every job has ended and checks:
 
 - no job lost; every task terminal, exactly one live (non-superseded) task per input;
 - no two executions of one input overlapping in time (each execution takes a `flock` on a file
@@ -33,6 +36,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +51,7 @@ from services.scheduler.finaliser import REPURGE_AFTER_S
 from shared.marks import marked_processes
 from shared.topology import Topology, delete_all
 
-INFRA = {"signal", "lost", "hung"}
+INFRA = {"signal", "lost", "hung", "platform"}
 MAX_INFRA = 4
 
 
@@ -69,15 +73,20 @@ _RETRY = {"restartable": True, "max_infra_retries": MAX_INFRA, "backoff": {"init
 KINDS = [
     Kind("short", "sleep 0.$((RANDOM % 8 + 1)); echo done", _RETRY, frozenset(INFRA)),
     Kind("long", "sleep 4; echo done", _RETRY, frozenset(INFRA)),
-    Kind("fragile", "sleep 4; echo done", {}, frozenset({"signal", "lost"})),
-    Kind("failing", "sleep 0.3; exit 3", {}, frozenset({"exit", "signal", "lost"})),
+    Kind("fragile", "sleep 4; echo done", {}, frozenset({"signal", "lost", "platform"})),
+    Kind("failing", "sleep 0.3; exit 3", {}, frozenset({"exit", "signal", "lost", "platform"})),
     Kind(
         "error-log",
         'sleep 0.2; echo "ERROR: chaos says no" >&2; sleep 5',
         {},
-        frozenset({"error_log", "signal", "lost"}),
+        frozenset({"error_log", "signal", "lost", "platform"}),
     ),
-    Kind("hung", "echo hi; sleep 30", {"hang_timeout": 2}, frozenset({"hung", "signal", "lost"})),
+    Kind(
+        "hung",
+        "echo hi; sleep 30",
+        {"hang_timeout": 2},
+        frozenset({"hung", "signal", "lost", "platform"}),
+    ),
 ]
 WEIGHTS = [40, 20, 10, 15, 8, 7]
 
@@ -179,20 +188,20 @@ async def make_chaos(
     db: asyncpg.Connection,
     duration_s: float,
     rng: random.Random,
-    rabbit_restart: bool,
+    restarts: Sequence[str],
 ) -> Chaos:
     """Hit the cluster for `duration_s` seconds."""
     chaos = Chaos()
     frozen: set[str] = set()
     background: list[asyncio.Task[None]] = []
     start = time.monotonic()
-    rabbit_at = start + duration_s / 3 if rabbit_restart else None
+    due = [(start + duration_s * (i + 1) / (len(restarts) + 1), s) for i, s in enumerate(restarts)]
     while time.monotonic() - start < duration_s:
         await asyncio.sleep(rng.uniform(0.3, 1.2))
-        if rabbit_at is not None and time.monotonic() >= rabbit_at:
-            rabbit_at = None
-            await asyncio.to_thread(restart_rabbitmq)
-            chaos.counts["rabbitmq restarts"] += 1
+        if due and time.monotonic() >= due[0][0]:
+            _, server = due.pop(0)
+            await asyncio.to_thread(RESTARTS[server])
+            chaos.counts[f"{server} restarts"] += 1
             continue
         host = rng.choice([h for h in cluster.hosts if h not in frozen] or cluster.hosts)
         action = rng.choices(["process", "worker", "supervisor", "freeze"], [60, 15, 15, 10])[0]
@@ -254,6 +263,46 @@ async def _freeze(cluster: Cluster, host: str, frozen: set[str]) -> None:
 def restart_rabbitmq() -> None:
     for command in ("stop_app", "start_app", "await_startup"):
         subprocess.run(["rabbitmqctl", command], check=True, capture_output=True, timeout=120)
+
+
+def restart_postgresql() -> None:
+    [version] = [p.name for p in Path("/etc/postgresql").iterdir()]
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart", "-m", "fast"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+
+
+def restart_redis() -> None:
+    """Shut Redis down and start it again as this machine does (it keeps nothing on disk)."""
+    subprocess.run(["redis-cli", "shutdown", "nosave"], capture_output=True, timeout=30)
+    subprocess.run(
+        [
+            "redis-server",
+            "--daemonize",
+            "yes",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "6379",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+
+
+RESTARTS: dict[str, Callable[[], None]] = {
+    "postgresql": restart_postgresql,
+    "rabbitmq": restart_rabbitmq,
+    "redis": restart_redis,
+}
 
 
 async def wait_all_ended(db: asyncpg.Connection, jobs: list[str], timeout_s: float) -> None:
@@ -396,7 +445,7 @@ async def run(
     jobs: int,
     duration_s: float,
     seed: int,
-    rabbit_restart: bool,
+    restarts: Sequence[str] = (),
     timeout_s: float = 600,
 ) -> Report:
     """Submit, make chaos, wait, check. The cluster must be started."""
@@ -408,7 +457,7 @@ async def run(
     try:
         async with httpx.AsyncClient(base_url=cluster.base_url, headers=headers, timeout=30) as c:
             submitted = await submit(c, cluster.root, jobs, rng)
-        chaos = await make_chaos(cluster, db, duration_s, rng, rabbit_restart)
+        chaos = await make_chaos(cluster, db, duration_s, rng, restarts)
         report.chaos = chaos.counts
         await wait_all_ended(db, list(submitted), timeout_s)
         await check(cluster, db, submitted, chaos, report)
@@ -443,7 +492,7 @@ async def _main(args: argparse.Namespace) -> int:
             jobs=args.jobs,
             duration_s=args.duration,
             seed=args.seed,
-            rabbit_restart=args.rabbit_restart,
+            restarts=[s for s in args.restarts.split(",") if s],
         )
     finally:
         await asyncio.to_thread(cluster.stop_all)
@@ -468,7 +517,11 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=4)
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=int(time.time()))
-    parser.add_argument("--no-rabbit-restart", dest="rabbit_restart", action="store_false")
+    parser.add_argument(
+        "--restarts",
+        default="postgresql,rabbitmq,redis",
+        help="servers to restart once each, comma-separated ('' for none)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the logs and the database")
     sys.exit(asyncio.run(_main(parser.parse_args())))
 

@@ -17,7 +17,13 @@ from shared.status_file import StatusReport
 
 #: Classes caused by the infrastructure rather than by the command: resubmitted if restartable.
 INFRA: frozenset[FailureClass] = frozenset(
-    {FailureClass.SIGNAL, FailureClass.LOST, FailureClass.HUNG, FailureClass.HOST}
+    {
+        FailureClass.SIGNAL,
+        FailureClass.LOST,
+        FailureClass.HUNG,
+        FailureClass.HOST,
+        FailureClass.PLATFORM,
+    }
 )
 
 #: Classes that count against the host a task failed on (design §5, blame): `lost`, its

@@ -30,16 +30,16 @@ async def _init_connection(conn: "asyncpg.Connection[asyncpg.Record]") -> None:
         await conn.set_type_codec(name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
 
+#: The advisory lock the leading scheduler holds on its session (`services/scheduler/leader.py`);
+#: the api's health looks for it in `pg_locks`.
+SCHEDULER_LOCK_KEY: Final = 0x56494753  # "VIGS"
+
 #: What a connection the server dropped raises: closed mid-statement
 #: (`PostgresConnectionError`), terminated (`OperatorInterventionError`: 57P01 and kin), or
 #: `InternalClientError` ("cannot switch to state 12; another operation (2) is in progress")
 #: when the server's goodbye reached an idle pooled connection before its socket closed, so
 #: asyncpg still counted it open (MagicStack/asyncpg#1069). Not `InterfaceError`: its
 #: `DataError` is a value the client could not encode, which a retry would not cure.
-#: The advisory lock the leading scheduler holds on its session (`services/scheduler/leader.py`);
-#: the api's health looks for it in `pg_locks`.
-SCHEDULER_LOCK_KEY: Final = 0x56494753  # "VIGS"
-
 CONNECTION_LOST: Final = (
     asyncpg.InternalClientError,
     asyncpg.PostgresConnectionError,
@@ -47,6 +47,16 @@ CONNECTION_LOST: Final = (
 )
 
 T = TypeVar("T")
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether `exc` says the connection went away (a server restarting, a network cut): what
+    was under way may or may not have committed, and a new connection may work later."""
+    if isinstance(exc, asyncpg.DataError):  # a value the client could not encode
+        return False
+    return isinstance(
+        exc, (*CONNECTION_LOST, ConnectionError, TimeoutError, asyncpg.InterfaceError)
+    )
 
 
 class _Connection(asyncpg.Connection):

@@ -5,6 +5,7 @@ import signal as signals
 from dataclasses import dataclass
 from typing import Final
 
+from shared.db import connection_lost
 from shared.messages import JobEvent, JobOutcome
 from shared.states import FailureClass, TaskState, failure_state_for
 from shared.status_file import StatusReport
@@ -160,11 +161,15 @@ def hook_failed(
 
 
 def worker_failed(state: TaskState, exc: BaseException, detail: str) -> Outcome:
-    """The worker hit an error of its own while driving a task in `state`: class `hook`, or
-    `host` when it was the host's disk refusing the task's files."""
+    """The worker hit an error of its own while driving a task in `state`: class `hook`,
+    `host` when it was the host's disk refusing the task's files, `platform` when the database
+    went away under its bookkeeping (a restart: the platform's fault, never the job's)."""
     disk = _disk_refusal(exc)
     if disk is not None:
         return Outcome(state, FailureClass.HOST, brief=f"the host's disk: {disk}", detail=detail)
+    if connection_lost(exc):
+        brief = f"the database went away under the worker: {type(exc).__name__}: {exc}"
+        return Outcome(state, FailureClass.PLATFORM, brief=brief, detail=detail)
     return Outcome(
         state, FailureClass.HOOK, brief=f"worker error: {type(exc).__name__}: {exc}", detail=detail
     )

@@ -66,6 +66,7 @@ class FailureClass(StrEnum):
     HOOK = "hook"  # setup()/save_results() or a recovery hook raised
     CANCELLED = "cancelled"  # a user or operator stopped it
     HOST = "host"  # the host's disk refused the task's files (full, over quota, read-only)
+    PLATFORM = "platform"  # Vigil's own database went away under the task's bookkeeping
 
 
 class Stage(StrEnum):

@@ -20,8 +20,14 @@ other moves of a quiet state call `nudge()` after their commit.
 Each caller gets its own move's outcome: the task as it is now, or None when its guard did not
 match (nothing of it written). A move that fails the batch (an error, not a miss: a deadlock
 with another writer, a bug) makes the flusher try each move of that batch again alone, so it
-fails only its own caller. A lost connection fails every caller of its batch with that error:
-whether the commit landed is unknown, exactly as for a move made alone.
+fails only its own caller.
+
+A lost connection (PostgreSQL restarting: issue 13) leaves a batch's outcome unknown. The
+writer rides it out: it waits for the database, up to `ride_out_s`, and makes each move again.
+A move's guard (its claim, its source states) makes doing it twice impossible: one that
+misses and finds the task where the move leads, still under the move's claim, had landed
+before the connection went, and its caller gets the task as it is. Only past `ride_out_s`
+does a caller get the error. Moves asked for meanwhile wait behind, in order.
 """
 
 import asyncio
@@ -32,7 +38,7 @@ from typing import Any, Final
 from uuid import UUID
 
 from shared import tasks_repo
-from shared.db import Connection, Pool
+from shared.db import Connection, Pool, connection_lost
 from shared.errors import UNAVAILABLE
 from shared.states import QUIET, TaskState
 
@@ -45,6 +51,11 @@ MAX_BATCH: Final = 64
 #: How often at most a worker nudges the relay, and how long after the commit (module doc).
 NUDGE_EVERY_S: Final = 0.5
 NUDGE_DELAY_S: Final = 0.1
+
+#: How long moves wait for a database that went away before their callers are told, and the
+#: longest pause between two looks at it.
+RIDE_OUT_S: Final = 120.0
+RIDE_OUT_PAUSE_S: Final = 1.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,19 @@ class Move:
             unless_waits=self.unless_waits,
         )
 
+    async def again(self, conn: Connection) -> tasks_repo.Task | None:
+        """This move once more, after a lost connection left unknown whether it landed: the
+        task as it is if it did (its guard misses, and the task is where the move leads, under
+        the claim the move leaves), else as `apply`."""
+        moved = await self.apply(conn)
+        if moved is not None:
+            return moved
+        task = await tasks_repo.get(conn, self.task.id)
+        claim = (self.changes or {}).get("claim", self.claim)
+        if task is not None and task.state is self.path[-1] and task.claim == claim:
+            return task
+        return None
+
 
 @dataclass
 class _Queued:
@@ -92,18 +116,21 @@ class TransitionWriter:
         max_batch: int = MAX_BATCH,
         nudge_every_s: float | None = None,
         nudge_delay_s: float = NUDGE_DELAY_S,
+        ride_out_s: float = RIDE_OUT_S,
     ) -> None:
         self.pool = pool
+        self.ride_out_s = ride_out_s
         self.max_batch = max_batch
         self.nudge_every_s, self.nudge_delay_s = nudge_every_s, nudge_delay_s
         self._queue: list[_Queued] = []
         self._flusher: asyncio.Task[None] | None = None
         self._nudged_at = float("-inf")  # when the last nudge went, or will go, out
         self._nudging: set[asyncio.Task[None]] = set()
-        #: Batches committed and moves in them, and nudges sent, for benchmarks and tests.
+        #: Batches committed and moves in them, and nudges tried, for benchmarks and tests.
         self.commits = 0
         self.moves = 0
         self.nudges = 0
+        self.ridden_out = 0  # moves made again after a lost connection
 
     async def advance(self, move: Move) -> tasks_repo.Task | None:
         """Do `move` in the next commit; the task as it is then, or None if it did not match."""
@@ -119,7 +146,9 @@ class TransitionWriter:
             batch = self._queue[: self.max_batch]
             del self._queue[: self.max_batch]
             try:
-                await self._commit(batch)
+                unknown = await self._commit(batch)
+                if unknown:
+                    await self._ride_out(unknown)
                 if all(queued.move.path[-1] in QUIET for queued in batch):
                     await self.nudge()
             except BaseException as exc:  # the pool itself failed, or this task was cancelled
@@ -146,46 +175,83 @@ class TransitionWriter:
 
     async def _nudge_later(self) -> None:
         await asyncio.sleep(self.nudge_delay_s)
+        self.nudges += 1  # counted before it goes: whoever hears it may look at once
         try:
             async with self.pool.acquire() as conn:
                 await conn.execute("SELECT pg_notify('vigil_outbox', 'relay')")
         except UNAVAILABLE as exc:
             logger.info("could not nudge the relay: %s", exc)
-            return
-        self.nudges += 1
 
-    async def _commit(self, batch: list[_Queued]) -> None:
+    async def _commit(self, batch: list[_Queued]) -> list[_Queued]:
+        """Commit `batch`, settling each move; returns the moves a lost connection left
+        unsettled (whether they landed is unknown)."""
         self.commits += 1
         self.moves += len(batch)
-        async with self.pool.acquire() as conn:
-            if len(batch) == 1:
-                await _alone(conn, batch[0])
-                return
-            # Task rows locked in one order, the order other writers of several tasks use.
-            batch.sort(key=lambda queued: queued.move.task.id)
+        try:
+            async with self.pool.acquire() as conn:
+                if len(batch) == 1:
+                    return await _alone(conn, batch[0])
+                # Task rows locked in one order, the order other writers of several tasks use.
+                batch.sort(key=lambda queued: queued.move.task.id)
+                try:
+                    async with conn.transaction():
+                        moved = [await queued.move.apply(conn) for queued in batch]
+                except Exception as exc:
+                    if conn.is_closed() or connection_lost(exc):
+                        return batch
+                    logger.info("a batch of %d moves failed (%s); each alone", len(batch), exc)
+                    unknown = []
+                    for queued in batch:
+                        unknown += await _alone(conn, queued)
+                    return unknown
+        except Exception as exc:
+            if not connection_lost(exc):
+                raise
+            return [queued for queued in batch if not queued.done.done()]
+        for queued, task in zip(batch, moved, strict=True):
+            _settle(queued, task)
+        return []
+
+    async def _ride_out(self, batch: list[_Queued]) -> None:
+        """Wait for the database and make each move of `batch` again (module doc); past
+        `ride_out_s`, tell their callers the error."""
+        loop = asyncio.get_running_loop()
+        deadline, pause = loop.time() + self.ride_out_s, 0.05
+        logger.warning("database connection lost under %d move(s): riding it out", len(batch))
+        while True:
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, RIDE_OUT_PAUSE_S)
             try:
-                async with conn.transaction():
-                    moved = [await queued.move.apply(conn) for queued in batch]
+                async with self.pool.acquire() as conn:
+                    for queued in batch:
+                        if not queued.done.done():
+                            _settle(queued, await queued.move.again(conn))
+                            self.ridden_out += 1
+                logger.info("database back: %d move(s) made again", len(batch))
+                return
             except Exception as exc:
-                if conn.is_closed():  # whether the commit landed is unknown
+                if not connection_lost(exc):
                     for queued in batch:
                         _settle(queued, exc=exc)
                     return
-                logger.info("a batch of %d moves failed (%s); each alone", len(batch), exc)
-                for queued in batch:
-                    await _alone(conn, queued)
-                return
-        for queued, task in zip(batch, moved, strict=True):
-            _settle(queued, task)
+                if loop.time() >= deadline:
+                    logger.error("database away for %.0f s: moves given up", self.ride_out_s)
+                    for queued in batch:
+                        _settle(queued, exc=exc)
+                    return
 
 
-async def _alone(conn: Connection, queued: _Queued) -> None:
+async def _alone(conn: Connection, queued: _Queued) -> list[_Queued]:
+    """One move in a transaction of its own; [it] if a lost connection left it unsettled."""
     try:
         task = await queued.move.apply(conn)
     except Exception as exc:
+        if conn.is_closed() or connection_lost(exc):
+            return [queued]
         _settle(queued, exc=exc)
     else:
         _settle(queued, task)
+    return []
 
 
 def _settle(

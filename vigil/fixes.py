@@ -48,6 +48,7 @@ class FailureClass(StrEnum):
     HOOK = "hook"
     CANCELLED = "cancelled"
     HOST = "host"
+    PLATFORM = "platform"
 
 
 def point_in_time(text: str, now: datetime) -> datetime:

@@ -53,7 +53,7 @@ async def test_under_chaos__no_job_is_lost_and_no_task_runs_twice_at_once(
     cluster: Cluster,
 ) -> None:
     # given 30 mixed jobs, while processes, workers and supervisors are killed and frozen
-    report = await chaos.run(cluster, jobs=30, duration_s=15, seed=20261122, rabbit_restart=False)
+    report = await chaos.run(cluster, jobs=30, duration_s=15, seed=20261122, restarts=())
 
     # then every check of the chaos run holds
     print(report.render())  # noqa: T201

@@ -3,8 +3,11 @@ together share one commit, each caller gets its own outcome, and a bad move fail
 caller."""
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -205,3 +208,116 @@ async def test_after_quiet_moves_a_writer_nudges_the_relay_at_most_once_a_period
     # the period, and the last one's event notified by itself (the trigger)
     assert sorted(map(str, got)) == ["relay", "round"]
     assert payloads.empty() and writer.nudges == 1
+
+
+class _Cable:
+    """A TCP relay to PostgreSQL that can be cut (every connection dropped, new ones refused,
+    as while the server restarts) and mended."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.is_cut = False
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def _relay(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        if self.is_cut:
+            client_w.close()
+            return
+        server_r, server_w = await asyncio.open_connection(*self.target)
+        self._writers |= {client_w, server_w}
+
+        async def pump(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError):
+                while data := await r.read(65536):
+                    w.write(data)
+                    await w.drain()
+            w.close()
+
+        await asyncio.gather(pump(client_r, server_w), pump(server_r, client_w))
+        self._writers -= {client_w, server_w}
+
+    def cut(self) -> None:
+        self.is_cut = True
+        for writer in self._writers:
+            writer.transport.abort()
+        self._writers.clear()
+
+    def mend(self) -> None:
+        self.is_cut = False
+
+
+@pytest.fixture
+async def cable(session_database_url: str) -> AsyncIterator[tuple[_Cable, str]]:
+    parts = urlsplit(session_database_url)
+    relay = _Cable((parts.hostname or "127.0.0.1", parts.port or 5432))
+    server = await asyncio.start_server(relay._relay, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    netloc = f"{parts.username}@127.0.0.1:{port}" if parts.username else f"127.0.0.1:{port}"
+    async with server:
+        yield relay, urlunsplit(parts._replace(netloc=netloc))
+        relay.cut()
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    async with asyncio.timeout(10):
+        while not check():  # noqa: ASYNC110  (the writer has no event to wait on)
+            await asyncio.sleep(0.01)
+
+
+async def test_moves_under_way_while_the_database_restarts_wait_for_it_and_land_once(
+    pool: db.Pool, cable: tuple[_Cable, str]
+) -> None:
+    relay, url = cable
+    tasks = await _held_tasks(pool, 3)
+    async with db.open_pool(url, max_size=2) as through:
+        writer = TransitionWriter(through, ride_out_s=30)
+        await writer.advance(_finish(tasks[0]))  # the pool holds a live connection
+
+        # when: the database goes away while two moves are asked for
+        relay.cut()
+        moving = asyncio.gather(*(writer.advance(_finish(t)) for t in tasks[1:]))
+        await _until(lambda: writer.commits >= 2)
+        assert not moving.done()
+
+        # then: once it is back, both land, once each
+        relay.mend()
+        moved = await moving
+
+    assert all(m is not None and m.state is S.DATA_READY for m in moved)
+    assert writer.ridden_out == 2
+    assert await _states(pool, tasks) == [S.DATA_READY] * 3
+    assert await _event_count(pool, tasks) == 3
+
+
+async def test_a_database_away_longer_than_the_ride_out_fails_the_callers(
+    pool: db.Pool, cable: tuple[_Cable, str]
+) -> None:
+    relay, url = cable
+    [task] = await _held_tasks(pool, 1)
+    async with db.open_pool(url, max_size=1) as through:
+        writer = TransitionWriter(through, ride_out_s=0.3)
+        relay.cut()
+
+        with pytest.raises((OSError, asyncpg.InterfaceError, *db.CONNECTION_LOST)):
+            await writer.advance(_finish(task))
+        relay.mend()
+
+    assert await _states(pool, [task]) == [S.ON_CPU]
+
+
+async def test_a_move_made_again_after_its_reply_was_lost_finds_it_landed(pool: db.Pool) -> None:
+    tasks = await _held_tasks(pool, 2)
+    landed, elsewhere = _finish(tasks[0]), _finish(tasks[1])
+    async with pool.acquire() as conn:
+        await landed.apply(conn)  # committed; its caller never heard
+        await conn.execute(  # another worker's claim took the other task meanwhile
+            "UPDATE tasks SET claim = gen_random_uuid(), state = 'data_ready' WHERE id = $1",
+            tasks[1].id,
+        )
+
+        again = await landed.again(conn)
+        stale = await elsewhere.again(conn)
+
+    assert again is not None and again.state is S.DATA_READY and again.claim == tasks[0].claim
+    assert stale is None
+    assert await _event_count(pool, tasks[:1]) == 1

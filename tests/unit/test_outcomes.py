@@ -4,6 +4,7 @@ import errno
 import os
 import signal
 
+import asyncpg
 import pytest
 
 from shared.analyser import BLAMES_HOST, INFRA
@@ -97,3 +98,29 @@ def test_any_other_error_of_a_hook_or_the_worker_stays_a_hook_failure() -> None:
         FailureClass.HOOK,
         "worker error: ValueError: bad",
     )
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        asyncpg.CannotConnectNowError("the database system is shutting down"),
+        asyncpg.InterfaceError(
+            "cannot call Transaction.__aexit__(): the underlying connection is closed"
+        ),
+        ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed"),
+    ],
+)
+def test_a_database_gone_under_the_workers_bookkeeping_is_the_platforms_failure(
+    exc: Exception,
+) -> None:
+    # issue 13: a server restart is never the job's fault (hook) nor the host's (quarantine)
+    outcome = worker_failed(TaskState.FAILED_ON_CLUSTER, exc, "trace")
+
+    assert outcome.failure_class is FailureClass.PLATFORM
+    assert outcome.brief is not None and outcome.brief.startswith("the database went away")
+    assert FailureClass.PLATFORM in INFRA and FailureClass.PLATFORM not in BLAMES_HOST
+
+
+def test_a_files_error_of_the_worker_is_not_taken_for_the_database() -> None:
+    exc = PermissionError(errno.EACCES, "Permission denied", "/work/x")
+    assert worker_failed(TaskState.FAILED_TO_SETUP, exc, "t").failure_class is FailureClass.HOOK
