@@ -3,29 +3,18 @@ points 4 and 5): every service rides through on its own, no job is lost, no task
 and `/healthz` says what it waits for meanwhile."""
 
 import asyncio
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
 import pytest
 
+from bench.chaos import restart_postgresql
 from tests.e2e.stack import Stack
 
 pytestmark = pytest.mark.e2e
 
 POLICY = {"restartable": True, "backoff": {"initial_s": 0.2, "max_s": 1}}
-
-
-def _restart_postgresql() -> None:
-    [version] = [p.name for p in Path("/etc/postgresql").iterdir()]
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart", "-m", "fast"],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
 
 
 async def _get(client: httpx.AsyncClient, path: str, within: float = 60) -> Any:
@@ -81,20 +70,21 @@ async def test_when_postgresql_restarts_idle_then_under_load__every_service_ride
     stack: Stack, client: httpx.AsyncClient
 ) -> None:
     # idle: the services wait for it, and a job submitted afterwards completes
-    await asyncio.to_thread(_restart_postgresql)
+    await asyncio.to_thread(restart_postgresql)
     [after_idle] = await _submit(client, 1, "echo after", 2)
     assert (await _ended(client, [after_idle], 60))[0]["state"] == "completed"
     assert all(proc.poll() is None for proc in stack.procs.values()), "a service died"
 
     # under load: 12 jobs of 5 short tasks, 4 slots, restarted while they run
     job_ids = await _submit(client, 12, "sleep 0.2", 5)
+
     async def running() -> bool:
         return bool((await _get(client, f"/jobs/{job_ids[0]}"))["counts"].get("on_cpu"))
 
     async with asyncio.timeout(30):
         while not await running():  # noqa: ASYNC110  (polling the API)
             await asyncio.sleep(0.1)
-    await asyncio.to_thread(_restart_postgresql)
+    await asyncio.to_thread(restart_postgresql)
 
     jobs = await _ended(client, job_ids, 180)
     assert [job["state"] for job in jobs] == ["completed"] * len(jobs)
