@@ -183,14 +183,40 @@ async def _on_cpu(conn: asyncpg.Connection, host: str | None = None) -> list[str
     return [r["id"] for r in rows]
 
 
+async def connect(url: str, within_s: float = 60) -> asyncpg.Connection:
+    """A connection to `url`, waiting for a PostgreSQL that is restarting."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return await asyncpg.connect(url)
+        except (OSError, asyncpg.PostgresError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
 async def make_chaos(
     cluster: Cluster,
-    db: asyncpg.Connection,
     duration_s: float,
     rng: random.Random,
     restarts: Sequence[str],
 ) -> Chaos:
     """Hit the cluster for `duration_s` seconds."""
+    dbs = [await connect(cluster.database_url)]
+    try:
+        return await _make_chaos(cluster, dbs, duration_s, rng, restarts)
+    finally:
+        await dbs[0].close()
+
+
+async def _make_chaos(
+    cluster: Cluster,
+    dbs: list[asyncpg.Connection],
+    duration_s: float,
+    rng: random.Random,
+    restarts: Sequence[str],
+) -> Chaos:
+    """`dbs`: the connection it reads with, replaced after a PostgreSQL restart."""
     chaos = Chaos()
     frozen: set[str] = set()
     background: list[asyncio.Task[None]] = []
@@ -202,6 +228,10 @@ async def make_chaos(
             _, server = due.pop(0)
             await asyncio.to_thread(RESTARTS[server])
             chaos.counts[f"{server} restarts"] += 1
+            if server == "postgresql":
+                old = dbs.pop()
+                dbs.append(await connect(cluster.database_url))
+                await old.close()
             continue
         host = rng.choice([h for h in cluster.hosts if h not in frozen] or cluster.hosts)
         action = rng.choices(["process", "worker", "supervisor", "freeze"], [60, 15, 15, 10])[0]
@@ -211,7 +241,7 @@ async def make_chaos(
         elif host in frozen:
             continue
         elif action in ("worker", "supervisor"):
-            held = await _on_cpu(db, host)
+            held = await _on_cpu(dbs[0], host)
             cluster.kill(f"{action}@{host}")
             if action == "worker":
                 chaos.worker_kills.append((time.time(), held))
@@ -453,16 +483,18 @@ async def run(
     report = Report()
     began = time.monotonic()
     headers = {"Authorization": f"Bearer {cluster.token}"}
-    db = await asyncpg.connect(cluster.database_url)
+    db: asyncpg.Connection | None = None
     try:
         async with httpx.AsyncClient(base_url=cluster.base_url, headers=headers, timeout=30) as c:
             submitted = await submit(c, cluster.root, jobs, rng)
-        chaos = await make_chaos(cluster, db, duration_s, rng, restarts)
+        chaos = await make_chaos(cluster, duration_s, rng, restarts)
+        db = await connect(cluster.database_url)
         report.chaos = chaos.counts
         await wait_all_ended(db, list(submitted), timeout_s)
         await check(cluster, db, submitted, chaos, report)
     finally:
-        await db.close()
+        if db is not None:
+            await db.close()
     report.elapsed_s = time.monotonic() - began
     return report
 
