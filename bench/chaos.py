@@ -261,7 +261,7 @@ def _kill_a_process(cluster: Cluster, rng: random.Random, chaos: Chaos) -> bool:
         m
         for host in cluster.hosts
         for m in marked_processes(cluster.namespace, host)
-        if _leads_group(m.pid)
+        if leads_group(m.pid)
     ]
     if not leaders:
         return False
@@ -274,7 +274,8 @@ def _kill_a_process(cluster: Cluster, rng: random.Random, chaos: Chaos) -> bool:
     return True
 
 
-def _leads_group(pid: int) -> bool:
+def leads_group(pid: int) -> bool:
+    """Whether `pid` leads its process group (a command, not one of its children)."""
     try:
         return os.getpgid(pid) == pid
     except ProcessLookupError:

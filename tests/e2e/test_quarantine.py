@@ -1,6 +1,9 @@
 """Quarantine is a circuit breaker (issue 13 point 1): a one-host pool whose worker died under
 its tasks is shut, says so, probes one task at a time, heals, and every job completes."""
 
+import asyncio
+import contextlib
+import os
 import signal
 from collections.abc import Iterator
 from datetime import datetime
@@ -12,6 +15,8 @@ import asyncpg
 import httpx
 import pytest
 
+from bench.chaos import leads_group
+from shared.marks import marked_processes
 from tests.e2e.conftest import Events, running_stack, wait_job
 from tests.e2e.stack import E2E_ENV, Stack
 
@@ -96,3 +101,62 @@ async def test_when_the_only_hosts_worker_dies_under_its_tasks__the_breaker_shut
         f"host.probing.{HOST}",
         f"host.released.{HOST}",
     ]
+
+
+@pytest.fixture
+def default_stack(tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
+    """A stack with the default quarantine settings (5 blamed failures in 600 s, 30 s)."""
+    env = {k: v for k, v in E2E_ENV.items() if not k.startswith("VIGIL_QUARANTINE")}
+    with running_stack(tmp_path, e2e_namespace, env) as s:
+        yield s
+
+
+async def test_twenty_job_processes_killed_by_hand_never_quarantine_the_only_host(
+    default_stack: Stack,
+) -> None:
+    # Issue 13's "one bad minute": kill -9 of job processes (as the OOM killer would) is a
+    # signal, the job's record, never the host's (design §5): with the default settings every
+    # job completes, and the host is never shut.
+    stack = default_stack
+    headers = {"Authorization": f"Bearer {stack.token}"}
+    policy = POLICY | {"max_infra_retries": 30}
+    async with httpx.AsyncClient(base_url=stack.base_url, headers=headers, timeout=10) as client:
+        job_ids = []
+        for n in range(10):
+            body = {"name": f"k{n}", "command": "sleep 2", "inputs": ["a", "b", "c"]}
+            response = await client.post("/jobs", json=body | {"policy": policy})
+            assert response.status_code == 201, response.text
+            job_ids.append(response.json()["id"])
+
+        killed = 0
+        async with asyncio.timeout(60):
+            while killed < 20:
+                victims = [
+                    m.pid for m in marked_processes(stack.namespace, HOST) if leads_group(m.pid)
+                ]
+                if victims:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(victims[0], signal.SIGKILL)
+                        killed += 1
+                await asyncio.sleep(0.3)
+
+        async with asyncio.timeout(180):  # within 3 minutes of the last kill
+            while True:
+                jobs = [(await client.get(f"/jobs/{j}")).json() for j in job_ids]
+                if all(job["state"] != "active" for job in jobs):
+                    break
+                await asyncio.sleep(0.5)
+        assert [job["state"] for job in jobs] == ["completed"] * len(jobs)
+        [host] = [h for h in (await client.get("/hosts")).json() if h["id"] == HOST]
+        assert not host["quarantined"]
+        conn = await asyncpg.connect(stack.database_url)
+        try:
+            signals = await conn.fetchval(
+                "SELECT count(*) FROM attempts WHERE failure_class = 'signal'"
+            )
+            events = await conn.fetchval(
+                "SELECT count(*) FROM outbox WHERE routing_key LIKE 'host.%'"
+            )
+        finally:
+            await conn.close()
+        assert signals >= 20 and events == 0
