@@ -283,6 +283,10 @@ ensure_chromium() { ensure_tool "the browser tests" chromium chromium chromium-b
 # jq: the docs' shell examples pipe `--json` into it (tests/e2e/test_docs.py runs them).
 ensure_jq() { ensure_tool "the docs' examples" jq jq; }
 
+# promtool (Debian's prometheus package): tests/integration/test_monitoring.py checks the alert
+# rules of deploy/prometheus/ and the queries of deploy/grafana/ with it.
+ensure_promtool() { ensure_tool "the monitoring files' check" prometheus promtool; }
+
 # ---------------------------------------------------------------------------------------------
 # Service processes
 # ---------------------------------------------------------------------------------------------

@@ -8,8 +8,9 @@ from typing import Final
 
 from redis.asyncio import Redis
 
+from services.api import queries
 from shared import pool_status
-from shared.db import SCHEDULER_LOCK_KEY, Connection
+from shared.db import Connection
 from shared.errors import UNAVAILABLE
 
 logger = logging.getLogger(__name__)
@@ -18,24 +19,13 @@ logger = logging.getLogger(__name__)
 STUCK_OUTBOX_S: Final = 30.0
 REDIS_TIMEOUT_S: Final = 1.0
 
-_LEADING = """
-SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
-    WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()
-      AND l.classid = 0 AND l.objid = $1::bigint::oid AND l.objsubid = 1)
-"""
-
-_OUTBOX_AGE = """
-SELECT extract(epoch FROM now() - o.created_at)
-FROM outbox o WHERE o.published_at IS NULL ORDER BY o.id LIMIT 1
-"""
-
 
 async def reasons(conn: Connection, redis: Redis, pool: str, dead_host_s: float) -> list[str]:
     """Every reason the system is degraded now (empty: healthy)."""
     found = (await pool_status.read(conn, pool, dead_host_s)).troubles()
-    if not await conn.fetchval(_LEADING, SCHEDULER_LOCK_KEY):
+    if not await queries.scheduler_leading(conn):
         found.append("no scheduler is leading: nothing is released, ended or relayed")
-    age = await conn.fetchval(_OUTBOX_AGE)
+    age = await queries.outbox_oldest_age(conn)
     if age is not None and age > STUCK_OUTBOX_S:
         found.append(
             f"events wait {age:.0f} s to be published: is RabbitMQ reachable by the scheduler?"

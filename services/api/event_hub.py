@@ -204,6 +204,23 @@ class EventHub:
             if not self._live:
                 self._idle.set()
 
+    async def queue_depths(self, names: list[str]) -> dict[str, int]:
+        """Messages ready in each named queue that exists (a passive declare each, for
+        `/metrics`); a queue that does not exist is left out. Raises when the broker does not
+        answer."""
+        connection = await self._connect()
+        depths: dict[str, int] = {}
+        for name in names:
+            channel = await connection.channel()
+            try:
+                queue = await channel.declare_queue(name, passive=True)
+                depths[name] = int(queue.declaration_result.message_count or 0)
+            except aiormq.exceptions.ChannelNotFoundEntity:
+                continue  # the channel is closed by the broker with it
+            finally:
+                await _close_quietly(channel)
+        return depths
+
     async def close(self) -> None:
         """End every stream and close the connection (the api is stopping)."""
         self._closing = True

@@ -8,7 +8,7 @@ Redis (worker heartbeats). Each is one grouped query, whatever the size of the h
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -20,6 +20,7 @@ from services.api import queries
 from shared import presence
 from shared.db import Connection
 from shared.errors import UNAVAILABLE
+from shared.pool_status import PoolStatus
 from shared.redis_keys import RedisKeys
 from shared.states import FailureClass, JobState, TaskState
 
@@ -29,6 +30,7 @@ logger = logging.getLogger(__name__)
 MAX_HOSTS: Final = 1000
 #: A Redis slower than this to answer is left out of the scrape.
 REDIS_TIMEOUT_S: Final = 1.0
+BROKER_TIMEOUT_S: Final = 2.0
 _EXCHANGES: Final = ("events", "work")
 #: Upper bounds (seconds) of the detection latency histogram.
 LATENCY_BOUNDS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -99,6 +101,31 @@ class Metrics:
             "1 while the host's breaker lets one task at a time through to probe it",
             "host",
         )
+        self.pool_hosts = self._gauge(
+            "vigil_pool_hosts",
+            "Hosts of the api's worker pool: live (a fresh worker heartbeat), open (live and"
+            " taking tasks), probing (live, one task at a time), supervised (a fresh"
+            " supervisor heartbeat)",
+            "state",
+        )
+        self.queue_messages = self._gauge(
+            "vigil_queue_messages",
+            "Messages ready in the broker's queues: pool (new tasks waiting for a worker),"
+            " dead_letters (work messages given up after their delivery limit); absent when"
+            " the broker does not answer",
+            "queue",
+        )
+        self.outbox_oldest = Gauge(
+            "vigil_outbox_oldest_seconds",
+            "How long the oldest unpublished outbox row has waited (0: none waits), read at"
+            " scrape time",
+            registry=self.registry,
+        )
+        self.scheduler_leading = Gauge(
+            "vigil_scheduler_leading",
+            "1 while a scheduler holds the leader's lock on the database, read at scrape time",
+            registry=self.registry,
+        )
         self.detection = _DetectionLatency()
         self.registry.register(self.detection)
         self.emergency_stop = Gauge(
@@ -110,10 +137,20 @@ class Metrics:
     def _gauge(self, name: str, text: str, label: str) -> Gauge:
         return Gauge(name, text + ", read at scrape time", [label], registry=self.registry)
 
-    async def scrape(self, conn: Connection, redis: Redis, keys: RedisKeys) -> bytes:
-        """Refresh every gauge from PostgreSQL and Redis and render the text exposition.
+    async def scrape(
+        self,
+        conn: Connection,
+        redis: Redis,
+        keys: RedisKeys,
+        pool: PoolStatus | None = None,
+        queues: Callable[[], Awaitable[dict[str, int]]] | None = None,
+    ) -> bytes:
+        """Refresh every gauge from PostgreSQL, Redis and the broker and render the text
+        exposition. `pool`: the api's worker pool; `queues`: the depths of the queues by
+        label.
 
-        A Redis that does not answer leaves the Redis-based figures out (logged), never fails.
+        A Redis or a broker that does not answer leaves their figures out (logged), never
+        fails.
         """
         async with self._lock:
             _fill(self.jobs, await queries.jobs_per_state(conn), [s.value for s in JobState])
@@ -123,7 +160,27 @@ class Metrics:
             _fill(self.outbox_pending, await queries.outbox_pending(conn), _EXCHANGES)
             self.emergency_stop.set(int(await queries.emergency_stop_in_force(conn)))
             self.detection.latest = await queries.detection_latencies(conn, LATENCY_BOUNDS)
+            self.outbox_oldest.set(round(await queries.outbox_oldest_age(conn) or 0.0, 3))
+            self.scheduler_leading.set(int(await queries.scheduler_leading(conn)))
             await self._hosts(conn, redis, keys)
+            if pool is not None:
+                counts = {
+                    "live": pool.live,
+                    "open": pool.open,
+                    "probing": pool.probing,
+                    "supervised": pool.supervised,
+                }
+                _fill(self.pool_hosts, counts, list(counts))
+            self.queue_messages.clear()
+            if queues is not None:
+                try:
+                    async with asyncio.timeout(BROKER_TIMEOUT_S):
+                        depths = await queues()
+                except Exception as exc:
+                    logger.warning("metrics without queue depths (broker: %r)", exc)
+                else:
+                    for label, depth in depths.items():
+                        self.queue_messages.labels(label).set(depth)
             return generate_latest(self.registry)
 
     async def _hosts(self, conn: Connection, redis: Redis, keys: RedisKeys) -> None:

@@ -3,9 +3,9 @@
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
-from shared.db import Connection
+from shared.db import SCHEDULER_LOCK_KEY, Connection
 
 
 async def ping(conn: Connection) -> bool:
@@ -133,6 +133,27 @@ async def host_heartbeat_ages(conn: Connection, limit: int) -> dict[str, float]:
         limit,
     )
     return {row["id"]: max(float(row["age"]), 0.0) for row in rows}
+
+
+_LEADING: Final = """
+SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+    WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()
+      AND l.classid = 0 AND l.objid = $1::bigint::oid AND l.objsubid = 1)
+"""
+
+
+async def scheduler_leading(conn: Connection) -> bool:
+    """Whether a scheduler holds the leader's advisory lock on this database."""
+    return bool(await conn.fetchval(_LEADING, SCHEDULER_LOCK_KEY))
+
+
+async def outbox_oldest_age(conn: Connection) -> float | None:
+    """Seconds the oldest unpublished outbox row has waited (None: nothing waits)."""
+    age = await conn.fetchval(
+        "SELECT extract(epoch FROM now() - o.created_at)::float8"
+        " FROM outbox o WHERE o.published_at IS NULL ORDER BY o.id LIMIT 1"
+    )
+    return None if age is None else max(float(age), 0.0)
 
 
 async def host_quarantines(conn: Connection, limit: int) -> dict[str, tuple[bool, bool]]:

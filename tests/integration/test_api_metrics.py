@@ -8,6 +8,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
+import aio_pika
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
@@ -15,7 +16,14 @@ from redis.asyncio import Redis
 from shared.presence import WorkerIdentity, announce
 from shared.redis_keys import WORKER_TTL_S, RedisKeys
 from shared.states import FailureClass, JobState, TaskState
-from tests.conftest import REDIS_URL, fresh_database
+from shared.topology import (
+    DEFAULT_POOL,
+    Topology,
+    declare_all_work_queues,
+    delete_all,
+    pool_key,
+)
+from tests.conftest import AMQP_URL, REDIS_URL, fresh_database
 from tests.integration.test_api_harness import Api, running_api
 
 pytestmark = pytest.mark.integration
@@ -240,3 +248,48 @@ async def test_a_quarantined_host_and_a_probing_one_are_told_apart(api: Api) -> 
     assert samples[("vigil_host_probing", shut)] == 0
     assert samples[("vigil_host_quarantined", probing)] == 1
     assert samples[("vigil_host_probing", probing)] == 1
+
+
+async def test_the_pool_the_leader_the_outbox_lag_and_the_queues_are_exported(
+    api: Api, namespace: str
+) -> None:
+    # given: the installation's queues, a dead letter in the DLQ, two new tasks in the pool
+    # queue, an unpublished outbox row a minute old, and one live host of the pool
+    topology = Topology(namespace)
+    connection = await aio_pika.connect(AMQP_URL)
+    try:
+        channel = await connection.channel()
+        await declare_all_work_queues(channel, topology, "h-metrics")
+        dlx = await channel.get_exchange(topology.dead_letter_exchange)
+        await dlx.publish(aio_pika.Message(b"{}"), routing_key="")
+        work = await channel.get_exchange(topology.work_exchange)
+        for _ in range(2):
+            await work.publish(aio_pika.Message(b"{}"), routing_key=pool_key(DEFAULT_POOL))
+        await api.pool.execute(
+            "INSERT INTO outbox (exchange, routing_key, body) VALUES ('work', 'pool.x', '{}')"
+        )
+        await api.pool.execute(  # nothing relays in this database: the backlog waited a minute
+            "UPDATE outbox SET created_at = now() - interval '1 minute' WHERE published_at IS NULL"
+        )
+        await api.pool.execute(
+            "INSERT INTO hosts (id, slots, worker, heartbeat_at, pool)"
+            " VALUES ($1, 2, 'w-1', now(), $2)",
+            f"h-{uuid.uuid4().hex[:6]}",
+            DEFAULT_POOL,
+        )
+
+        # when
+        samples = await _scrape(api)
+    finally:
+        try:
+            await delete_all(await connection.channel(), topology, ["h-metrics"])
+        finally:
+            await connection.close()
+
+    # then
+    assert samples[("vigil_queue_messages", "dead_letters")] == 1
+    assert samples[("vigil_queue_messages", "pool")] == 2
+    assert samples[("vigil_outbox_oldest_seconds", "")] >= 60
+    assert samples[("vigil_scheduler_leading", "")] == 0  # no scheduler runs here
+    assert samples[("vigil_pool_hosts", "live")] >= 1
+    assert samples[("vigil_pool_hosts", "open")] >= 1

@@ -16,9 +16,12 @@ from services.api.deps import (
     RedisDep,
     SettingsDep,
 )
+from services.api.event_hub import EventHub
 from services.api.schemas import Health
+from shared import pool_status
 from shared.errors import UNAVAILABLE
 from shared.redis_keys import RedisKeys
+from shared.topology import Topology
 
 logger = logging.getLogger(__name__)
 
@@ -55,12 +58,31 @@ async def healthz(
     | {200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text."}},
 )
 async def metrics(
-    user: CurrentUser, pool: PoolDep, redis: RedisDep, registry: MetricsDep, request: Request
+    user: CurrentUser,
+    pool: PoolDep,
+    redis: RedisDep,
+    registry: MetricsDep,
+    settings: SettingsDep,
+    request: Request,
 ) -> Response:
     """The Prometheus text format: jobs and tasks per state, failed attempts per failure
-    class, the outbox backlog, worker heartbeat ages, the emergency stop, and this process's
-    submissions. Any valid token may read it."""
+    class, the outbox backlog and its age, the leading scheduler, the pool's hosts (live,
+    open, probing), each host's heartbeat age and quarantine, the pool and dead-letter queue
+    depths, detection latency, the emergency stop, and this process's submissions. Any valid
+    token may read it."""
     keys: RedisKeys = request.app.state.redis_keys
+    hub: EventHub = request.app.state.events
+    topology = Topology(settings.namespace)
+    names = {
+        "pool": topology.pool_queue(settings.worker_pool),
+        "dead_letters": topology.dead_letter_queue,
+    }
+
+    async def queues() -> dict[str, int]:
+        depths = await hub.queue_depths(list(names.values()))
+        return {label: depths[name] for label, name in names.items() if name in depths}
+
     async with pool.acquire() as conn:
-        body = await registry.scrape(conn, redis, keys)
+        hosts = await pool_status.read(conn, settings.worker_pool, settings.dead_host_s)
+        body = await registry.scrape(conn, redis, keys, hosts, queues)
     return Response(content=body, media_type=CONTENT_TYPE_LATEST)
