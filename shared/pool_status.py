@@ -8,12 +8,14 @@ from shared.db import Connection
 
 _READ = """
 SELECT count(*) FILTER (WHERE live) AS live,
-       count(*) FILTER (WHERE live AND NOT quarantined) AS open,
+       count(*) FILTER (WHERE live AND NOT quarantined AND NOT draining) AS open,
+       count(*) FILTER (WHERE live AND draining) AS draining,
        count(*) FILTER (WHERE live AND probing_since IS NOT NULL) AS probing,
        count(*) FILTER (WHERE supervised) AS supervised,
        min(quarantined_until) FILTER (WHERE live AND quarantined) AS shut_until,
        min(quarantine_reason) FILTER (WHERE live AND quarantined) AS reason
 FROM (SELECT h.quarantined, h.quarantined_until, h.quarantine_reason, h.probing_since,
+             h.draining,
              h.worker IS NOT NULL AND h.heartbeat_at > now() - make_interval(secs => $2) AS live,
              h.supervisor_heartbeat_at > now() - make_interval(secs => $2) AS supervised
       FROM hosts h WHERE h.pool = $1) h
@@ -26,11 +28,12 @@ class PoolStatus:
 
     pool: str
     live: int  # hosts whose worker heartbeated within the dead-host time
-    open: int  # of those, taking tasks (not quarantined)
+    open: int  # of those, taking tasks (not quarantined, not draining)
     probing: int  # of those, letting one task at a time through their breaker
     supervised: int  # hosts whose supervisor heartbeated within the dead-host time
     shut_until: datetime | None  # the first end of a quarantine among the live hosts
     reason: str | None  # one of their quarantine reasons
+    draining: int = 0  # live hosts an operator drains (they take no new task)
 
     def waiting_on(self) -> str | None:
         """Why a new task of this pool cannot start now (None: nothing in the pool stops it)."""
@@ -38,7 +41,10 @@ class PoolStatus:
             return f"no worker of pool {self.pool} has a fresh heartbeat"
         if self.open > 0:
             return None
-        shut = f"all {self.live} host(s) of pool {self.pool} quarantined"
+        if self.draining == self.live:
+            return f"all {self.live} host(s) of pool {self.pool} draining (`vigil hosts undrain`)"
+        drained = f", {self.draining} draining" if self.draining else ""
+        shut = f"all {self.live} host(s) of pool {self.pool} quarantined{drained}"
         if self.probing:
             return f"{shut}; {self.probing} probing, one task at a time"
         until = f" until {self.shut_until.isoformat(timespec='seconds')}" if self.shut_until else ""
@@ -75,6 +81,7 @@ async def read(conn: Connection, pool: str, fresh_s: float) -> PoolStatus:
         open=row["open"],
         probing=row["probing"],
         supervised=row["supervised"],
+        draining=row["draining"],
         shut_until=row["shut_until"],
         reason=row["reason"],
     )

@@ -164,6 +164,9 @@ class AsyncClient:
     async def hosts(self) -> list[Host]:
         return cast(list[Host], await self._send(calls.hosts()))
 
+    async def host_action(self, host_id: str, action: str, **fields: Any) -> dict[str, Any]:
+        return cast(dict[str, Any], await self._send(calls.host_action(host_id, action, fields)))
+
     async def analysers(self) -> list[str]:
         return cast(list[str], await self._send(calls.analysers()))
 

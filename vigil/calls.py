@@ -141,6 +141,11 @@ def hosts() -> Call:
     return Call("GET", "/hosts")
 
 
+def host_action(host_id: str, action: str, fields: Mapping[str, Any]) -> Call:
+    body = {"action": action} | {k: v for k, v in fields.items() if v is not None}
+    return Call("POST", f"/hosts/{check_id('host', host_id)}/actions", json=body)
+
+
 def analysers() -> Call:
     return Call("GET", "/analysers")
 

@@ -512,15 +512,48 @@ def purge(
 # -- operators --------------------------------------------------------------------------------
 
 
+class HostVerb(StrEnum):
+    """What `vigil hosts VERB HOST` does to a host (operators only)."""
+
+    DRAIN = "drain"  # finish what it holds, take nothing new
+    UNDRAIN = "undrain"
+    QUARANTINE = "quarantine"  # take nothing new for --duration (a wall, not a breaker)
+    RELEASE = "release"  # end its quarantine
+
+
 @command()
-def hosts(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """List the worker hosts."""
+def hosts(
+    ctx: typer.Context,
+    verb: Annotated[
+        HostVerb | None, typer.Argument(help="drain, undrain, quarantine or release HOST.")
+    ] = None,
+    host: Annotated[str | None, typer.Argument(help="The host's id.")] = None,
+    reason: Annotated[str, typer.Option(help="Why (quarantine).")] = "",
+    duration: Annotated[
+        float | None, typer.Option(min=1, help="Seconds a quarantine lasts (default: 7 days).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List the worker hosts; or drain, undrain, quarantine or release one."""
+    if verb is None:
+        with _session(ctx).client() as client:
+            found = client.hosts()
+        if as_json:
+            _json(found)
+        else:
+            out.print(render.hosts_table(found))
+        return
+    if host is None:
+        raise UsageError(f"vigil hosts {verb.value} needs a HOST")
+    fields: dict[str, Any] = {}
+    if verb is HostVerb.QUARANTINE:
+        fields = {"reason": reason, "duration_s": duration}
     with _session(ctx).client() as client:
-        found = client.hosts()
+        done = client.host_action(host, verb.value, **fields)
     if as_json:
-        _json(found)
+        _json(done)
     else:
-        out.print(render.hosts_table(found))
+        print(render.printable(f"host {host}: {verb.value} accepted"))
 
 
 @command()

@@ -206,6 +206,11 @@ class Client:
         """The worker hosts: heartbeat age, slots, running tasks, quarantine."""
         return cast(list[Host], self._send(calls.hosts()))
 
+    def host_action(self, host_id: str, action: str, **fields: Any) -> dict[str, Any]:
+        """`drain`, `undrain`, `quarantine` (`reason`, `duration_s`) or `release` a host
+        (operators only)."""
+        return cast(dict[str, Any], self._send(calls.host_action(host_id, action, fields)))
+
     def analysers(self) -> list[str]:
         """The analysers a job's `policy.analyser` may name (`default` and those installed)."""
         return cast(list[str], self._send(calls.analysers()))

@@ -224,6 +224,8 @@ def _age(seconds: Any) -> str | None:
 
 
 def _quarantine(host: Mapping[str, Any]) -> str:
+    if host.get("draining"):
+        return "draining" if host.get("running_tasks") else "drained (takes no new task)"
     if not host.get("quarantined"):
         return "no"
     reason = host.get("quarantine_reason")

@@ -27,7 +27,7 @@ MAX_HOSTS: Final = 1000
 
 _HOSTS_SQL: Final = (
     "SELECT id, slots, worker, started_at, quarantined, quarantined_until, quarantine_reason,"
-    " pool, breaker, probing_since,"
+    " pool, breaker, probing_since, draining,"
     " extract(epoch FROM now() - heartbeat_at)::float8 AS worker_age,"
     " extract(epoch FROM now() - supervisor_heartbeat_at)::float8 AS supervisor_age"
     " FROM hosts ORDER BY id LIMIT $1"
@@ -59,6 +59,8 @@ class HostView:
     breaker: bool = False
     #: Since when its breaker lets one task at a time through.
     probing_since: datetime | None = None
+    #: An operator drains it: it finishes what it holds and takes no new task.
+    draining: bool = False
 
 
 def _age(seconds: float | None) -> float | None:
@@ -83,6 +85,7 @@ def view_of(row: Record, running: int, registered: bool | None) -> HostView:
         pool=row["pool"],
         breaker=row["breaker"],
         probing_since=row["probing_since"],
+        draining=row["draining"],
     )
 
 

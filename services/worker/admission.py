@@ -1,6 +1,7 @@
-"""What a host's quarantine lets its worker take from the pool queue (see
-`services/scheduler/breaker.py`): everything, one task at a time (a breaker probing), or
-nothing. Work for tasks whose work dirs are here comes through the host queue whatever it is."""
+"""What a host's quarantine (see `services/scheduler/breaker.py`) and an operator's drain let
+its worker take from the pool queue: everything, one task at a time (a breaker probing), or
+nothing. Work for tasks whose work dirs are here comes through the host queue whatever it is,
+so a draining host finishes what it holds."""
 
 from enum import StrEnum
 
@@ -11,8 +12,10 @@ class Admission(StrEnum):
     SHUT = "shut"  # none
 
 
-def of_host(quarantined: bool, probing: bool) -> Admission:
+def of_host(quarantined: bool, probing: bool, draining: bool = False) -> Admission:
     """The admission of a host with these `hosts` flags."""
+    if draining:
+        return Admission.SHUT
     if not quarantined:
         return Admission.OPEN
     return Admission.PROBING if probing else Admission.SHUT

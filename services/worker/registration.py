@@ -48,14 +48,14 @@ async def register(
         "INSERT INTO hosts (id, slots, worker, started_at, heartbeat_at, pool)"
         " VALUES ($1, $2, $3, now(), now(), $4) ON CONFLICT (id) DO UPDATE SET slots = $2,"
         " worker = $3, started_at = now(), heartbeat_at = now(), pool = $4"
-        " RETURNING quarantined, probing_since IS NOT NULL AS probing",
+        " RETURNING quarantined, probing_since IS NOT NULL AS probing, draining",
         presence.host_id,
         presence.slots,
         presence.instance,
         pool_name,
     )
     assert row is not None  # an upsert returns its row
-    return of_host(row["quarantined"], row["probing"])
+    return of_host(row["quarantined"], row["probing"], row["draining"])
 
 
 async def heartbeat(
@@ -86,13 +86,13 @@ async def heartbeat(
             row = await pool.fetchrow(
                 "UPDATE hosts SET heartbeat_at = now(), worker = $2"
                 " WHERE id = $1 AND (worker = $2 OR worker IS NULL)"
-                " RETURNING quarantined, probing_since IS NOT NULL AS probing",
+                " RETURNING quarantined, probing_since IS NOT NULL AS probing, draining",
                 presence.host_id,
                 presence.instance,
             )
             if row is not None:
                 lease.renew(sent_at)
-                await on_admission(of_host(row["quarantined"], row["probing"]))
+                await on_admission(of_host(row["quarantined"], row["probing"], row["draining"]))
         except UNAVAILABLE as exc:
             logger.warning("heartbeat failed: %s", exc)
 

@@ -156,3 +156,26 @@ async def test_when_a_host_action_is_wrong__it_is_refused_with_the_reason(api: A
         f"/hosts/{host_id}/actions", json=release, headers=api.user.headers
     )
     assert as_user.status_code == 403
+
+
+async def test_when_an_operator_drains_and_undrains_a_host__hosts_shows_it(api: Api) -> None:
+    host_id = await _host(api, worker="w-1", worker_age_s=0)
+    url, ops = f"/hosts/{host_id}/actions", api.operator.headers
+
+    for _ in range(2):  # draining a draining host is a no-op
+        response = await api.client.post(url, json={"action": "drain"}, headers=ops)
+        assert response.status_code == 202, response.text
+    shown = _by_id((await api.client.get("/hosts", headers=api.user.headers)).json(), host_id)
+    assert shown["draining"] and not shown["quarantined"]
+
+    response = await api.client.post(url, json={"action": "undrain"}, headers=ops)
+    assert response.status_code == 202, response.text
+    shown = _by_id((await api.client.get("/hosts", headers=api.user.headers)).json(), host_id)
+    assert not shown["draining"]
+    again = await api.client.post(url, json={"action": "undrain"}, headers=ops)
+    assert again.status_code == 409
+    assert again.json()["next_step"].startswith("nothing to undrain")
+    missing = await api.client.post(
+        "/hosts/h-nowhere/actions", json={"action": "drain"}, headers=ops
+    )
+    assert missing.status_code == 404

@@ -44,6 +44,8 @@ def _run(args: list[str], tmp_path: Path, **env: str) -> tuple[int, str]:
         (["revoke-token", "sk-live-abc"], "is not a token id"),
         (["tokens", "../root"], "is not a valid user name"),
         (["disable-user", "a b"], "is not a valid user name"),
+        (["hosts", "drain"], "vigil hosts drain needs a HOST"),
+        (["hosts", "undrain", "../etc"], "is not a valid host id"),
     ],
 )
 def test_when_an_argument_is_wrong__the_command_says_why_and_exits_2(

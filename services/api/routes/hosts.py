@@ -17,7 +17,7 @@ from services.api.deps import (
     RedisDep,
 )
 from services.api.errors import invalid
-from shared import quarantine
+from shared import draining, quarantine
 from shared.ids import is_safe_id
 from shared.redis_keys import RedisKeys
 
@@ -46,6 +46,10 @@ class HostPublic(BaseModel):
         " cool-down and is released by a probe that ends well (an operator's quarantine is not).",
     )
     probing_since: datetime | None = None
+    draining: bool = Field(
+        default=False,
+        description="An operator drains it: it finishes the tasks it holds and takes no new one.",
+    )
 
 
 @router.get("/hosts")
@@ -68,11 +72,12 @@ async def list_analysers(user: CurrentUser, analysers: AnalysersDep) -> list[str
 
 
 class HostAction(BaseModel):
-    """`release` ends a host's quarantine; `quarantine` stops it taking new tasks."""
+    """`release` ends a host's quarantine; `quarantine` stops it taking new tasks (for
+    `duration_s`); `drain` lets it finish what it holds and take nothing new until `undrain`."""
 
     model_config = ConfigDict(extra="forbid")
 
-    action: Literal["release", "quarantine"]
+    action: Literal["release", "quarantine", "drain", "undrain"]
     reason: str = Field(default="", max_length=500)
     duration_s: float = Field(default=quarantine.DEFAULT_QUARANTINE_S, gt=0, le=365 * 86400)
 
@@ -83,7 +88,7 @@ class HostAction(BaseModel):
     responses={
         403: {"description": "The caller is not an operator."},
         404: {"description": "No such host."},
-        409: {"description": "Release of a host that is not quarantined."},
+        409: {"description": "Release of a host not quarantined, undrain of one not draining."},
     },
 )
 async def act_on_host(
@@ -92,12 +97,16 @@ async def act_on_host(
     body: HostAction,
     pool: PoolDep,
 ) -> dict[str, str]:
-    """Release a host from quarantine (or quarantine it), operators only."""
+    """Quarantine, release, drain or undrain a host, operators only."""
     if not is_safe_id(host_id):
         raise invalid(("path", "host_id"), f"host id {host_id[:100]!r} is not a valid id")
     async with pool.acquire() as conn:
         if body.action == "release":
             await quarantine.release(conn, host_id, user.name)
-        else:
+        elif body.action == "quarantine":
             await quarantine.quarantine(conn, host_id, user.name, body.reason, body.duration_s)
+        elif body.action == "drain":
+            await draining.drain(conn, host_id)
+        else:
+            await draining.undrain(conn, host_id)
     return {"host": host_id, "action": body.action}
