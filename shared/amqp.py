@@ -23,6 +23,7 @@ from aio_pika.abc import (
 )
 from pamqp.commands import Basic
 
+from shared.db import ride_out
 from shared.errors import InvalidMessage
 from shared.messages import Message, decode, encode
 from shared.messages import _Message as WireMessage
@@ -147,6 +148,9 @@ async def deliver(incoming: AbstractIncomingMessage, handler: Handler) -> None:
 
     Requeued deliveries count towards the queue's delivery limit, after which the broker
     dead-letters them, so a poison message cannot loop forever. Handlers must be idempotent.
+    A handler that meets a lost database connection (a restart) is made again once it is back
+    (`shared.db.ride_out`), not requeued: a redelivery would fail the same way at once and
+    spend the delivery limit, and a dead-lettered kill order is a kill never done.
     """
     try:
         message = decode(incoming.body)
@@ -155,7 +159,7 @@ async def deliver(incoming: AbstractIncomingMessage, handler: Handler) -> None:
         await settle(incoming, ack=False, requeue=False)
         return
     try:
-        await handler(message)
+        await ride_out(lambda: handler(message), f"handling {message.type}")
     except Exception:
         logger.exception("handler failed; the message goes back to its queue")
         await settle(incoming, ack=False, requeue=True)

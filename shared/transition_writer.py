@@ -38,7 +38,7 @@ from typing import Any, Final
 from uuid import UUID
 
 from shared import tasks_repo
-from shared.db import Connection, Pool, connection_lost
+from shared.db import RIDE_OUT_PAUSE_S, RIDE_OUT_S, Connection, Pool, connection_lost
 from shared.errors import UNAVAILABLE
 from shared.states import QUIET, TaskState
 
@@ -51,11 +51,6 @@ MAX_BATCH: Final = 64
 #: How often at most a worker nudges the relay, and how long after the commit (module doc).
 NUDGE_EVERY_S: Final = 0.5
 NUDGE_DELAY_S: Final = 0.1
-
-#: How long moves wait for a database that went away before their callers are told, and the
-#: longest pause between two looks at it.
-RIDE_OUT_S: Final = 120.0
-RIDE_OUT_PAUSE_S: Final = 1.0
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,14 @@ async def visible_job(conn: Connection, user: User, job_id: str) -> Job:
     return job
 
 
+async def check_visible(conn: Connection, user: User, job_id: str) -> None:
+    """`NotFound` unless the job exists and is the user's (an operator's: any job). Its task
+    counts are not read: a page of a 100,000-task job's tasks or logs does not count them."""
+    owner = await conn.fetchval("SELECT owner_id FROM jobs WHERE id = $1", job_id)
+    if owner is None or not (user.is_operator or owner == user.id):
+        raise NotFound(f"job {job_id!r} not found")
+
+
 async def visible_task(conn: Connection, user: User, task_id: str) -> Task:
     """The task; raises `NotFound` when it is missing or belongs to another user's job."""
     task = await tasks_repo.get(conn, task_id)

@@ -199,8 +199,9 @@ class Taker:
         self, conn: Connection, task: tasks_repo.Task, state: TaskState, claim: UUID
     ) -> bool:
         status = await conn.execute(
+            # this worker again: a take made again after its reply was lost (a restart)
             "UPDATE tasks SET worker = $4, updated_at = now() WHERE id = $1 AND state = $2"
-            " AND claim = $3 AND worker IS NULL",
+            " AND claim = $3 AND (worker IS NULL OR worker = $4)",
             task.id,
             state.value,
             claim,

@@ -16,8 +16,10 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
 
 from services.worker import cleanup
 from services.worker.admission import Admission
+from services.worker.claims import Held
 from services.worker.stages import StageRunner
 from shared.amqp import Broker, settle
+from shared.db import ride_out
 from shared.errors import InvalidMessage
 from shared.messages import RemoveWorkdirs, RunStage, decode
 from shared.topology import declare_all_work_queues
@@ -132,7 +134,7 @@ class Consumer:
                 if self._stopping:  # received before intake stopped, not started: give it back
                     await settle(incoming, ack=False, requeue=True)
                     return
-                held = await self._runner.take(message)
+                held = await self._take(message)
                 await settle(incoming, ack=True)
                 acked = True
                 if held is not None:
@@ -150,6 +152,14 @@ class Consumer:
             logger.exception("work message failed")
             if not acked:  # back to the queue; the delivery limit stops a poison message
                 await settle(incoming, ack=False, requeue=True)
+
+    async def _take(self, message: RunStage) -> Held | None:
+        """`take`, waiting for a database that went away (a restart) rather than handing the
+        message back at once: its redelivery would fail the same way within milliseconds, and
+        each one spends the message's delivery limit, after which it is dead-lettered and its
+        task stays claimed with no message. A take is safe to make again (it reads, then moves
+        under the message's claim)."""
+        return await ride_out(lambda: self._runner.take(message), f"taking task {message.task_id}")
 
     async def stop_intake(self) -> None:
         """Stop receiving new messages; those running go on, those waiting for a slot go back."""

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Header, Query, Response, status
 from pydantic import AfterValidator
 
 from services.api import cursor, queries, submission
-from services.api.access import owner_filter, visible_job
+from services.api.access import check_visible, owner_filter, visible_job
 from services.api.actions import InputsAdded, InputsAppend, JobActionRequest, TestRequest
 from services.api.deps import (
     AUTH_RESPONSES,
@@ -194,7 +194,7 @@ async def list_errors(
     """The error-severity log records that failed tasks of the job (`fail_on_log`), oldest
     first, each with the lines that led up to it as its `detail`."""
     async with pool.acquire() as conn:
-        await visible_job(conn, user, job_id)
+        await check_visible(conn, user, job_id)
         errors = await job_errors.list_for_job(conn, job_id, limit)
     return [JobErrorPublic.model_validate(e, from_attributes=True) for e in errors]
 
@@ -221,7 +221,7 @@ async def list_tasks(
     prerequisites, one page at a time: a full page has a `Link: <...>; rel="next"` header, and
     the next one starts `after` the last index of this one."""
     async with pool.acquire() as conn:
-        await visible_job(conn, user, job_id)
+        await check_visible(conn, user, job_id)
         tasks = await tasks_repo.page_for_job(conn, job_id, after=after, limit=limit, state=state)
         found = await queries.prerequisites_of(conn, [task.id for task in tasks])
     if len(tasks) == limit:
@@ -245,7 +245,7 @@ async def list_logs(
 ) -> LogsPage:
     """The job's output lines in order; continue with `after=next_after`."""
     async with pool.acquire() as conn:
-        await visible_job(conn, user, job_id)
+        await check_visible(conn, user, job_id)
         logs = await logs_repo.for_job(
             conn,
             job_id,
@@ -287,7 +287,7 @@ async def list_events(
             + ("newest" if order == "oldest" else "oldest"),
         )
     async with pool.acquire() as conn:
-        await visible_job(conn, user, job_id)
+        await check_visible(conn, user, job_id)
         start = after if order == "oldest" else before
         events = await event_log.of_job(conn, job_id, order=order, start=start, limit=limit)
     return EventsPage(
@@ -321,7 +321,7 @@ async def act_on_job(
     or what still runs, for `purge`); every action but `purge` is 409 on a purged job.
     """
     async with pool.acquire() as conn, conn.transaction():
-        await visible_job(conn, user, job_id)
+        await check_visible(conn, user, job_id)
         if body.action is JobAction.ACTIVATE:
             job, made = await configuring.activate(conn, job_id, user.name)
             await quota.charge(user, made)
@@ -366,7 +366,7 @@ async def append_inputs(
     """
     body.check_against(settings.max_inputs)
     async with pool.acquire() as conn, conn.transaction():
-        await visible_job(conn, user, job_id)
+        await check_visible(conn, user, job_id)
         await submission.check_upstreams(conn, user, body.inputs, ("body", "inputs"))
         task_ids = await datasets.add_inputs(conn, job_id, list(body.inputs))
         await quota.charge(user, len(task_ids))
@@ -429,7 +429,7 @@ async def start_test(
     on an explicit `input`: 201 with the task (negative index). Its outputs are discarded when
     the job is activated."""
     async with pool.acquire() as conn, conn.transaction():
-        await visible_job(conn, user, job_id)
+        await check_visible(conn, user, job_id)
         if body.input is not None:
             await submission.check_upstreams(conn, user, [body.input], ("body", "input"))
         task = await configuring.start_test(conn, job_id, body.what())
