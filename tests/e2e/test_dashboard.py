@@ -323,3 +323,31 @@ async def test_while_a_host_is_quarantined__every_page_shows_a_banner_saying_so(
         released = await client.post(f"/hosts/{HOST_ID}/actions", json={"action": "release"})
         assert released.status_code == 202, released.text
     await expect(banner).to_have_count(0, timeout=10_000)
+
+
+async def test_an_operator_drains_quarantines_and_releases_a_host_from_the_hosts_page(
+    tab: Tab, client: httpx.AsyncClient
+) -> None:
+    await tab.open("/ui/hosts")
+    row = tab.page.locator(f'#hosts tr[data-host-id="{HOST_ID}"]')
+    await expect(row).to_have_attribute("data-draining", "no")
+
+    # drain (confirmed), then undrain
+    await row.locator('button[data-host-action="drain"]').click()
+    await expect(row).to_have_attribute("data-draining", "yes")
+    await expect(row.locator("td.quarantine")).to_contain_text("draining")
+    assert (await client.get("/hosts")).json()[0]["draining"]
+    await row.locator('button[data-host-action="undrain"]').click()
+    await expect(row).to_have_attribute("data-draining", "no")
+
+    # quarantine (the prompt asks why), which the banner shows, then release
+    tab.prompt_answer = "e2e bad disk"
+    await row.locator('button[data-host-action="quarantine"]').click()
+    await expect(row).to_have_attribute("data-quarantined", "yes")
+    await expect(row.locator("td.quarantine")).to_contain_text("e2e bad disk")
+    await expect(tab.page.locator("#quarantine-banner")).to_contain_text(HOST_ID)
+    await tab.screenshot("hosts-page-quarantined")
+    await row.locator('button[data-host-action="release"]').click()
+    await expect(row).to_have_attribute("data-quarantined", "no")
+    await expect(tab.page.locator("#quarantine-banner")).to_have_count(0)
+    assert tab.errors == []

@@ -323,7 +323,7 @@ async def host_rows(
     """The hosts table's rows (HTML fragment)."""
     async with pool.acquire() as conn:
         found = await hosts.list_hosts(conn, redis, _keys(request))
-    return _pages.fragment("_rows.html", "host_rows", found)
+    return _pages.fragment("_rows.html", "host_rows", found, user.is_operator)
 
 
 def _keys(request: Request) -> RedisKeys:

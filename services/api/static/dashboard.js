@@ -322,6 +322,25 @@
     else later("job:" + jobId, () => refreshJobRow(jobId), 10);
   }
 
+  async function hostAction(hostId, action) {
+    const body = { action: action };
+    if (action === "quarantine") {
+      const reason = window.prompt("Quarantine " + hostId + ": why? (it takes no new task until released)");
+      if (reason === null) return;
+      body.reason = reason.trim();
+    }
+    if (action === "drain" && !window.confirm("Drain " + hostId + "? It finishes what it runs and takes no new task.")) return;
+    try {
+      await api("POST", "/hosts/" + encodeURIComponent(hostId) + "/actions", body);
+      flash("host " + hostId + ": " + action + " accepted", "ok");
+    } catch (e) {
+      flash("host " + hostId + ": " + action + " refused: " + e.message, "error");
+      return;
+    }
+    await refreshHosts();
+    await showQuarantine();
+  }
+
   async function taskAction(taskId, action) {
     if (action === "cancel" && !window.confirm("Cancel this task?")) return;
     try {
@@ -406,6 +425,8 @@
     if (!target) return;
     if (target.dataset.jobAction) {
       jobAction(target.dataset.job, target.dataset.jobAction);
+    } else if (target.dataset.hostAction) {
+      hostAction(target.dataset.host, target.dataset.hostAction);
     } else if (target.hasAttribute("data-task-apply")) {
       const select = target.closest("tr").querySelector("select.task-action");
       if (select) taskAction(target.dataset.task, select.value);
