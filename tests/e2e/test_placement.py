@@ -1,0 +1,102 @@
+"""Placement across hosts (issue 15 point 4): a job's `max_in_flight` holds across every host,
+and a host that joins a busy pool takes work."""
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from tests.conftest import AMQP_URL, REDIS_URL, fresh_database
+from tests.e2e.conftest import Events, wait_job
+from tests.e2e.stack import E2E_ENV, Stack
+
+pytestmark = pytest.mark.e2e
+
+HOSTS = ("e2e-p1", "e2e-p2")
+
+
+@pytest.fixture
+def stack(tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
+    """Two hosts of 2 slots each; only the first one's worker and supervisor are started (the
+    test starts the second's when it needs them)."""
+    with fresh_database("vigil_e2e") as url:
+        s = Stack(
+            database_url=url,
+            amqp_url=AMQP_URL,
+            redis_url=REDIS_URL,
+            namespace=e2e_namespace,
+            root=tmp_path,
+            hosts=list(HOSTS),
+            slots=2,
+            extra_env=dict(E2E_ENV),
+        )
+        s.work_root.mkdir(parents=True, exist_ok=True)
+        try:
+            for name in ("api", "scheduler", f"supervisor@{HOSTS[0]}", f"worker@{HOSTS[0]}"):
+                s.start(name)
+            s.wait_healthy()
+            yield s
+        finally:
+            s.stop_all()
+            for name in s.procs:
+                print(f"----- {name} -----\n{s.log(name)}")  # noqa: T201
+
+
+async def _cluster_attempts(stack: Stack, job_id: str) -> list[Any]:
+    conn = await asyncpg.connect(stack.database_url)
+    try:
+        return list(
+            await conn.fetch(
+                "SELECT a.host, a.started_at, a.ended_at FROM attempts a"
+                " JOIN tasks t ON t.id = a.task_id"
+                " WHERE t.job_id = $1 AND a.stage = 'cluster' ORDER BY a.started_at",
+                job_id,
+            )
+        )
+    finally:
+        await conn.close()
+
+
+def _most_at_once(attempts: list[Any]) -> int:
+    edges = sorted(
+        [(a["started_at"], 1) for a in attempts] + [(a["ended_at"], -1) for a in attempts],
+        key=lambda edge: (edge[0], edge[1]),  # an end before a start at the same instant
+    )
+    running = most = 0
+    for _, step in edges:
+        running += step
+        most = max(most, running)
+    return most
+
+
+async def test_a_host_that_joins_takes_work_and_max_in_flight_holds_across_hosts(
+    stack: Stack, client: httpx.AsyncClient, events: Events
+) -> None:
+    # given: a job of 12 one-second tasks, at most 3 in flight, on one host of 2 slots
+    body = {"command": "sleep 1", "inputs": [str(i) for i in range(12)], "max_in_flight": 3}
+    response = await client.post("/jobs", json=body)
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    await events.wait_key(f"task.on_cpu.{job_id}")
+
+    # when: a second host joins
+    stack.start(f"supervisor@{HOSTS[1]}")
+    stack.start(f"worker@{HOSTS[1]}")
+
+    # then: every task completes, the new host ran some, and never more than 3 ran at once
+    assert (await wait_job(client, events, job_id, within=60))["state"] == "completed"
+    attempts = await _cluster_attempts(stack, job_id)
+    assert len(attempts) == 12
+    assert {a["host"] for a in attempts} == set(HOSTS), "the joining host took work"
+    assert _most_at_once(attempts) <= 3
+    conn = await asyncpg.connect(stack.database_url)
+    try:
+        joined = await conn.fetchval("SELECT started_at FROM hosts WHERE id = $1", HOSTS[1])
+    finally:
+        await conn.close()
+    first = min(a["started_at"] for a in attempts if a["host"] == HOSTS[1])
+    waited = (first - joined).total_seconds()
+    print(f"the joining host's first task started {waited:.2f} s after it registered")  # noqa: T201
