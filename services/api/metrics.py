@@ -115,6 +115,12 @@ class Metrics:
             " the broker does not answer",
             "queue",
         )
+        self.dead_letters = Gauge(
+            "vigil_dead_letters",
+            "Work messages the broker gave up on after their delivery limit, as the schedulers"
+            " recorded them with their jobs (all history), read at scrape time",
+            registry=self.registry,
+        )
         self.outbox_oldest = Gauge(
             "vigil_outbox_oldest_seconds",
             "How long the oldest unpublished outbox row has waited (0: none waits), read at"
@@ -162,6 +168,7 @@ class Metrics:
             self.detection.latest = await queries.detection_latencies(conn, LATENCY_BOUNDS)
             self.outbox_oldest.set(round(await queries.outbox_oldest_age(conn) or 0.0, 3))
             self.scheduler_leading.set(int(await queries.scheduler_leading(conn)))
+            self.dead_letters.set(await queries.dead_letters(conn))
             await self._hosts(conn, redis, keys)
             if pool is not None:
                 counts = {

@@ -156,6 +156,13 @@ async def outbox_oldest_age(conn: Connection) -> float | None:
     return None if age is None else max(float(age), 0.0)
 
 
+async def dead_letters(conn: Connection) -> int:
+    """Work messages the broker gave up on, as the schedulers recorded them (all history)."""
+    return int(
+        await conn.fetchval("SELECT count(*) FROM job_errors WHERE severity = 'dead_letter'")
+    )
+
+
 async def host_quarantines(conn: Connection, limit: int) -> dict[str, tuple[bool, bool]]:
     """Each host's (quarantined, probing) flags (at most `limit` hosts)."""
     rows = await conn.fetch(

@@ -449,7 +449,8 @@ class TaskDetail(TaskPublic):
 
 
 class JobErrorPublic(BaseModel):
-    """An error-severity log record that failed a task of the job, with the lines before it."""
+    """An error-severity log record that failed a task of the job, with the lines before it;
+    or a work message of the job that the broker gave up on (severity `dead_letter`)."""
 
     task_id: str
     ts: datetime

@@ -21,7 +21,7 @@ from contextlib import AsyncExitStack
 import asyncpg
 from redis.asyncio import Redis
 
-from services.scheduler import breaker, pruning
+from services.scheduler import breaker, dead_letters, pruning
 from services.scheduler.dispatcher import Dispatcher
 from services.scheduler.due import Due, Pace, relay_wait
 from services.scheduler.finaliser import SWEEP_EVERY_S, Finaliser
@@ -270,6 +270,7 @@ async def main(settings: SchedulerSettings) -> None:
             topology.pool_queue(settings.worker_pool),
             pool_key(settings.worker_pool),
         )
+        await dead_letters.start(broker, pool)
         redis = await stack.enter_async_context(open_redis(settings.redis_url))
         leadership = Leadership(settings.database_url)
         stack.push_async_callback(leadership.release)

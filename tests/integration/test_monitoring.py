@@ -64,6 +64,7 @@ async def test_every_metric_the_alerts_and_the_dashboard_use_is_exported(
         "vigil_scheduler_leading",
         "vigil_outbox_oldest_seconds",
         'vigil_queue_messages{queue="dead_letters"}',
+        "vigil_dead_letters",
         "vigil_attempts_failed",
     ):
         assert needed in alerts, needed
