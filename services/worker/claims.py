@@ -199,9 +199,10 @@ class Taker:
         self, conn: Connection, task: tasks_repo.Task, state: TaskState, claim: UUID
     ) -> bool:
         status = await conn.execute(
-            # this worker again: a take made again after its reply was lost (a restart)
+            # `worker IS NULL`: a message delivered again to this worker while it drives the
+            # task (its ack was lost) must not start a second run of it
             "UPDATE tasks SET worker = $4, updated_at = now() WHERE id = $1 AND state = $2"
-            " AND claim = $3 AND (worker IS NULL OR worker = $4)",
+            " AND claim = $3 AND worker IS NULL",
             task.id,
             state.value,
             claim,
