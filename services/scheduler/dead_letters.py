@@ -36,7 +36,8 @@ async def start(broker: Broker, pool: Pool) -> None:
     """Consume the dead-letter queue (declared with the exchanges) for as long as the broker
     connection lives."""
     channel = await broker.channel_for_consuming(16)
-    queue = await channel.get_queue(broker.topology.dead_letter_queue, ensure=False)
+    # a passive declare: a robust channel restores its consumer after a broker restart
+    queue = await channel.get_queue(broker.topology.dead_letter_queue)
 
     async def on_message(incoming: AbstractIncomingMessage) -> None:
         try:

@@ -68,7 +68,8 @@ class Consumer:
         )
         self._pool_queue = pool_q
         probe_channel = await broker.channel_for_consuming(1)
-        self._probe_queue = await probe_channel.get_queue(pool_q.name, ensure=False)
+        # a passive declare: a robust channel restores its consumer after a broker restart
+        self._probe_queue = await probe_channel.get_queue(pool_q.name)
         self._consuming.append((host_q, await host_q.consume(self._on_message)))
         await self.admit(admission)
         logger.info("consuming %s", ", ".join(q.name for q, _ in self._consuming))
