@@ -11,6 +11,7 @@ unacked, so the broker hands them to someone else if this worker dies.
 import asyncio
 import logging
 from pathlib import Path
+from uuid import UUID
 
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
 
@@ -56,6 +57,10 @@ class Consumer:
         self._probe = asyncio.Lock()
         self._stopping = False
         self._admission = Admission.SHUT
+        #: The (task, claim) of every message this worker is handling: the broker delivers a
+        #: message again when its ack was lost (a channel that closed), and a second handling
+        #: of the same claim must never start a second run of its task.
+        self._handling: set[tuple[str, UUID]] = set()
 
     async def start(
         self, broker: Broker, host_id: str, pool_name: str, admission: Admission
@@ -120,15 +125,33 @@ class Consumer:
             await self._handle(incoming)
 
     async def _handle(self, incoming: AbstractIncomingMessage) -> None:
-        acked = False
         try:
             message = decode(incoming.body)
-            if isinstance(message, RemoveWorkdirs):  # takes no slot: it runs no task
-                await cleanup.remove_workdirs(Path(self._runner.settings.work_root), message)
-                await settle(incoming, ack=True)
-                return
-            if not isinstance(message, RunStage):
+            if not isinstance(message, RemoveWorkdirs | RunStage):
                 raise InvalidMessage(f"a worker cannot handle {message.type}")
+        except InvalidMessage as exc:
+            logger.error("dead-lettering a bad work message: %s", exc)
+            await settle(incoming, ack=False, requeue=False)
+            return
+        if isinstance(message, RunStage):
+            await self._run(incoming, message)
+            return
+        try:  # takes no slot: it runs no task
+            await cleanup.remove_workdirs(Path(self._runner.settings.work_root), message)
+        except Exception:
+            logger.exception("work message failed")
+            await settle(incoming, ack=False, requeue=True)
+        else:
+            await settle(incoming, ack=True)
+
+    async def _run(self, incoming: AbstractIncomingMessage, message: RunStage) -> None:
+        """Take the message's task and drive it, within the intake; acked once the task is
+        durably this worker's (or the message is stale)."""
+        key = (message.task_id, message.claim)
+        if not await self._first_delivery(incoming, key):
+            return
+        acked = False
+        try:
             await self._intake.acquire()
             permit = Permit(self._intake)
             try:
@@ -144,7 +167,8 @@ class Consumer:
                 permit.release()
         except InvalidMessage as exc:
             logger.error("dead-lettering a bad work message: %s", exc)
-            await settle(incoming, ack=False, requeue=False)
+            if not acked:
+                await settle(incoming, ack=False, requeue=False)
         except asyncio.CancelledError:
             if not acked:
                 await settle(incoming, ack=False, requeue=True)
@@ -153,6 +177,20 @@ class Consumer:
             logger.exception("work message failed")
             if not acked:  # back to the queue; the delivery limit stops a poison message
                 await settle(incoming, ack=False, requeue=True)
+        finally:
+            self._handling.discard(key)
+
+    async def _first_delivery(
+        self, incoming: AbstractIncomingMessage, key: tuple[str, UUID]
+    ) -> bool:
+        """Whether this is the only delivery of its message this worker is handling (a
+        delivery again of one it handles is acked and dropped: the task is already ours)."""
+        if key in self._handling:
+            logger.warning("task %s: its work message came again; already ours", key[0])
+            await settle(incoming, ack=True)
+            return False
+        self._handling.add(key)
+        return True
 
     async def _take(self, message: RunStage) -> Held | None:
         """`take`, waiting for a database that went away (a restart) rather than handing the

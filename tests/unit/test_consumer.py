@@ -1,0 +1,67 @@
+"""The worker's consumer: a work message delivered again while this worker handles it (its
+ack was lost with a channel) never starts a second run of its task."""
+
+import asyncio
+import uuid
+from types import SimpleNamespace
+from typing import Any, cast
+
+from services.worker.consumer import Consumer
+from shared.messages import RunStage, encode
+from shared.states import Stage
+
+
+class _Incoming:
+    def __init__(self, message: RunStage, tag: int) -> None:
+        self.body, self.delivery_tag = encode(message), tag
+        self.acked, self.rejects = asyncio.Event(), 0
+
+    async def ack(self) -> None:
+        self.acked.set()
+
+    async def reject(self, requeue: bool = False) -> None:
+        self.rejects += 1
+
+
+class _Runner:
+    settings = SimpleNamespace(work_root="/nonexistent")
+
+    def __init__(self) -> None:
+        self.takes: asyncio.Queue[str] = asyncio.Queue()
+        self.go = asyncio.Event()
+
+    async def take(self, message: RunStage) -> object:
+        self.takes.put_nowait(message.task_id)
+        return object()
+
+    async def drive(self, held: object, intake: Any) -> None:
+        await self.go.wait()
+
+
+async def _delivered(consumer: Consumer, incoming: _Incoming) -> None:
+    await consumer._on_message(cast(Any, incoming))
+    async with asyncio.timeout(5):
+        await incoming.acked.wait()
+
+
+async def test_a_message_delivered_again_while_it_is_handled_is_acked_not_run_twice() -> None:
+    runner = _Runner()
+    consumer = Consumer(cast(Any, runner), slots=4)
+    message = RunStage(job_id="j-1", task_id="t-1", stage=Stage.SETUP, claim=uuid.uuid4())
+
+    await _delivered(consumer, _Incoming(message, 1))  # taken (acked), now being driven
+    again = _Incoming(message, 2)
+    await _delivered(consumer, again)  # the same claim again: acked, not taken
+
+    assert runner.takes.qsize() == 1 and again.rejects == 0
+
+    # once the first handling is over, a new delivery of that claim is handled again (a stale
+    # no-op for the real take), and another claim of the task is never held back
+    runner.go.set()
+    async with asyncio.timeout(5):
+        while consumer.in_flight:  # noqa: ASYNC110  (the consumer has no event for it)
+            await asyncio.sleep(0.01)
+    other = RunStage(job_id="j-1", task_id="t-1", stage=Stage.CLUSTER, claim=uuid.uuid4())
+    await _delivered(consumer, _Incoming(message, 3))
+    await _delivered(consumer, _Incoming(other, 4))
+    assert runner.takes.qsize() == 3
