@@ -277,15 +277,19 @@ async def transition(
     return Job.from_record(record)
 
 
+#: The anti-join first (an index probe per job, `tasks_unfinished`), materialized so that the
+#: planner never counts a job's tasks before it knows the job has finished: counting first made
+#: every round of a big job read all its tasks (quadratic over the job's life).
 _FINISHED_COUNTS = (
-    "SELECT j.id, jsonb_object_agg(c.state, c.n) AS counts FROM jobs j"
-    " JOIN LATERAL (SELECT state::text AS state, count(*) AS n FROM tasks t"
-    "   WHERE t.job_id = j.id AND t.superseded_by IS NULL AND NOT t.test GROUP BY state) c"
-    " ON true"
+    "WITH done AS MATERIALIZED (SELECT j.id FROM jobs j"
     " WHERE j.state = 'active' AND {which} AND NOT EXISTS (SELECT 1 FROM tasks t"
     "   WHERE t.job_id = j.id AND NOT t.test"
     f"   AND (NOT t.decided OR t.state NOT IN {sql_states.TERMINAL_LIST}))"  # tasks_unfinished
-    " GROUP BY j.id LIMIT $1"
+    " LIMIT $1)"
+    " SELECT d.id, jsonb_object_agg(c.state, c.n) AS counts FROM done d"
+    " JOIN LATERAL (SELECT state::text AS state, count(*) AS n FROM tasks t"
+    "   WHERE t.job_id = d.id AND t.superseded_by IS NULL AND NOT t.test GROUP BY state) c"
+    " ON true GROUP BY d.id"
 )
 
 
