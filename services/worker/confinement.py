@@ -1,16 +1,21 @@
 """Who a job runs as, and what it can reach (issue 17).
 
-A worker running as root starts each command through `unshare --net` (a network namespace of
-its own, with not even a loopback up: no PostgreSQL, RabbitMQ, Redis or anything else, unless
-the job's policy says `network: host`) and `setpriv` (uid and gid `VIGIL_JOB_UID_BASE` + the
-owner's `users.job_uid`, no supplementary groups, no new privileges). The task's work dir is
-given to that uid (mode 0700) before the command starts; the dirs above it stay root's, only
-traversable (0711). Numeric ids need no account on the host.
+A worker running as root starts each command through one `unshare` (util-linux): `--net` (a
+network namespace of its own, with not even a loopback up: no PostgreSQL, RabbitMQ, Redis or
+anything else, unless the job's policy says `network: host`), then `--setgid`/`--setuid` (uid
+and gid `VIGIL_JOB_UID_BASE` + the owner's `users.job_uid`; setting the gid drops the
+supplementary groups). No new privileges: the worker sets `no_new_privs` on itself once, when it
+decides to confine, and every process it starts inherits it (it can never be unset), so a job
+cannot gain any through a setuid program. One exec before bash, not two (`setpriv` cost 1.5 ms
+of CPU a task). The task's work dir is given to that uid (mode 0700) before the command
+starts; the dirs above it stay root's, only traversable (0711). Numeric ids need no account on
+the host.
 
 A worker that is not root cannot do this: with `VIGIL_JOB_ISOLATION=auto` (the default) it
 then runs jobs as itself and says so at start; `on` makes that an error, `off` never confines.
 """
 
+import ctypes
 import logging
 import os
 import shutil
@@ -24,8 +29,10 @@ logger = logging.getLogger(__name__)
 Isolation = Literal["auto", "on", "off"]
 Network = Literal["none", "host"]
 
-#: The tools (util-linux) the confinement runs through.
-TOOLS: Final = ("unshare", "setpriv")
+#: The tool (util-linux) the confinement runs through.
+TOOLS: Final = ("unshare",)
+#: prctl(2) option: no execve of this process or its descendants grants privileges.
+_PR_SET_NO_NEW_PRIVS: Final = 38
 
 
 class CannotConfine(Exception):
@@ -44,16 +51,8 @@ class Confinement:
     def argv(self, job_uid: int, network: Network) -> list[str]:
         """What goes before `bash -c script` for a job of the owner whose `job_uid` is given."""
         uid = self.uid_of(job_uid)
-        argv = ["unshare", "--net", "--"] if network == "none" else []
-        return [
-            *argv,
-            "setpriv",
-            f"--reuid={uid}",
-            f"--regid={uid}",
-            "--clear-groups",
-            "--no-new-privs",
-            "--",
-        ]
+        net = ["--net"] if network == "none" else []
+        return ["unshare", *net, f"--setgid={uid}", f"--setuid={uid}", "--"]
 
     def hand_over(self, work_root: Path, workdir: Path, job_uid: int) -> None:
         """Give the work dir (and what setup put in it) to the job's uid, mode 0700; the work
@@ -75,7 +74,7 @@ def decide(isolation: Isolation, uid_base: int) -> Confinement | None:
         logger.warning("VIGIL_JOB_ISOLATION=off: jobs run as the worker's own user")
         return None
     confinement = Confinement(uid_base)
-    why = _why_not(confinement)
+    why = _why_not(confinement)  # after no_new_privs: it tries the very argv jobs get
     if why is not None:
         if isolation == "on":
             raise CannotConfine(f"VIGIL_JOB_ISOLATION=on, but {why}")
@@ -87,6 +86,16 @@ def decide(isolation: Isolation, uid_base: int) -> Confinement | None:
     return confinement
 
 
+def forbid_new_privileges() -> str | None:
+    """Set `no_new_privs` on this process (inherited by all it starts, never unset): None, or
+    why it could not be set. A root worker keeps its own privileges; the jobs it starts as
+    another uid can gain none through a setuid or file-capability program."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return f"prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}"
+    return None
+
+
 def _why_not(confinement: Confinement) -> str | None:
     """Why this worker cannot confine jobs (None: it can). Besides root and the tools, it tries
     once: a container without CAP_SYS_ADMIN, for one, may not make network namespaces."""
@@ -95,6 +104,9 @@ def _why_not(confinement: Confinement) -> str | None:
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
         return f"{' and '.join(missing)} not found (util-linux)"
+    why = forbid_new_privileges()
+    if why is not None:
+        return why
     try:
         tried = subprocess.run(
             [*confinement.argv(0, "none"), "true"], capture_output=True, timeout=10, check=False

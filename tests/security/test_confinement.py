@@ -23,6 +23,7 @@ BASE = 2_000_000
 
 PROBE = """
 echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"
+awk '/^(Groups|CapEff|NoNewPrivs):/ {print $1 $2}' /proc/self/status
 echo "workdir=$(stat -c '%a %u' "$VIGIL_WORKDIR")"
 touch made; echo "made=$(stat -c '%a' made)"
 for port in 5432 5672 6379; do
@@ -38,8 +39,8 @@ if touch "$(dirname "$(dirname "$VIGIL_WORKDIR")")/planted" 2>/dev/null; then
 
 @pytest.fixture
 def stack(e2e_namespace: str) -> Iterator[Stack]:
-    if shutil.which("setpriv") is None or shutil.which("unshare") is None:
-        pytest.fail("setpriv and unshare (util-linux) are needed: apt-get install util-linux")
+    if shutil.which("unshare") is None:
+        pytest.fail("unshare (util-linux) is needed: apt-get install util-linux")
     # The path to the work root must be traversable by the jobs' uids (pytest's own tmp dir
     # is private to root).
     root = Path(tempfile.mkdtemp(prefix="vigil-confined-", dir="/tmp"))
@@ -94,6 +95,9 @@ async def test_a_job_runs_as_its_owners_uid_without_network_or_the_workers_secre
 
     assert lines == [
         f"uid={uid} gid={uid} groups={uid}",
+        "Groups:",  # no supplementary group
+        "CapEff:0000000000000000",  # no capability
+        "NoNewPrivs:1",  # and no way to gain any (a setuid program runs as the job)
         f"workdir=700 {uid}",
         "made=600",
         "port 5432 closed",
