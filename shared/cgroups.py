@@ -1,16 +1,26 @@
-"""A cgroup (v2) per running command, so that its whole tree can be killed or frozen.
+"""A cgroup (v2) per running command, so that its whole tree can be killed or frozen, and
+limited in memory, CPU and processes.
 
 A process group can be left (`setsid`); a cgroup cannot. Where cgroup v2 is mounted and
 writable, the worker starts each command inside `<root>/<task id>.<claim>`; the supervisor
 kills through `cgroup.kill` and suspends through `cgroup.freeze`. Where it is not (no v2 mount,
 no permission, kernel < 5.14 without `cgroup.kill`), `detect()` gives None and everything falls
 back to process groups. Worker and supervisor of one host compute the same paths.
+
+Limits (`TaskLimits`, issue 17) are set by the controller that has them: the v2 cgroup's own
+`memory.max`, `pids.max` and `cpu.max` where the unified hierarchy offers the controller to
+Vigil's root, else a cgroup of the same name in that controller's v1 hierarchy (a hybrid host,
+as our CI machines: v2 without controllers, v1 `memory`, `pids` and `cpu` beside it), which the
+command joins too. A command killed for going over its own memory limit is told apart from one
+killed from outside by the cgroup's `oom_kill` count (`oom_kills`).
 """
 
 import contextlib
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 from uuid import UUID
 
 logger = logging.getLogger(__name__)
@@ -58,11 +68,113 @@ def _own_v2_path() -> str:
     return "/"
 
 
+#: The controllers a task's limits need.
+CONTROLLERS: Final = ("memory", "pids", "cpu")
+#: The CFS period a CPU limit is expressed in (microseconds).
+CPU_PERIOD_US: Final = 100_000
+
+
+@dataclass(frozen=True)
+class TaskLimits:
+    """What one command may use: bytes of memory, CPUs (1.5: one and a half), processes and
+    threads. None: no limit of that kind."""
+
+    memory_bytes: int | None = None
+    cpus: float | None = None
+    pids: int | None = None
+
+    def v2_files(self) -> dict[str, str]:
+        """The files of a v2 cgroup that set them, with their values."""
+        files = {}
+        if self.memory_bytes is not None:
+            files["memory.max"] = str(self.memory_bytes)
+            files["memory.swap.max"] = "0"
+        if self.pids is not None:
+            files["pids.max"] = str(self.pids)
+        if self.cpus is not None:
+            files["cpu.max"] = f"{round(self.cpus * CPU_PERIOD_US)} {CPU_PERIOD_US}"
+        return files
+
+    def v1_files(self, controller: str) -> dict[str, str]:
+        """The files of a v1 cgroup of `controller` that set them (in this order)."""
+        if controller == "memory" and self.memory_bytes is not None:
+            value = str(self.memory_bytes)  # swap too: memsw is set after (it must be >= memory)
+            return {"memory.limit_in_bytes": value, "memory.memsw.limit_in_bytes": value}
+        if controller == "pids" and self.pids is not None:
+            return {"pids.max": str(self.pids)}
+        if controller == "cpu" and self.cpus is not None:
+            quota = round(self.cpus * CPU_PERIOD_US)
+            return {"cpu.cfs_period_us": str(CPU_PERIOD_US), "cpu.cfs_quota_us": str(quota)}
+        return {}
+
+
+def _v1_mounts(mounts: str) -> dict[str, Path]:
+    """controller -> where its v1 hierarchy is mounted (`/proc/self/mounts` text)."""
+    found: dict[str, Path] = {}
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[2] == "cgroup":
+            for option in fields[3].split(","):
+                if option in CONTROLLERS:
+                    found.setdefault(option, Path(fields[1]))
+    return found
+
+
+def _own_v1_paths() -> dict[str, str]:
+    """controller -> this process's cgroup in that v1 hierarchy."""
+    paths: dict[str, str] = {}
+    with open("/proc/self/cgroup", encoding="utf-8") as groups:
+        for line in groups:
+            _, names, path = line.rstrip("\n").split(":", 2)
+            for name in names.split(","):
+                if name in CONTROLLERS:
+                    paths[name] = path
+    return paths
+
+
+def _limiters(root: Path, name: str) -> tuple[frozenset[str], tuple[tuple[str, Path], ...]]:
+    """(the controllers the v2 `root` gives its children, the v1 roots of the others)."""
+    offered = set()
+    with contextlib.suppress(OSError):
+        offered = set((root / "cgroup.controllers").read_text().split()) & set(CONTROLLERS)
+    if offered:  # give them to the task cgroups (best effort: a delegation may forbid it)
+        enable = " ".join(f"+{c}" for c in sorted(offered))
+        if not _write(root / "cgroup.subtree_control", enable):
+            offered = set()
+        else:
+            offered &= set((root / "cgroup.subtree_control").read_text().split())
+    v1: list[tuple[str, Path]] = []
+    with contextlib.suppress(OSError):
+        mounts = _v1_mounts(Path("/proc/self/mounts").read_text(encoding="utf-8"))
+        own = _own_v1_paths()
+        for controller in CONTROLLERS:
+            if controller in offered or controller not in mounts:
+                continue
+            where = mounts[controller] / own.get(controller, "/").lstrip("/") / name
+            try:
+                where.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                logger.info("cgroup v1 %s unusable for limits: %s", controller, exc)
+                continue
+            v1.append((controller, where))
+    return frozenset(offered), tuple(v1)
+
+
 @dataclass(frozen=True)
 class Cgroups:
-    """The directory under which this host's task cgroups live."""
+    """The directory under which this host's task cgroups live, and where limits are set."""
 
     root: Path
+    #: Controllers of the unified hierarchy that the task cgroups have (their limits are set
+    #: there).
+    v2_controllers: frozenset[str] = frozenset()
+    #: (controller, this host's root in its v1 hierarchy) for the others that exist.
+    v1_roots: tuple[tuple[str, Path], ...] = ()
+
+    @property
+    def limitable(self) -> frozenset[str]:
+        """The controllers whose limits this host can set."""
+        return self.v2_controllers | {controller for controller, _ in self.v1_roots}
 
     @classmethod
     def detect(cls, namespace: str, configured: str = "") -> "Cgroups | None":
@@ -72,6 +184,7 @@ class Cgroups:
         """
         if configured == _OFF:
             return None
+        name = f"vigil-{namespace or 'default'}"
         try:
             if configured:
                 root = Path(configured)
@@ -79,27 +192,58 @@ class Cgroups:
                 mount = _v2_mount()
                 if mount is None:
                     return None
-                root = mount / _own_v2_path().lstrip("/") / f"vigil-{namespace or 'default'}"
+                root = mount / _own_v2_path().lstrip("/") / name
             root.mkdir(parents=True, exist_ok=True)
             if not (root / "cgroup.kill").exists():
                 return None
         except OSError as exc:
             logger.info("cgroups unusable, falling back to process groups: %s", exc)
             return None
-        return cls(root)
+        if configured:  # a root of the operator's choosing: limits only where it offers them
+            return cls(root, _limiters(root, name)[0])
+        return cls(root, *_limiters(root, name))
 
     def path(self, task_id: str, claim: UUID) -> Path:
         return self.root / f"{task_id}.{claim.hex}"
 
-    def create(self, task_id: str, claim: UUID) -> Path | None:
-        """Make the task's cgroup; None if that fails (the command then runs without one)."""
+    def limiter_paths(self, task_id: str, claim: UUID) -> list[Path]:
+        """The task's cgroups in the v1 hierarchies that hold its limits."""
+        return [root / f"{task_id}.{claim.hex}" for _, root in self.v1_roots]
+
+    def create(self, task_id: str, claim: UUID, limits: TaskLimits | None = None) -> Path | None:
+        """Make the task's cgroup, limited by `limits`; None if that fails (the command then
+        runs without one, and unlimited: the failure is the host's, logged)."""
         path = self.path(task_id, claim)
+        limits = limits or TaskLimits()
         try:
             path.mkdir(exist_ok=True)
+            for file, value in limits.v2_files().items():
+                if file.split(".")[0] in self.v2_controllers:
+                    _set(path / file, value)
+            for (controller, _), where in zip(
+                self.v1_roots, self.limiter_paths(task_id, claim), strict=True
+            ):
+                files = limits.v1_files(controller)
+                if files:
+                    where.mkdir(exist_ok=True)
+                for file, value in files.items():
+                    _set(where / file, value)
         except OSError as exc:
-            logger.warning("cannot create cgroup %s: %s", path, exc)
+            logger.warning("cannot create cgroup %s with limits %s: %s", path, limits, exc)
+            self.remove(task_id, claim)
             return None
         return path
+
+    def oom_kills(self, task_id: str, claim: UUID) -> int:
+        """How many of the task's processes the kernel killed for its memory limit."""
+        if "memory" in self.v2_controllers:
+            return _count(self.path(task_id, claim) / "memory.events", "oom_kill")
+        for (controller, _), where in zip(
+            self.v1_roots, self.limiter_paths(task_id, claim), strict=True
+        ):
+            if controller == "memory":
+                return _count(where / "memory.oom_control", "oom_kill")
+        return 0
 
     def kill(self, task_id: str, claim: UUID) -> bool:
         """SIGKILL every process in the task's cgroup; False if it has none (or no cgroup)."""
@@ -113,9 +257,10 @@ class Cgroups:
         return _write(self.path(task_id, claim) / "cgroup.freeze", "1" if frozen else "0")
 
     def remove(self, task_id: str, claim: UUID) -> None:
-        """Remove the task's cgroup once empty (a cgroup with processes stays)."""
-        with contextlib.suppress(OSError):
-            self.path(task_id, claim).rmdir()
+        """Remove the task's cgroups once empty (a cgroup with processes stays)."""
+        for path in (self.path(task_id, claim), *self.limiter_paths(task_id, claim)):
+            with contextlib.suppress(OSError):
+                path.rmdir()
 
 
 def procs(path: Path) -> list[int]:
@@ -126,6 +271,24 @@ def procs(path: Path) -> list[int]:
         return []
 
 
+def _set(path: Path, value: str) -> None:
+    """Write a limit; a file this kernel lacks (no swap accounting, say) is skipped."""
+    if path.exists():
+        path.write_text(value)
+
+
+def _count(path: Path, key: str) -> int:
+    """The value of `key` in a flat-keyed cgroup file (0 if absent or unreadable)."""
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def _write(path: Path, value: str) -> bool:
     try:
         path.write_text(value)
@@ -134,10 +297,14 @@ def _write(path: Path, value: str) -> bool:
     return True
 
 
-def join(path: Path, pid: int) -> bool:
-    """Move process `pid` into cgroup `path`; False (logged) if that fails."""
+def join(path: Path, pid: int, limiters: Iterable[Path] = ()) -> bool:
+    """Move process `pid` into cgroup `path` and the v1 cgroups of its limits (those that
+    exist); False (logged) if that fails."""
     try:
         (path / "cgroup.procs").write_text(str(pid))
+        for where in limiters:
+            if where.is_dir():
+                (where / "cgroup.procs").write_text(str(pid))
     except OSError as exc:
         logger.warning("cannot move pid %d into cgroup %s: %s", pid, path, exc)
         return False

@@ -87,6 +87,20 @@ def command_outcome(returncode: int, status: StatusReport | None) -> Outcome:
     return Outcome(TaskState.DATA_READY, exit_code=0)
 
 
+def limit_outcome(returncode: int, memory_bytes: int | None) -> Outcome:
+    """The kernel killed the command (or one of its processes, so that it failed) for going
+    over the task's own memory limit: the job's failure, never the host's (design §5)."""
+    limit = f" of {memory_bytes // 2**20} MiB" if memory_bytes else ""
+    return Outcome(
+        TaskState.FAILED_ON_CLUSTER,
+        FailureClass.LIMIT,
+        exit_code=returncode if returncode > 0 else None,
+        signal=-returncode if returncode < 0 else None,
+        brief=f"killed by the kernel: over the task's memory limit{limit}"
+        " (policy.limits.memory_mb)",
+    )
+
+
 def vanished_outcome() -> Outcome:
     """A watched process died and its worker did not report how: a signal nobody in Vigil sent."""
     return Outcome(

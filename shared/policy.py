@@ -17,6 +17,21 @@ class Backoff(BaseModel):
     max_s: float = Field(default=300.0, gt=0, le=86400)
 
 
+class Limits(BaseModel):
+    """What one task of the job may use on its host, enforced by its cgroup (issue 17). None:
+    the worker's default (`VIGIL_JOB_MEMORY_MB`, `VIGIL_JOB_CPUS`, `VIGIL_JOB_PIDS`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Memory (and swap) in MiB; a command that goes over is killed by the kernel and fails
+    #: with class `limit`.
+    memory_mb: int | None = Field(default=None, ge=4, le=64 * 1024 * 1024)
+    #: CPU time, in CPUs (0.5: half of one); a command is slowed, never killed, by it.
+    cpus: float | None = Field(default=None, ge=0.01, le=4096)
+    #: Processes and threads at once; past it, forks fail inside the command.
+    pids: int | None = Field(default=None, ge=8, le=4_194_304)
+
+
 class Policy(BaseModel):
     """What to do when a task of the job fails; every field has the default of design §5."""
 
@@ -45,3 +60,5 @@ class Policy(BaseModel):
     #: namespace of its own with no interface up; `host`, the host's network (operators only:
     #: the services' PostgreSQL, RabbitMQ and Redis are on it).
     network: Literal["none", "host"] = "none"
+    #: What one task may use on its host (memory, CPUs, processes).
+    limits: Limits = Field(default_factory=Limits)

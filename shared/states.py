@@ -67,6 +67,7 @@ class FailureClass(StrEnum):
     CANCELLED = "cancelled"  # a user or operator stopped it
     HOST = "host"  # the host's disk refused the task's files (full, over quota, read-only)
     PLATFORM = "platform"  # Vigil's own database went away under the task's bookkeeping
+    LIMIT = "limit"  # the kernel killed it for going over the task's own memory limit
 
 
 class Stage(StrEnum):

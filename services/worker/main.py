@@ -6,7 +6,7 @@ import os
 import secrets
 from contextlib import AsyncExitStack
 
-from services.worker import confinement, process
+from services.worker import confinement, limits, process
 from services.worker.consumer import Consumer
 from services.worker.registration import Presence, heartbeat, register, unregister
 from services.worker.settings import WorkerSettings
@@ -41,6 +41,7 @@ async def main(settings: WorkerSettings) -> None:
         cgroups = Cgroups.detect(settings.namespace, settings.cgroup_root)
         if cgroups is not None and (hint := slow_moves_hint()) is not None:
             logger.warning(hint)
+        logger.info(limits.enforced(cgroups))
         runner = StageRunner(
             settings,
             pool,

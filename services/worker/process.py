@@ -69,6 +69,8 @@ class Running:
     cgroup: Path | None = None
     exited_at: float | None = None  # epoch seconds, once the exit was seen
     gate: int | None = None
+    #: The v1 cgroups of its limits, joined with `cgroup` (`shared.cgroups`).
+    limiters: tuple[Path, ...] = ()
 
     def open_gate(self) -> None:
         """Let the script run (once the task is durably `on_cpu` under our claim)."""
@@ -82,7 +84,7 @@ class Running:
         for an RCU grace period). If that fails, the command runs without one (as when the
         cgroup could not be made): process groups still reach its tree."""
         if self.cgroup is not None and not await asyncio.to_thread(
-            cgroups.join, self.cgroup, self.pid
+            cgroups.join, self.cgroup, self.pid, self.limiters
         ):
             self.cgroup = None
 
@@ -100,11 +102,13 @@ async def spawn(
     cgroup: Path | None = None,
     *,
     prefix: Sequence[str] = (),
+    limiters: Sequence[Path] = (),
 ) -> Running:
     """Start `bash -c script` in `workdir`, leading its own session and process group, held
     at a gate: the script does not start before `Running.open_gate()`, so a task whose claim
     was lost meanwhile (`on_cpu` refused) never runs it. With `cgroup`, call
-    `Running.join_cgroup()` before opening the gate.
+    `Running.join_cgroup()` before opening the gate (it joins `limiters` too: the v1 cgroups
+    holding its limits).
 
     No code runs in the child between fork and exec (so the fork is a cheap vfork that never
     blocks the event loop); the process joins its cgroup afterwards, from the worker, while it
@@ -133,7 +137,7 @@ async def spawn(
     finally:
         os.close(gate_read)
     created = create_time(process.pid) or 0.0
-    return Running(process, process.pid, created, cgroup, gate=gate_write)
+    return Running(process, process.pid, created, cgroup, gate=gate_write, limiters=tuple(limiters))
 
 
 async def _pump(

@@ -18,7 +18,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 from redis.asyncio import Redis
 
-from services.worker import process
+from services.worker import limits, process
 from services.worker.claims import Held, Taker, release
 from services.worker.confinement import Confinement
 from services.worker.log_shipper import LogShipper
@@ -34,11 +34,17 @@ from shared import (
     users_repo,
 )
 from shared.amqp import Broker
-from shared.cgroups import Cgroups
+from shared.cgroups import Cgroups, TaskLimits
 from shared.db import Connection, Pool
 from shared.errors import UNAVAILABLE, StaleState
 from shared.messages import LogRecord, RunStage, Severity, WatchProcess
-from shared.outcomes import Outcome, command_outcome, error_log_outcome, hook_failed
+from shared.outcomes import (
+    Outcome,
+    command_outcome,
+    error_log_outcome,
+    hook_failed,
+    limit_outcome,
+)
 from shared.policy import Policy
 from shared.processes import signal_tree
 from shared.redis_keys import JOB_TTL_S, RedisKeys
@@ -89,6 +95,19 @@ async def _read_status(ctx: TaskContext) -> StatusReport | None:
     except TimeoutError:
         message = f"the status file could not be read within {STATUS_READ_TIMEOUT_S:g} s"
         return StatusReport(status="fatal", message=message)
+
+
+@dataclass(frozen=True)
+class _Ran:
+    """A command that ran to its exit."""
+
+    attempt: int
+    returncode: int  # negative: killed by that signal
+    failing: LogRecord | None  # its first line with a severity in `fail_on_log`
+    exited_at: float | None
+    status: StatusReport | None
+    #: Its memory limit, if the kernel killed one of its processes for going over it.
+    over_memory: TaskLimits | None = None
 
 
 #: Running hook state -> its action state.
@@ -252,12 +271,14 @@ class StageRunner:
             intake.release()
         if ran is None:
             return False
-        attempt, returncode, failing, exited_at, status = ran
-        outcome = command_outcome(returncode, status)
-        if failing is not None:  # the supervisor may have been slower than the exit
-            outcome = error_log_outcome(failing.severity.value, failing.line)
+        attempt, status = ran.attempt, ran.status
+        outcome = command_outcome(ran.returncode, status)
+        if ran.failing is not None:  # the supervisor may have been slower than the exit
+            outcome = error_log_outcome(ran.failing.severity.value, ran.failing.line)
+        if ran.over_memory is not None and ran.returncode != 0:  # the cause, whatever it logged
+            outcome = limit_outcome(ran.returncode, ran.over_memory.memory_bytes)
         if outcome.state is S.DATA_READY:
-            if self._results_are_saved(held, attempt, returncode, status):
+            if self._results_are_saved(held, attempt, ran.returncode, status):
                 moved = await self._advance(  # post-processing has nothing to do
                     held,
                     (S.ON_CPU, S.DATA_READY, S.POST_PROCESSING, S.COMPLETED),
@@ -287,17 +308,14 @@ class StageRunner:
             outcome,
             keep_claim=True,
             status=status,
-            errors_of=_failing_severities(held, failing),
-            since=exited_at if outcome.failure_class is not None else None,
+            errors_of=_failing_severities(held, ran.failing),
+            since=ran.exited_at if outcome.failure_class is not None else None,
         )
         return outcome.state is S.DATA_READY
 
-    async def _run_command(
-        self, held: Held
-    ) -> tuple[int, int, LogRecord | None, float | None, StatusReport | None] | None:
-        """Spawn the command held at its gate, make the task on_cpu, run it to its exit:
-        (attempt, exit status, first failing log line, exit time, status file), or None when
-        it did not run (its hook failed, or the job was suspended meanwhile)."""
+    async def _run_command(self, held: Held) -> _Ran | None:
+        """Spawn the command held at its gate, make the task on_cpu, run it to its exit, or
+        None when it did not run (its hook failed, or the job was suspended meanwhile)."""
         attempt = held.task.attempt + 1  # opened with on_cpu, numbered as the task's next
         ctx = self._context(held, attempt)
         ctx.safe_mkdir(".vigil")
@@ -317,17 +335,26 @@ class StageRunner:
             return None
         # A diagnosis is about this attempt only.
         job_files.remove_file(ctx.workdir, ctx.status_file.relative_to(ctx.workdir))
-        cgroup = self.cgroups.create(held.task.id, held.claim) if self.cgroups else None
+        policy = Policy.model_validate(held.job.policy)
+        settings = self.settings
+        bounds = limits.resolve(
+            policy.limits, settings.job_memory_mb, settings.job_cpus, settings.job_pids
+        )
+        cgroup, limiters = None, []
+        if self.cgroups is not None:
+            cgroup = self.cgroups.create(held.task.id, held.claim, bounds)
+            limiters = self.cgroups.limiter_paths(held.task.id, held.claim) if cgroup else []
         env = ctx.environment() | {
             "HOME": str(ctx.workdir),
             marks.VARIABLE: marks.mark(
                 self.settings.namespace, self.settings.host_id, held.task.id, held.claim
             ),
         }
-        policy = Policy.model_validate(held.job.policy)
         prefix = await self._confine(held, ctx, policy)
         # Held at its gate until on_cpu is durable.
-        running = await process.spawn(script, ctx.workdir, env, cgroup, prefix=prefix)
+        running = await process.spawn(
+            script, ctx.workdir, env, cgroup, prefix=prefix, limiters=limiters
+        )
         try:  # the gate opens once the process is in its cgroup and the task durably on_cpu
             _, on_cpu = await asyncio.gather(
                 running.join_cgroup(), self._mark_on_cpu(held, attempt, running)
@@ -345,12 +372,16 @@ class StageRunner:
                 return None
             raise
         running.open_gate()
+        over_memory = None
         try:
             returncode, failing = await self._watch_output(held, attempt, ctx, running, policy)
         finally:
             if self.cgroups is not None:
+                if running.cgroup and self.cgroups.oom_kills(held.task.id, held.claim):
+                    over_memory = bounds
                 self.cgroups.remove(held.task.id, held.claim)
-        return attempt, returncode, failing, running.exited_at, await _read_status(ctx)
+        status = await _read_status(ctx)
+        return _Ran(attempt, returncode, failing, running.exited_at, status, over_memory)
 
     async def _confine(self, held: Held, ctx: TaskContext, policy: Policy) -> list[str]:
         """Give the work dir to the job's uid; what the command is started through."""

@@ -1,0 +1,53 @@
+"""A job's own limits (issue 17, point 1), end to end: a command that goes over its memory limit
+is killed by the kernel and the task says so, class `limit`, blamed on the job: not retried
+even when restartable, since the same input would go over again."""
+
+import httpx
+import pytest
+
+from shared.cgroups import Cgroups
+from tests.e2e.conftest import Events, wait_job
+
+pytestmark = pytest.mark.e2e
+
+HOG = "python3 -c 'x = bytearray(256 * 2**20); print(len(x))'"
+
+
+@pytest.fixture(autouse=True)
+def _memory_cgroups(e2e_namespace: str) -> None:
+    found = Cgroups.detect(f"{e2e_namespace}-probe")
+    if found is None or "memory" not in found.limitable:
+        pytest.skip("no usable memory cgroup controller on this host (not installable)")
+    for path in (found.root, *(root for _, root in found.v1_roots)):
+        path.rmdir()
+
+
+async def test_a_task_over_its_memory_limit_fails_as_limit_and_is_not_resubmitted(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    policy = {"limits": {"memory_mb": 64}, "restartable": True, "max_infra_retries": 3}
+    answer = await client.post("/jobs", json={"command": HOG, "inputs": ["a"], "policy": policy})
+    assert answer.status_code == 201, answer.text
+    job_id = answer.json()["id"]
+
+    job = await wait_job(client, events, job_id)
+
+    assert job["state"] == "failed"
+    [task] = (await client.get(f"/jobs/{job_id}/tasks")).json()  # no clone
+    assert (task["state"], task["failure_class"], task["signal"]) == (
+        "failed_on_cluster",
+        "limit",
+        9,
+    )
+    assert "over the task's memory limit of 64 MiB" in task["error_brief"]
+
+
+async def test_the_same_command_under_a_higher_limit_completes(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    body = {"command": HOG, "inputs": ["a"], "policy": {"limits": {"memory_mb": 1024}}}
+    job_id = (await client.post("/jobs", json=body)).json()["id"]
+
+    job = await wait_job(client, events, job_id)
+
+    assert job["state"] == "completed"

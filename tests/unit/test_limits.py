@@ -1,0 +1,75 @@
+"""A task's limits: the job's `policy.limits` where it gives them, else the worker's, and the
+cgroup files that set them (issue 17, point 1)."""
+
+import pytest
+from pydantic import ValidationError
+
+from services.worker.limits import resolve
+from shared.cgroups import TaskLimits, _v1_mounts
+from shared.outcomes import limit_outcome
+from shared.policy import Limits, Policy
+from shared.states import FailureClass, TaskState
+
+
+def test_the_jobs_limits_win_over_the_workers_and_zero_means_none() -> None:
+    asked = Limits(memory_mb=64, cpus=None, pids=None)
+
+    limits = resolve(asked, memory_mb=1024, cpus=0.0, pids=4096)
+
+    assert limits == TaskLimits(memory_bytes=64 * 2**20, cpus=None, pids=4096)
+    assert resolve(Limits(), 0, 0.0, 0) == TaskLimits()
+
+
+def test_v2_and_v1_files_set_memory_with_its_swap_cpu_quota_and_pids() -> None:
+    limits = TaskLimits(memory_bytes=2**20, cpus=1.5, pids=64)
+
+    assert limits.v2_files() == {
+        "memory.max": "1048576",
+        "memory.swap.max": "0",
+        "pids.max": "64",
+        "cpu.max": "150000 100000",
+    }
+    # memory first: memsw may never be below it
+    assert list(limits.v1_files("memory").items()) == [
+        ("memory.limit_in_bytes", "1048576"),
+        ("memory.memsw.limit_in_bytes", "1048576"),
+    ]
+    assert limits.v1_files("cpu") == {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "150000"}
+    assert limits.v1_files("pids") == {"pids.max": "64"}
+    assert TaskLimits().v1_files("memory") == {} and TaskLimits().v2_files() == {}
+
+
+def test_v1_hierarchies_are_found_by_controller_even_when_mounted_together() -> None:
+    mounts = (
+        "cgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n"
+        "cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,relatime,cpu,cpuacct 0 0\n"
+        "cgroup /sys/fs/cgroup/memory cgroup rw,relatime,memory 0 0\n"
+    )
+
+    found = _v1_mounts(mounts)
+
+    assert {k: str(v) for k, v in found.items()} == {
+        "cpu": "/sys/fs/cgroup/cpu,cpuacct",
+        "memory": "/sys/fs/cgroup/memory",
+    }
+
+
+@pytest.mark.parametrize(
+    "limits", [{"memory_mb": 1}, {"cpus": 0}, {"pids": 2}, {"disk_mb": 10}, {"memory_mb": "lots"}]
+)
+def test_a_policy_refuses_limits_that_make_no_sense(limits: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        Policy.model_validate({"limits": limits})
+
+
+def test_going_over_the_memory_limit_is_the_jobs_failure_and_says_which_limit() -> None:
+    killed = limit_outcome(-9, 64 * 2**20)
+    child_killed = limit_outcome(137, None)
+
+    assert killed.state is TaskState.FAILED_ON_CLUSTER
+    assert killed.failure_class is FailureClass.LIMIT and killed.signal == 9
+    assert killed.brief == (
+        "killed by the kernel: over the task's memory limit of 64 MiB (policy.limits.memory_mb)"
+    )
+    assert child_killed.exit_code == 137 and child_killed.signal is None
+    assert not killed.crashed
