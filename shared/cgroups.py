@@ -136,6 +136,11 @@ def _limiters(root: Path, name: str) -> tuple[frozenset[str], tuple[tuple[str, P
     """(the controllers the v2 `root` gives its children, the v1 roots of the others)."""
     offered = set()
     with contextlib.suppress(OSError):
+        # The parent passes its controllers down only if no process lives in it (a systemd
+        # unit with `Delegate=` and `DelegateSubgroup=`: deploy/systemd); else this fails.
+        parent = set((root.parent / "cgroup.controllers").read_text().split())
+        if wanted := parent & set(CONTROLLERS):
+            _write(root.parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
         offered = set((root / "cgroup.controllers").read_text().split()) & set(CONTROLLERS)
     if offered:  # give them to the task cgroups (best effort: a delegation may forbid it)
         enable = " ".join(f"+{c}" for c in sorted(offered))

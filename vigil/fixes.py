@@ -49,6 +49,7 @@ class FailureClass(StrEnum):
     CANCELLED = "cancelled"
     HOST = "host"
     PLATFORM = "platform"
+    LIMIT = "limit"
 
 
 def point_in_time(text: str, now: datetime) -> datetime:
