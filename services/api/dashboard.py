@@ -5,9 +5,12 @@ by `(job_id, seq)`), so a page stays fast with thousands of jobs and tasks.
 """
 
 import json
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
 from shared.actions import JobAction, TaskAction, allowed_states
+from shared.attempts_repo import Attempt
 from shared.db import Connection
 from shared.jobs_repo import Job
 from shared.logs_repo import StoredLog
@@ -18,6 +21,10 @@ from shared.tasks_repo import Task
 TASKS_PER_PAGE: Final = 200
 #: Log lines shown when the job page opens (more arrive live).
 LOG_TAIL: Final = 200
+#: Log lines of one run shown when the task page opens (more arrive live).
+TASK_LOG_TAIL: Final = 500
+#: The narrowest bar of the task page's timeline (per cent), so that a short attempt shows.
+MIN_BAR: Final = 0.5
 #: Failed tasks (latest first) and kept errors (first first) listed at the top of the job page.
 PROBLEMS: Final = 20
 
@@ -95,6 +102,55 @@ async def log_tail(conn: Connection, job_id: str, limit: int = LOG_TAIL) -> list
         limit,
     )
     return [StoredLog(**dict(r)) for r in reversed(rows)]
+
+
+async def task_log_tail(
+    conn: Connection, task_id: str, run_number: int, limit: int = TASK_LOG_TAIL
+) -> list[StoredLog]:
+    """The last `limit` lines of the task's run `run_number`, in order (`logs_task`)."""
+    rows = await conn.fetch(
+        "SELECT seq, ts, task_id, run_number, attempt, severity, stream, line FROM logs"
+        " WHERE task_id = $1 AND run_number = $2 ORDER BY seq DESC LIMIT $3",
+        task_id,
+        run_number,
+        limit,
+    )
+    return [StoredLog(**dict(r)) for r in reversed(rows)]
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One attempt on the task page's timeline: where its bar starts and how wide it is, in
+    per cent of the span from the first attempt's start to the last one's end (or `now`)."""
+
+    attempt: Attempt
+    left: float
+    width: float
+    seconds: float | None  # how long it took; None while it runs
+
+
+def timeline(attempts: list[Attempt], now: datetime) -> list[Bar]:
+    """The attempts as bars on one time axis, oldest first."""
+    if not attempts:
+        return []
+    start = min(a.started_at for a in attempts)
+    span = max((max(a.ended_at or now for a in attempts) - start).total_seconds(), 1e-6)
+    bars = []
+    for a in sorted(attempts, key=lambda a: (a.started_at, a.attempt)):
+        left = 100 * (a.started_at - start).total_seconds() / span
+        width = 100 * ((a.ended_at or now) - a.started_at).total_seconds() / span
+        width = min(max(width, MIN_BAR), max(100 - left, MIN_BAR))
+        took = (a.ended_at - a.started_at).total_seconds() if a.ended_at else None
+        bars.append(Bar(a, round(min(left, 100 - MIN_BAR), 2), round(width, 2), took))
+    return bars
+
+
+def last_status(attempts: list[Attempt]) -> dict[str, Any] | None:
+    """The status file the latest attempt that read one recorded."""
+    for a in sorted(attempts, key=lambda a: a.attempt, reverse=True):
+        if a.status:
+            return a.status
+    return None
 
 
 def short_input(value: Any, limit: int = 80) -> str:

@@ -351,3 +351,44 @@ async def test_an_operator_drains_quarantines_and_releases_a_host_from_the_hosts
     await expect(row).to_have_attribute("data-quarantined", "no")
     await expect(tab.page.locator("#quarantine-banner")).to_have_count(0)
     assert tab.errors == []
+
+
+async def test_the_task_page_follows_its_log_live_filters_it_and_shows_the_attempts(
+    tab: Tab, client: httpx.AsyncClient, events: Events, tmp_path: Path
+) -> None:
+    # given: a task that prints a line, then waits for the test before printing more
+    go = tmp_path / f"go-{uuid.uuid4().hex[:6]}"
+    command = f'echo first; while [ ! -e "{go}" ]; do sleep 0.05; done; echo "needle here";'
+    command += f" echo second; echo {HOSTILE_LINE!r}"
+    job_id = await _submit(client, command=command, inputs=["a"])
+    task_id = (await events.wait_key(f"task.on_cpu.{job_id}"))["task_id"]
+
+    # when: its page is open while it runs
+    await tab.open(f"/ui/tasks/{task_id}")
+    logs = tab.page.locator("#logs")
+    await expect(logs).to_contain_text("first")
+    await tab.page.evaluate("window.vigilTestMarker = 7")
+    go.touch()
+
+    # then: the next lines arrive live, and the head follows the task to its end
+    await expect(logs).to_contain_text("needle here")
+    await expect(logs).to_contain_text(HOSTILE_LINE)  # as text: an alert would fail the tab
+    await expect(tab.page.locator("#task-state")).to_have_text("completed")
+    attempts = tab.page.locator("#attempts tr[data-attempt]")
+    await expect(attempts.last).to_have_attribute("data-outcome", "completed")
+    assert await attempts.locator("svg.bar rect").count() == await attempts.count()
+    assert await tab.page.evaluate("window.vigilTestMarker") == 7  # never reloaded
+
+    # and the search box keeps only the matching lines, until it is cleared
+    await tab.page.fill("#log-search", "NEEDLE")
+    await expect(logs.locator(".log:not(.hidden)")).to_have_count(1)
+    await expect(logs.locator(".log:not(.hidden)")).to_contain_text("needle here")
+    await expect(tab.page.locator("#log-matches")).to_have_text("1 of 4 lines")
+    await tab.screenshot("task-page")
+    await tab.page.fill("#log-search", "")
+    await expect(logs.locator(".log.hidden")).to_have_count(0)
+
+    # and the job page links to it
+    await tab.page.click(f'a[href="/ui/jobs/{job_id}"] >> nth=0')
+    await tab.page.click(f'#tasks a[href="/ui/tasks/{task_id}"]')
+    await expect(tab.page.locator("#task-head")).to_have_attribute("data-task-id", task_id)

@@ -7,7 +7,9 @@ in once (`/login`) and is then known by its session cookie (`services.api.sessio
 """
 
 import dataclasses
+import json
 import logging
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Final
 from urllib.parse import parse_qs, urlencode
@@ -21,7 +23,7 @@ from services.api import cursor, dashboard, hosts, queries, session
 from services.api.access import owner_filter, visible_job, visible_task
 from services.api.deps import CurrentUser, JobIdPath, PoolDep, RedisDep, TaskIdPath
 from services.api.templates import STATIC_DIR, Pages
-from shared import job_errors, jobs_repo, users_repo
+from shared import attempts_repo, job_errors, jobs_repo, outputs_repo, users_repo
 from shared.db import Connection
 from shared.errors import NotFound
 from shared.jobs_repo import Job
@@ -66,6 +68,21 @@ class TaskRow:
     task: Task
     input: str
     actions: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskView:
+    """The head of the task page: the task, its attempts on a timeline, its status file and
+    outputs (the error details only for operators)."""
+
+    task: Task
+    job_name: str
+    input: str
+    bars: list[dashboard.Bar]
+    status: str | None
+    outputs: list[dict[str, Any]]
+    actions: list[str]
+    show_detail: bool
 
 
 def _job_row(job: Job, owners: dict[str, str], viewer: User) -> JobRow:
@@ -300,6 +317,73 @@ async def task_row(user: CurrentUser, task_id: TaskIdPath, pool: PoolDep) -> Res
     async with pool.acquire() as conn:
         task = await visible_task(conn, user, task_id)
     return _pages.fragment("_rows.html", "task_row", _task_row(task))
+
+
+@router.get("/ui/tasks/{task_id}")
+async def task_page(
+    request: Request,
+    task_id: TaskIdPath,
+    pool: PoolDep,
+    run: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+) -> Response:
+    """One task: its attempts as a timeline, status file, outputs, and the log of one run (the
+    current one by default, live; earlier runs one click away)."""
+    async with pool.acquire() as conn:
+        user = await _page_user(request, conn)
+        if user is None:
+            return _to_login()
+        try:
+            task = await visible_task(conn, user, task_id)
+        except NotFound:
+            return _not_found(user, f"Task {task_id}")
+        shown = min(run or task.run_number, task.run_number)
+        view = await _task_view(conn, task, user)
+        logs = await dashboard.task_log_tail(conn, task.id, shown)
+    data = {
+        "task_id": task.id,
+        "job_id": task.job_id,
+        "run": shown,
+        # Lines arrive live only for the current run; an earlier one is history.
+        "live_log": shown == task.run_number,
+        "topics": [f"task.*.{task.job_id}", f"log.*.{task.job_id}"],
+    }
+    return _page(
+        "task.html",
+        user,
+        "task",
+        data,
+        view=view,
+        logs=logs,
+        run=shown,
+        runs=list(range(1, task.run_number + 1)),
+        log_tail=dashboard.TASK_LOG_TAIL,
+    )
+
+
+@router.get("/ui/tasks/{task_id}/head")
+async def task_head(user: CurrentUser, task_id: TaskIdPath, pool: PoolDep) -> Response:
+    """The head of the task page: facts, timeline, status file, outputs (HTML fragment)."""
+    async with pool.acquire() as conn:
+        task = await visible_task(conn, user, task_id)
+        view = await _task_view(conn, task, user)
+    return _pages.fragment("_rows.html", "task_head", view)
+
+
+async def _task_view(conn: Connection, task: Task, user: User) -> TaskView:
+    attempts = await attempts_repo.list_for_task(conn, task.id)
+    outputs = await outputs_repo.latest(conn, task.id)
+    job = await jobs_repo.get(conn, task.job_id, with_counts=False)
+    status = dashboard.last_status(attempts)
+    return TaskView(
+        task=task,
+        job_name=job.name if job else task.job_id,
+        input=json.dumps(task.input, ensure_ascii=False, indent=2),
+        bars=dashboard.timeline(attempts, datetime.now(UTC)),
+        status=json.dumps(status, ensure_ascii=False, indent=2) if status else None,
+        outputs=list(outputs.values()),
+        actions=dashboard.task_actions(task.state),
+        show_detail=user.is_operator,
+    )
 
 
 # ----- hosts --------------------------------------------------------------------------------

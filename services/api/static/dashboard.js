@@ -203,21 +203,29 @@
     return taskId + "|" + attempt + "|" + Date.parse(ts) + "|" + line;
   }
 
-  function appendLog(record) {
+  // A line at the end of #logs (once: a line seen live and caught up is shown once), the
+  // box kept scrolled to the bottom if it was; false when it was already there.
+  function addLogLine(record, showTask) {
     const box = document.getElementById("logs");
-    if (!box) return;
+    if (!box) return false;
     const key = logKey(record.task_id, record.attempt, record.ts, record.line);
-    if (seenLogs.has(key)) return;
+    if (seenLogs.has(key)) return false;
     seenLogs.add(key);
     const atBottom = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
     const line = el("div", "log sev-" + record.severity);
-    if (record.seq !== undefined) line.dataset.seq = record.seq;
-    line.append(el("span", "ts", new Date(record.ts).toISOString().replace("T", " ").slice(0, 19)),
-      " ", el("span", "mono", record.task_id), " ", el("span", "sev", record.severity),
-      " ", el("span", "line", record.line));
+    if (record.seq !== undefined && record.seq !== null) line.dataset.seq = record.seq;
+    line.append(el("span", "ts", new Date(record.ts).toISOString().replace("T", " ").slice(0, 19)), " ");
+    if (showTask) line.append(el("span", "mono", record.task_id), " ");
+    line.append(el("span", "sev", record.severity), " ", el("span", "line", record.line));
+    if (!showTask && !matches(record.line)) line.classList.add("hidden");
     box.append(line);
     while (box.childElementCount > LOG_MAX) box.firstElementChild.remove();
     if (atBottom) box.scrollTop = box.scrollHeight;
+    return true;
+  }
+
+  function appendLog(record) {
+    addLogLine(record, true);
   }
 
   // Lines stored between the page's rendering and the stream's opening.
@@ -285,6 +293,71 @@
     follow(page.topics, onJobEvent, refreshAfterOpen);
   }
 
+  // ----- one task -----------------------------------------------------------------------
+
+  // Lines not matching the search box are hidden (not removed: clearing it shows them again).
+  function matches(line) {
+    const box = document.getElementById("log-search");
+    const wanted = box ? box.value.trim().toLowerCase() : "";
+    return !wanted || line.toLowerCase().includes(wanted);
+  }
+
+  function applySearch() {
+    const lines = document.querySelectorAll("#logs .log");
+    let shown = 0;
+    lines.forEach((node) => {
+      const text = node.querySelector(".line");
+      const hit = matches(text ? text.textContent : "");
+      node.classList.toggle("hidden", !hit);
+      if (hit) shown += 1;
+    });
+    const count = document.getElementById("log-matches");
+    const box = document.getElementById("log-search");
+    if (count) count.textContent = box && box.value.trim() ? shown + " of " + lines.length + " lines" : "";
+  }
+
+  function appendTaskLog(record) {
+    if (!addLogLine(record, false)) return;
+    const empty = document.getElementById("no-logs");
+    if (empty) empty.hidden = true;
+    applySearch();
+  }
+
+  // Lines of this run stored between the page's rendering and the stream's opening.
+  async function catchUpTaskLogs() {
+    const stored = document.querySelectorAll("#logs .log[data-seq]");
+    const after = stored.length ? stored[stored.length - 1].dataset.seq : 0;
+    const data = await api("GET", "/jobs/" + encodeURIComponent(page.job_id) + "/logs?task=" +
+      encodeURIComponent(page.task_id) + "&run=" + page.run + "&after=" + after);
+    data.items.forEach(appendTaskLog);
+  }
+
+  async function refreshTaskHead() {
+    const html = await fragment("/ui/tasks/" + encodeURIComponent(page.task_id) + "/head");
+    const current = document.getElementById("task-head");
+    if (html !== null && current) current.replaceWith(parseRow(html));
+  }
+
+  function onTaskEvent(event) {
+    const body = event.body || {};
+    if (body.task_id !== page.task_id) return;
+    if (event.routing_key.startsWith("log.")) {
+      if (page.live_log && body.run_number === page.run) appendTaskLog(body);
+      if (body.progress !== null && body.progress !== undefined) later("head", refreshTaskHead, 500);
+      return;
+    }
+    later("head", refreshTaskHead, 250);
+  }
+
+  function startTask() {
+    const search = document.getElementById("log-search");
+    if (search) search.addEventListener("input", applySearch);
+    follow(page.topics, onTaskEvent, () => {
+      later("head", refreshTaskHead, 50);
+      if (page.live_log) later("logs", catchUpTaskLogs, 50);
+    });
+  }
+
   // ----- hosts --------------------------------------------------------------------------
 
   // Hosts have no events (heartbeats are not published): the table is fetched again instead.
@@ -350,7 +423,8 @@
     } catch (e) {
       flash("task " + taskId + ": " + action.replace(/_/g, " ") + " refused: " + e.message, "error");
     }
-    later("task:" + taskId, () => refreshTaskRow(taskId), 10);
+    if (page.page === "task") later("head", refreshTaskHead, 10);
+    else later("task:" + taskId, () => refreshTaskRow(taskId), 10);
   }
 
   async function emergencyStop() {
@@ -428,7 +502,7 @@
     } else if (target.dataset.hostAction) {
       hostAction(target.dataset.host, target.dataset.hostAction);
     } else if (target.hasAttribute("data-task-apply")) {
-      const select = target.closest("tr").querySelector("select.task-action");
+      const select = target.closest("tr, p").querySelector("select.task-action");
       if (select) taskAction(target.dataset.task, select.value);
     } else if (target.id === "emergency-stop") {
       emergencyStop();
@@ -449,6 +523,7 @@
 
   if (page.page === "jobs") startJobs();
   else if (page.page === "job") startJob();
+  else if (page.page === "task") startTask();
   else if (page.page === "hosts") startHosts();
   showEmergency();
   showQuarantine();
