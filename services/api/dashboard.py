@@ -17,7 +17,7 @@ from shared.logs_repo import StoredLog
 from shared.states import FAILED, JobState, TaskState
 from shared.tasks_repo import Task
 
-#: Tasks per page of the job page.
+#: Tasks per page of the job page (and most rows one live refresh asks for).
 TASKS_PER_PAGE: Final = 200
 #: Log lines shown when the job page opens (more arrive live).
 LOG_TAIL: Final = 200
@@ -70,13 +70,12 @@ async def owner_names(conn: Connection, owner_ids: list[str]) -> dict[str, str]:
     return {r["id"]: r["name"] for r in rows}
 
 
-async def tasks_page(conn: Connection, job_id: str, after: int, limit: int) -> list[Task]:
-    """Tasks of the job with an index above `after`, by index, at most `limit`."""
+async def task_rows(conn: Connection, job_id: str, task_ids: list[str]) -> list[Task]:
+    """Those of `task_ids` that are tasks of the job, by index (the page's live refresh)."""
     rows = await conn.fetch(
-        "SELECT * FROM tasks WHERE job_id = $1 AND index > $2 ORDER BY index LIMIT $3",
+        "SELECT * FROM tasks WHERE job_id = $1 AND id = ANY($2::text[]) ORDER BY index",
         job_id,
-        after,
-        limit,
+        task_ids,
     )
     return [Task.from_record(r) for r in rows]
 

@@ -392,3 +392,34 @@ async def test_the_task_page_follows_its_log_live_filters_it_and_shows_the_attem
     await tab.page.click(f'a[href="/ui/jobs/{job_id}"] >> nth=0')
     await tab.page.click(f'#tasks a[href="/ui/tasks/{task_id}"]')
     await expect(tab.page.locator("#task-head")).to_have_attribute("data-task-id", task_id)
+
+
+async def test_a_busy_job_page_refreshes_rows_in_batches_and_keeps_its_log_and_feed_bounded(
+    tab: Tab, client: httpx.AsyncClient, events: Events
+) -> None:
+    # given: the page of a job of 250 tasks, one of which prints 3,000 lines at once
+    command = 'if [ "$VIGIL_INPUT" = 0 ]; then seq 1 3000; fi'
+    job_id = await _submit(client, command=command, inputs=[str(i) for i in range(250)])
+    asked: list[str] = []
+    tab.page.on("request", lambda request: asked.append(request.url))
+    await tab.open(f"/ui/jobs/{job_id}")
+
+    # when: they all run while it is open
+    await events.wait_key(f"job.succeeded.{job_id}", within=120)
+
+    # then: every row shown ends completed, refreshed a batch of rows at a time
+    rows = tab.page.locator("#tasks tr[data-task-id]")
+    await expect(rows).to_have_count(200)  # the first page
+    await expect(
+        tab.page.locator('#tasks tr[data-task-id]:not([data-state="completed"])')
+    ).to_have_count(0)
+    await expect(tab.page.locator("#job-state")).to_have_text("completed")
+    assert not [url for url in asked if "/ui/tasks/" in url]  # never a request per task
+    batches = [url for url in asked if f"/ui/jobs/{job_id}/rows?" in url]
+    assert all(url.count("task=") <= 200 for url in batches)
+
+    # and the log and the feed keep their newest lines only
+    logs = tab.page.locator("#logs .log")
+    await expect(logs.last).to_contain_text("3000")
+    assert await logs.count() <= 1000
+    assert await tab.page.locator("#feed li").count() <= 100

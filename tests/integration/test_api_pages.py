@@ -323,3 +323,55 @@ async def test_an_expired_session_stops_working_and_goes_at_the_next_sign_in(api
         "SELECT count(*) FROM tokens WHERE session AND user_id = $1", api.user.user.id
     )
     assert sessions == 1
+
+
+async def test_the_job_page_shows_the_tasks_of_one_state_and_pages_through_them(
+    api: Api,
+) -> None:
+    job = await api.submit(api.user, inputs=["a", "b", "c"])
+    await api.pool.execute(
+        "UPDATE tasks SET state = 'on_hold' WHERE job_id = $1 AND index <> 1", job["id"]
+    )
+
+    held = await api.client.get(f"/ui/jobs/{job['id']}?state=on_hold", headers=_cookie(api.user))
+    every = await api.client.get(f"/ui/jobs/{job['id']}", headers=_cookie(api.user))
+
+    assert re.findall(r'<tr data-task-id="[^"]+" data-state="(\w+)"', held.text) == ["on_hold"] * 2
+    assert _page_data(held)["append_new_tasks"] is False  # new tasks are not on_hold
+    assert f'href="/ui/jobs/{job["id"]}?state=new" data-state="new">new (1)</a>' in held.text
+    assert len(re.findall(r"<tr data-task-id=", every.text)) == 3
+
+
+async def test_the_rows_of_changed_tasks_come_in_one_fragment_for_that_job_only(
+    api: Api,
+) -> None:
+    mine = await api.submit(api.user, inputs=["a", "b"])
+    theirs = await api.submit(api.other, inputs=["x"])
+    ids = [
+        r["id"]
+        for r in await api.pool.fetch(
+            "SELECT id FROM tasks WHERE job_id = $1 ORDER BY index", mine["id"]
+        )
+    ]
+    foreign = await api.pool.fetchval("SELECT id FROM tasks WHERE job_id = $1", theirs["id"])
+    headers = _cookie(api.user)
+
+    rows = await api.client.get(
+        f"/ui/jobs/{mine['id']}/rows",
+        params=[("task", ids[1]), ("task", ids[0]), ("task", foreign)],
+        headers=headers,
+    )
+    refused = await api.client.get(
+        f"/ui/jobs/{theirs['id']}/rows", params={"task": foreign}, headers=headers
+    )
+    too_many = await api.client.get(
+        f"/ui/jobs/{mine['id']}/rows", params=[("task", ids[0])] * 201, headers=headers
+    )
+    not_an_id = await api.client.get(
+        f"/ui/jobs/{mine['id']}/rows", params={"task": "<x>"}, headers=headers
+    )
+
+    assert rows.status_code == 200
+    assert re.findall(r'<tr data-task-id="([^"]+)"', rows.text) == ids  # by index, mine only
+    assert refused.status_code == 404
+    assert too_many.status_code == 422 and not_an_id.status_code == 422

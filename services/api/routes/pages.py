@@ -18,17 +18,19 @@ from fastapi import APIRouter, FastAPI, Query, Request, status
 from fastapi.responses import RedirectResponse, Response
 from fastapi.security.utils import get_authorization_scheme_param
 from fastapi.staticfiles import StaticFiles
+from pydantic import StringConstraints
 
 from services.api import cursor, dashboard, hosts, queries, session
 from services.api.access import owner_filter, visible_job, visible_task
 from services.api.deps import CurrentUser, JobIdPath, PoolDep, RedisDep, TaskIdPath
 from services.api.templates import STATIC_DIR, Pages
-from shared import attempts_repo, job_errors, jobs_repo, outputs_repo, users_repo
+from shared import attempts_repo, job_errors, jobs_repo, outputs_repo, tasks_repo, users_repo
 from shared.db import Connection
 from shared.errors import NotFound
+from shared.ids import ID_PATTERN
 from shared.jobs_repo import Job
 from shared.redis_keys import RedisKeys
-from shared.states import JobState
+from shared.states import JobState, TaskState
 from shared.tasks_repo import Task
 from shared.topics import MAX_TOPICS
 from shared.users_repo import User
@@ -252,9 +254,10 @@ async def job_page(
     job_id: JobIdPath,
     pool: PoolDep,
     after: Annotated[int | None, Query(ge=-(2**31), le=2**31 - 1)] = None,
+    state: Annotated[str, Query(max_length=40)] = "",
 ) -> Response:
     """One job: its state and counts, errors, tasks (a page at a time, test runs first: their
-    indexes are negative) and live logs."""
+    indexes are negative; `state` shows those in one state only) and live logs."""
     async with pool.acquire() as conn:
         user = await _page_user(request, conn)
         if user is None:
@@ -264,8 +267,10 @@ async def job_page(
         except NotFound:
             return _not_found(user, f"Job {job_id}")
         limit = dashboard.TASKS_PER_PAGE
-        first = -(2**31) if after is None else after  # below every index, test runs' too
-        tasks = await dashboard.tasks_page(conn, job_id, first, limit + 1)
+        only = TaskState(state) if state in {s.value for s in TaskState} else None
+        tasks = await tasks_repo.page_for_job(
+            conn, job_id, after=after, limit=limit + 1, state=only
+        )
         failed = await dashboard.failed_tasks(conn, job_id)
         errors = await job_errors.list_for_job(conn, job_id, dashboard.PROBLEMS)
         logs = await dashboard.log_tail(conn, job_id)
@@ -274,8 +279,9 @@ async def job_page(
     data = {
         "job_id": job_id,
         "topics": [f"task.*.{job_id}", f"job.*.{job_id}", f"log.*.{job_id}"],
-        # Tasks appended later (new inputs, resubmitted clones) belong on the last page only.
-        "append_new_tasks": next_after is None,
+        # Tasks appended later (new inputs, resubmitted clones) belong on the last page only
+        # (of all the tasks: a state filter shows those that were in it).
+        "append_new_tasks": next_after is None and only is None,
     }
     return _page(
         "job.html",
@@ -290,6 +296,8 @@ async def job_page(
         log_tail=dashboard.LOG_TAIL,
         after=after,
         next_after=next_after,
+        state=only.value if only else "",
+        filter_query=f"&state={only.value}" if only else "",
     )
 
 
@@ -309,6 +317,24 @@ async def job_summary(user: CurrentUser, job_id: JobIdPath, pool: PoolDep) -> Re
         job = await visible_job(conn, user, job_id)
         owners = await dashboard.owner_names(conn, [job.owner_id])
     return _pages.fragment("_rows.html", "job_summary", _job_row(job, owners, user))
+
+
+@router.get("/ui/jobs/{job_id}/rows")
+async def task_rows(
+    user: CurrentUser,
+    job_id: JobIdPath,
+    pool: PoolDep,
+    task: Annotated[
+        list[Annotated[str, StringConstraints(pattern=ID_PATTERN)]],
+        Query(max_length=dashboard.TASKS_PER_PAGE),
+    ],
+) -> Response:
+    """The job page's rows of these tasks of the job, by index (HTML fragment): the page
+    refreshes the rows that changed in one request, however many events it heard."""
+    async with pool.acquire() as conn:
+        await visible_job(conn, user, job_id)
+        tasks = await dashboard.task_rows(conn, job_id, task)
+    return _pages.fragment("_rows.html", "task_rows", [_task_row(t) for t in tasks])
 
 
 @router.get("/ui/tasks/{task_id}/row")

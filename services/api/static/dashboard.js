@@ -9,6 +9,7 @@
   const HEADERS = { "Content-Type": "application/json", "X-Vigil-Request": "dashboard" };
   const FEED_MAX = 100;
   const LOG_MAX = 1000;
+  const ROWS_MAX = 200; // rows one refresh asks for (the api's page of rows)
   const PROBLEMS = new Set(["failed", "crashed", "hung"]); // job outcomes listed as errors
   const RESTING = new Set(["completed", "failed", "cancelled", "terminated",
     "failed_to_setup", "failed_on_cluster", "failed_to_post_process",
@@ -122,14 +123,29 @@
     return "";
   }
 
+  // A busy system sends hundreds of events a second: they are drawn in batches (the newest
+  // FEED_MAX of each), never one DOM change per event.
+  let feedQueue = [];
   function addToFeed(event) {
+    if (!document.getElementById("feed")) return;
+    feedQueue.push([new Date().toLocaleTimeString(), event]);
+    if (feedQueue.length > FEED_MAX) feedQueue = feedQueue.slice(-FEED_MAX);
+    later("feed", drawFeed, 250);
+  }
+
+  async function drawFeed() {
     const feed = document.getElementById("feed");
-    if (!feed) return;
-    const item = el("li", "feed-item");
-    item.dataset.key = event.routing_key;
-    item.append(el("span", "ts", new Date().toLocaleTimeString()), " ",
-      el("span", "mono key", event.routing_key), " ", el("span", "what", summary(event)));
-    feed.prepend(item);
+    const batch = feedQueue;
+    feedQueue = [];
+    const items = document.createDocumentFragment();
+    for (const [time, event] of batch.reverse()) {
+      const item = el("li", "feed-item");
+      item.dataset.key = event.routing_key;
+      item.append(el("span", "ts", time), " ",
+        el("span", "mono key", event.routing_key), " ", el("span", "what", summary(event)));
+      items.append(item);
+    }
+    feed.prepend(items);
     while (feed.childElementCount > FEED_MAX) feed.lastElementChild.remove();
   }
 
@@ -224,8 +240,24 @@
     return true;
   }
 
-  function appendLog(record) {
-    addLogLine(record, true);
+  let logQueue = [];
+  function queueLog(record) {
+    logQueue.push(record);
+    if (logQueue.length > LOG_MAX) logQueue = logQueue.slice(-LOG_MAX);
+    later("logs-draw", drawLogs, 100);
+  }
+
+  async function drawLogs() {
+    const batch = logQueue;
+    logQueue = [];
+    const onTaskPage = page.page === "task";
+    let added = false;
+    for (const record of batch) added = addLogLine(record, !onTaskPage) || added;
+    if (added && onTaskPage) {
+      const empty = document.getElementById("no-logs");
+      if (empty) empty.hidden = true;
+      applySearch();
+    }
   }
 
   // Lines stored between the page's rendering and the stream's opening.
@@ -233,16 +265,34 @@
     const stored = document.querySelectorAll("#logs .log[data-seq]");
     const after = stored.length ? stored[stored.length - 1].dataset.seq : 0;
     const data = await api("GET", "/jobs/" + encodeURIComponent(page.job_id) + "/logs?after=" + after);
-    data.items.forEach(appendLog);
+    data.items.forEach(queueLog);
   }
 
-  async function refreshTaskRow(taskId) {
-    const html = await fragment("/ui/tasks/" + encodeURIComponent(taskId) + "/row");
+  // Tasks whose rows changed: refreshed together, at most every 500 ms, in one request for
+  // at most a page of rows (those shown, and new ones when the page takes them).
+  const dirtyTasks = new Set();
+  function markTask(taskId, ms) {
+    if (!byData("data-task-id", taskId) && !page.append_new_tasks) return;
+    dirtyTasks.add(taskId);
+    later("rows", refreshTaskRows, ms === undefined ? 500 : ms);
+  }
+
+  async function refreshTaskRows() {
+    const ids = Array.from(dirtyTasks).slice(0, ROWS_MAX);
+    ids.forEach((id) => dirtyTasks.delete(id));
+    if (!ids.length) return;
+    const query = ids.map((id) => "task=" + encodeURIComponent(id)).join("&");
+    const html = await fragment("/ui/jobs/" + encodeURIComponent(page.job_id) + "/rows?" + query);
+    if (dirtyTasks.size) later("rows", refreshTaskRows, 500);
     if (html === null) return;
-    const row = byData("data-task-id", taskId);
-    const fresh = parseRow(html);
-    if (row) row.replaceWith(fresh);
-    else if (page.append_new_tasks) document.querySelector("#tasks tbody").append(fresh);
+    const template = document.createElement("template");
+    template.innerHTML = html; // rendered and escaped by the server
+    const body = document.querySelector("#tasks tbody");
+    for (const fresh of Array.from(template.content.querySelectorAll("tr[data-task-id]"))) {
+      const row = byData("data-task-id", fresh.dataset.taskId);
+      if (row) row.replaceWith(fresh);
+      else if (page.append_new_tasks) body.append(fresh);
+    }
   }
 
   async function refreshSummary() {
@@ -261,21 +311,19 @@
     list.prepend(item);
     const empty = document.getElementById("no-errors");
     if (empty) empty.hidden = true;
-    if (body.task_id) later("task:" + body.task_id, () => refreshTaskRow(body.task_id), 250);
+    if (body.task_id) markTask(body.task_id);
   }
 
   function onJobEvent(event) {
     const key = event.routing_key;
     const body = event.body || {};
     if (key.startsWith("log.")) {
-      appendLog(body);
-      if (body.progress !== null && body.progress !== undefined) {
-        later("task:" + body.task_id, () => refreshTaskRow(body.task_id), 500);
-      }
+      queueLog(body);
+      if (body.progress !== null && body.progress !== undefined) markTask(body.task_id);
       return;
     }
     if (key.startsWith("job.") && PROBLEMS.has(body.outcome)) addJobError(event);
-    if (body.task_id) later("task:" + body.task_id, () => refreshTaskRow(body.task_id), 250);
+    if (body.task_id) markTask(body.task_id);
     later("summary", refreshSummary, 400);
   }
 
@@ -283,9 +331,7 @@
     later("summary", refreshSummary, 50);
     later("logs", catchUpLogs, 50);
     document.querySelectorAll("#tasks tbody tr[data-task-id]").forEach((row) => {
-      if (!RESTING.has(row.dataset.state)) {
-        later("task:" + row.dataset.taskId, () => refreshTaskRow(row.dataset.taskId), 50);
-      }
+      if (!RESTING.has(row.dataset.state)) markTask(row.dataset.taskId, 50);
     });
   }
 
@@ -316,20 +362,13 @@
     if (count) count.textContent = box && box.value.trim() ? shown + " of " + lines.length + " lines" : "";
   }
 
-  function appendTaskLog(record) {
-    if (!addLogLine(record, false)) return;
-    const empty = document.getElementById("no-logs");
-    if (empty) empty.hidden = true;
-    applySearch();
-  }
-
   // Lines of this run stored between the page's rendering and the stream's opening.
   async function catchUpTaskLogs() {
     const stored = document.querySelectorAll("#logs .log[data-seq]");
     const after = stored.length ? stored[stored.length - 1].dataset.seq : 0;
     const data = await api("GET", "/jobs/" + encodeURIComponent(page.job_id) + "/logs?task=" +
       encodeURIComponent(page.task_id) + "&run=" + page.run + "&after=" + after);
-    data.items.forEach(appendTaskLog);
+    data.items.forEach(queueLog);
   }
 
   async function refreshTaskHead() {
@@ -342,7 +381,7 @@
     const body = event.body || {};
     if (body.task_id !== page.task_id) return;
     if (event.routing_key.startsWith("log.")) {
-      if (page.live_log && body.run_number === page.run) appendTaskLog(body);
+      if (page.live_log && body.run_number === page.run) queueLog(body);
       if (body.progress !== null && body.progress !== undefined) later("head", refreshTaskHead, 500);
       return;
     }
@@ -419,12 +458,12 @@
     try {
       const result = await api("POST", "/tasks/" + encodeURIComponent(taskId) + "/actions", { action: action });
       flash("task " + taskId + ": " + action.replace(/_/g, " ") + " accepted, now " + result.task.state, "ok");
-      if (result.created) later("task:" + result.created.id, () => refreshTaskRow(result.created.id), 10);
+      if (result.created && page.page === "job") markTask(result.created.id, 10);
     } catch (e) {
       flash("task " + taskId + ": " + action.replace(/_/g, " ") + " refused: " + e.message, "error");
     }
     if (page.page === "task") later("head", refreshTaskHead, 10);
-    else later("task:" + taskId, () => refreshTaskRow(taskId), 10);
+    else markTask(taskId, 10);
   }
 
   async function emergencyStop() {
