@@ -6,9 +6,11 @@ by `(job_id, seq)`), so a page stays fast with thousands of jobs and tasks.
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 
+from services.api import charts
+from shared import activity
 from shared.actions import JobAction, TaskAction, allowed_states
 from shared.attempts_repo import Attempt
 from shared.db import Connection
@@ -157,3 +159,73 @@ def short_input(value: Any, limit: int = 80) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+#: The jobs page's charts cover this much time.
+LAST_HOUR: Final = timedelta(hours=1)
+#: Cluster attempts a job's run-time histogram reads at most.
+RUN_TIMES: Final = 20_000
+#: What the job page's activity chart shows, and the states each series counts.
+_JOB_SERIES: Final = {
+    "started": ["state:on_cpu"],
+    "completed": ["state:completed"],
+    "failed": sorted(f"state:{s.value}" for s in FAILED),
+    "terminated": ["state:terminated"],
+}
+
+
+async def system_charts(conn: Connection, now: datetime) -> list[charts.Chart]:
+    """The last hour of the whole system: commands started and tasks ended, failures per
+    class (`activity`, a few hundred rows)."""
+    start = now.replace(second=0, microsecond=0) - LAST_HOUR + timedelta(minutes=1)
+    rows = await activity.since(conn, activity.SYSTEM, start)
+    starts, width = charts.buckets(start, now)
+    flow = charts.binned(rows, starts, width, {"started": ["started"], "ended": ["ended"]})
+    failed = sorted({kind for _, kind, _ in rows if kind.startswith("failed:")})
+    per_class = {kind.removeprefix("failed:"): [kind] for kind in failed}
+    return [
+        charts.columns(
+            "flow",
+            f"Commands started and tasks ended, per {_minutes(width)} (last hour)",
+            starts,
+            flow,
+            stacked=False,
+        ),
+        charts.columns(
+            "failures",
+            f"Failures per class, per {_minutes(width)} (last hour)",
+            starts,
+            charts.binned(rows, starts, width, per_class),
+            stacked=True,
+        ),
+    ]
+
+
+async def job_charts(conn: Connection, job: Job, now: datetime) -> list[charts.Chart]:
+    """A job over its life: the tasks that started, completed, failed or were terminated per
+    time bucket, and how long its commands ran (its cluster attempts, at most `RUN_TIMES`)."""
+    end = job.finished_at or now
+    rows = await activity.since(conn, job.id, job.created_at - timedelta(minutes=1))
+    starts, width = charts.buckets(job.created_at, end)
+    took = await conn.fetch(
+        "SELECT extract(epoch FROM a.ended_at - a.started_at)::float8 AS s"
+        " FROM tasks t JOIN attempts a ON a.task_id = t.id"
+        " WHERE t.job_id = $1 AND a.stage = 'cluster' AND a.ended_at IS NOT NULL LIMIT $2",
+        job.id,
+        RUN_TIMES,
+    )
+    return [
+        charts.columns(
+            "job-flow",
+            f"Tasks that started, completed, failed or were terminated, per {_minutes(width)}",
+            starts,
+            charts.binned(rows, starts, width, _JOB_SERIES),
+            stacked=False,
+        ),
+        charts.histogram("run-times", "How long the commands ran", [float(r["s"]) for r in took]),
+    ]
+
+
+def _minutes(width: timedelta) -> str:
+    minutes = int(width.total_seconds() // 60)
+    return "minute" if minutes == 1 else f"{minutes} minutes"

@@ -32,7 +32,7 @@ from services.scheduler.retention import Retention
 from services.scheduler.settings import SchedulerSettings
 from services.scheduler.triage import Triage, TriageSettings, end_probing
 from services.scheduler.waiters import Waiters
-from shared import outbox
+from shared import activity, outbox
 from shared.amqp import Broker, open_broker
 from shared.analysers import load_analysers
 from shared.db import Pool, check_schema, open_pool
@@ -48,6 +48,7 @@ from shared.transition_writer import NUDGE_EVERY_S
 logger = logging.getLogger(__name__)
 
 _REAP_EVERY_S = 1.0  # the reaper need not run every tick
+_TALLY_EVERY_S = 5.0  # the charts' counts are written this often (one statement)
 _RETENTION_BATCH = 100  # purges per pruning round
 _ERROR_PAUSE_S = 1.0
 
@@ -87,6 +88,9 @@ class Scheduler:
         tick_s = settings.scheduler_tick_s
         self.pace = Pace(tick_s, max(tick_s, SWEEP_EVERY_S))
         self.triage.on_backoff = lambda seconds: self.pace.due_in(seconds, time.monotonic())
+        #: Per-minute counts of the published task events, for the dashboard's charts.
+        self.tally = activity.Tally()
+        self._last_tally = 0.0
 
     async def run_once(self) -> int:
         """One round of every step; returns how much was done (0 means idle). The dispatcher
@@ -114,6 +118,10 @@ class Scheduler:
             done += await self.reaper.run_once()
             done += await end_probing(self.pool)
             done += await breaker.sweep(self.pool, self.breaker_settings)
+        if now - self._last_tally >= _TALLY_EVERY_S:
+            self._last_tally = now
+            async with self.pool.acquire() as conn:
+                await self.tally.flush(conn)
         if now - self._last_prune >= self.settings.prune_every_s:
             self._last_prune = now
             await pruning.prune(self.pool, self.settings)
@@ -127,6 +135,7 @@ class Scheduler:
         waited on it may be releasable."""
         if row.exchange != "events":
             return
+        self.tally.count(row.routing_key, row.body, row.created_at)
         if self.pace.slowed:
             wake.set()
         if _may_finish(row.routing_key):

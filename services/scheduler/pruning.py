@@ -1,5 +1,5 @@
 """Pruning what is kept for a while: published outbox rows, the event history past its
-retention, the logs of jobs ended long ago.
+retention (and the charts' per-minute counts with it), the logs of jobs ended long ago.
 
 Rows go in batches, each its own short statement (no lock is held long), and one prune deletes
 at most `MAX_BATCHES` batches of each kind: a backlog is worked off over the next prunes
@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from services.scheduler.settings import SchedulerSettings
-from shared import event_log, logs_repo, outbox
+from shared import activity, event_log, logs_repo, outbox
 from shared.db import Pool
 
 #: Rows one batch deletes.
@@ -27,6 +27,7 @@ async def prune(pool: Pool, settings: SchedulerSettings) -> int:
             lambda: event_log.prune(conn, settings.event_retention_s, batch=BATCH)
         )
         await logs_repo.prune_ended_jobs(conn, settings.log_retention_s)
+        await activity.prune(conn, settings.event_retention_s)
     return gone
 
 

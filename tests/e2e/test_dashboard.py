@@ -423,3 +423,23 @@ async def test_a_busy_job_page_refreshes_rows_in_batches_and_keeps_its_log_and_f
     await expect(logs.last).to_contain_text("3000")
     assert await logs.count() <= 1000
     assert await tab.page.locator("#feed li").count() <= 100
+
+
+async def test_the_jobs_page_charts_grow_live_as_tasks_run(
+    tab: Tab, client: httpx.AsyncClient, events: Events
+) -> None:
+    # given: the operator's jobs page, open
+    await tab.open("/")
+    flow = tab.page.locator("#chart-flow")
+    before = int(await flow.get_attribute("data-total") or 0)
+    await tab.page.evaluate("window.vigilTestMarker = 9")
+
+    # when: a job of three tasks runs
+    job_id = await _submit(client, command="true", inputs=["a", "b", "c"])
+    await events.wait_key(f"job.succeeded.{job_id}")
+
+    # then: the chart of commands started and tasks ended grows by six, without a reload
+    await expect(tab.page.locator("#chart-flow")).to_have_attribute("data-total", str(before + 6))
+    assert await tab.page.locator("#chart-flow svg rect").count() > 0
+    assert await tab.page.evaluate("window.vigilTestMarker") == 9
+    await tab.screenshot("jobs-page-charts")

@@ -8,12 +8,14 @@ import json
 import re
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
 
 from services.api import session
+from shared import activity, attempts_repo
 from tests.integration.test_api_harness import Api, Caller, running_api
 
 pytestmark = pytest.mark.integration
@@ -375,3 +377,45 @@ async def test_the_rows_of_changed_tasks_come_in_one_fragment_for_that_job_only(
     assert re.findall(r'<tr data-task-id="([^"]+)"', rows.text) == ids  # by index, mine only
     assert refused.status_code == 404
     assert too_many.status_code == 422 and not_an_id.status_code == 422
+
+
+async def test_operators_see_the_systems_charts_and_users_do_not(api: Api) -> None:
+    async with api.pool.acquire() as conn:
+        tally = activity.Tally()
+        tally.count("task.on_cpu.j-charted", b"{}", datetime.now(UTC))
+        await tally.flush(conn)
+
+    operator = await api.client.get("/", headers=_cookie(api.operator))
+    user = await api.client.get("/", headers=_cookie(api.user))
+    fragment = await api.client.get("/ui/charts", headers=_cookie(api.operator))
+    refused = await api.client.get("/ui/charts", headers=_cookie(api.user))
+
+    assert 'id="chart-flow"' in operator.text and 'id="chart-failures"' in operator.text
+    assert re.search(r'id="chart-flow" data-rects="[1-9]', operator.text)
+    assert "chart-flow" not in user.text
+    assert fragment.status_code == 200 and fragment.text.lstrip().startswith(
+        '<section class="charts"'
+    )
+    assert refused.status_code == 403
+
+
+async def test_a_job_page_charts_its_tasks_over_time_and_its_run_times(api: Api) -> None:
+    job = await api.submit(api.user, inputs=["a"])
+    task_id = await api.pool.fetchval("SELECT id FROM tasks WHERE job_id = $1", job["id"])
+    async with api.pool.acquire() as conn:
+        claim = uuid.uuid4()
+        await conn.execute("UPDATE tasks SET claim = $2 WHERE id = $1", task_id, claim)
+        attempt = await attempts_repo.start(conn, task_id, claim, "cluster", host="h", worker="w")
+        await attempts_repo.finish(conn, task_id, attempt.attempt, "completed", exit_code=0)
+        tally = activity.Tally()
+        tally.count(f"task.completed.{job['id']}", b"{}", datetime.now(UTC))
+        await tally.flush(conn)
+
+    page = await api.client.get(f"/ui/jobs/{job['id']}", headers=_cookie(api.user))
+    fragment = await api.client.get(f"/ui/jobs/{job['id']}/charts", headers=_cookie(api.user))
+    theirs = await api.client.get(f"/ui/jobs/{job['id']}/charts", headers=_cookie(api.other))
+
+    assert re.search(r'id="chart-job-flow" data-rects="1"', page.text)
+    assert re.search(r'id="chart-run-times" data-rects="1"', page.text)
+    assert 'class="k-completed"' in fragment.text
+    assert theirs.status_code == 404

@@ -22,7 +22,14 @@ from pydantic import StringConstraints
 
 from services.api import cursor, dashboard, hosts, queries, session
 from services.api.access import owner_filter, visible_job, visible_task
-from services.api.deps import CurrentUser, JobIdPath, PoolDep, RedisDep, TaskIdPath
+from services.api.deps import (
+    CurrentUser,
+    JobIdPath,
+    OperatorUser,
+    PoolDep,
+    RedisDep,
+    TaskIdPath,
+)
 from services.api.templates import STATIC_DIR, Pages
 from shared import attempts_repo, job_errors, jobs_repo, outputs_repo, tasks_repo, users_repo
 from shared.db import Connection
@@ -210,6 +217,8 @@ async def jobs_page(
         shown = jobs[:limit]
         counts = await queries.counts_for_jobs(conn, [j.id for j in shown])
         owners = await dashboard.owner_names(conn, [j.owner_id for j in shown])
+        # The whole system's activity is for operators (a user's jobs are theirs alone).
+        pictures = await dashboard.system_charts(conn, _now()) if user.is_operator else []
     shown = [dataclasses.replace(j, counts=counts.get(j.id, {})) for j in shown]
     query = {"limit": limit} | ({"state": job_state.value} if job_state else {})
     next_url = None
@@ -234,6 +243,7 @@ async def jobs_page(
         max_limit=MAX_JOBS_PER_PAGE,
         first_url="/?" + urlencode(query) if before is not None else None,
         next_url=next_url,
+        system_charts=pictures,
     )
 
 
@@ -275,6 +285,7 @@ async def job_page(
         errors = await job_errors.list_for_job(conn, job_id, dashboard.PROBLEMS)
         logs = await dashboard.log_tail(conn, job_id)
         owners = await dashboard.owner_names(conn, [job.owner_id])
+        pictures = await dashboard.job_charts(conn, job, _now())
     next_after = tasks[limit - 1].index if len(tasks) > limit else None
     data = {
         "job_id": job_id,
@@ -298,6 +309,7 @@ async def job_page(
         next_after=next_after,
         state=only.value if only else "",
         filter_query=f"&state={only.value}" if only else "",
+        job_charts=pictures,
     )
 
 
@@ -317,6 +329,27 @@ async def job_summary(user: CurrentUser, job_id: JobIdPath, pool: PoolDep) -> Re
         job = await visible_job(conn, user, job_id)
         owners = await dashboard.owner_names(conn, [job.owner_id])
     return _pages.fragment("_rows.html", "job_summary", _job_row(job, owners, user))
+
+
+@router.get("/ui/charts")
+async def system_charts(_operator: OperatorUser, pool: PoolDep) -> Response:
+    """The jobs page's charts of the whole system's last hour (HTML fragment; operators)."""
+    async with pool.acquire() as conn:
+        pictures = await dashboard.system_charts(conn, _now())
+    return _pages.fragment("_charts.html", "charts_panel", pictures)
+
+
+@router.get("/ui/jobs/{job_id}/charts")
+async def job_charts(user: CurrentUser, job_id: JobIdPath, pool: PoolDep) -> Response:
+    """The job page's charts (HTML fragment)."""
+    async with pool.acquire() as conn:
+        job = await visible_job(conn, user, job_id)
+        pictures = await dashboard.job_charts(conn, job, _now())
+    return _pages.fragment("_charts.html", "charts_panel", pictures)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 @router.get("/ui/jobs/{job_id}/rows")
@@ -404,7 +437,7 @@ async def _task_view(conn: Connection, task: Task, user: User) -> TaskView:
         task=task,
         job_name=job.name if job else task.job_id,
         input=json.dumps(task.input, ensure_ascii=False, indent=2),
-        bars=dashboard.timeline(attempts, datetime.now(UTC)),
+        bars=dashboard.timeline(attempts, _now()),
         status=json.dumps(status, ensure_ascii=False, indent=2) if status else None,
         outputs=list(outputs.values()),
         actions=dashboard.task_actions(task.state),

@@ -149,6 +149,26 @@
     while (feed.childElementCount > FEED_MAX) feed.lastElementChild.remove();
   }
 
+  // ----- charts -------------------------------------------------------------------------
+
+  // Drawn by the server from per-minute counts the scheduler writes every 5 s: fetched again
+  // a little after events come, and once more after the last of a burst.
+  const CHARTS_AFTER_MS = 6000;
+  let chartsHeard = 0;
+  function chartsChanged() {
+    if (!document.getElementById("charts")) return;
+    chartsHeard = Date.now();
+    later("charts", refreshCharts, CHARTS_AFTER_MS);
+  }
+
+  async function refreshCharts() {
+    const path = page.page === "job" ? "/ui/jobs/" + encodeURIComponent(page.job_id) + "/charts" : "/ui/charts";
+    const html = await fragment(path);
+    const current = document.getElementById("charts");
+    if (html !== null && current) current.replaceWith(parseRow(html));
+    if (Date.now() - chartsHeard < CHARTS_AFTER_MS) later("charts", refreshCharts, CHARTS_AFTER_MS);
+  }
+
   // ----- jobs list ----------------------------------------------------------------------
 
   function jobsTopics() {
@@ -177,6 +197,7 @@
   function onJobsEvent(event) {
     const jobId = event.body && event.body.job_id;
     if (!jobId) return;
+    chartsChanged();
     if (byData("data-job-id", jobId) || page.live_new) {
       later("job:" + jobId, () => refreshJobRow(jobId), 300);
     }
@@ -325,6 +346,7 @@
     if (key.startsWith("job.") && PROBLEMS.has(body.outcome)) addJobError(event);
     if (body.task_id) markTask(body.task_id);
     later("summary", refreshSummary, 400);
+    chartsChanged();
   }
 
   function refreshAfterOpen() {
