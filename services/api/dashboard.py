@@ -35,9 +35,9 @@ _JOB_ACTIONS: Final[dict[JobState, list[JobAction]]] = {
     JobState.CONFIGURING: [JobAction.ACTIVATE, JobAction.CANCEL],
     JobState.ACTIVE: [JobAction.SUSPEND, JobAction.CANCEL],
     JobState.SUSPENDED: [JobAction.RESUME, JobAction.CANCEL],
-    JobState.COMPLETED: [],
-    JobState.FAILED: [],
-    JobState.CANCELLED: [],
+    JobState.COMPLETED: [JobAction.PURGE],
+    JobState.FAILED: [JobAction.PURGE],
+    JobState.CANCELLED: [JobAction.PURGE],
 }
 
 
@@ -54,6 +54,8 @@ def failed_count(counts: dict[str, int]) -> int:
 def job_actions(job: Job) -> list[str]:
     """The job actions worth offering in the job's state (the api still has the last word)."""
     offered = list(_JOB_ACTIONS.get(job.state, []))
+    if job.purged_at is not None:  # nothing is left to purge, nor to act on
+        return []
     if failed_count(job.counts) and job.state is not JobState.CANCELLED:
         offered.append(JobAction.RECOVER_FAILED)
     return [a.value for a in offered]

@@ -443,3 +443,99 @@ async def test_the_jobs_page_charts_grow_live_as_tasks_run(
     assert await tab.page.locator("#chart-flow svg rect").count() > 0
     assert await tab.page.evaluate("window.vigilTestMarker") == 9
     await tab.screenshot("jobs-page-charts")
+
+
+async def test_a_job_submitted_from_the_form_shows_its_errors_by_their_fields_then_runs(
+    tab: Tab,
+) -> None:
+    # given: the new-job form, filled with a blank command and a memory limit too small
+    await tab.page.goto("/ui/new")  # no live stream on a form
+    await tab.page.fill('textarea[name="inputs"]', "a\nb")
+    await tab.page.fill('input[name="policy.limits.memory_mb"]', "1")
+
+    # when: it is submitted
+    await tab.page.click("#submit-job")
+
+    # then: each problem shows by its field, and nothing was made
+    command = tab.page.locator('label:has(textarea[name="command"]) .field-error')
+    await expect(command).to_contain_text("command is required")
+    memory = tab.page.locator('label:has(input[name="policy.limits.memory_mb"]) .field-error')
+    await expect(memory).to_contain_text("greater than or equal to 4")
+    assert tab.page.url.endswith("/ui/new")
+    await tab.screenshot("new-job-form-errors")
+
+    # and once mended, the job is made and its page shows it run
+    await tab.page.fill('textarea[name="command"]', 'echo "form $VIGIL_INPUT"')
+    await tab.page.fill('input[name="policy.limits.memory_mb"]', "64")
+    await tab.page.click("#submit-job")
+    await tab.page.wait_for_url("**/ui/jobs/j-*")
+    await expect(tab.page.locator("#job-state")).to_have_text("completed")
+    await expect(tab.page.locator("#tasks tr[data-task-id]")).to_have_count(2)
+    await expect(tab.page.locator("#logs")).to_contain_text("form b")
+
+
+async def test_a_configuring_job_is_tried_edited_activated_and_purged_from_its_page(
+    tab: Tab, client: httpx.AsyncClient, events: Events
+) -> None:
+    # given: a configuring job
+    job_id = await _submit(client, command="echo one", inputs=["x", "y"], configuring=True)
+    await tab.open(f"/ui/jobs/{job_id}")
+
+    # when: a test task runs, then the command is edited
+    await tab.page.click("#run-test")
+    test_row = tab.page.locator('#tasks tr[data-index="-1"]')
+    await expect(test_row).to_have_attribute("data-state", "completed")
+    await tab.page.fill('#edit-form textarea[name="command"]', "echo two")
+    await tab.page.click("#save-edit")
+    await expect(tab.page.locator('#edit-form textarea[name="command"]')).to_have_attribute(
+        "placeholder", "echo two"
+    )  # the page came back with the job as edited
+
+    # then: activated, its tasks run the edited command
+    await tab.page.click('button[data-job-action="activate"]')
+    await expect(tab.page.locator("#job-state")).to_have_text("completed")
+    await expect(tab.page.locator("#logs")).to_contain_text("two")
+    await tab.screenshot("job-page-activated")
+    assert "configuring" not in (await client.get(f"/jobs/{job_id}")).json()["state"]
+
+    # and an ended job is purged from its page, once confirmed
+    await tab.page.reload()
+    await tab.page.click('button[data-job-action="purge"]')
+    await expect(tab.page.locator("#flash")).to_contain_text("purge accepted")
+    assert any("Purge job" in d for d in tab.dialogs)
+    assert (await client.get(f"/jobs/{job_id}")).json()["purged_at"] is not None
+
+
+async def test_a_global_fix_is_previewed_then_applied_only_as_previewed(
+    tab: Tab, client: httpx.AsyncClient, events: Events
+) -> None:
+    # given: a job whose two tasks failed
+    job_id = await _submit(client, command="exit 3", inputs=["a", "b"])
+    await events.wait_key(f"job.failed.{job_id}")
+    await tab.page.goto("/ui/fixes")  # no live stream on a form
+    await tab.page.select_option('select[name="selector.states"]', ["failed_on_cluster"])
+    await tab.page.fill('input[name="selector.job_ids"]', job_id)
+    await tab.page.select_option('select[name="action"]', "duplicate")
+
+    # when: previewed
+    await tab.page.click("#fix-preview")
+
+    # then: it says what would change, and changed nothing
+    result = tab.page.locator("#fix-result")
+    await expect(result).to_contain_text("2 tasks of 1 jobs matched; duplicate would change 2")
+    await expect(result.locator("table.sample tr")).to_have_count(3)
+    apply = tab.page.locator("#fix-apply")
+    await expect(apply).to_have_text("Apply to 2 tasks")
+    assert len((await client.get(f"/jobs/{job_id}/tasks")).json()) == 2
+    await tab.screenshot("fixes-preview")
+
+    # and a changed form must be previewed again before anything is applied
+    await tab.page.fill('input[name="selector.job_name"]', "nothing-like-it")
+    await expect(apply).to_be_hidden()
+    await tab.page.fill('input[name="selector.job_name"]', "")
+    await tab.page.click("#fix-preview")
+    await apply.click()
+    await expect(result).to_contain_text("duplicate did change 2")
+    await expect(tab.page.locator("#flash")).to_contain_text("fix applied: 2 tasks changed")
+    tasks = (await client.get(f"/jobs/{job_id}/tasks")).json()
+    assert len(tasks) == 4  # the two duplicates

@@ -101,6 +101,13 @@ MATRIX: Final[dict[Key, Row]] = {
     ("GET", "/ui/jobs/{job_id}/row"): Row(200),
     ("GET", "/ui/jobs/{job_id}/summary"): Row(200),
     ("GET", "/ui/tasks/{task_id}/row"): Row(200),
+    ("GET", "/ui/jobs/{job_id}/rows"): Row(200, query={"task": "{task_id}"}),
+    ("GET", "/ui/jobs/{job_id}/charts"): Row(200),
+    ("GET", "/ui/tasks/{task_id}"): Row(200, page=True),
+    ("GET", "/ui/tasks/{task_id}/head"): Row(200),
+    ("GET", "/ui/charts"): Row(200, operators_only=True),
+    ("GET", "/ui/new"): Row(200, page=True),
+    ("GET", "/ui/fixes"): Row(200, page=True),
     ("GET", "/ui/hosts"): Row(200, page=True),
     ("GET", "/ui/hosts/rows"): Row(200),
     # a user's selector is limited to their own jobs: no 404 to expect (test_api_bulk.py)
@@ -154,7 +161,12 @@ def test_the_published_contract_lists_each_route_of_the_matrix_with_its_refusals
 
 
 #: Operator-only routes outside `/admin/`: host quarantine changes the fleet for everyone.
-OPERATOR_ROUTES: Final = frozenset({("POST", "/hosts/{host_id}/actions")})
+OPERATOR_ROUTES: Final = frozenset(
+    {
+        ("POST", "/hosts/{host_id}/actions"),
+        ("GET", "/ui/charts"),  # the whole system's activity: a user's jobs are theirs alone
+    }
+)
 
 
 def test_when_a_route_is_under_admin__it_is_for_operators_only() -> None:

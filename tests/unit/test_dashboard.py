@@ -1,5 +1,6 @@
 """Pure parts of the dashboard and the SSE format: what is offered, how it is ordered, framing."""
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 
@@ -51,10 +52,13 @@ def test_job_actions_follow_the_job_state_and_failed_tasks() -> None:
     assert dashboard.job_actions(_job(JobState.SUSPENDED, {})) == ["resume", "cancel"]
     assert dashboard.job_actions(_job(JobState.CONFIGURING, {})) == ["activate", "cancel"]
     assert dashboard.job_actions(_job(JobState.FAILED, {"failed_on_cluster": 2})) == [
-        "recover_failed"
+        "purge",
+        "recover_failed",
     ]
-    assert dashboard.job_actions(_job(JobState.COMPLETED, {"completed": 3})) == []
-    assert dashboard.job_actions(_job(JobState.CANCELLED, {"failed_to_setup": 1})) == []
+    assert dashboard.job_actions(_job(JobState.COMPLETED, {"completed": 3})) == ["purge"]
+    assert dashboard.job_actions(_job(JobState.CANCELLED, {"failed_to_setup": 1})) == ["purge"]
+    purged = dataclasses.replace(_job(JobState.COMPLETED, {}), purged_at=datetime.now(UTC))
+    assert dashboard.job_actions(purged) == []  # nothing left to purge
 
 
 def test_counts_come_in_lifecycle_order() -> None:

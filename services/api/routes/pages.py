@@ -31,13 +31,22 @@ from services.api.deps import (
     TaskIdPath,
 )
 from services.api.templates import STATIC_DIR, Pages
-from shared import attempts_repo, job_errors, jobs_repo, outputs_repo, tasks_repo, users_repo
+from shared import (
+    attempts_repo,
+    bulk_repo,
+    job_errors,
+    jobs_repo,
+    outputs_repo,
+    tasks_repo,
+    users_repo,
+)
+from shared.actions import TaskAction
 from shared.db import Connection
 from shared.errors import NotFound
 from shared.ids import ID_PATTERN
 from shared.jobs_repo import Job
 from shared.redis_keys import RedisKeys
-from shared.states import JobState, TaskState
+from shared.states import FailureClass, JobState, TaskState
 from shared.tasks_repo import Task
 from shared.topics import MAX_TOPICS
 from shared.users_repo import User
@@ -256,6 +265,37 @@ def _jobs_topics(user: User, jobs: list[Job]) -> list[str]:
     if user.is_operator:
         return ["job.*.*", "task.*.*"]
     return [f"task.*.{job.id}" for job in jobs[:MAX_TOPICS]]
+
+
+@router.get("/ui/new")
+async def new_job_page(request: Request, pool: PoolDep) -> Response:
+    """A form that submits a job (`POST /jobs`), its errors shown by their fields."""
+    async with pool.acquire() as conn:
+        user = await _page_user(request, conn)
+    if user is None:
+        return _to_login()
+    return _page("new.html", user, "new", {})
+
+
+@router.get("/ui/fixes")
+async def fixes_page(request: Request, pool: PoolDep) -> Response:
+    """Global fixes (`POST /bulk/actions`): a selector and an action, previewed as a dry run
+    before they are applied; the recent ones (a user: their own)."""
+    async with pool.acquire() as conn:
+        user = await _page_user(request, conn)
+        if user is None:
+            return _to_login()
+        records = await bulk_repo.latest(conn, None if user.is_operator else user.id, 20)
+    return _page(
+        "fixes.html",
+        user,
+        "fixes",
+        {},
+        records=records,
+        states=[s.value for s in TaskState],
+        classes=[c.value for c in FailureClass],
+        actions=[a.value for a in TaskAction],
+    )
 
 
 @router.get("/ui/jobs/{job_id}")

@@ -49,7 +49,12 @@
     });
     let data = null;
     try { data = await response.json(); } catch (e) { data = null; }
-    if (!response.ok) throw new Error(describe(data, response.status));
+    if (!response.ok) {
+      const error = new Error(describe(data, response.status));
+      error.status = response.status;
+      error.detail = data && data.detail;
+      throw error;
+    }
     return data;
   }
 
@@ -148,6 +153,183 @@
     feed.prepend(items);
     while (feed.childElementCount > FEED_MAX) feed.lastElementChild.remove();
   }
+
+  // ----- forms that call the api ------------------------------------------------------------
+
+  // A form names the api call (`data-method`, `data-path`) and what follows a success
+  // (`data-then`: "job" opens the job made, "reload", or a message). Each field's `name` is its
+  // path in the body (`policy.limits.memory_mb`) and `data-kind` how its text is read: text,
+  // int, float, bool (a checkbox), lines (one value a line), csv, json. Empty fields are left
+  // out (the api's default, or no change in an edit). A 422 puts each message next to its field.
+  function readField(input) {
+    const kind = input.dataset.kind || "text";
+    if (kind === "bool") return input.checked ? true : undefined;
+    if (kind === "multi") {
+      const chosen = Array.from(input.selectedOptions).map((option) => option.value);
+      return chosen.length ? chosen : undefined;
+    }
+    const text = input.value;
+    if (!text.trim()) return undefined;
+    if (kind === "int" || kind === "float") return Number(text);
+    if (kind === "lines") {
+      const lines = text.split(/\r?\n/).filter((line) => line.trim() !== "");
+      if (!input.form.elements.inputs_json || !input.form.elements.inputs_json.checked) return lines;
+      return lines.map((line) => { try { return JSON.parse(line); } catch (e) { return line; } });
+    }
+    if (kind === "csv") return text.split(",").map((v) => v.trim()).filter((v) => v);
+    if (kind === "time") return new Date(text).toISOString(); // the browser's local time, in UTC
+    if (kind === "json") {
+      try { return JSON.parse(text); } catch (e) { throw new FieldError(input.name, "not valid JSON: " + e.message); }
+    }
+    return text;
+  }
+
+  function FieldError(name, message) { this.name = name; this.message = message; }
+
+  function formBody(form) {
+    const body = {};
+    for (const input of Array.from(form.querySelectorAll("[name]"))) {
+      if (input.dataset.kind === "skip" || input.type === "file") continue;
+      const value = readField(input);
+      if (value === undefined) continue;
+      const path = input.name.split(".");
+      let at = body;
+      path.slice(0, -1).forEach((key) => { at[key] = at[key] || {}; at = at[key]; });
+      at[path[path.length - 1]] = value;
+    }
+    return body;
+  }
+
+  function clearErrors(form) {
+    form.querySelectorAll(".field-error").forEach((node) => node.remove());
+    const summary = form.querySelector(".form-errors");
+    if (summary) { summary.textContent = ""; summary.hidden = true; }
+  }
+
+  function showErrors(form, problems) {
+    const summary = form.querySelector(".form-errors");
+    for (const problem of problems) {
+      const path = problem.loc.filter((part) => part !== "body").join(".");
+      // the field itself, else the nearest named parent (policy.limits.x -> policy.limits)
+      let input = null;
+      for (let parts = path.split("."); parts.length && !input; parts = parts.slice(0, -1)) {
+        input = form.querySelector('[name="' + CSS.escape(parts.join(".")) + '"]');
+      }
+      const note = el("small", "field-error", (input ? "" : path + ": ") + problem.msg);
+      if (input) input.closest("label, .field, p").append(note);
+      else if (summary) { summary.append(note); summary.hidden = false; }
+    }
+  }
+
+  async function submitForm(form) {
+    clearErrors(form);
+    let body;
+    try {
+      body = formBody(form);
+    } catch (e) {
+      if (!(e instanceof FieldError)) throw e;
+      showErrors(form, [{ loc: ["body"].concat(e.name.split(".")), msg: e.message }]);
+      return null;
+    }
+    if (form.dataset.before && !window.confirm(form.dataset.before)) return null;
+    try {
+      const result = await api(form.dataset.method, form.dataset.path, body);
+      const then = form.dataset.then || "";
+      if (then === "job") window.location.assign("/ui/jobs/" + encodeURIComponent(result.id));
+      else if (then === "reload") window.location.reload();
+      else flash(then || "done", "ok");
+      return result;
+    } catch (e) {
+      if (e.status === 422 && Array.isArray(e.detail)) showErrors(form, e.detail);
+      else showErrors(form, [{ loc: [], msg: e.message }]);
+      flash(e.message, "error");
+      return null;
+    }
+  }
+
+  // Global fixes: the form asks for a dry run; its answer says what would change, and only
+  // then can the same body be applied (any change to the form asks for a new preview).
+  let previewed = null;
+  function showFix(result, dryRun) {
+    const box = document.getElementById("fix-result");
+    box.hidden = false;
+    box.replaceChildren();
+    const verb = dryRun ? "would" : "did";
+    box.append(el("h2", null, dryRun ? "Preview" : "Applied"),
+      el("p", "fix-summary", result.matched + " tasks of " + result.jobs + " jobs matched; " +
+        result.action.replace(/_/g, " ") + " " + verb + " change " + result.applied +
+        ", " + result.refused + " refused"));
+    const reasons = Object.entries(result.refusals || {});
+    if (reasons.length) {
+      const list = el("ul", "refusals");
+      reasons.forEach(([why, n]) => list.append(el("li", null, n + " refused: " + why)));
+      box.append(list);
+    }
+    if (result.sample && result.sample.length) {
+      const table = el("table", "grid sample");
+      const head = el("tr");
+      ["job", "#", "task", "state", "class", "host"].forEach((h) => head.append(el("th", null, h)));
+      table.append(head);
+      result.sample.forEach((t) => {
+        const row = el("tr");
+        [t.job_id, t.index, t.id, t.state, t.failure_class || "", t.host || ""].forEach((v) => row.append(el("td", null, v)));
+        table.append(row);
+      });
+      box.append(el("p", null, "The first " + result.sample.length + " of them:"), table);
+    }
+  }
+
+  async function previewFix(form) {
+    clearErrors(form);
+    const apply = document.getElementById("fix-apply");
+    apply.hidden = true;
+    previewed = null;
+    let body;
+    try { body = formBody(form); } catch (e) { showErrors(form, [{ loc: [], msg: e.message }]); return; }
+    try {
+      const result = await api("POST", "/bulk/actions", Object.assign({}, body, { dry_run: true }));
+      showFix(result, true);
+      if (result.applied > 0) {
+        previewed = body;
+        apply.textContent = "Apply to " + result.applied + " tasks";
+        apply.hidden = false;
+      }
+    } catch (e) {
+      if (e.status === 422 && Array.isArray(e.detail)) showErrors(form, e.detail);
+      else showErrors(form, [{ loc: [], msg: e.message }]);
+    }
+  }
+
+  async function applyFix() {
+    if (!previewed) return;
+    const body = previewed;
+    if (!window.confirm("Apply " + body.action.replace(/_/g, " ") + " to the tasks the preview showed?")) return;
+    document.getElementById("fix-apply").hidden = true;
+    previewed = null;
+    try {
+      const result = await api("POST", "/bulk/actions", Object.assign({}, body, { dry_run: false, confirm: true }));
+      showFix(result, false);
+      flash("fix applied: " + result.applied + " tasks changed", "ok");
+    } catch (e) {
+      flash("fix refused: " + e.message, "error");
+    }
+  }
+
+  document.addEventListener("input", (event) => {
+    if (!event.target.closest || !event.target.closest("#fix-form")) return;
+    const apply = document.getElementById("fix-apply");
+    if (apply) apply.hidden = true;
+    previewed = null;
+  });
+
+  // A file of inputs fills the inputs box (read here; nothing is uploaded but the lines).
+  document.addEventListener("change", (event) => {
+    const input = event.target;
+    if (input.type !== "file" || !input.dataset.into) return;
+    const file = input.files && input.files[0];
+    if (!file) return;
+    file.text().then((text) => { input.form.elements[input.dataset.into].value = text; });
+  });
 
   // ----- charts -------------------------------------------------------------------------
 
@@ -444,6 +626,7 @@
 
   async function jobAction(jobId, action, extra) {
     if (action === "cancel" && !window.confirm("Cancel job " + jobId + "? Its running tasks are killed.")) return;
+    if (action === "purge" && !window.confirm("Purge job " + jobId + "? Its logs, kept outputs and work dirs are deleted for good.")) return;
     try {
       const job = await api("POST", "/jobs/" + encodeURIComponent(jobId) + "/actions",
         Object.assign({ action: action }, extra || {}));
@@ -565,6 +748,8 @@
     } else if (target.hasAttribute("data-task-apply")) {
       const select = target.closest("tr, p").querySelector("select.task-action");
       if (select) taskAction(target.dataset.task, select.value);
+    } else if (target.id === "fix-apply") {
+      applyFix();
     } else if (target.id === "emergency-stop") {
       emergencyStop();
     } else if (target.id === "emergency-resume") {
@@ -573,6 +758,12 @@
   });
 
   document.addEventListener("submit", (event) => {
+    if (event.target.dataset.path) {
+      event.preventDefault();
+      if (event.target.id === "fix-form") previewFix(event.target);
+      else submitForm(event.target);
+      return;
+    }
     if (event.target.id !== "throttle") return;
     event.preventDefault();
     const form = event.target;
