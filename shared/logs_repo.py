@@ -111,6 +111,27 @@ async def for_job(
     return [StoredLog(**dict(r)) for r in records]
 
 
+async def tail_of_job(
+    conn: Connection,
+    job_id: str,
+    *,
+    task_id: str | None = None,
+    run_number: int | None = None,
+    limit: int = 1000,
+) -> list[StoredLog]:
+    """The job's last `limit` lines (of one task and run, if given), in order."""
+    records = await conn.fetch(
+        "SELECT seq, ts, task_id, run_number, attempt, severity, stream, line FROM logs"
+        " WHERE job_id = $1 AND ($2::text IS NULL OR task_id = $2)"
+        " AND ($3::int IS NULL OR run_number = $3) ORDER BY seq DESC LIMIT $4",
+        job_id,
+        task_id,
+        run_number,
+        limit,
+    )
+    return [StoredLog(**dict(r)) for r in reversed(records)]
+
+
 async def prune_ended_jobs(conn: Connection, retention_s: float, limit: int = 10_000) -> int:
     """Delete the logs of jobs that ended more than `retention_s` ago (at most `limit` lines per
     call, oldest jobs first, so that a large backlog is pruned in bounded steps)."""

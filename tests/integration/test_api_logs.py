@@ -126,3 +126,20 @@ async def test_when_a_job_has_no_logs__the_page_is_empty(api: Api) -> None:
     job = await api.submit(api.user)
 
     assert await _logs(api, job["id"]) == {"items": [], "next_after": None}
+
+
+async def test_a_tail_is_the_last_lines_in_order_of_the_job_or_of_one_task_and_run(
+    api: Api, logged: Logged
+) -> None:
+    path = f"/jobs/{logged.job_id}/logs"
+    first = logged.tasks[0]
+
+    job_tail = await api.client.get(path, params={"tail": 2}, headers=api.user.headers)
+    task_tail = await api.client.get(
+        path, params={"tail": 5, "task": first, "run": 1}, headers=api.user.headers
+    )
+    mixed = await api.client.get(path, params={"tail": 2, "after": 1}, headers=api.user.headers)
+
+    assert [i["line"] for i in job_tail.json()["items"]] == ["ERROR: it broke", "done"]
+    assert [i["line"] for i in task_tail.json()["items"]] == ["starting", "disk is slow"]
+    assert mixed.status_code == 422 and "tail" in mixed.text

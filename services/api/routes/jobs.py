@@ -242,10 +242,31 @@ async def list_logs(
     severity: Severity | None = None,
     after: Annotated[int, Query(ge=0, le=_INT8_MAX, description="Only lines after this seq.")] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    tail: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=10_000,
+            description="The last this many lines instead (task and run"
+            " filters apply; not with `after` or `severity`).",
+        ),
+    ] = None,
 ) -> LogsPage:
     """The job's output lines in order; continue with `after=next_after`."""
+    if tail is not None and (after or severity is not None):
+        raise invalid(
+            ("query", "tail"), "tail reads the last lines: give it without after or severity"
+        )
     async with pool.acquire() as conn:
         await check_visible(conn, user, job_id)
+        if tail is not None:
+            found = await logs_repo.tail_of_job(
+                conn, job_id, task_id=task, run_number=run, limit=tail
+            )
+            return LogsPage(
+                items=[LogPublic.from_stored(log) for log in found],
+                next_after=found[-1].seq if found else None,
+            )
         logs = await logs_repo.for_job(
             conn,
             job_id,

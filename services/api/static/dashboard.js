@@ -11,6 +11,7 @@
   const LOG_MAX = 1000;
   const ROWS_MAX = 200; // rows one refresh asks for (the api's page of rows)
   const PROBLEMS = new Set(["failed", "crashed", "hung"]); // job outcomes listed as errors
+  const ENDED = new Set(["succeeded", "failed", "cancelled"]); // job outcomes that end it
   const RESTING = new Set(["completed", "failed", "cancelled", "terminated",
     "failed_to_setup", "failed_on_cluster", "failed_to_post_process",
     "failed_setup_prerequisites", "failed_post_processing_prerequisites"]);
@@ -463,12 +464,25 @@
     }
   }
 
-  // Lines stored between the page's rendering and the stream's opening.
-  async function catchUpLogs() {
-    const stored = document.querySelectorAll("#logs .log[data-seq]");
-    const after = stored.length ? stored[stored.length - 1].dataset.seq : 0;
-    const data = await api("GET", "/jobs/" + encodeURIComponent(page.job_id) + "/logs?after=" + after);
-    data.items.forEach(queueLog);
+  // The newest lines as stored, in order: what the log shows once the stream (re)opens and
+  // once the job or task ends, so that a line the stream missed (it was closed for a while,
+  // or the broker dropped the oldest of a flood) is never missing for good.
+  async function reloadLogTail() {
+    let path = "/jobs/" + encodeURIComponent(page.job_id) + "/logs?tail=" + LOG_MAX;
+    if (page.page === "task") path += "&task=" + encodeURIComponent(page.task_id) + "&run=" + page.run;
+    const data = await api("GET", path);
+    const box = document.getElementById("logs");
+    if (!box) return;
+    const atBottom = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
+    box.replaceChildren();
+    seenLogs.clear();
+    data.items.forEach((record) => addLogLine(record, page.page !== "task"));
+    if (atBottom) box.scrollTop = box.scrollHeight;
+    if (page.page === "task") {
+      const empty = document.getElementById("no-logs");
+      if (empty) empty.hidden = data.items.length > 0;
+      applySearch();
+    }
   }
 
   // Tasks whose rows changed: refreshed together, at most every 500 ms, in one request for
@@ -526,6 +540,7 @@
       return;
     }
     if (key.startsWith("job.") && PROBLEMS.has(body.outcome)) addJobError(event);
+    if (key.startsWith("job.") && ENDED.has(body.outcome)) later("logs", reloadLogTail, 500);
     if (body.task_id) markTask(body.task_id);
     later("summary", refreshSummary, 400);
     chartsChanged();
@@ -533,7 +548,7 @@
 
   function refreshAfterOpen() {
     later("summary", refreshSummary, 50);
-    later("logs", catchUpLogs, 50);
+    later("logs", reloadLogTail, 50);
     document.querySelectorAll("#tasks tbody tr[data-task-id]").forEach((row) => {
       if (!RESTING.has(row.dataset.state)) markTask(row.dataset.taskId, 50);
     });
@@ -566,15 +581,6 @@
     if (count) count.textContent = box && box.value.trim() ? shown + " of " + lines.length + " lines" : "";
   }
 
-  // Lines of this run stored between the page's rendering and the stream's opening.
-  async function catchUpTaskLogs() {
-    const stored = document.querySelectorAll("#logs .log[data-seq]");
-    const after = stored.length ? stored[stored.length - 1].dataset.seq : 0;
-    const data = await api("GET", "/jobs/" + encodeURIComponent(page.job_id) + "/logs?task=" +
-      encodeURIComponent(page.task_id) + "&run=" + page.run + "&after=" + after);
-    data.items.forEach(queueLog);
-  }
-
   async function refreshTaskHead() {
     const html = await fragment("/ui/tasks/" + encodeURIComponent(page.task_id) + "/head");
     const current = document.getElementById("task-head");
@@ -590,6 +596,7 @@
       return;
     }
     later("head", refreshTaskHead, 250);
+    if (page.live_log && RESTING.has(body.state)) later("logs", reloadLogTail, 500);
   }
 
   function startTask() {
@@ -597,7 +604,7 @@
     if (search) search.addEventListener("input", applySearch);
     follow(page.topics, onTaskEvent, () => {
       later("head", refreshTaskHead, 50);
-      if (page.live_log) later("logs", catchUpTaskLogs, 50);
+      if (page.live_log) later("logs", reloadLogTail, 50);
     });
   }
 
