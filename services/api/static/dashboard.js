@@ -541,6 +541,10 @@
     }
     if (key.startsWith("job.") && PROBLEMS.has(body.outcome)) addJobError(event);
     if (key.startsWith("job.") && ENDED.has(body.outcome)) later("logs", reloadLogTail, 500);
+    // Activated: the page's configuring forms are gone, its tasks are new.
+    if (key.startsWith("job.") && body.outcome === "activated" && document.getElementById("configure")) {
+      later("reload", async () => window.location.reload(), 300);
+    }
     if (body.task_id) markTask(body.task_id);
     later("summary", refreshSummary, 400);
     chartsChanged();
