@@ -1,7 +1,21 @@
 """What one command may use: its job's `policy.limits`, else this worker's defaults."""
 
+from typing import Final
+
+import psutil
+
 from shared.cgroups import CONTROLLERS, Cgroups, TaskLimits
 from shared.policy import Limits
+
+#: The share of the host's memory one command may take when nobody said otherwise.
+HOST_SHARE: Final = 0.9
+
+
+def default_memory_mb(configured: int | None) -> int:
+    """`VIGIL_JOB_MEMORY_MB` as set (0: no limit), else `HOST_SHARE` of this host's memory."""
+    if configured is not None:
+        return configured
+    return int(psutil.virtual_memory().total * HOST_SHARE) // 2**20
 
 
 def resolve(asked: Limits, memory_mb: int, cpus: float, pids: int) -> TaskLimits:

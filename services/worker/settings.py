@@ -21,9 +21,10 @@ class WorkerSettings(HostSettings):
     #: A confined job runs as uid and gid `job_uid_base` + its owner's `users.job_uid`.
     job_uid_base: int = Field(default=2_000_000, ge=1000, le=2**31 - 1_000_001)
     #: A task's limits when its job's policy gives none (`VIGIL_JOB_MEMORY_MB`,
-    #: `VIGIL_JOB_CPUS`, `VIGIL_JOB_PIDS`; 0: no limit). They need cgroups (`VIGIL_CGROUP_ROOT`):
-    #: the worker says at start which it can enforce.
-    job_memory_mb: int = Field(default=0, ge=0, le=64 * 1024 * 1024)
+    #: `VIGIL_JOB_CPUS`, `VIGIL_JOB_PIDS`; 0: no limit). Memory left unset is 90 % of the
+    #: host's: one runaway command is killed before it takes the host (and its worker) down.
+    #: They need cgroups (`VIGIL_CGROUP_ROOT`): the worker says at start which it enforces.
+    job_memory_mb: int | None = Field(default=None, ge=0, le=64 * 1024 * 1024)
     job_cpus: float = Field(default=0.0, ge=0, le=4096)
     job_pids: int = Field(default=4096, ge=0, le=4_194_304)
     #: Log lines are persisted and published in batches this often (seconds).

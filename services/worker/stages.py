@@ -145,6 +145,8 @@ class StageRunner:
         self.slots = asyncio.Semaphore(self.settings.worker_slots)
         self._pending: set[asyncio.Task[None]] = set()
         self._job_uids: dict[str, int] = {}  # owner -> users.job_uid (never changes)
+        #: A task's memory limit when its job gives none (MiB; 0: none).
+        self._memory_mb = limits.default_memory_mb(self.settings.job_memory_mb)
 
     async def take(self, message: RunStage) -> Held | None:
         """Make the message's claim this worker's; None when the message is stale (a no-op)."""
@@ -338,7 +340,7 @@ class StageRunner:
         policy = Policy.model_validate(held.job.policy)
         settings = self.settings
         bounds = limits.resolve(
-            policy.limits, settings.job_memory_mb, settings.job_cpus, settings.job_pids
+            policy.limits, self._memory_mb, settings.job_cpus, settings.job_pids
         )
         cgroup, limiters = None, []
         if self.cgroups is not None:

@@ -539,3 +539,56 @@ async def test_a_global_fix_is_previewed_then_applied_only_as_previewed(
     await expect(tab.page.locator("#flash")).to_contain_text("fix applied: 2 tasks changed")
     tasks = (await client.get(f"/jobs/{job_id}/tasks")).json()
     assert len(tasks) == 4  # the two duplicates
+
+
+async def test_an_operator_makes_a_user_gives_and_revokes_tokens_from_the_users_page(
+    tab: Tab, stack: Stack
+) -> None:
+    # given: the users page
+    await tab.page.goto("/ui/users")
+    name = f"pat-{uuid.uuid4().hex[:6]}"
+
+    # when: a user is made there
+    await tab.page.fill('#new-user input[name="name"]', name)
+    await tab.page.fill('#new-user input[name="label"]', "laptop")
+    await tab.page.click("#create-user")
+
+    # then: their token is shown once, and it works
+    token = tab.page.locator("#issued-token")
+    await expect(token).not_to_be_empty()
+    issued = await token.text_content()
+    assert issued
+    async with httpx.AsyncClient(base_url=stack.base_url) as other:
+        headers = {"Authorization": f"Bearer {issued}"}
+        assert (await other.get("/jobs", headers=headers)).status_code == 200
+
+        # and once revoked from the page, it works no more
+        await tab.page.reload()
+        row = tab.page.locator(f'#users tr[data-user="{name}"]')
+        await row.locator('button[data-admin-action="revoke"]').click()
+        await expect(row.locator("li .off")).to_have_text("revoked")
+        assert (await other.get("/jobs", headers=headers)).status_code == 401
+
+    # and disabling them is one more click, confirmed
+    await row.locator('button[data-admin-action="disable"]').click()
+    await expect(tab.page.locator(f'#users tr[data-user="{name}"]')).to_have_attribute(
+        "data-disabled", "yes"
+    )
+    assert any("Disable" in d for d in tab.dialogs)
+
+
+async def test_inputs_added_from_a_finished_jobs_page_run_as_new_tasks(
+    tab: Tab, client: httpx.AsyncClient, events: Events
+) -> None:
+    job_id = await _submit(client, command='echo "got $VIGIL_INPUT"', inputs=["a"])
+    await events.wait_key(f"job.succeeded.{job_id}")
+    await tab.open(f"/ui/jobs/{job_id}")
+
+    await tab.page.click("#append-inputs summary")
+    await tab.page.fill('#inputs-form textarea[name="inputs"]', "p\nq")
+    await tab.page.click("#add-inputs")
+
+    await expect(tab.page.locator("#flash")).to_contain_text("inputs added")
+    await expect(tab.page.locator("#tasks tr[data-task-id]")).to_have_count(3)
+    await expect(tab.page.locator("#job-state")).to_have_text("completed")
+    await expect(tab.page.locator("#logs")).to_contain_text("got q")

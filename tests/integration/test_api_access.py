@@ -108,6 +108,7 @@ MATRIX: Final[dict[Key, Row]] = {
     ("GET", "/ui/charts"): Row(200, operators_only=True),
     ("GET", "/ui/new"): Row(200, page=True),
     ("GET", "/ui/fixes"): Row(200, page=True),
+    ("GET", "/ui/users"): Row(200, page=True, operators_only=True),
     ("GET", "/ui/hosts"): Row(200, page=True),
     ("GET", "/ui/hosts/rows"): Row(200),
     # a user's selector is limited to their own jobs: no 404 to expect (test_api_bulk.py)
@@ -165,6 +166,7 @@ OPERATOR_ROUTES: Final = frozenset(
     {
         ("POST", "/hosts/{host_id}/actions"),
         ("GET", "/ui/charts"),  # the whole system's activity: a user's jobs are theirs alone
+        ("GET", "/ui/users"),  # users and tokens
     }
 )
 

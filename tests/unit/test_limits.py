@@ -1,10 +1,11 @@
 """A task's limits: the job's `policy.limits` where it gives them, else the worker's, and the
 cgroup files that set them (issue 17, point 1)."""
 
+import psutil
 import pytest
 from pydantic import ValidationError
 
-from services.worker.limits import resolve
+from services.worker.limits import HOST_SHARE, default_memory_mb, resolve
 from shared.cgroups import TaskLimits, _v1_mounts
 from shared.outcomes import limit_outcome
 from shared.policy import Limits, Policy
@@ -73,3 +74,12 @@ def test_going_over_the_memory_limit_is_the_jobs_failure_and_says_which_limit() 
     )
     assert child_killed.exit_code == 137 and child_killed.signal is None
     assert not killed.crashed
+
+
+def test_unset_the_memory_limit_is_most_of_the_hosts_and_zero_is_none() -> None:
+    total_mb = psutil.virtual_memory().total // 2**20
+
+    share = default_memory_mb(None)
+
+    assert 0 < share <= total_mb * HOST_SHARE
+    assert default_memory_mb(0) == 0 and default_memory_mb(512) == 512

@@ -133,6 +133,18 @@ def _page(template: str, user: User, page: str, data: dict[str, Any], **context:
     return _pages.render(template, user=user, page=page, page_data=page_data, **context)
 
 
+def _refused(user: User, why: str) -> Response:
+    return _pages.render(
+        "error.html",
+        status_code=status.HTTP_403_FORBIDDEN,
+        user=user,
+        page="error",
+        page_data={"page": "error", "operator": user.is_operator},
+        title="Not for you",
+        message=why,
+    )
+
+
 def _not_found(user: User, what: str) -> Response:
     return _pages.render(
         "error.html",
@@ -296,6 +308,20 @@ async def fixes_page(request: Request, pool: PoolDep) -> Response:
         classes=[c.value for c in FailureClass],
         actions=[a.value for a in TaskAction],
     )
+
+
+@router.get("/ui/users")
+async def users_page(request: Request, pool: PoolDep) -> Response:
+    """Users and their tokens (operators): create a user, issue and revoke tokens, disable."""
+    async with pool.acquire() as conn:
+        user = await _page_user(request, conn)
+        if user is None:
+            return _to_login()
+        if not user.is_operator:
+            return _refused(user, "Users and tokens are for operators.")
+        users = await users_repo.list_users(conn)
+        tokens = {u.user.name: await users_repo.list_tokens(conn, u.user.name) for u in users}
+    return _page("users.html", user, "users", {}, users=users, tokens=tokens)
 
 
 @router.get("/ui/jobs/{job_id}")

@@ -237,6 +237,7 @@
       const result = await api(form.dataset.method, form.dataset.path, body);
       const then = form.dataset.then || "";
       if (then === "job") window.location.assign("/ui/jobs/" + encodeURIComponent(result.id));
+      else if (then === "token") showIssued(result);
       else if (then === "reload") window.location.reload();
       else flash(then || "done", "ok");
       return result;
@@ -322,6 +323,38 @@
     if (apply) apply.hidden = true;
     previewed = null;
   });
+
+  // Users and tokens (operators): a token is shown once, in the page, never in a dialog.
+  function showIssued(result) {
+    const box = document.getElementById("issued");
+    document.getElementById("issued-for").textContent = result.details.user;
+    document.getElementById("issued-token").textContent = result.token;
+    box.hidden = false;
+    flash("token " + result.details.id + " made for " + result.details.user, "ok");
+  }
+
+  async function adminAction(target) {
+    const action = target.dataset.adminAction;
+    try {
+      if (action === "token") {
+        const label = window.prompt("What is the new token of " + target.dataset.user + " for?");
+        if (label === null) return;
+        showIssued(await api("POST", "/admin/users/" + encodeURIComponent(target.dataset.user) + "/tokens",
+          label.trim() ? { label: label.trim() } : {}));
+        return;
+      }
+      if (action === "revoke") {
+        if (!window.confirm("Revoke token " + target.dataset.token + "? It stops working at once.")) return;
+        await api("DELETE", "/admin/tokens/" + encodeURIComponent(target.dataset.token));
+      } else if (action === "disable") {
+        if (!window.confirm("Disable " + target.dataset.user + "? None of their tokens will work.")) return;
+        await api("POST", "/admin/users/" + encodeURIComponent(target.dataset.user) + "/disable");
+      }
+      window.location.reload();
+    } catch (e) {
+      flash(action + " refused: " + e.message, "error");
+    }
+  }
 
   // A file of inputs fills the inputs box (read here; nothing is uploaded but the lines).
   document.addEventListener("change", (event) => {
@@ -759,6 +792,8 @@
     } else if (target.hasAttribute("data-task-apply")) {
       const select = target.closest("tr, p").querySelector("select.task-action");
       if (select) taskAction(target.dataset.task, select.value);
+    } else if (target.dataset.adminAction) {
+      adminAction(target);
     } else if (target.id === "fix-apply") {
       applyFix();
     } else if (target.id === "emergency-stop") {
