@@ -1,0 +1,171 @@
+"""The worker's stage runner driven directly (issue 14, point 4): a work message taken and its
+task driven through setup, the command and post-processing, against the real PostgreSQL,
+RabbitMQ and Redis, with real commands; no other service runs.
+
+Each test makes a job, claims its task as the dispatcher would, and hands the runner the work
+message; what it asserts is what the database holds afterwards.
+"""
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from services.worker.settings import WorkerSettings
+from services.worker.stages import StageRunner
+from shared import db, jobs_repo, users_repo
+from shared.amqp import open_broker
+from shared.jobs_repo import NewJob
+from shared.messages import RunStage
+from shared.redis_keys import RedisKeys
+from shared.states import Stage
+from shared.task_types.registry import load_task_types
+from shared.topology import Topology
+from tests.conftest import AMQP_URL, REDIS_URL
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def runner(
+    pool: db.Pool, session_database_url: str, namespace: str, tmp_path: Path
+) -> AsyncIterator[StageRunner]:
+    settings = WorkerSettings(
+        database_url=session_database_url,
+        amqp_url=AMQP_URL,
+        redis_url=REDIS_URL,
+        namespace=namespace,
+        host_id=f"h-{uuid.uuid4().hex[:8]}",
+        work_root=str(tmp_path),
+        worker_slots=2,
+        job_isolation="off",
+        cgroup_root="off",
+    )
+    redis = Redis.from_url(REDIS_URL)
+    async with open_broker(AMQP_URL, Topology(namespace), name="test-stages") as broker:
+        yield StageRunner(
+            settings,
+            pool,
+            broker,
+            redis,
+            RedisKeys(namespace),
+            load_task_types(),
+            f"{settings.host_id}-test",
+        )
+    await redis.aclose()
+
+
+async def _claimed(pool: db.Pool, command: str, **policy: Any) -> RunStage:
+    """Given-step: a job of one task, claimed as the dispatcher would; its work message."""
+    async with pool.acquire() as conn:
+        user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+        job, _ = await jobs_repo.create(
+            conn, user.id, NewJob("s", "shell", command, ["a"], policy=policy)
+        )
+        claim = uuid.uuid4()
+        task_id = await conn.fetchval(
+            "UPDATE tasks SET claim = $2 WHERE job_id = $1 RETURNING id", job.id, claim
+        )
+    return RunStage(job_id=job.id, task_id=task_id, stage=Stage.SETUP, claim=claim)
+
+
+async def _task(pool: db.Pool, task_id: str) -> dict[str, Any]:
+    row = await pool.fetchrow("SELECT * FROM tasks WHERE id = $1", task_id)
+    assert row is not None
+    return dict(row)
+
+
+async def _attempts(pool: db.Pool, task_id: str) -> list[tuple[str, str | None]]:
+    rows = await pool.fetch(
+        "SELECT stage, outcome FROM attempts WHERE task_id = $1 ORDER BY attempt", task_id
+    )
+    return [(r["stage"], r["outcome"]) for r in rows]
+
+
+async def test_a_task_is_set_up_run_and_post_processed_to_completed(
+    runner: StageRunner, pool: db.Pool
+) -> None:
+    message = await _claimed(pool, 'echo "hello $VIGIL_INPUT"')
+
+    held = await runner.take(message)
+    assert held is not None
+    await runner.drive(held)
+
+    task = await _task(pool, message.task_id)
+    assert (task["state"], task["claim"], task["worker"]) == ("completed", None, None)
+    assert await _attempts(pool, message.task_id) == [
+        ("setup", "queued"),
+        ("cluster", "data_ready"),
+        ("post_processing", "completed"),
+    ]
+    line = await pool.fetchval("SELECT line FROM logs WHERE task_id = $1", message.task_id)
+    assert line == "hello a"
+
+
+async def test_a_command_that_exits_non_zero_fails_the_task_as_exit_and_lets_it_go(
+    runner: StageRunner, pool: db.Pool
+) -> None:
+    message = await _claimed(pool, "exit 3")
+
+    held = await runner.take(message)
+    assert held is not None
+    await runner.drive(held)
+
+    task = await _task(pool, message.task_id)
+    assert (task["state"], task["failure_class"], task["exit_code"]) == (
+        "failed_on_cluster",
+        "exit",
+        3,
+    )
+    assert task["claim"] is None and task["decided"] is False  # the triage's to decide
+    assert (await _attempts(pool, message.task_id))[-1] == ("cluster", "failed_on_cluster")
+
+
+async def test_a_message_whose_claim_is_not_the_tasks_any_more_is_a_no_op(
+    runner: StageRunner, pool: db.Pool
+) -> None:
+    message = await _claimed(pool, "echo never")
+    await pool.execute("UPDATE tasks SET claim = $2 WHERE id = $1", message.task_id, uuid.uuid4())
+
+    held = await runner.take(message)
+
+    assert held is None
+    assert (await _task(pool, message.task_id))["state"] == "new"
+    assert await _attempts(pool, message.task_id) == []
+
+
+async def test_a_report_that_comes_after_the_task_was_taken_away_is_kept_not_applied(
+    runner: StageRunner, pool: db.Pool, tmp_path: Path
+) -> None:
+    # given: a command that waits for the test, running under its claim
+    go = tmp_path / "go"
+    message = await _claimed(pool, f'while [ ! -e "{go}" ]; do sleep 0.02; done; exit 0')
+    held = await runner.take(message)
+    assert held is not None
+    driving = asyncio.create_task(runner.drive(held))
+    async with asyncio.timeout(20):
+        while (await _task(pool, message.task_id))["state"] != "on_cpu":  # noqa: ASYNC110
+            await asyncio.sleep(0.02)  # (nothing to wait on: no other service runs)
+
+    # when: the task is declared lost meanwhile (its claim taken away), then the command ends
+    await pool.execute(
+        "UPDATE tasks SET state = 'failed_on_cluster', failure_class = 'lost', claim = NULL,"
+        " worker = NULL WHERE id = $1",
+        message.task_id,
+    )
+    go.touch()
+    await asyncio.wait_for(driving, 20)
+
+    # then: the task stays as it was made, and the worker's report is kept on its attempt
+    task = await _task(pool, message.task_id)
+    assert (task["state"], task["failure_class"]) == ("failed_on_cluster", "lost")
+    late = await pool.fetchval(
+        "SELECT late_report FROM attempts WHERE task_id = $1 AND stage = 'cluster'",
+        message.task_id,
+    )
+    assert late["state"] == "data_ready" and late["exit_code"] == 0
+    assert "is failed_on_cluster, not movable to data_ready" in late["rejected_because"]
