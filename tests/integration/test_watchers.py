@@ -1,0 +1,126 @@
+"""The supervisor's watchers driven directly (issue 14, point 4): a process that dies with no
+exit note from its worker fails its task as `signal` once the grace has passed; one its worker
+noted is left to the worker; one whose task moved on is left alone. Real processes, real
+PostgreSQL and Redis; no other service runs."""
+
+import asyncio
+import signal
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+
+from services.supervisor.error_logs import ErrorLogs
+from services.supervisor.watchers import Watchers, WatchSettings
+from shared import db, jobs_repo, users_repo
+from shared.jobs_repo import NewJob
+from shared.processes import create_time
+from shared.redis_client import open_redis
+from shared.redis_keys import RedisKeys
+from tests.conftest import REDIS_URL
+
+pytestmark = pytest.mark.integration
+
+SETTINGS = WatchSettings(report_grace_s=0.3, vitals_s=0.2, kill_grace_s=0.5, follow_after_s=60.0)
+
+
+@dataclass
+class Running:
+    """A task on_cpu under `claim`, its command a real process."""
+
+    job_id: str
+    task_id: str
+    claim: uuid.UUID
+    process: asyncio.subprocess.Process
+    created: float
+
+
+@pytest.fixture
+async def keys(namespace: str) -> RedisKeys:
+    return RedisKeys(namespace)
+
+
+@pytest.fixture
+async def watchers(pool: db.Pool, keys: RedisKeys) -> AsyncIterator[Watchers]:
+    async with open_redis(REDIS_URL) as redis:
+        watching = Watchers(pool, redis, keys, SETTINGS, None, ErrorLogs())
+        yield watching
+        await watching.close()
+
+
+@pytest.fixture
+async def running(pool: db.Pool) -> AsyncIterator[Running]:
+    process = await asyncio.create_subprocess_exec("sleep", "30", start_new_session=True)
+    created = create_time(process.pid)
+    assert created is not None
+    claim = uuid.uuid4()
+    async with pool.acquire() as conn:
+        user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+        job, _ = await jobs_repo.create(conn, user.id, NewJob("w", "shell", "sleep 30", ["a"]))
+        task_id = await conn.fetchval(
+            "UPDATE tasks SET state = 'on_cpu', claim = $2, pid = $3, pid_create_time = $4,"
+            " host = 'h' WHERE job_id = $1 RETURNING id",
+            job.id,
+            claim,
+            process.pid,
+            created,
+        )
+    yield Running(job.id, task_id, claim, process, created)
+    if process.returncode is None:
+        process.kill()
+    await process.wait()
+
+
+async def _watched_until_judged(watchers: Watchers, running: Running) -> None:
+    """Watch, kill the process from outside, and wait until the watcher has judged its exit."""
+    watchers.watch(
+        running.task_id, running.job_id, running.claim, running.process.pid, running.created
+    )
+    running.process.send_signal(signal.SIGKILL)
+    await running.process.wait()
+    async with asyncio.timeout(10):
+        while watchers.is_watching(running.task_id, running.claim):  # noqa: ASYNC110
+            await asyncio.sleep(0.02)  # (the watcher's task ends when it has judged)
+
+
+async def test_a_process_that_dies_unreported_fails_its_task_as_signal(
+    watchers: Watchers, running: Running, pool: db.Pool
+) -> None:
+    await _watched_until_judged(watchers, running)
+
+    row = await pool.fetchrow("SELECT * FROM tasks WHERE id = $1", running.task_id)
+    assert row is not None
+    assert (row["state"], row["failure_class"], row["claim"]) == (
+        "failed_on_cluster",
+        "signal",
+        None,
+    )
+    assert "without its worker reporting an exit" in row["error_brief"]
+
+
+async def test_an_exit_its_worker_noted_is_left_to_the_worker(
+    watchers: Watchers, running: Running, pool: db.Pool, keys: RedisKeys
+) -> None:
+    async with open_redis(REDIS_URL) as redis:
+        await redis.hset(keys.job_exits(running.job_id), running.task_id, f"{running.claim} -9")
+
+    await _watched_until_judged(watchers, running)
+
+    state = await pool.fetchval("SELECT state FROM tasks WHERE id = $1", running.task_id)
+    assert state == "on_cpu"  # the worker reports it (and fences it)
+
+
+async def test_a_task_that_moved_on_meanwhile_is_left_alone(
+    watchers: Watchers, running: Running, pool: db.Pool
+) -> None:
+    await pool.execute(
+        "UPDATE tasks SET state = 'data_ready', claim = NULL WHERE id = $1", running.task_id
+    )
+
+    await _watched_until_judged(watchers, running)
+
+    row = await pool.fetchrow(
+        "SELECT state, failure_class FROM tasks WHERE id = $1", running.task_id
+    )
+    assert row is not None and (row["state"], row["failure_class"]) == ("data_ready", None)
