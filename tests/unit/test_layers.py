@@ -1,0 +1,53 @@
+"""Who may import whom (docs/architecture.md, the map): `shared/` imports no service, no service
+imports another, and the `vigil` client imports neither. Read from the source, not run."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = ("api", "scheduler", "worker", "supervisor")
+
+
+def _offenders(folder: Path, forbidden: tuple[str, ...]) -> list[str]:
+    """`<file> imports <module>` for every absolute import under `folder` of a module in (or
+    under) one of the `forbidden` packages."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            else:
+                continue
+            found += [
+                f"{path.relative_to(folder)} imports {name}"
+                for name in names
+                if any(name == f or name.startswith(f + ".") for f in forbidden)
+            ]
+    return found
+
+
+def test_shared_imports_no_service_nor_the_client() -> None:
+    assert _offenders(ROOT / "shared", ("services", "vigil", "bench", "tests")) == []
+
+
+def test_no_service_imports_another() -> None:
+    for service in SERVICES:
+        others = tuple(f"services.{other}" for other in SERVICES if other != service)
+        assert _offenders(ROOT / "services" / service, others) == [], service
+
+
+def test_the_client_imports_neither_the_services_nor_shared() -> None:
+    assert _offenders(ROOT / "vigil", ("services", "shared")) == []
+
+
+def test_the_check_finds_each_kind_of_import(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "from services.api import app\nimport shared.db\nimport sharedish\nfrom . import x\n"
+    )
+
+    assert _offenders(tmp_path, ("services", "shared")) == [
+        "m.py imports services.api",
+        "m.py imports shared.db",
+    ]
