@@ -592,3 +592,31 @@ async def test_inputs_added_from_a_finished_jobs_page_run_as_new_tasks(
     await expect(tab.page.locator("#tasks tr[data-task-id]")).to_have_count(3)
     await expect(tab.page.locator("#job-state")).to_have_text("completed")
     await expect(tab.page.locator("#logs")).to_contain_text("got q")
+
+
+async def test_an_active_job_is_edited_from_its_page_and_a_refused_field_says_why(
+    tab: Tab, client: httpx.AsyncClient, events: Events
+) -> None:
+    # given: an active job (its one task waits)
+    job_id = await _submit(client, command="sleep 60", inputs=["a"])
+    await events.wait_key(f"task.on_cpu.{job_id}")
+    await tab.open(f"/ui/jobs/{job_id}")
+    await tab.page.click("#edit-job summary")
+
+    # when: its command is changed (refused once active)
+    await tab.page.fill('#edit-form textarea[name="command"]', "echo no")
+    await tab.page.click("#save-edit")
+
+    # then: the form says why, and nothing changed
+    await expect(tab.page.locator("#edit-form .form-errors")).to_contain_text("command")
+    assert (await client.get(f"/jobs/{job_id}")).json()["command"] == "sleep 60"
+
+    # and its throttle and retention change from the same form
+    await tab.page.fill('#edit-form textarea[name="command"]', "")
+    await tab.page.fill('#edit-form input[name="max_in_flight"]', "3")
+    await tab.page.fill('#edit-form input[name="retention_s"]', "86400")
+    await tab.page.click("#save-edit")
+    await expect(tab.page.locator("#job-summary")).to_contain_text("max in flight 3")
+    job = (await client.get(f"/jobs/{job_id}")).json()
+    assert (job["max_in_flight"], job["retention_s"]) == (3, 86400)
+    await client.post(f"/jobs/{job_id}/actions", json={"action": "cancel"})
