@@ -1,0 +1,87 @@
+"""Operators' commands: `hosts`, `analysers`, `emergency-stop`, `resume-all`."""
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from vigil import render
+from vigil.cli.base import JsonFlag, command, out, print_json, session
+from vigil.errors import UsageError
+
+# -- operators --------------------------------------------------------------------------------
+
+
+class HostVerb(StrEnum):
+    """What `vigil hosts VERB HOST` does to a host (operators only)."""
+
+    DRAIN = "drain"  # finish what it holds, take nothing new
+    UNDRAIN = "undrain"
+    QUARANTINE = "quarantine"  # take nothing new for --duration (a wall, not a breaker)
+    RELEASE = "release"  # end its quarantine
+
+
+@command()
+def hosts(
+    ctx: typer.Context,
+    verb: Annotated[
+        HostVerb | None, typer.Argument(help="drain, undrain, quarantine or release HOST.")
+    ] = None,
+    host: Annotated[str | None, typer.Argument(help="The host's id.")] = None,
+    reason: Annotated[str, typer.Option(help="Why (quarantine).")] = "",
+    duration: Annotated[
+        float | None, typer.Option(min=1, help="Seconds a quarantine lasts (default: 7 days).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List the worker hosts; or drain, undrain, quarantine or release one."""
+    if verb is None:
+        with session(ctx).client() as client:
+            found = client.hosts()
+        if as_json:
+            print_json(found)
+        else:
+            out.print(render.hosts_table(found))
+        return
+    if host is None:
+        raise UsageError(f"vigil hosts {verb.value} needs a HOST")
+    fields: dict[str, Any] = {}
+    if verb is HostVerb.QUARANTINE:
+        fields = {"reason": reason, "duration_s": duration}
+    with session(ctx).client() as client:
+        done = client.host_action(host, verb.value, **fields)
+    if as_json:
+        print_json(done)
+    else:
+        print(render.printable(f"host {host}: {verb.value} accepted"))
+
+
+@command()
+def analysers(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """List the analysers a job's policy may name."""
+    with session(ctx).client() as client:
+        found = client.analysers()
+    if as_json:
+        print_json(found)
+    else:
+        for name in found:
+            print(render.printable(name))
+
+
+@command("emergency-stop")
+def emergency_stop(
+    ctx: typer.Context,
+    reason: Annotated[str, typer.Option(help="Why: kept with the stop.")],
+) -> None:
+    """Suspend every job and kill all running work (operators)."""
+    with session(ctx).client() as client:
+        stop = client.emergency_stop(reason)
+    print(render.printable(render.stop_summary(stop)))
+
+
+@command("resume-all")
+def resume_all(ctx: typer.Context) -> None:
+    """Lift an emergency stop (operators)."""
+    with session(ctx).client() as client:
+        resumed = client.resume_all()
+    print(render.printable(render.resume_summary(resumed)))
