@@ -3,15 +3,14 @@ download's answer, and the retention a submission may ask for.
 """
 
 import re
-from datetime import datetime
 from typing import Any, Final
 from urllib.parse import quote
 
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from services.api import cursor
 from services.api.errors import invalid
-from services.api.schemas import MAX_OUTPUT_CHARS, OutputName
+from services.api.schemas.common import MAX_OUTPUT_CHARS, OutputName
 from shared.errors import Refusal
 from shared.jobs_repo import Job
 from shared.outputs_repo import StoredOutput
@@ -22,38 +21,6 @@ MAX_OUTPUT_CURSOR_CHARS: Final = 2000
 _INT4: Final = 2**31
 _NAME: TypeAdapter[str] = TypeAdapter(OutputName)
 _UNSAFE_IN_FILENAME: Final = re.compile(r"[^A-Za-z0-9._-]")
-
-
-class OutputPublic(BaseModel):
-    """One output file of a task's latest run."""
-
-    task_id: str
-    index: int
-    run_number: int
-    name: str
-    size: int
-    sha256: str
-    host: str | None
-    path: str
-    downloadable: bool = Field(
-        description="Its bytes are kept: `GET /tasks/{task_id}/outputs/{name}` gives them."
-    )
-    not_kept: str | None = Field(description="Why the bytes are not kept, if they are not.")
-    created_at: datetime
-
-    @classmethod
-    def from_stored(cls, output: StoredOutput, job: Job) -> "OutputPublic":
-        fields = {n: getattr(output, n) for n in cls.model_fields if n != "downloadable"}
-        if job.purged_at is not None:
-            fields["not_kept"] = purged_message(job.id, job.purged_at, job.purged_by)
-        return cls(**fields, downloadable=output.kept and job.purged_at is None)
-
-
-class OutputsPage(BaseModel):
-    """Outputs by (task index, name); pass `next_cursor` back as `cursor` (null: done)."""
-
-    items: list[OutputPublic]
-    next_cursor: str | None
 
 
 def check_name(name: str, loc: tuple[str, ...] = ("path", "name")) -> str:

@@ -20,7 +20,7 @@ from services.api import queries
 from services.api.access import owner_filter
 from services.api.errors import invalid
 from services.api.rate_limit import TaskQuota
-from services.api.schemas import JobCreate
+from services.api.schemas.jobs import JobCreate
 from shared import datasets, harvest, jobs_repo, stop_guard
 from shared.datasets import UPSTREAM_KEY
 from shared.db import Connection, Pool

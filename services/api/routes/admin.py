@@ -6,20 +6,18 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Path, status
 
-from services.api.accounts import (
+from services.api.deps import AUTH_RESPONSES, OperatorUser, PoolDep
+from services.api.schemas.admin import (
     TOKEN_ID_PATTERN,
+    EmergencyResumePublic,
+    EmergencyStatus,
+    EmergencyStopPublic,
+    EmergencyStopRequest,
     IssuedToken,
     NewToken,
     NewUser,
     TokenPublic,
     UserPublic,
-)
-from services.api.deps import AUTH_RESPONSES, OperatorUser, PoolDep
-from services.api.stops import (
-    EmergencyResumePublic,
-    EmergencyStatus,
-    EmergencyStopPublic,
-    EmergencyStopRequest,
 )
 from shared import emergency, users_repo
 from shared.errors import Conflict

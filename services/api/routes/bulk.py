@@ -8,7 +8,6 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Query
 
-from services.api.bulk_schemas import BulkActionPublic, BulkActionRequest
 from services.api.deps import (
     AUTH_RESPONSES,
     QUOTA_RESPONSES,
@@ -18,6 +17,7 @@ from services.api.deps import (
     TaskQuotaDep,
 )
 from services.api.errors import invalid
+from services.api.schemas.bulk import BulkActionPublic, BulkActionRequest
 from services.api.settings import ApiSettings
 from shared import bulk, bulk_repo
 

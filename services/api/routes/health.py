@@ -17,7 +17,7 @@ from services.api.deps import (
     SettingsDep,
 )
 from services.api.event_hub import EventHub
-from services.api.schemas import Health
+from services.api.schemas.health import Health
 from shared import pool_status
 from shared.errors import UNAVAILABLE
 from shared.redis_keys import RedisKeys

@@ -1,11 +1,9 @@
 """`GET /hosts`: the fleet, for anyone signed in (design §9)."""
 
 import dataclasses
-from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, status
-from pydantic import BaseModel, ConfigDict, Field
 
 from services.api import hosts
 from services.api.deps import (
@@ -17,39 +15,12 @@ from services.api.deps import (
     RedisDep,
 )
 from services.api.errors import invalid
+from services.api.schemas.hosts import HostAction, HostPublic
 from shared import draining, quarantine
 from shared.ids import is_safe_id
 from shared.redis_keys import RedisKeys
 
 router = APIRouter(tags=["hosts"], responses=AUTH_RESPONSES)
-
-
-class HostPublic(BaseModel):
-    """One host. Ages are in seconds (null: never heard of); `worker_registered` is null when
-    Redis does not answer."""
-
-    id: str
-    slots: int
-    worker: str | None
-    worker_registered: bool | None
-    worker_heartbeat_age_s: float | None
-    supervisor_heartbeat_age_s: float | None
-    running_tasks: int
-    quarantined: bool
-    quarantined_until: datetime | None
-    quarantine_reason: str | None
-    started_at: datetime | None
-    pool: str | None = None
-    breaker: bool = Field(
-        default=False,
-        description="Quarantined by its breaker: it probes one task at a time after a"
-        " cool-down and is released by a probe that ends well (an operator's quarantine is not).",
-    )
-    probing_since: datetime | None = None
-    draining: bool = Field(
-        default=False,
-        description="An operator drains it: it finishes the tasks it holds and takes no new one.",
-    )
 
 
 @router.get("/hosts")
@@ -69,17 +40,6 @@ async def list_analysers(user: CurrentUser, analysers: AnalysersDep) -> list[str
     """The analysers a job's `policy.analyser` may name: `default` and those installed (as
     `vigil.analysers` entry points) where the api runs, which must match the schedulers'."""
     return sorted(analysers)
-
-
-class HostAction(BaseModel):
-    """`release` ends a host's quarantine; `quarantine` stops it taking new tasks (for
-    `duration_s`); `drain` lets it finish what it holds and take nothing new until `undrain`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    action: Literal["release", "quarantine", "drain", "undrain"]
-    reason: str = Field(default="", max_length=500)
-    duration_s: float = Field(default=quarantine.DEFAULT_QUARANTINE_S, gt=0, le=365 * 86400)
 
 
 @router.post(

@@ -13,7 +13,6 @@ from pydantic import AfterValidator
 
 from services.api import cursor, queries, submission
 from services.api.access import check_visible, owner_filter, visible_job
-from services.api.actions import InputsAdded, InputsAppend, JobActionRequest, TestRequest
 from services.api.deps import (
     AUTH_RESPONSES,
     QUOTA_RESPONSES,
@@ -27,21 +26,24 @@ from services.api.deps import (
     TaskQuotaDep,
     TaskTypesDep,
 )
-from services.api.edits import JobEdit
 from services.api.errors import invalid
 from services.api.harvest import check_retention
-from services.api.schemas import (
-    TEXT_PATTERN,
-    EventPublic,
-    EventsPage,
+from services.api.schemas.common import TEXT_PATTERN
+from services.api.schemas.events import EventPublic, EventsPage
+from services.api.schemas.jobs import (
+    InputsAdded,
+    InputsAppend,
+    JobActionRequest,
     JobCreate,
+    JobEdit,
     JobErrorPublic,
     JobPublic,
     JobsPage,
     LogPublic,
     LogsPage,
-    TaskPublic,
+    TestRequest,
 )
+from services.api.schemas.tasks import TaskPublic
 from shared import (
     configuring,
     datasets,

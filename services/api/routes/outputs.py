@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Path, Query, Response
 from services.api import harvest
 from services.api.access import visible_job, visible_task
 from services.api.deps import AUTH_RESPONSES, CurrentUser, JobIdPath, PoolDep, TaskIdPath
-from services.api.harvest import OutputPublic, OutputsPage
+from services.api.schemas.outputs import OutputPublic, OutputsPage
 from shared import jobs_repo, outputs_repo
 from shared.errors import Conflict, NotFound
 

@@ -7,7 +7,6 @@ from fastapi import APIRouter, status
 
 from services.api import queries
 from services.api.access import visible_task
-from services.api.actions import TaskActionPublic, TaskActionRequest
 from services.api.deps import (
     AUTH_RESPONSES,
     QUOTA_RESPONSES,
@@ -16,7 +15,13 @@ from services.api.deps import (
     TaskIdPath,
     TaskQuotaDep,
 )
-from services.api.schemas import PrerequisitePublic, TaskDetail, TaskPublic
+from services.api.schemas.tasks import (
+    PrerequisitePublic,
+    TaskActionPublic,
+    TaskActionRequest,
+    TaskDetail,
+    TaskPublic,
+)
 from shared import attempts_repo, task_actions
 
 logger = logging.getLogger(__name__)

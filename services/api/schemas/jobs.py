@@ -1,112 +1,54 @@
-"""HTTP request bodies and response views (design §9), separate from the wire messages.
+"""Bodies and views of `/jobs`: a submission, an edit, actions, appended inputs, test runs,
+the job as shown, its errors and its log lines.
 
 Request models forbid unknown fields and name the field at fault in every error; checks that
-depend on settings or on the database are done by `JobCreate.check_against` and `submission`.
-Views are built from repository records by `from_…` constructors.
+depend on settings or on the database are done by `check_against` / `validated` and
+`services.api.submission`. Views are built from repository records by `from_…` constructors.
 """
 
-import re
 from collections.abc import Collection, Mapping
 from datetime import datetime
-from typing import Annotated, Any, Final, Literal
+from typing import Any
 
 from fastapi.exceptions import RequestValidationError
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
-from services.api import json_values
 from services.api.errors import invalid
+from services.api.schemas.common import (
+    MAX_OUTPUTS,
+    MAX_PARAMS,
+    MAX_PREREQUISITES,
+    MAX_RETENTION_S,
+    TYPE_PATTERN,
+    Command,
+    Inputs,
+    InputValue,
+    JobId,
+    Name,
+    OutputName,
+    ParamName,
+    ParamValue,
+    RequiredState,
+    TaskId,
+    ThrottleLimit,
+)
+from shared.actions import JobAction
 from shared.analysers import DEFAULT as DEFAULT_ANALYSER
-from shared.attempts_repo import Attempt
-from shared.ids import is_safe_id
+from shared.configuring import TrialInput
 from shared.jobs_repo import Job, NewJob
 from shared.logs_repo import StoredLog
 from shared.policy import Policy
 from shared.pool_status import PoolStatus, job_waiting_on
-from shared.states import FailureClass, JobState, TaskState
+from shared.states import JobState
 from shared.task_types.base import TaskType
-from shared.tasks_repo import Task
-
-MAX_NAME_CHARS: Final = 200
-MAX_COMMAND_CHARS: Final = 65_536
-MAX_INPUT_BYTES: Final = 65_536
-MAX_OUTPUTS: Final = 1000
-MAX_OUTPUT_CHARS: Final = 255
-MAX_PARAMS: Final = 1000
-MAX_PREREQUISITES: Final = 1000
-#: Longest retention a job may ask for: ten years.
-MAX_RETENTION_S: Final = 10 * 365 * 86400.0
-#: Printable text: no control characters (names end up in terminals and log lines).
-TEXT_PATTERN: Final = r"^[^\x00-\x1f\x7f]*$"
-TYPE_PATTERN: Final = r"^[a-z][a-z0-9_-]{0,62}$"
-_OUTPUT_RE: Final = re.compile(rf"[^\x00-\x1f\x7f]{{1,{MAX_OUTPUT_CHARS}}}")
-
-RequiredState = Literal["queued", "data_ready", "completed", "failed"]
-Stage = Literal["setup", "post_processing"]
-
-
-def _id_check(kind: str) -> AfterValidator:
-    def check(value: str) -> str:
-        if not is_safe_id(value):
-            raise ValueError(f"{kind} id {value[:100]!r} is not a valid id")
-        return value
-
-    return AfterValidator(check)
-
-
-def _text(what: str) -> AfterValidator:
-    def check(value: str) -> str:
-        problem = json_values.text_problem(value)
-        if problem:
-            raise ValueError(f"{what} {problem}")
-        return value
-
-    return AfterValidator(check)
-
-
-def _check_output(name: str) -> str:
-    bad = name in (".", "..") or "/" in name or json_values.text_problem(name)
-    if bad or not _OUTPUT_RE.fullmatch(name):
-        raise ValueError(
-            f"output {name[:100]!r} must be a plain file name: no '/', not '.' or '..',"
-            f" no control characters, 1 to {MAX_OUTPUT_CHARS} characters"
-        )
-    return name
-
-
-def _check_input(value: Any) -> Any:
-    json_values.check(value, "input")
-    size = json_values.encoded_size(value)
-    if size > MAX_INPUT_BYTES:
-        raise ValueError(f"input is {size} bytes as JSON; the limit is {MAX_INPUT_BYTES}")
-    return value
-
-
-#: Highest `max_in_flight` / `release_per_tick` a submission or a throttle may set.
-MAX_THROTTLE: Final = 100_000
-ThrottleLimit = Annotated[int | None, Field(ge=1, le=MAX_THROTTLE)]
-
-TaskId = Annotated[str, _id_check("task")]
-JobId = Annotated[str, _id_check("job")]
-OutputName = Annotated[str, AfterValidator(_check_output)]
-InputValue = Annotated[Any, AfterValidator(_check_input)]
-#: A non-empty list of inputs (the count limit is a setting: see `check_against`).
-Inputs = Annotated[list[InputValue], Field(min_length=1)]
-ParamName = Annotated[
-    str, Field(min_length=1, max_length=200, pattern=TEXT_PATTERN), _text("parameter name")
-]
-Name = Annotated[
-    str, Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=TEXT_PATTERN), _text("name")
-]
-Command = Annotated[str, Field(max_length=MAX_COMMAND_CHARS), _text("command")]
-ParamValue = Annotated[Any, AfterValidator(lambda v: json_values.check(v, "parameter"))]
 
 
 class Prerequisites(BaseModel):
@@ -329,125 +271,6 @@ class JobsPage(BaseModel):
     next_cursor: str | None
 
 
-class PrerequisitePublic(BaseModel):
-    """The task waits at `stage` for task `task_id` to reach `required`."""
-
-    stage: Stage
-    task_id: str
-    required: RequiredState
-
-
-class TaskPublic(BaseModel):
-    """A task as clients see it (design §9)."""
-
-    id: str
-    job_id: str
-    index: int
-    input: Any
-    state: TaskState
-    run_number: int
-    attempt: int
-    failure_class: FailureClass | None
-    exit_code: int | None
-    signal: int | None
-    error_brief: str | None
-    error_detail: str | None
-    host: str | None
-    worker: str | None
-    pid: int | None
-    progress: int | None
-    resubmitted_from: str | None
-    superseded_by: str | None
-    prerequisites: list[PrerequisitePublic]
-    workdir: str | None
-    created_at: datetime
-    updated_at: datetime
-    infra_retries: int = Field(description="Resubmissions used by this task's lineage.")
-    app_retries: int = Field(description="Recoveries in place used.")
-    decided: bool = Field(description="False while a failure awaits the scheduler's triage.")
-    not_before: datetime | None = Field(description="Not released before (resubmission backoff).")
-    test: bool = Field(
-        default=False, description="A test run of a configuring job (negative index)."
-    )
-
-    @classmethod
-    def from_task(
-        cls, task: Task, prerequisites: list[PrerequisitePublic], *, detail: bool
-    ) -> "TaskPublic":
-        """The view of `task`; `error_detail` (a worker's traceback, with the servers' paths)
-        only with `detail` (operators: issue 17), the brief always."""
-        fields = {n: getattr(task, n) for n in cls.model_fields if n != "prerequisites"}
-        if not detail:
-            fields["error_detail"] = None
-        return cls(**fields, prerequisites=prerequisites)
-
-    @classmethod
-    def from_found(
-        cls, task: Task, found: Mapping[str, list[dict[str, Any]]], *, detail: bool
-    ) -> "TaskPublic":
-        """The view of `task`, its prerequisites picked from `queries.prerequisites_of` rows."""
-        rows = found.get(task.id, [])
-        prerequisites = [PrerequisitePublic.model_validate(p) for p in rows]
-        return cls.from_task(task, prerequisites, detail=detail)
-
-
-class AttemptPublic(BaseModel):
-    """One row of the attempts audit: one execution of one stage."""
-
-    attempt: int
-    run_number: int
-    stage: str
-    host: str | None
-    worker: str | None
-    pid: int | None
-    started_at: datetime
-    ended_at: datetime | None
-    outcome: str | None
-    exit_code: int | None
-    signal: int | None
-    failure_class: str | None
-    error_brief: str | None
-    error_detail: str | None
-    log_path: str | None
-    status: dict[str, Any] | None = Field(description="The status file the attempt left.")
-    decision: str | None = Field(
-        description="What the triage decided after this attempt failed: recovered,"
-        " resubmitted, abandoned (or fencing while it waits for the old process to die)."
-    )
-    decision_reason: str | None
-    decided_at: datetime | None
-    late_report: dict[str, Any] | None = Field(
-        description="A report from this attempt that arrived after it was fenced off."
-    )
-    reaped_at: datetime | None = Field(description="When its process was known to be gone.")
-
-    @classmethod
-    def from_attempt(cls, attempt: Attempt, *, detail: bool) -> "AttemptPublic":
-        fields = {name: getattr(attempt, name) for name in cls.model_fields}
-        if not detail:
-            fields["error_detail"] = None
-        return cls(**fields)
-
-
-class TaskDetail(TaskPublic):
-    """`GET /tasks/{id}`: the task and every attempt of it, oldest first."""
-
-    attempts: list[AttemptPublic]
-
-    @classmethod
-    def from_parts(
-        cls,
-        task: Task,
-        prerequisites: list[PrerequisitePublic],
-        attempts: list[Attempt],
-        *,
-        detail: bool,
-    ) -> "TaskDetail":
-        view = TaskPublic.from_task(task, prerequisites, detail=detail)
-        shown = [AttemptPublic.from_attempt(a, detail=detail) for a in attempts]
-        return cls(**dict(view), attempts=shown)
-
-
 class JobErrorPublic(BaseModel):
     """An error-severity log record that failed a task of the job, with the lines before it;
     or a work message of the job that the broker gave up on (severity `dead_letter`)."""
@@ -483,25 +306,151 @@ class LogsPage(BaseModel):
     next_after: int | None
 
 
-class EventPublic(BaseModel):
-    """One event of the history: its position, routing key and body (with `seq`)."""
+class InputsAppend(BaseModel):
+    """The body of `POST /jobs/{id}/inputs`: each input is checked as in `POST /jobs`."""
 
-    seq: int
-    routing_key: str
-    body: dict[str, Any]
+    model_config = ConfigDict(extra="forbid")
 
+    inputs: Inputs
 
-class EventsPage(BaseModel):
-    """One page of a job's events; pass `next` back (as `after` oldest first, `before` newest
-    first) for the next page (null: this one was the last)."""
-
-    items: list[EventPublic]
-    next: int | None
+    def check_against(self, max_inputs: int) -> None:
+        """Raise a 422 `RequestValidationError` when more than `max_inputs` inputs are given."""
+        errors = count_errors(self.inputs, max_inputs)
+        if errors:
+            raise RequestValidationError(errors)
 
 
-class Health(BaseModel):
-    """`ok`; `degraded` when the api answers but something it relies on does not (the
-    reasons say what); `unavailable` when the database does not answer."""
+class JobActionRequest(BaseModel):
+    """The body of `POST /jobs/{id}/actions`; the two limits go with `throttle` only."""
 
-    status: Literal["ok", "degraded", "unavailable"]
-    reasons: list[str] = Field(default_factory=list)
+    model_config = ConfigDict(extra="forbid")
+
+    action: JobAction
+    max_in_flight: ThrottleLimit = Field(default=None, description="Most tasks running at once.")
+    release_per_tick: ThrottleLimit = Field(
+        default=None, description="Most new tasks released per scheduler tick."
+    )
+
+    @field_validator("max_in_flight", "release_per_tick")
+    @classmethod
+    def _only_to_throttle(cls, value: int | None, info: ValidationInfo) -> int | None:
+        # An invalid action already has its own error: do not add a second one here.
+        action = info.data.get("action", JobAction.THROTTLE)
+        if value is not None and action is not JobAction.THROTTLE:
+            raise ValueError(f"{info.field_name} is only accepted with the action throttle")
+        return value
+
+    @model_validator(mode="after")
+    def _throttle_needs_a_limit(self) -> "JobActionRequest":
+        limits = (self.max_in_flight, self.release_per_tick)
+        if self.action is JobAction.THROTTLE and limits == (None, None):
+            raise ValueError("throttle needs max_in_flight and/or release_per_tick")
+        return self
+
+
+class InputsAdded(BaseModel):
+    """The job after an append, and the ids of its new tasks in index order."""
+
+    job: JobPublic
+    task_ids: list[str]
+
+
+class TestRequest(BaseModel):
+    """The body of `POST /jobs/{id}/tests`: which input the test task runs on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_index: int | None = Field(
+        default=None,
+        ge=0,
+        le=2**31 - 1,
+        description="A held input by position (a chained job: the upstream task at that"
+        " position); 0 when neither this nor `input` is given.",
+    )
+    input: InputValue = Field(default=None, description="An explicit test input.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "TestRequest":
+        if self.input_index is not None and "input" in self.model_fields_set:
+            raise ValueError("give either input_index or input, not both")
+        return self
+
+    def what(self) -> TrialInput:
+        """The shared form of this request."""
+        if "input" in self.model_fields_set:
+            return TrialInput(value=self.input, explicit=True)
+        return TrialInput(index=self.input_index or 0)
+
+
+class JobEdit(BaseModel):
+    """New values for some fields of a job; `policy` names only the fields that change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name | None = None
+    command: Command | None = None
+    inputs: Inputs | None = Field(default=None, description="Replaces the held inputs.")
+    outputs: list[OutputName] | None = Field(default=None, max_length=MAX_OUTPUTS)
+    params: dict[str, Any] | None = None
+    policy: dict[str, Any] | None = Field(
+        default=None, description="Policy fields to change; the others keep their value."
+    )
+    max_in_flight: ThrottleLimit = None
+    release_per_tick: ThrottleLimit = None
+    retention_s: float | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_RETENTION_S,
+        description="Purge the job's data this long after it ends; null: keep it until purged"
+        " by hand.",
+    )
+
+    @model_validator(mode="after")
+    def _something(self) -> "JobEdit":
+        if not self.model_fields_set:
+            raise ValueError("nothing to change: name at least one field")
+        nulls = sorted(
+            k for k in self.model_fields_set - {"retention_s"} if getattr(self, k) is None
+        )
+        if nulls:
+            raise ValueError(f"{', '.join(nulls)} cannot be null (leave a field out to keep it)")
+        return self
+
+    def given(self) -> dict[str, Any]:
+        """The fields the edit names, with their values."""
+        return self.model_dump(mode="json", include=self.model_fields_set)
+
+    def validated(
+        self,
+        job: Job,
+        task_types: Mapping[str, TaskType],
+        max_inputs: int,
+        analysers: Collection[str],
+    ) -> dict[str, Any]:
+        """The new values, normalised; a 422 naming the field when the edited job would not
+        be a valid submission."""
+        given = self.given()
+        policy = {**job.policy, **given.get("policy", {})}
+        candidate = {
+            "name": given.get("name", job.name),
+            "type": job.type,
+            "command": given.get("command", job.command),
+            "outputs": given.get("outputs", job.outputs),
+            "params": given.get("params", job.params),
+            "policy": policy,
+        }
+        if "inputs" in given:
+            candidate["inputs"] = given["inputs"]
+        try:
+            checked = JobCreate.model_validate(candidate)
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False, include_input=False, include_context=False)
+            raise RequestValidationError(
+                [{**e, "loc": ("body", *e["loc"])} for e in errors]
+            ) from exc
+        checked.check_against(task_types, max_inputs, analysers)
+        if "policy" in given:
+            given["policy"] = checked.policy.model_dump(mode="json")
+        if "params" in given:
+            given["params"] = dict(checked.params)
+        return given

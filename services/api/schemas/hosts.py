@@ -1,0 +1,47 @@
+"""Views and bodies of `/hosts`."""
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared import quarantine
+
+
+class HostPublic(BaseModel):
+    """One host. Ages are in seconds (null: never heard of); `worker_registered` is null when
+    Redis does not answer."""
+
+    id: str
+    slots: int
+    worker: str | None
+    worker_registered: bool | None
+    worker_heartbeat_age_s: float | None
+    supervisor_heartbeat_age_s: float | None
+    running_tasks: int
+    quarantined: bool
+    quarantined_until: datetime | None
+    quarantine_reason: str | None
+    started_at: datetime | None
+    pool: str | None = None
+    breaker: bool = Field(
+        default=False,
+        description="Quarantined by its breaker: it probes one task at a time after a"
+        " cool-down and is released by a probe that ends well (an operator's quarantine is not).",
+    )
+    probing_since: datetime | None = None
+    draining: bool = Field(
+        default=False,
+        description="An operator drains it: it finishes the tasks it holds and takes no new one.",
+    )
+
+
+class HostAction(BaseModel):
+    """`release` ends a host's quarantine; `quarantine` stops it taking new tasks (for
+    `duration_s`); `drain` lets it finish what it holds and take nothing new until `undrain`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["release", "quarantine", "drain", "undrain"]
+    reason: str = Field(default="", max_length=500)
+    duration_s: float = Field(default=quarantine.DEFAULT_QUARANTINE_S, gt=0, le=365 * 86400)

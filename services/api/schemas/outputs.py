@@ -1,0 +1,41 @@
+"""Views of a job's outputs (`/jobs/{id}/outputs`); the download is `services.api.harvest`'s."""
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from shared.jobs_repo import Job
+from shared.outputs_repo import StoredOutput
+from shared.purge_rules import purged_message
+
+
+class OutputPublic(BaseModel):
+    """One output file of a task's latest run."""
+
+    task_id: str
+    index: int
+    run_number: int
+    name: str
+    size: int
+    sha256: str
+    host: str | None
+    path: str
+    downloadable: bool = Field(
+        description="Its bytes are kept: `GET /tasks/{task_id}/outputs/{name}` gives them."
+    )
+    not_kept: str | None = Field(description="Why the bytes are not kept, if they are not.")
+    created_at: datetime
+
+    @classmethod
+    def from_stored(cls, output: StoredOutput, job: Job) -> "OutputPublic":
+        fields = {n: getattr(output, n) for n in cls.model_fields if n != "downloadable"}
+        if job.purged_at is not None:
+            fields["not_kept"] = purged_message(job.id, job.purged_at, job.purged_by)
+        return cls(**fields, downloadable=output.kept and job.purged_at is None)
+
+
+class OutputsPage(BaseModel):
+    """Outputs by (task index, name); pass `next_cursor` back as `cursor` (null: done)."""
+
+    items: list[OutputPublic]
+    next_cursor: str | None

@@ -1,0 +1,151 @@
+"""Views and bodies of `/tasks`: a task, its prerequisites and attempts, its actions."""
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+)
+
+from services.api.schemas.common import RequiredState, Stage
+from shared.actions import TaskAction
+from shared.attempts_repo import Attempt
+from shared.states import FailureClass, TaskState
+from shared.tasks_repo import Task
+
+
+class PrerequisitePublic(BaseModel):
+    """The task waits at `stage` for task `task_id` to reach `required`."""
+
+    stage: Stage
+    task_id: str
+    required: RequiredState
+
+
+class TaskPublic(BaseModel):
+    """A task as clients see it (design §9)."""
+
+    id: str
+    job_id: str
+    index: int
+    input: Any
+    state: TaskState
+    run_number: int
+    attempt: int
+    failure_class: FailureClass | None
+    exit_code: int | None
+    signal: int | None
+    error_brief: str | None
+    error_detail: str | None
+    host: str | None
+    worker: str | None
+    pid: int | None
+    progress: int | None
+    resubmitted_from: str | None
+    superseded_by: str | None
+    prerequisites: list[PrerequisitePublic]
+    workdir: str | None
+    created_at: datetime
+    updated_at: datetime
+    infra_retries: int = Field(description="Resubmissions used by this task's lineage.")
+    app_retries: int = Field(description="Recoveries in place used.")
+    decided: bool = Field(description="False while a failure awaits the scheduler's triage.")
+    not_before: datetime | None = Field(description="Not released before (resubmission backoff).")
+    test: bool = Field(
+        default=False, description="A test run of a configuring job (negative index)."
+    )
+
+    @classmethod
+    def from_task(
+        cls, task: Task, prerequisites: list[PrerequisitePublic], *, detail: bool
+    ) -> "TaskPublic":
+        """The view of `task`; `error_detail` (a worker's traceback, with the servers' paths)
+        only with `detail` (operators: issue 17), the brief always."""
+        fields = {n: getattr(task, n) for n in cls.model_fields if n != "prerequisites"}
+        if not detail:
+            fields["error_detail"] = None
+        return cls(**fields, prerequisites=prerequisites)
+
+    @classmethod
+    def from_found(
+        cls, task: Task, found: Mapping[str, list[dict[str, Any]]], *, detail: bool
+    ) -> "TaskPublic":
+        """The view of `task`, its prerequisites picked from `queries.prerequisites_of` rows."""
+        rows = found.get(task.id, [])
+        prerequisites = [PrerequisitePublic.model_validate(p) for p in rows]
+        return cls.from_task(task, prerequisites, detail=detail)
+
+
+class AttemptPublic(BaseModel):
+    """One row of the attempts audit: one execution of one stage."""
+
+    attempt: int
+    run_number: int
+    stage: str
+    host: str | None
+    worker: str | None
+    pid: int | None
+    started_at: datetime
+    ended_at: datetime | None
+    outcome: str | None
+    exit_code: int | None
+    signal: int | None
+    failure_class: str | None
+    error_brief: str | None
+    error_detail: str | None
+    log_path: str | None
+    status: dict[str, Any] | None = Field(description="The status file the attempt left.")
+    decision: str | None = Field(
+        description="What the triage decided after this attempt failed: recovered,"
+        " resubmitted, abandoned (or fencing while it waits for the old process to die)."
+    )
+    decision_reason: str | None
+    decided_at: datetime | None
+    late_report: dict[str, Any] | None = Field(
+        description="A report from this attempt that arrived after it was fenced off."
+    )
+    reaped_at: datetime | None = Field(description="When its process was known to be gone.")
+
+    @classmethod
+    def from_attempt(cls, attempt: Attempt, *, detail: bool) -> "AttemptPublic":
+        fields = {name: getattr(attempt, name) for name in cls.model_fields}
+        if not detail:
+            fields["error_detail"] = None
+        return cls(**fields)
+
+
+class TaskDetail(TaskPublic):
+    """`GET /tasks/{id}`: the task and every attempt of it, oldest first."""
+
+    attempts: list[AttemptPublic]
+
+    @classmethod
+    def from_parts(
+        cls,
+        task: Task,
+        prerequisites: list[PrerequisitePublic],
+        attempts: list[Attempt],
+        *,
+        detail: bool,
+    ) -> "TaskDetail":
+        view = TaskPublic.from_task(task, prerequisites, detail=detail)
+        shown = [AttemptPublic.from_attempt(a, detail=detail) for a in attempts]
+        return cls(**dict(view), attempts=shown)
+
+
+class TaskActionRequest(BaseModel):
+    """The body of `POST /tasks/{id}/actions` (design §2: recovery and restart)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: TaskAction
+
+
+class TaskActionPublic(BaseModel):
+    """What a task action did: the task as it now is, and the task `duplicate` made (else null)."""
+
+    task: TaskPublic
+    created: TaskPublic | None
