@@ -20,6 +20,10 @@ from shared.states import TERMINAL, TaskState
 SYSTEM: Final = ""
 _TERMINAL: Final = frozenset(s.value for s in TERMINAL)
 _STATES: Final = frozenset(s.value for s in TaskState)
+#: The states a job's chart shows (a command started, and the ends): the passing states
+#: (`setting_up`, `queued`, `data_ready`...) are not counted, so that a busy system writes a
+#: few rows a job and minute, not one per state.
+_CHARTED: Final = frozenset({TaskState.ON_CPU.value, *_TERMINAL})
 
 _FLUSH: Final = (
     "INSERT INTO activity (job_id, minute, kind, n)"
@@ -34,7 +38,7 @@ def kinds(routing_key: str, body: bytes) -> list[tuple[str, str]]:
     if len(parts) != 3 or parts[0] != "task" or parts[1] not in _STATES:
         return []
     state, job_id = parts[1], parts[2]
-    found = [(job_id, f"state:{state}")]
+    found = [(job_id, f"state:{state}")] if state in _CHARTED else []
     if state == TaskState.ON_CPU.value:
         found.append((SYSTEM, "started"))
     if state in _TERMINAL:

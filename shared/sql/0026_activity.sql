@@ -1,8 +1,9 @@
 -- What the relay published, counted per minute (issue 16, point 3: the dashboard's charts read a
 -- few hundred rows here instead of the event history): per job (`job_id`), and for the whole
--- system (`job_id` = ''). Kinds: `state:<task state>` (tasks that reached it), `started` (a
--- command started: on_cpu), `ended` (a task came to rest), `failed:<class>`. Written by the
--- leading scheduler every few seconds, in one statement; pruned with the event history.
+-- system (`job_id` = ''). Kinds: `state:<task state>` (tasks that reached on_cpu or an end),
+-- `started` (a command started: on_cpu), `ended` (a task came to rest), `failed:<class>`.
+-- Written by the leading scheduler every few seconds, in one statement; pruned with the event
+-- history.
 CREATE TABLE activity (
     job_id  text NOT NULL,
     minute  timestamptz NOT NULL,

@@ -90,6 +90,7 @@ def test_task_events_count_per_job_and_for_the_whole_system() -> None:
         ("", "failed:signal"),
     ]
     assert activity.kinds("task.completed.j-1", b"{}")[-1] == ("", "ended")
+    assert activity.kinds("task.queued.j-1", b"{}") == []  # a passing state: not charted
     assert activity.kinds("job.succeeded.j-1", b"{}") == []
     assert activity.kinds("task.resubmitted.j-1", b"{}") == []  # a decision, not a state
     assert activity.kinds("host.quarantined.h1", b"{}") == []
