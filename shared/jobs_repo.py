@@ -204,6 +204,12 @@ async def next_index(conn: Connection, job_id: str, *, test: bool = False) -> in
     return int(await conn.fetchval(sql, job_id))
 
 
+async def is_suspended(conn: Connection, job_id: str) -> bool:
+    """Whether the job is suspended now (one read of its state, no lock)."""
+    state = await conn.fetchval("SELECT state::text FROM jobs WHERE id = $1", job_id)
+    return bool(state == JobState.SUSPENDED.value)
+
+
 async def get(conn: Connection, job_id: str, *, with_counts: bool = True) -> Job | None:
     """The job (with its task counts unless `with_counts` is False), or None."""
     record = await conn.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)

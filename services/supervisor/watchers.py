@@ -30,7 +30,7 @@ from uuid import UUID
 from redis.asyncio import Redis
 
 from services.supervisor.error_logs import ErrorLogs
-from shared import job_errors, loss, tasks_repo
+from shared import job_errors, jobs_repo, loss, tasks_repo
 from shared.cgroups import Cgroups
 from shared.db import Pool
 from shared.errors import UNAVAILABLE
@@ -39,7 +39,7 @@ from shared.outcomes import Outcome, error_log_outcome, vanished_outcome
 from shared.policy import Policy
 from shared.processes import exit_waiter, signal_tree, terminate_tree
 from shared.redis_keys import RedisKeys
-from shared.states import FailureClass, JobState, TaskState
+from shared.states import FailureClass, TaskState
 from shared.vitals import Vitals, verdict
 
 logger = logging.getLogger(__name__)
@@ -226,10 +226,9 @@ class Watchers:
     async def _suspended(self, job_id: str) -> bool:
         try:
             async with self._pool.acquire() as conn:
-                state = await conn.fetchval("SELECT state::text FROM jobs WHERE id = $1", job_id)
+                return await jobs_repo.is_suspended(conn, job_id)
         except UNAVAILABLE:
             return True  # unknown: never judge a task hung on a guess
-        return bool(state == JobState.SUSPENDED.value)
 
     async def _check_logged_errors(self, watched: Watched) -> None:
         """Errors persisted before the log binding existed are read from PostgreSQL."""

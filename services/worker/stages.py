@@ -27,6 +27,7 @@ from shared import (
     attempts_repo,
     job_errors,
     job_files,
+    jobs_repo,
     marks,
     outputs_repo,
     prerequisites,
@@ -48,7 +49,7 @@ from shared.outcomes import (
 from shared.policy import Policy
 from shared.processes import signal_tree
 from shared.redis_keys import JOB_TTL_S, RedisKeys
-from shared.states import ACTIONS, QUIET, FailureClass, JobState, Stage, TaskState
+from shared.states import ACTIONS, QUIET, FailureClass, Stage, TaskState
 from shared.status_file import StatusReport, read_status
 from shared.task_types import TaskContext, TaskType
 from shared.task_types.base import HOOK_FOR_ACTION, OutputRecord
@@ -400,8 +401,7 @@ class StageRunner:
 
     async def _suspended(self, held: Held) -> bool:
         async with self.pool.acquire() as conn:
-            state = await conn.fetchval("SELECT state::text FROM jobs WHERE id = $1", held.job.id)
-        return bool(state == JobState.SUSPENDED.value)
+            return await jobs_repo.is_suspended(conn, held.job.id)
 
     async def _mark_on_cpu(self, held: Held, attempt: int, running: process.Running) -> bool:
         """queued -> on_cpu with the cluster attempt opened (number `attempt`, with its pid),

@@ -330,3 +330,16 @@ async def test_when_tasks_are_appended__they_continue_the_index_with_their_event
         assert [(r["index"], r["input"]) for r in rows] == [(0, "a"), (1, "b"), (2, "c")]
         assert [r["id"] for r in rows[1:]] == ids
         assert [body["task_id"] for _key, body in await _events_of(conn, job.id)][1:] == ids
+
+
+async def test_a_job_is_suspended_only_between_suspend_and_resume(pool: db.Pool) -> None:
+    async with pool.acquire() as conn:
+        job, _ = await jobs_repo.create(conn, await _owner(conn), _submission(["a"]))
+        before = await jobs_repo.is_suspended(conn, job.id)
+        await jobs_repo.transition(conn, job.id, JobState.SUSPENDED)
+        during = await jobs_repo.is_suspended(conn, job.id)
+        await jobs_repo.transition(conn, job.id, JobState.ACTIVE)
+        after = await jobs_repo.is_suspended(conn, job.id)
+        unknown = await jobs_repo.is_suspended(conn, "j-no-such-job")
+
+    assert (before, during, after, unknown) == (False, True, False, False)
