@@ -133,28 +133,25 @@ def _page(template: str, user: User, page: str, data: dict[str, Any], **context:
     return _pages.render(template, user=user, page=page, page_data=page_data, **context)
 
 
-def _refused(user: User, why: str) -> Response:
+def _error(user: User, status_code: int, title: str, message: str) -> Response:
     return _pages.render(
         "error.html",
-        status_code=status.HTTP_403_FORBIDDEN,
+        status_code=status_code,
         user=user,
         page="error",
         page_data={"page": "error", "operator": user.is_operator},
-        title="Not for you",
-        message=why,
+        title=title,
+        message=message,
     )
+
+
+def _refused(user: User, why: str) -> Response:
+    return _error(user, status.HTTP_403_FORBIDDEN, "Not for you", why)
 
 
 def _not_found(user: User, what: str) -> Response:
-    return _pages.render(
-        "error.html",
-        status_code=status.HTTP_404_NOT_FOUND,
-        user=user,
-        page="error",
-        page_data={"page": "error", "operator": user.is_operator},
-        title="Not found",
-        message=f"{what} does not exist, or you may not see it.",
-    )
+    message = f"{what} does not exist, or you may not see it."
+    return _error(user, status.HTTP_404_NOT_FOUND, "Not found", message)
 
 
 # ----- signing in ---------------------------------------------------------------------------
