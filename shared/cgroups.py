@@ -12,7 +12,7 @@ Limits (`TaskLimits`, issue 17) are set by the controller that has them: the v2 
 Vigil's root, else a cgroup of the same name in that controller's v1 hierarchy (a hybrid host,
 as our CI machines: v2 without controllers, v1 `memory`, `pids` and `cpu` beside it), which the
 command joins too. A command killed for going over its own memory limit is told apart from one
-killed from outside by the cgroup's `oom_kill` count (`oom_kills`).
+killed from outside by the cgroup's own counts (`over_memory`).
 """
 
 import contextlib
@@ -239,16 +239,23 @@ class Cgroups:
             return None
         return path
 
-    def oom_kills(self, task_id: str, claim: UUID) -> int:
-        """How many of the task's processes the kernel killed for its memory limit."""
+    def over_memory(self, task_id: str, claim: UUID) -> bool:
+        """Whether the kernel killed one of the task's processes because the task reached its
+        own memory limit. A kill counts only if the cgroup hit its limit too: the host-wide
+        OOM killer counts its kills in the victim's cgroup as well, and that is not the
+        job's doing (design §5)."""
         if "memory" in self.v2_controllers:
-            return _count(self.path(task_id, claim) / "memory.events", "oom_kill")
+            events = self.path(task_id, claim) / "memory.events"
+            return _count(events, "oom_kill") > 0 and _count(events, "oom") > 0
         for (controller, _), where in zip(
             self.v1_roots, self.limiter_paths(task_id, claim), strict=True
         ):
             if controller == "memory":
-                return _count(where / "memory.oom_control", "oom_kill")
-        return 0
+                killed = _count(where / "memory.oom_control", "oom_kill") > 0
+                # its peak reached its limit (the kernel keeps `failcnt` at 0 here)
+                peak = _read_int(where / "memory.max_usage_in_bytes")
+                return killed and peak >= _read_int(where / "memory.limit_in_bytes")
+        return False
 
     def kill(self, task_id: str, claim: UUID) -> bool:
         """SIGKILL every process in the task's cgroup; False if it has none (or no cgroup)."""
@@ -292,6 +299,14 @@ def _count(path: Path, key: str) -> int:
     except (OSError, ValueError):
         pass
     return 0
+
+
+def _read_int(path: Path) -> int:
+    """A one-number cgroup file (0 if absent or unreadable)."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return 0
 
 
 def _write(path: Path, value: str) -> bool:

@@ -380,7 +380,7 @@ class StageRunner:
             returncode, failing = await self._watch_output(held, attempt, ctx, running, policy)
         finally:
             if self.cgroups is not None:
-                if running.cgroup and self.cgroups.oom_kills(held.task.id, held.claim):
+                if running.cgroup and self.cgroups.over_memory(held.task.id, held.claim):
                     over_memory = bounds
                 self.cgroups.remove(held.task.id, held.claim)
         status = await _read_status(ctx)

@@ -1,5 +1,5 @@
 """A task's limits are the kernel's (real cgroups of this host, real processes): a command that
-goes over its memory limit is killed and told apart by the cgroup's `oom_kill` count; one that
+goes over its memory limit is killed and told apart by its cgroup's own counts; one that
 forks past its process limit sees its forks fail; a command with no limit is not bothered."""
 
 import asyncio
@@ -70,30 +70,30 @@ async def _run(
     returncode = await asyncio.wait_for(
         process.wait(running, lambda _name, line: lines.append(line), noted), 60
     )
-    ooms = cgroups.oom_kills(task_id, claim)
+    over = cgroups.over_memory(task_id, claim)
     async with asyncio.timeout(10):  # the killed stragglers leave their cgroups
         while cgroup.exists() or any(p.exists() for p in cgroups.limiter_paths(task_id, claim)):
             cgroups.remove(task_id, claim)
             await asyncio.sleep(0.01)
-    return returncode, f"oom_kills={ooms}", "\n".join(lines)
+    return returncode, f"over_memory={over}", "\n".join(lines)
 
 
 async def test_a_command_over_its_memory_limit_is_killed_and_counted_as_such(
     cgroups: Cgroups, tmp_path: Path
 ) -> None:
-    returncode, ooms, _ = await _run(cgroups, HOG, TaskLimits(memory_bytes=64 * 2**20), tmp_path)
+    returncode, over, _ = await _run(cgroups, HOG, TaskLimits(memory_bytes=64 * 2**20), tmp_path)
 
-    assert (returncode, ooms) == (-9, "oom_kills=1")
+    assert (returncode, over) == (-9, "over_memory=True")
 
 
 async def test_the_same_command_within_its_limit_runs_and_no_kill_is_counted(
     cgroups: Cgroups, tmp_path: Path
 ) -> None:
-    returncode, ooms, out = await _run(
+    returncode, over, out = await _run(
         cgroups, HOG, TaskLimits(memory_bytes=1024 * 2**20), tmp_path
     )
 
-    assert (returncode, ooms, out) == (0, "oom_kills=0", str(256 * 2**20))
+    assert (returncode, over, out) == (0, "over_memory=False", str(256 * 2**20))
 
 
 async def test_a_command_that_forks_past_its_process_limit_sees_its_forks_fail(

@@ -1,12 +1,15 @@
 """A task's limits: the job's `policy.limits` where it gives them, else the worker's, and the
 cgroup files that set them (issue 17, point 1)."""
 
+import uuid
+from pathlib import Path
+
 import psutil
 import pytest
 from pydantic import ValidationError
 
 from services.worker.limits import HOST_SHARE, default_memory_mb, resolve
-from shared.cgroups import TaskLimits, _v1_mounts
+from shared.cgroups import Cgroups, TaskLimits, _v1_mounts
 from shared.outcomes import limit_outcome
 from shared.policy import Limits, Policy
 from shared.states import FailureClass, TaskState
@@ -83,3 +86,20 @@ def test_unset_the_memory_limit_is_most_of_the_hosts_and_zero_is_none() -> None:
 
     assert 0 < share <= total_mb * HOST_SHARE
     assert default_memory_mb(0) == 0 and default_memory_mb(512) == 512
+
+
+def test_a_kill_is_the_tasks_own_only_if_its_cgroup_reached_its_limit(tmp_path: Path) -> None:
+    """The host-wide OOM killer counts its kills in the victim's cgroup too (v1 files here)."""
+    claim = uuid.uuid4()
+    groups = Cgroups(tmp_path / "v2", v1_roots=(("memory", tmp_path / "memory"),))
+    [where] = groups.limiter_paths("t-1", claim)
+    where.mkdir(parents=True)
+    (where / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
+    (where / "memory.limit_in_bytes").write_text("67108864\n")
+
+    (where / "memory.max_usage_in_bytes").write_text("50000000\n")
+    host_wide = groups.over_memory("t-1", claim)
+    (where / "memory.max_usage_in_bytes").write_text("67108864\n")
+    its_own = groups.over_memory("t-1", claim)
+
+    assert (host_wide, its_own) == (False, True)
