@@ -23,9 +23,10 @@ from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 from bench.cluster import create_database, drop_database
-from shared import db, event_log, harvest, jobs_repo, outbox, task_actions, tasks_repo, users_repo
-from shared.actions import JobAction
-from shared.jobs_repo import NewJob
+from shared.domain.actions import JobAction
+from shared.operations import harvest, task_actions
+from shared.store import db, event_log, jobs_repo, outbox, tasks_repo, users_repo
+from shared.store.jobs_repo import NewJob
 
 ADMIN_URL = os.environ.get("VIGIL_ADMIN_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 

@@ -15,12 +15,12 @@ import time
 import uuid
 
 from bench.cluster import create_database, drop_database
-from shared import db, jobs_repo, users_repo
-from shared.actions import TaskAction
-from shared.bulk import BulkRequest, Limits, run
-from shared.jobs_repo import NewJob
-from shared.selectors import TaskSelector
-from shared.states import FailureClass, TaskState
+from shared.domain.actions import TaskAction
+from shared.domain.selectors import TaskSelector
+from shared.domain.states import FailureClass, TaskState
+from shared.operations.bulk import BulkRequest, Limits, run
+from shared.store import db, jobs_repo, users_repo
+from shared.store.jobs_repo import NewJob
 
 ADMIN_URL = os.environ.get("VIGIL_ADMIN_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 

@@ -48,8 +48,8 @@ from redis.asyncio import Redis
 
 from bench.cluster import Cluster, create_database, drop_database
 from services.scheduler.finaliser import REPURGE_AFTER_S
-from shared.marks import marked_processes
-from shared.topology import Topology, delete_all
+from shared.host.marks import marked_processes
+from shared.messaging.topology import Topology, delete_all
 
 INFRA = {"signal", "lost", "hung", "platform"}
 MAX_INFRA = 4

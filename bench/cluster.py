@@ -18,7 +18,7 @@ from typing import IO
 import asyncpg
 import httpx
 
-from shared.migrate import migrate
+from shared.store.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
 _PER_HOST = ("supervisor", "worker")

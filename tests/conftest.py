@@ -17,8 +17,8 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from shared import db
-from shared.migrate import migrate
+from shared.store import db
+from shared.store.migrate import migrate
 
 ADMIN_DATABASE_URL = os.environ.get(
     "TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test"

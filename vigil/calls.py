@@ -17,7 +17,7 @@ import httpx
 from vigil import topics
 from vigil.errors import BadResponse, Gone, RateLimited, Unreachable, UsageError, api_error
 
-_ID_RE: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")  # shared/ids.py's ID_PATTERN
+_ID_RE: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")  # shared/domain/ids.py's ID_PATTERN
 _SHA256_RE: Final = re.compile(r"[0-9a-f]{64}")
 #: A bulk action acts on up to 10 000 tasks, a few milliseconds each: wait for its answer.
 BULK_TIMEOUT_S: Final = 600.0
@@ -158,7 +158,7 @@ def resume_all() -> Call:
     return Call("POST", "/admin/resume")
 
 
-#: shared/users_repo.py's NAME_PATTERN and a token's public id (`k-` and 12 hex digits).
+#: shared/store/users_repo.py's NAME_PATTERN and a token's public id (`k-` and 12 hex digits).
 _USER_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 _TOKEN_ID_RE: Final = re.compile(r"k-[0-9a-f]{12}")
 

@@ -1,6 +1,6 @@
 """The job and task state names the client needs to know when something has ended.
 
-Kept apart from `shared.states` so the client imports nothing of the services' (database and
+Kept apart from `shared.domain.states` so the client imports nothing of the services' (database and
 broker libraries); a unit test keeps these sets equal to the server's.
 """
 

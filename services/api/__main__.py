@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from services.api.app import create_app
 from services.api.event_hub import EventHub
 from services.api.settings import ApiSettings
-from shared.logs import configure_logging
+from shared.runtime.logs import configure_logging
 
 
 def main() -> None:

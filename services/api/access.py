@@ -5,12 +5,12 @@ ids cannot be probed.
 """
 
 from services.api import queries
-from shared import jobs_repo, tasks_repo
-from shared.db import Connection
-from shared.errors import NotFound
-from shared.jobs_repo import Job
-from shared.tasks_repo import Task
-from shared.users_repo import User
+from shared.domain.errors import NotFound
+from shared.store import jobs_repo, tasks_repo
+from shared.store.db import Connection
+from shared.store.jobs_repo import Job
+from shared.store.tasks_repo import Task
+from shared.store.users_repo import User
 
 
 def owner_filter(user: User) -> str | None:

@@ -22,10 +22,10 @@ import asyncpg
 import typer
 from pydantic import ValidationError
 
-from shared import db, users_repo
-from shared.config import CommonSettings
-from shared.db import Connection
-from shared.errors import UNAVAILABLE, Conflict, NotFound, SchemaOutOfDate
+from shared.domain.errors import UNAVAILABLE, Conflict, NotFound, SchemaOutOfDate
+from shared.runtime.config import CommonSettings
+from shared.store import db, users_repo
+from shared.store.db import Connection
 
 T = TypeVar("T")
 

@@ -18,12 +18,13 @@ from services.api.metrics import Metrics
 from services.api.rate_limit import SubmitLimiter, TaskQuota
 from services.api.routes import admin, bulk, events, health, hosts, jobs, outputs, pages, tasks
 from services.api.settings import ApiSettings
-from shared import analysers, db, users_repo
-from shared.errors import SchemaOutOfDate
-from shared.redis_client import open_redis
-from shared.redis_keys import RedisKeys
+from shared.domain import analysers
+from shared.domain.errors import SchemaOutOfDate
+from shared.messaging.redis_client import open_redis
+from shared.messaging.redis_keys import RedisKeys
+from shared.messaging.topology import Topology
+from shared.store import db, users_repo
 from shared.task_types.registry import load_task_types
-from shared.topology import Topology
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.ids import is_safe_id
+from shared.domain.ids import is_safe_id
 
 #: Longest cursor string accepted (a real one is about 70 characters).
 MAX_CURSOR_CHARS = 200

@@ -10,14 +10,14 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from services.api import charts
-from shared import activity
-from shared.actions import JobAction, TaskAction, allowed_states
-from shared.attempts_repo import Attempt
-from shared.db import Connection
-from shared.jobs_repo import Job
-from shared.logs_repo import StoredLog
-from shared.states import FAILED, JobState, TaskState
-from shared.tasks_repo import Task
+from shared.domain.actions import JobAction, TaskAction, allowed_states
+from shared.domain.states import FAILED, JobState, TaskState
+from shared.store import activity
+from shared.store.attempts_repo import Attempt
+from shared.store.db import Connection
+from shared.store.jobs_repo import Job
+from shared.store.logs_repo import StoredLog
+from shared.store.tasks_repo import Task
 
 #: Tasks per page of the job page (and most rows one live refresh asks for).
 TASKS_PER_PAGE: Final = 200
@@ -62,7 +62,7 @@ def job_actions(job: Job) -> list[str]:
 
 
 def task_actions(state: TaskState) -> list[str]:
-    """The task actions that a task in `state` accepts (`shared.actions`' table)."""
+    """The task actions that a task in `state` accepts (`shared.domain.actions`' table)."""
     return [a.value for a in TaskAction if state in allowed_states(a)]
 
 

@@ -9,9 +9,9 @@ from typing import Final
 from redis.asyncio import Redis
 
 from services.api import queries
-from shared import pool_status
-from shared.db import Connection
-from shared.errors import UNAVAILABLE
+from shared.domain.errors import UNAVAILABLE
+from shared.operations import pool_status
+from shared.store.db import Connection
 
 logger = logging.getLogger(__name__)
 

@@ -16,11 +16,11 @@ from services.api.event_hub import EventHub
 from services.api.metrics import Metrics
 from services.api.rate_limit import SubmitLimiter, TaskQuota
 from services.api.settings import ApiSettings
-from shared import db, users_repo
-from shared.db import Pool
-from shared.ids import is_safe_id
+from shared.domain.ids import is_safe_id
+from shared.store import db, users_repo
+from shared.store.db import Pool
+from shared.store.users_repo import User
 from shared.task_types.base import TaskType
-from shared.users_repo import User
 
 logger = logging.getLogger(__name__)
 

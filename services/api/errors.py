@@ -17,8 +17,14 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from services.api.rate_limit import QuotaExceeded
-from shared.db import CONNECTION_LOST
-from shared.errors import Conflict, InvalidTransition, NotFound, Refusal, StaleState
+from shared.domain.errors import (
+    CONNECTION_LOST,
+    Conflict,
+    InvalidTransition,
+    NotFound,
+    Refusal,
+    StaleState,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from aio_pika.abc import (
     AbstractRobustConnection,
 )
 
-from shared.amqp import settle
-from shared.errors import UNAVAILABLE
-from shared.topology import Topology, declare_events_exchange, declare_follower_queue
+from shared.domain.errors import UNAVAILABLE
+from shared.messaging.amqp import settle
+from shared.messaging.topology import Topology, declare_events_exchange, declare_follower_queue
 
 logger = logging.getLogger(__name__)
 

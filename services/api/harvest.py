@@ -11,10 +11,10 @@ from pydantic import TypeAdapter, ValidationError
 from services.api import cursor
 from services.api.errors import invalid
 from services.api.schemas.common import MAX_OUTPUT_CHARS, OutputName
-from shared.errors import Refusal
-from shared.jobs_repo import Job
-from shared.outputs_repo import StoredOutput
-from shared.purge_rules import purged_message
+from shared.domain.errors import Refusal
+from shared.domain.purge_rules import purged_message
+from shared.store.jobs_repo import Job
+from shared.store.outputs_repo import StoredOutput
 
 #: Longest output page cursor accepted (an index and a name of up to 255 characters).
 MAX_OUTPUT_CURSOR_CHARS: Final = 2000

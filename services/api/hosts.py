@@ -2,7 +2,7 @@
 
 PostgreSQL's `hosts` rows give slots, the worker's and the supervisor's heartbeats and the
 quarantine; running tasks are counted from `tasks.host` over the in-flight states; Redis says
-whether the worker is registered now (its presence hash, `shared.presence`, expires a few
+whether the worker is registered now (its presence hash, `shared.messaging.presence`, expires a few
 seconds after its last heartbeat). Ages are measured by the database's clock, the one that
 stamped the heartbeats.
 """
@@ -15,10 +15,10 @@ from typing import Final
 from asyncpg import Record
 from redis.asyncio import Redis
 
-from shared.db import Connection
-from shared.errors import UNAVAILABLE
-from shared.redis_keys import RedisKeys
-from shared.states import IN_FLIGHT
+from shared.domain.errors import UNAVAILABLE
+from shared.domain.states import IN_FLIGHT
+from shared.messaging.redis_keys import RedisKeys
+from shared.store.db import Connection
 
 logger = logging.getLogger(__name__)
 

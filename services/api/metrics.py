@@ -17,12 +17,12 @@ from prometheus_client.registry import Collector
 from redis.asyncio import Redis
 
 from services.api import queries
-from shared import presence
-from shared.db import Connection
-from shared.errors import UNAVAILABLE
-from shared.pool_status import PoolStatus
-from shared.redis_keys import RedisKeys
-from shared.states import FailureClass, JobState, TaskState
+from shared.domain.errors import UNAVAILABLE
+from shared.domain.states import FailureClass, JobState, TaskState
+from shared.messaging import presence
+from shared.messaging.redis_keys import RedisKeys
+from shared.operations.pool_status import PoolStatus
+from shared.store.db import Connection
 
 logger = logging.getLogger(__name__)
 

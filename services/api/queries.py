@@ -5,7 +5,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from shared.db import SCHEDULER_LOCK_KEY, Connection
+from shared.store.db import SCHEDULER_LOCK_KEY, Connection
 
 
 async def ping(conn: Connection) -> bool:

@@ -16,9 +16,9 @@ from typing import Final
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from shared.errors import UNAVAILABLE
-from shared.redis_keys import RedisKeys
-from shared.users_repo import User, hash_token
+from shared.domain.errors import UNAVAILABLE
+from shared.messaging.redis_keys import RedisKeys
+from shared.store.users_repo import User, hash_token
 
 logger = logging.getLogger(__name__)
 

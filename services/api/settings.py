@@ -5,7 +5,7 @@ from typing import Final
 
 from pydantic import Field, field_validator
 
-from shared.config import CommonSettings
+from shared.runtime.config import CommonSettings
 
 #: Shortest bootstrap token accepted: a guessable operator token is worse than none.
 MIN_TOKEN_CHARS: Final = 16

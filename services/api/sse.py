@@ -7,7 +7,7 @@ Binding contract (clients are built on it):
   task event is preceded by `id: <position>` (its `seq`, in the body too), so a client that
   reconnects with `Last-Event-ID` (or `after=`) resumes after it; log lines have no position;
 - events with positions come in increasing order, each once, with no gap: the stream reads
-  them from the history (`shared.event_log`), and the broker's deliveries only wake it;
+  them from the history (`shared.store.event_log`), and the broker's deliveries only wake it;
 - `: keepalive\\n\\n` every `keepalive_s` seconds (15 by default), whatever the traffic;
 - the stream opens with the comment `: subscribed\\n\\n` (followed by `id: <position>`, where it
   starts, when it follows job or task events: a client that reconnects before any event came
@@ -29,7 +29,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from services.api.event_hub import EventHub, Subscription
-from shared.event_log import LoggedEvent
+from shared.store.event_log import LoggedEvent
 
 logger = logging.getLogger(__name__)
 

@@ -3,9 +3,9 @@ one transaction, so that a failure anywhere leaves no trace (never a half-create
 
 A job with `inputs_from` is created without inputs and chained (design §6): one promised input
 per task of the upstream job, each waiting for its upstream task to complete. A job submitted
-during an emergency stop is created suspended (`shared.stop_guard.hold_if_stopped`). A job
-submitted `configuring` gets its tasks (and chaining) when it is activated
-(`shared.configuring`).
+during an emergency stop is created suspended (`shared.operations.stop_guard.hold_if_stopped`). A
+job submitted `configuring` gets its tasks (and chaining) when it is activated
+(`shared.operations.configuring`).
 """
 
 import dataclasses
@@ -21,11 +21,12 @@ from services.api.access import owner_filter
 from services.api.errors import invalid
 from services.api.rate_limit import TaskQuota
 from services.api.schemas.jobs import JobCreate
-from shared import datasets, harvest, jobs_repo, stop_guard
-from shared.datasets import UPSTREAM_KEY
-from shared.db import Connection, Pool
-from shared.jobs_repo import Job
-from shared.users_repo import User
+from shared.operations import datasets, harvest, stop_guard
+from shared.operations.datasets import UPSTREAM_KEY
+from shared.store import jobs_repo
+from shared.store.db import Connection, Pool
+from shared.store.jobs_repo import Job
+from shared.store.users_repo import User
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ import asyncio
 
 from services.scheduler.main import main
 from services.scheduler.settings import SchedulerSettings
-from shared.logs import configure_logging
+from shared.runtime.logs import configure_logging
 
 
 def run() -> None:

@@ -10,7 +10,8 @@ A shut host takes no task of its pool (its worker stops consuming the pool queue
 one takes one at a time (`services/worker/consumer.py`), so a pool whose every host is shut
 still makes progress, a task at a time, and heals. The first cool-down is
 `quarantine_probe_s`; each failed probe doubles it, up to `quarantine_s`. An operator's
-quarantine is not a breaker: it lasts until it runs out or is released (`shared/quarantine.py`).
+quarantine is not a breaker: it lasts until it runs out or is released
+(`shared/operations/quarantine.py`).
 
 Every change is one statement with its `host.<state>.<host>` event in the outbox, in the
 caller's transaction (the triage's, for a trip) or in one of its own.
@@ -23,10 +24,10 @@ from datetime import datetime
 
 from asyncpg import Record
 
-from shared import outbox
-from shared.analyser import BLAMES_HOST
-from shared.db import Connection, Pool
-from shared.messages import HostEvent, HostState
+from shared.domain.analyser import BLAMES_HOST
+from shared.domain.messages import HostEvent, HostState
+from shared.store import outbox
+from shared.store.db import Connection, Pool
 
 logger = logging.getLogger(__name__)
 

@@ -17,13 +17,15 @@ from typing import Final
 
 from aio_pika.abc import AbstractIncomingMessage
 
-from shared import loss, tasks_repo
-from shared.amqp import Broker, settle
-from shared.db import Connection, Pool, ride_out
-from shared.errors import InvalidMessage, StaleState
-from shared.messages import Message, RemoveWorkdirs, RunStage, decode
-from shared.outcomes import Outcome
-from shared.states import FailureClass, TaskState, failure_state_for
+from shared.domain.errors import InvalidMessage, StaleState
+from shared.domain.messages import Message, RemoveWorkdirs, RunStage, decode
+from shared.domain.outcomes import Outcome
+from shared.domain.states import FailureClass, TaskState, failure_state_for
+from shared.messaging.amqp import Broker, settle
+from shared.operations import loss
+from shared.runtime.ride_out import ride_out
+from shared.store import tasks_repo
+from shared.store.db import Connection, Pool
 
 logger = logging.getLogger(__name__)
 

@@ -13,11 +13,11 @@ lives there.
 
 from typing import Final
 
-from shared import sql_states
-from shared.db import Pool
-from shared.prerequisites import met_arrays, unmet_sql
-from shared.states import ACTIONS, Stage, TaskState
-from shared.topology import pool_key
+from shared.domain.prerequisites import met_arrays, unmet_sql
+from shared.domain.states import ACTIONS, Stage, TaskState
+from shared.messaging.topology import pool_key
+from shared.store import sql_states
+from shared.store.db import Pool
 
 #: An emergency stop suspends active jobs; a configuring job has no suspended state, so its
 #: test tasks are simply not released while a stop is in force.

@@ -86,9 +86,9 @@ def relay_wait(quiet_s: float, poll_s: float, nudge_every_s: float) -> float:
     """How long the relay waits for a notification before it looks anyway, after `quiet_s`
     without one or a batch (`poll_s`: `VIGIL_RELAY_POLL_S`).
 
-    Events of quiet states (`shared.states.QUIET`) notify nobody, but a worker that writes one
-    nudges the relay within `NUDGE_DELAY_S`, or has less than `nudge_every_s` before
-    (`shared/transition_writer.py`): polling every `poll_s` for twice that long and one poll
+    Events of quiet states (`shared.domain.states.QUIET`) notify nobody, but a worker that writes
+    one nudges the relay within `NUDGE_DELAY_S`, or has less than `nudge_every_s` before
+    (`shared/store/transition_writer.py`): polling every `poll_s` for twice that long and one poll
     more finds each within `poll_s` of it.
     After a longer quiet spell nothing waits but what a failed nudge left: looked at every
     2 s."""

@@ -12,11 +12,11 @@ from datetime import datetime
 
 from redis.asyncio import Redis
 
-from shared import jobs_repo
-from shared.db import Connection, Pool
-from shared.errors import UNAVAILABLE
-from shared.redis_keys import RedisKeys
-from shared.states import JobState, TaskState, job_outcome
+from shared.domain.errors import UNAVAILABLE
+from shared.domain.states import JobState, TaskState, job_outcome
+from shared.messaging.redis_keys import RedisKeys
+from shared.store import jobs_repo
+from shared.store.db import Connection, Pool
 
 logger = logging.getLogger(__name__)
 

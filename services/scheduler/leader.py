@@ -10,9 +10,9 @@ from typing import Final
 
 import asyncpg
 
-from shared.db import SCHEDULER_LOCK_KEY
-from shared.errors import UNAVAILABLE
-from shared.lifecycle import wait_or_stop
+from shared.domain.errors import UNAVAILABLE
+from shared.runtime.lifecycle import wait_or_stop
+from shared.store.db import SCHEDULER_LOCK_KEY
 
 logger = logging.getLogger(__name__)
 

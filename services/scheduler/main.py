@@ -32,18 +32,18 @@ from services.scheduler.retention import Retention
 from services.scheduler.settings import SchedulerSettings
 from services.scheduler.triage import Triage, TriageSettings, end_probing
 from services.scheduler.waiters import Waiters
-from shared import activity, outbox
-from shared.amqp import Broker, open_broker
-from shared.analysers import load_analysers
-from shared.db import Pool, check_schema, open_pool
-from shared.errors import UNAVAILABLE
-from shared.lifecycle import stop_on_signals, wait_or_stop
-from shared.messages import JobOutcome
-from shared.redis_client import open_redis
-from shared.redis_keys import RedisKeys
-from shared.states import FAILED, TERMINAL
-from shared.topology import Topology, declare_work_queue, pool_key
-from shared.transition_writer import NUDGE_EVERY_S
+from shared.domain.analysers import load_analysers
+from shared.domain.errors import UNAVAILABLE
+from shared.domain.messages import JobOutcome
+from shared.domain.states import FAILED, TERMINAL
+from shared.messaging.amqp import Broker, open_broker
+from shared.messaging.redis_client import open_redis
+from shared.messaging.redis_keys import RedisKeys
+from shared.messaging.topology import Topology, declare_work_queue, pool_key
+from shared.runtime.lifecycle import stop_on_signals, wait_or_stop
+from shared.store import activity, outbox
+from shared.store.db import Pool, check_schema, open_pool
+from shared.store.transition_writer import NUDGE_EVERY_S
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from services.scheduler.settings import SchedulerSettings
-from shared import activity, event_log, logs_repo, outbox
-from shared.db import Pool
+from shared.store import activity, event_log, logs_repo, outbox
+from shared.store.db import Pool
 
 #: Rows one batch deletes.
 BATCH: Final = 5000

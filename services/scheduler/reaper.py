@@ -4,8 +4,9 @@ to judge: it can also kill the worker's processes.)"""
 
 import logging
 
-from shared import loss, tasks_repo
-from shared.db import Pool
+from shared.operations import loss
+from shared.store import tasks_repo
+from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
 

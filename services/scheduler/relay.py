@@ -18,10 +18,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from shared import outbox
-from shared.amqp import Broker
-from shared.db import Pool
-from shared.topology import declare_work_queue
+from shared.messaging.amqp import Broker
+from shared.messaging.topology import declare_work_queue
+from shared.store import outbox
+from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
 

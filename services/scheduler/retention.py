@@ -2,7 +2,8 @@
 the purges cut short.
 
 Runs with the scheduler's pruning, a batch per round; each purge marks its job in a short
-transaction and clears its data in batches (`shared.harvest.purge_job`, actor `retention`). A
+transaction and clears its data in batches (`shared.operations.harvest.purge_job`, actor
+`retention`). A
 job that cannot be purged now (reopened or busy since it was found) is left for a later round.
 A job marked purged whose clearing did not finish (its purger stopped half-way) for
 `UNFINISHED_AFTER_S` is cleared here.
@@ -11,9 +12,9 @@ A job marked purged whose clearing did not finish (its purger stopped half-way) 
 import logging
 from typing import Final
 
-from shared import harvest
-from shared.db import Pool
-from shared.errors import Conflict, NotFound
+from shared.domain.errors import Conflict, NotFound
+from shared.operations import harvest
+from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
 

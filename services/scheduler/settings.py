@@ -2,7 +2,7 @@
 
 from pydantic import Field
 
-from shared.config import CommonSettings
+from shared.runtime.config import CommonSettings
 
 
 class SchedulerSettings(CommonSettings):

@@ -18,15 +18,17 @@ from typing import Any
 
 from services.scheduler import breaker
 from services.scheduler.breaker import BreakerSettings
-from shared import analysers, attempts_repo, lineage, outbox, stop_guard, tasks_repo
-from shared.analyser import BLAMES_HOST, Analyser, Decision, Facts, PastAttempt, Verdict
-from shared.db import Connection, Pool
-from shared.messages import JobEvent, JobOutcome, KillTask, TaskDecision
-from shared.policy import Policy
-from shared.revocation import revoke_job
-from shared.states import FAILED, FailureClass, JobState, TaskState
-from shared.status_file import StatusReport
-from shared.topology import supervise_key
+from shared.domain import analysers
+from shared.domain.analyser import BLAMES_HOST, Analyser, Decision, Facts, PastAttempt, Verdict
+from shared.domain.messages import JobEvent, JobOutcome, KillTask, TaskDecision
+from shared.domain.policy import Policy
+from shared.domain.states import FAILED, FailureClass, JobState, TaskState
+from shared.domain.status_report import StatusReport
+from shared.messaging.topology import supervise_key
+from shared.operations import lineage, stop_guard
+from shared.operations.revocation import revoke_job
+from shared.store import attempts_repo, outbox, tasks_repo
+from shared.store.db import Connection, Pool
 
 logger = logging.getLogger(__name__)
 S = TaskState

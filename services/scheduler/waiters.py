@@ -10,11 +10,11 @@ the prerequisite. `recover` puts it back, and its prerequisites are evaluated ag
 import logging
 from typing import Final
 
-from shared import tasks_repo
-from shared.db import Pool
-from shared.errors import StaleState
-from shared.prerequisites import UNMEETABLE, Required
-from shared.states import TaskState
+from shared.domain.errors import StaleState
+from shared.domain.prerequisites import UNMEETABLE, Required
+from shared.domain.states import TaskState
+from shared.store import tasks_repo
+from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
 

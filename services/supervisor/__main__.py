@@ -4,7 +4,7 @@ import asyncio
 
 from services.supervisor.main import main
 from services.supervisor.settings import SupervisorSettings
-from shared.logs import configure_logging
+from shared.runtime.logs import configure_logging
 
 
 def run() -> None:

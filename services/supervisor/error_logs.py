@@ -11,10 +11,10 @@ from collections.abc import Awaitable, Callable
 
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
 
-from shared.amqp import Broker, settle
-from shared.errors import InvalidMessage
-from shared.messages import LogRecord, Severity, decode
-from shared.topology import declare_error_log_queue, event_key
+from shared.domain.errors import InvalidMessage
+from shared.domain.messages import LogRecord, Severity, decode
+from shared.messaging.amqp import Broker, settle
+from shared.messaging.topology import declare_error_log_queue, event_key
 
 logger = logging.getLogger(__name__)
 

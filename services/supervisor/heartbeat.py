@@ -5,10 +5,10 @@ import asyncio
 import logging
 import time
 
-from shared.db import Pool
-from shared.errors import UNAVAILABLE
-from shared.fence import Lease
-from shared.lifecycle import wait_or_stop
+from shared.domain.errors import UNAVAILABLE
+from shared.host.fence import Lease
+from shared.runtime.lifecycle import wait_or_stop
+from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ async def heartbeat(
     pool: Pool, host_id: str, instance: str, every_s: float, stop: asyncio.Event, lease: Lease
 ) -> None:
     """Beat every `every_s` until `stop`, renewing `lease` with each beat that lands; errors
-    are logged, not fatal (the lease then ages: see `shared/fence.py`)."""
+    are logged, not fatal (the lease then ages: see `shared/host/fence.py`)."""
     while True:
         sent_at = time.monotonic()
         try:

@@ -19,18 +19,19 @@ from services.supervisor.reconcile import reconcile
 from services.supervisor.settings import SupervisorSettings
 from services.supervisor.watchers import Watchers, WatchSettings
 from services.supervisor.worker_watch import WorkerWatch
-from shared import attempts_repo, fence
-from shared.amqp import Handler, deliver, open_broker
-from shared.cgroups import Cgroups
-from shared.db import Pool, check_schema, open_pool
-from shared.errors import UNAVAILABLE, InvalidMessage
-from shared.fence import Lease
-from shared.lifecycle import stop_on_signals, wait_or_stop
-from shared.messages import FreezeTask, KillTask, Message, WatchProcess
-from shared.processes import signal_tree
-from shared.redis_client import open_redis
-from shared.redis_keys import RedisKeys
-from shared.topology import Topology, declare_all_work_queues
+from shared.domain.errors import UNAVAILABLE, InvalidMessage
+from shared.domain.messages import FreezeTask, KillTask, Message, WatchProcess
+from shared.host import fence
+from shared.host.cgroups import Cgroups
+from shared.host.fence import Lease
+from shared.host.processes import signal_tree
+from shared.messaging.amqp import Handler, deliver, open_broker
+from shared.messaging.redis_client import open_redis
+from shared.messaging.redis_keys import RedisKeys
+from shared.messaging.topology import Topology, declare_all_work_queues
+from shared.runtime.lifecycle import stop_on_signals, wait_or_stop
+from shared.store import attempts_repo
+from shared.store.db import Pool, check_schema, open_pool
 
 logger = logging.getLogger(__name__)
 

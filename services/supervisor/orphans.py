@@ -3,10 +3,11 @@
 import logging
 import signal
 
-from shared import loss, tasks_repo
-from shared.cgroups import Cgroups
-from shared.db import Pool
-from shared.processes import signal_tree
+from shared.host.cgroups import Cgroups
+from shared.host.processes import signal_tree
+from shared.operations import loss
+from shared.store import tasks_repo
+from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from redis.asyncio import Redis
 from services.supervisor.orphans import reap_worker, stale_instances
 from services.supervisor.strays import kill_strays
 from services.supervisor.watchers import Watchers
-from shared.cgroups import Cgroups
-from shared.db import Pool
-from shared.presence import registered
-from shared.redis_keys import RedisKeys
+from shared.host.cgroups import Cgroups
+from shared.messaging.presence import registered
+from shared.messaging.redis_keys import RedisKeys
+from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
 

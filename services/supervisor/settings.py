@@ -2,7 +2,7 @@
 
 from pydantic import Field
 
-from shared.config import HostSettings
+from shared.runtime.config import HostSettings
 
 
 class SupervisorSettings(HostSettings):

@@ -14,9 +14,9 @@ import logging
 import os
 import signal
 
-from shared.cgroups import Cgroups
-from shared.db import Pool
-from shared.marks import Marked, marked_processes
+from shared.host.cgroups import Cgroups
+from shared.host.marks import Marked, marked_processes
+from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@
   something outside Vigil: the task fails as `signal`.
 - **Vitals**: every `vitals_s`, `walltime` (since the cluster attempt started) and
   `hang_timeout` (since the last sign of life: output written to the run files or a status
-  file; paused while the job is suspended) are checked (`shared.vitals`).
+  file; paused while the job is suspended) are checked (`shared.domain.vitals`).
 - **Error log**: a record of the task with a severity in the job's `fail_on_log` (through
   `ErrorLogs`) fails it as `error_log`. The job's binding is made only for a process still
   running `follow_after_s` after it was handed over (then the errors already stored are read
@@ -30,17 +30,18 @@ from uuid import UUID
 from redis.asyncio import Redis
 
 from services.supervisor.error_logs import ErrorLogs
-from shared import job_errors, jobs_repo, loss, tasks_repo
-from shared.cgroups import Cgroups
-from shared.db import Pool
-from shared.errors import UNAVAILABLE
-from shared.messages import LogRecord
-from shared.outcomes import Outcome, error_log_outcome, vanished_outcome
-from shared.policy import Policy
-from shared.processes import exit_waiter, signal_tree, terminate_tree
-from shared.redis_keys import RedisKeys
-from shared.states import FailureClass, TaskState
-from shared.vitals import Vitals, verdict
+from shared.domain.errors import UNAVAILABLE
+from shared.domain.messages import LogRecord
+from shared.domain.outcomes import Outcome, error_log_outcome, vanished_outcome
+from shared.domain.policy import Policy
+from shared.domain.states import FailureClass, TaskState
+from shared.domain.vitals import Vitals, verdict
+from shared.host.cgroups import Cgroups
+from shared.host.processes import exit_waiter, signal_tree, terminate_tree
+from shared.messaging.redis_keys import RedisKeys
+from shared.operations import job_errors, loss
+from shared.store import jobs_repo, tasks_repo
+from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
 

@@ -20,13 +20,13 @@ from typing import Any
 from redis.asyncio import Redis
 
 from services.supervisor.orphans import reap_worker
-from shared.cgroups import Cgroups
-from shared.db import Pool
-from shared.errors import UNAVAILABLE
-from shared.lifecycle import wait_or_stop
-from shared.presence import WorkerIdentity, registered
-from shared.processes import exit_waiter
-from shared.redis_keys import RedisKeys
+from shared.domain.errors import UNAVAILABLE
+from shared.host.cgroups import Cgroups
+from shared.host.processes import exit_waiter
+from shared.messaging.presence import WorkerIdentity, registered
+from shared.messaging.redis_keys import RedisKeys
+from shared.runtime.lifecycle import wait_or_stop
+from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
 

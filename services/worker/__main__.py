@@ -4,7 +4,7 @@ import asyncio
 
 from services.worker.main import main
 from services.worker.settings import WorkerSettings
-from shared.logs import configure_logging
+from shared.runtime.logs import configure_logging
 
 
 def run() -> None:

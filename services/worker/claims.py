@@ -13,14 +13,15 @@ from pathlib import Path
 from typing import Any, Final
 from uuid import UUID
 
-from shared import jobs_repo, loss, outputs_repo, tasks_repo
-from shared.datasets import UPSTREAM_KEY
-from shared.db import Connection, Pool
-from shared.errors import UNAVAILABLE, StaleState
-from shared.messages import RunStage
-from shared.outcomes import worker_failed
-from shared.states import ACTIONS, QUIET, JobState, Stage, TaskState, failure_state_for
-from shared.transition_writer import Move, TransitionWriter
+from shared.domain.errors import UNAVAILABLE, StaleState
+from shared.domain.messages import RunStage
+from shared.domain.outcomes import worker_failed
+from shared.domain.states import ACTIONS, QUIET, JobState, Stage, TaskState, failure_state_for
+from shared.operations import loss
+from shared.operations.datasets import UPSTREAM_KEY
+from shared.store import jobs_repo, outputs_repo, tasks_repo
+from shared.store.db import Connection, Pool
+from shared.store.transition_writer import Move, TransitionWriter
 
 S = TaskState
 logger = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ import os
 import shutil
 from pathlib import Path
 
-from shared.ids import is_safe_id
-from shared.messages import RemoveWorkdirs
+from shared.domain.ids import is_safe_id
+from shared.domain.messages import RemoveWorkdirs
 
 logger = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ from services.worker import cleanup
 from services.worker.admission import Admission
 from services.worker.claims import Held
 from services.worker.stages import StageRunner
-from shared.amqp import Broker, settle
-from shared.db import ride_out
-from shared.errors import InvalidMessage
-from shared.messages import RemoveWorkdirs, RunStage, decode
-from shared.topology import declare_all_work_queues
+from shared.domain.errors import InvalidMessage
+from shared.domain.messages import RemoveWorkdirs, RunStage, decode
+from shared.messaging.amqp import Broker, settle
+from shared.messaging.topology import declare_all_work_queues
+from shared.runtime.ride_out import ride_out
 
 logger = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from typing import Final
 
 import psutil
 
-from shared.cgroups import CONTROLLERS, Cgroups, TaskLimits
-from shared.policy import Limits
+from shared.domain.policy import Limits
+from shared.host.cgroups import CONTROLLERS, Cgroups, TaskLimits
 
 #: The share of the host's memory one command may take when nobody said otherwise.
 HOST_SHARE: Final = 0.9

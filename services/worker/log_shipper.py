@@ -12,14 +12,15 @@ from typing import IO, Final, Literal
 
 from redis.asyncio import Redis
 
-from shared import job_files, logs_repo, tasks_repo
-from shared.amqp import Broker
-from shared.db import Pool
-from shared.errors import UNAVAILABLE
-from shared.log_lines import parse_line
-from shared.messages import LogRecord, Severity
-from shared.redis_keys import JOB_TTL_S, RedisKeys
-from shared.topology import event_key
+from shared.domain.errors import UNAVAILABLE
+from shared.domain.log_lines import parse_line
+from shared.domain.messages import LogRecord, Severity
+from shared.host import job_files
+from shared.messaging.amqp import Broker
+from shared.messaging.redis_keys import JOB_TTL_S, RedisKeys
+from shared.messaging.topology import event_key
+from shared.store import logs_repo, tasks_repo
+from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
 

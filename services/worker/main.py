@@ -11,16 +11,16 @@ from services.worker.consumer import Consumer
 from services.worker.registration import Presence, heartbeat, register, unregister
 from services.worker.settings import WorkerSettings
 from services.worker.stages import StageRunner
-from shared import fence
-from shared.amqp import open_broker
-from shared.cgroups import Cgroups, slow_moves_hint
-from shared.db import check_schema, open_pool
-from shared.fence import Lease
-from shared.lifecycle import stop_on_signals
-from shared.redis_client import open_redis
-from shared.redis_keys import RedisKeys
+from shared.host import fence
+from shared.host.cgroups import Cgroups, slow_moves_hint
+from shared.host.fence import Lease
+from shared.messaging.amqp import open_broker
+from shared.messaging.redis_client import open_redis
+from shared.messaging.redis_keys import RedisKeys
+from shared.messaging.topology import Topology
+from shared.runtime.lifecycle import stop_on_signals
+from shared.store.db import check_schema, open_pool
 from shared.task_types import load_task_types
-from shared.topology import Topology
 
 logger = logging.getLogger(__name__)
 

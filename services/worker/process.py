@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from shared import cgroups
-from shared.processes import create_time, exit_waiter, signal_tree
+from shared.host import cgroups
+from shared.host.processes import create_time, exit_waiter, signal_tree
 
 _CHUNK: Final = 65536
 _REAP_POLL_S: Final = 0.001
@@ -69,7 +69,7 @@ class Running:
     cgroup: Path | None = None
     exited_at: float | None = None  # epoch seconds, once the exit was seen
     gate: int | None = None
-    #: The v1 cgroups of its limits, joined with `cgroup` (`shared.cgroups`).
+    #: The v1 cgroups of its limits, joined with `cgroup` (`shared.host.cgroups`).
     limiters: tuple[Path, ...] = ()
 
     def open_gate(self) -> None:

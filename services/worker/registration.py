@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from services.worker.admission import Admission, of_host
-from shared.db import Pool
-from shared.errors import UNAVAILABLE
-from shared.fence import Lease
-from shared.lifecycle import wait_or_stop
-from shared.presence import WorkerIdentity, announce
-from shared.processes import create_time
-from shared.redis_keys import WORKER_TTL_S, RedisKeys
+from shared.domain.errors import UNAVAILABLE
+from shared.host.fence import Lease
+from shared.host.processes import create_time
+from shared.messaging.presence import WorkerIdentity, announce
+from shared.messaging.redis_keys import WORKER_TTL_S, RedisKeys
+from shared.runtime.lifecycle import wait_or_stop
+from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ async def heartbeat(
     lease: Lease,
 ) -> None:
     """Refresh the presence every `every_s` seconds until `stop`; errors are logged, not fatal.
-        Each beat that lands in PostgreSQL renews `lease` (`shared/fence.py`).
+        Each beat that lands in PostgreSQL renews `lease` (`shared/host/fence.py`).
 
         A worker that was silent long enough to be declared dead (frozen, partitioned) takes its
         place again when it wakes. `on_admission` is told what the host's quarantine lets it take,

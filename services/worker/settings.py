@@ -3,7 +3,7 @@
 from pydantic import Field
 
 from services.worker.confinement import Isolation
-from shared.config import HostSettings
+from shared.runtime.config import HostSettings
 
 
 class WorkerSettings(HostSettings):

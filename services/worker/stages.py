@@ -23,38 +23,31 @@ from services.worker.claims import Held, Taker, release
 from services.worker.confinement import Confinement
 from services.worker.log_shipper import LogShipper
 from services.worker.settings import WorkerSettings
-from shared import (
-    attempts_repo,
-    job_errors,
-    job_files,
-    jobs_repo,
-    marks,
-    outputs_repo,
-    prerequisites,
-    tasks_repo,
-    users_repo,
-)
-from shared.amqp import Broker
-from shared.cgroups import Cgroups, TaskLimits
-from shared.db import Connection, Pool
-from shared.errors import UNAVAILABLE, StaleState
-from shared.messages import LogRecord, RunStage, Severity, WatchProcess
-from shared.outcomes import (
+from shared.domain.errors import UNAVAILABLE, StaleState
+from shared.domain.messages import LogRecord, RunStage, Severity, WatchProcess
+from shared.domain.outcomes import (
     Outcome,
     command_outcome,
     error_log_outcome,
     hook_failed,
     limit_outcome,
 )
-from shared.policy import Policy
-from shared.processes import signal_tree
-from shared.redis_keys import JOB_TTL_S, RedisKeys
-from shared.states import ACTIONS, QUIET, FailureClass, Stage, TaskState
-from shared.status_file import StatusReport, read_status
+from shared.domain.policy import Policy
+from shared.domain.states import ACTIONS, QUIET, FailureClass, Stage, TaskState
+from shared.domain.status_report import StatusReport
+from shared.host import job_files, marks
+from shared.host.cgroups import Cgroups, TaskLimits
+from shared.host.processes import signal_tree
+from shared.host.status_file import read_status
+from shared.messaging.amqp import Broker
+from shared.messaging.redis_keys import JOB_TTL_S, RedisKeys
+from shared.messaging.topology import supervise_key
+from shared.operations import job_errors
+from shared.store import attempts_repo, jobs_repo, outputs_repo, tasks_repo, users_repo
+from shared.store.db import Connection, Pool
+from shared.store.transition_writer import NUDGE_EVERY_S, Move, TransitionWriter
 from shared.task_types import TaskContext, TaskType
 from shared.task_types.base import HOOK_FOR_ACTION, OutputRecord
-from shared.topology import supervise_key
-from shared.transition_writer import NUDGE_EVERY_S, Move, TransitionWriter
 
 logger = logging.getLogger(__name__)
 S = TaskState
@@ -89,7 +82,7 @@ STATUS_READ_TIMEOUT_S: Final = 10.0
 
 async def _read_status(ctx: TaskContext) -> StatusReport | None:
     """The run's status file, read in a thread: a job's file never blocks the event loop
-    (`shared.status_file.read_status` refuses FIFOs, devices and links without waiting)."""
+    (`shared.host.status_file.read_status` refuses FIFOs, devices and links without waiting)."""
     try:
         async with asyncio.timeout(STATUS_READ_TIMEOUT_S):
             return await asyncio.to_thread(read_status, ctx.workdir, ctx.status_file)
@@ -525,7 +518,7 @@ class StageRunner:
             attempt, held.opened = held.opened, None  # moved there with the cluster's end
         else:
             async with self.pool.acquire() as conn, conn.transaction():
-                if await prerequisites.waits(conn, held.task.id, "post_processing"):
+                if await tasks_repo.waits_on_prerequisites(conn, held.task.id, "post_processing"):
                     await release(conn, held, S.DATA_READY)
                     return
                 held.task = await tasks_repo.transition(

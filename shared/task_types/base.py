@@ -9,24 +9,11 @@ from typing import Any, ClassVar, Final
 
 from pydantic import BaseModel
 
-from shared import job_files
-from shared.sizes import human_size
-from shared.states import TaskState
-from shared.status_file import StatusReport
-
-
-@dataclass(frozen=True)
-class OutputRecord:
-    """One result file of a task: where it is and what it holds."""
-
-    name: str
-    path: str
-    size: int
-    sha256: str
-    #: The file's bytes when it was small enough to keep for download, else None.
-    content: bytes | None = None
-    #: Why the bytes were not kept (e.g. "over the 1 MiB download limit").
-    not_kept: str | None = None
+from shared.domain.outputs import OutputRecord as OutputRecord  # task types import it from here
+from shared.domain.sizes import human_size
+from shared.domain.states import TaskState
+from shared.domain.status_report import StatusReport
+from shared.host import job_files
 
 
 @dataclass

@@ -3,8 +3,8 @@
 import json
 import os
 
-from shared import job_files
-from shared.datasets import UPSTREAM_KEY
+from shared.host import job_files
+from shared.operations.datasets import UPSTREAM_KEY
 from shared.task_types.base import TaskContext, TaskType
 
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from shared.topology import Topology, delete_all
+from shared.messaging.topology import Topology, delete_all
 from tests.conftest import AMQP_URL, REDIS_URL, fresh_database
 from tests.e2e.stack import E2E_ENV, Stack
 

@@ -10,7 +10,7 @@ import pytest
 
 from bench import chaos
 from bench.cluster import Cluster
-from shared.topology import Topology, delete_all
+from shared.messaging.topology import Topology, delete_all
 from tests.conftest import AMQP_URL, REDIS_URL, fresh_database
 
 pytestmark = pytest.mark.e2e

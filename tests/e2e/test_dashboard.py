@@ -17,7 +17,7 @@ import httpx
 import pytest
 from playwright.async_api import Browser, Dialog, Page, async_playwright, expect
 
-from shared import users_repo
+from shared.store import users_repo
 from tests.e2e.conftest import HOST_ID, Events
 from tests.e2e.stack import Stack
 

@@ -5,7 +5,7 @@ even when restartable, since the same input would go over again."""
 import httpx
 import pytest
 
-from shared.cgroups import Cgroups
+from shared.host.cgroups import Cgroups
 from tests.e2e.conftest import Events, wait_job
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from bench.chaos import leads_group
-from shared.marks import marked_processes
+from shared.host.marks import marked_processes
 from tests.e2e.conftest import Events, running_stack, wait_job
 from tests.e2e.stack import E2E_ENV, Stack
 

@@ -4,9 +4,9 @@ a host, with log lines and recorded outputs, written with plain SQL and the repo
 import hashlib
 from typing import Any
 
-from shared import logs_repo, outputs_repo
-from shared.db import Connection
-from shared.messages import LogRecord, Severity
+from shared.domain.messages import LogRecord, Severity
+from shared.store import logs_repo, outputs_repo
+from shared.store.db import Connection
 from shared.task_types.base import OutputRecord
 
 HOST = "h-harvest"

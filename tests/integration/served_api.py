@@ -20,8 +20,8 @@ from fastapi import FastAPI
 from services.api.app import create_app
 from services.api.event_hub import EventHub
 from services.api.settings import ApiSettings
-from shared import db, users_repo
-from shared.topology import Topology
+from shared.messaging.topology import Topology
+from shared.store import db, users_repo
 from tests.conftest import AMQP_URL, REDIS_URL
 from tests.integration.test_api_harness import Caller, _bearer, _plain_user
 

@@ -1,4 +1,4 @@
-"""The charts' per-minute counts in PostgreSQL (`shared.activity`): written in one statement,
+"""The charts' per-minute counts in PostgreSQL (`shared.store.activity`): written in one statement,
 added to on a second write of the same minute, kept in memory when the write fails."""
 
 import uuid
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from shared import activity, db
+from shared.store import activity, db
 
 pytestmark = pytest.mark.integration
 

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from shared import attempts_repo, db, jobs_repo, tasks_repo, users_repo
-from shared.errors import InvalidTransition
-from shared.jobs_repo import NewJob
-from shared.states import Stage, TaskState
-from shared.tasks_repo import CloseAttempt, OpenAttempt
+from shared.domain.errors import InvalidTransition
+from shared.domain.states import Stage, TaskState
+from shared.store import attempts_repo, db, jobs_repo, tasks_repo, users_repo
+from shared.store.jobs_repo import NewJob
+from shared.store.tasks_repo import CloseAttempt, OpenAttempt
 
 pytestmark = pytest.mark.integration
 

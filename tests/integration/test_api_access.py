@@ -22,7 +22,7 @@ from starlette.routing import Mount
 
 from services.api.app import create_app
 from services.api.settings import ApiSettings
-from shared import users_repo
+from shared.store import users_repo
 from tests.conftest import fresh_database
 from tests.integration.served_api import Served, served_api
 from tests.integration.test_api_harness import Caller

@@ -1,7 +1,7 @@
 """`POST /tasks/{id}/actions` and `POST /jobs/{id}/actions` on the real database (design §2, §9).
 
 Tasks are put in the state a test needs with plain SQL; the api then applies the action
-through `shared.task_actions`, and the answer, the row and the outbox are checked.
+through `shared.operations.task_actions`, and the answer, the row and the outbox are checked.
 """
 
 from collections.abc import AsyncIterator

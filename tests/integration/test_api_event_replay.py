@@ -16,10 +16,10 @@ import httpx
 import pytest
 
 from services.scheduler.relay import Relay
-from shared import event_log, outbox
-from shared.amqp import open_broker
-from shared.messages import JobEvent, JobOutcome
-from shared.topology import Topology
+from shared.domain.messages import JobEvent, JobOutcome
+from shared.messaging.amqp import open_broker
+from shared.messaging.topology import Topology
+from shared.store import event_log, outbox
 from tests.conftest import AMQP_URL, fresh_database
 from tests.integration.served_api import Served, served_api
 from tests.integration.test_api_events import Frames

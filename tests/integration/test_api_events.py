@@ -15,10 +15,10 @@ import aiormq
 import httpx
 import pytest
 
-from shared import users_repo
-from shared.messages import JobEvent, JobOutcome, LogRecord, Severity, encode
-from shared.topics import MAX_TOPICS
-from shared.topology import Topology, declare_events_exchange
+from shared.domain.messages import JobEvent, JobOutcome, LogRecord, Severity, encode
+from shared.domain.topics import MAX_TOPICS
+from shared.messaging.topology import Topology, declare_events_exchange
+from shared.store import users_repo
 from tests.conftest import AMQP_URL
 from tests.integration.served_api import Served, served_api
 from tests.integration.test_api_harness import Caller

@@ -14,8 +14,8 @@ import httpx
 
 from services.api.app import create_app
 from services.api.settings import ApiSettings
-from shared import db, users_repo
-from shared.users_repo import User
+from shared.store import db, users_repo
+from shared.store.users_repo import User
 
 
 @dataclass(frozen=True)

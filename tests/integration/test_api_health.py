@@ -8,8 +8,8 @@ import pytest
 
 from services.api.app import create_app
 from services.api.settings import ApiSettings
-from shared.db import SCHEDULER_LOCK_KEY
-from shared.errors import SchemaOutOfDate
+from shared.domain.errors import SchemaOutOfDate
+from shared.store.db import SCHEDULER_LOCK_KEY
 from tests.conftest import (
     ADMIN_DATABASE_URL,
     create_database,
@@ -185,7 +185,7 @@ async def test_when_the_schema_is_not_migrated__the_api_refuses_to_start() -> No
         app = create_app(ApiSettings(database_url=database_url(name)))
 
         # when / then
-        with pytest.raises(SchemaOutOfDate, match=r"python -m shared.migrate"):
+        with pytest.raises(SchemaOutOfDate, match=r"python -m shared.store.migrate"):
             async with app.router.lifespan_context(app):
                 pass
     finally:

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from shared.presence import WorkerIdentity, announce
-from shared.redis_client import open_redis
-from shared.redis_keys import RedisKeys
+from shared.messaging.presence import WorkerIdentity, announce
+from shared.messaging.redis_client import open_redis
+from shared.messaging.redis_keys import RedisKeys
 from tests.conftest import REDIS_URL
 from tests.integration.test_api_harness import Api, running_api
 

@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
-from shared import jobs_repo
-from shared.jobs_repo import NewJob
+from shared.store import jobs_repo
+from shared.store.jobs_repo import NewJob
 from tests.integration.test_api_harness import Api, Caller, running_api
 
 pytestmark = pytest.mark.integration

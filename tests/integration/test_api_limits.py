@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from shared import users_repo
-from shared.redis_keys import RedisKeys
+from shared.messaging.redis_keys import RedisKeys
+from shared.store import users_repo
 from tests.conftest import REDIS_URL
 from tests.integration.test_api_harness import Api, Caller, running_api
 

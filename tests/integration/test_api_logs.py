@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from shared import logs_repo
-from shared.messages import LogRecord, Severity
+from shared.domain.messages import LogRecord, Severity
+from shared.store import logs_repo
 from tests.integration.test_api_harness import Api, running_api
 
 pytestmark = pytest.mark.integration

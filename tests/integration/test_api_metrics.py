@@ -13,16 +13,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
-from shared.presence import WorkerIdentity, announce
-from shared.redis_keys import WORKER_TTL_S, RedisKeys
-from shared.states import FailureClass, JobState, TaskState
-from shared.topology import (
-    DEFAULT_POOL,
+from shared.domain.states import FailureClass, JobState, TaskState
+from shared.messaging.presence import WorkerIdentity, announce
+from shared.messaging.redis_keys import WORKER_TTL_S, RedisKeys
+from shared.messaging.topology import (
     Topology,
     declare_all_work_queues,
     delete_all,
     pool_key,
 )
+from shared.runtime.config import DEFAULT_POOL
 from tests.conftest import AMQP_URL, REDIS_URL, fresh_database
 from tests.integration.test_api_harness import Api, running_api
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from services.api import session
-from shared import activity, attempts_repo
+from shared.store import activity, attempts_repo
 from tests.integration.test_api_harness import Api, Caller, running_api
 
 pytestmark = pytest.mark.integration

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from services.api import dashboard
-from shared import attempts_repo, outputs_repo
-from shared.attempts_repo import Attempt
-from shared.states import FailureClass
+from shared.domain.states import FailureClass
+from shared.store import attempts_repo, outputs_repo
+from shared.store.attempts_repo import Attempt
 from shared.task_types.base import OutputRecord
 from tests.integration.test_api_harness import Api, running_api
 from tests.integration.test_api_pages import HOSTILE, _cookie, _page_data

@@ -9,9 +9,9 @@ from typing import Any
 import aio_pika
 import pytest
 
-from shared import logs_repo
-from shared.messages import JobEvent, JobOutcome, LogRecord, Severity, encode
-from shared.topology import Topology, declare_events_exchange
+from shared.domain.messages import JobEvent, JobOutcome, LogRecord, Severity, encode
+from shared.messaging.topology import Topology, declare_events_exchange
+from shared.store import logs_repo
 from tests.conftest import AMQP_URL
 from tests.integration.served_api import served_api
 from tests.integration.test_api_harness import Api, running_api

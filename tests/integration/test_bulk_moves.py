@@ -8,14 +8,15 @@ from typing import Any
 
 import pytest
 
-from shared import bulk, jobs_repo, task_actions, users_repo
-from shared.actions import TaskAction
-from shared.bulk import BulkRequest, Limits
-from shared.db import Connection, Pool
-from shared.jobs_repo import NewJob
-from shared.messages import TaskEvent, to_jsonable
-from shared.selectors import TaskSelector
-from shared.states import TaskState
+from shared.domain.actions import TaskAction
+from shared.domain.messages import TaskEvent, to_jsonable
+from shared.domain.selectors import TaskSelector
+from shared.domain.states import TaskState
+from shared.operations import bulk, task_actions
+from shared.operations.bulk import BulkRequest, Limits
+from shared.store import jobs_repo, users_repo
+from shared.store.db import Connection, Pool
+from shared.store.jobs_repo import NewJob
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from services.worker import process
-from shared.cgroups import Cgroups, TaskLimits
+from shared.host.cgroups import Cgroups, TaskLimits
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bench.cluster import free_port
-from shared import db
+from shared.store import db
 from tests.integration.test_client import Served, served  # noqa: F401 (the fixture)
 from vigil.cli import app
 

@@ -21,10 +21,10 @@ from typer.testing import CliRunner
 from bench.cluster import free_port
 from services.api.app import create_app
 from services.api.settings import ApiSettings
-from shared import db, logs_repo, outbox, users_repo
-from shared.messages import LogRecord, Severity, TaskEvent, encode
-from shared.states import FailureClass, TaskState
-from shared.topology import Topology, declare_events_exchange, event_key
+from shared.domain.messages import LogRecord, Severity, TaskEvent, encode
+from shared.domain.states import FailureClass, TaskState
+from shared.messaging.topology import Topology, declare_events_exchange, event_key
+from shared.store import db, logs_repo, outbox, users_repo
 from tests.conftest import AMQP_URL, REDIS_URL
 from vigil import (
     Client,

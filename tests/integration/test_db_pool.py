@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from shared import db
+from shared.store import db
 from tests.conftest import ADMIN_DATABASE_URL
 
 #: The frontend's Terminate message: a client closing its connection on purpose.

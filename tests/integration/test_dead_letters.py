@@ -10,13 +10,13 @@ import aio_pika
 import pytest
 
 from services.scheduler import dead_letters
-from shared import jobs_repo, tasks_repo, users_repo
-from shared.amqp import open_broker
-from shared.db import Pool
-from shared.jobs_repo import NewJob
-from shared.messages import KillTask, RunStage, encode
-from shared.states import Stage, TaskState
-from shared.topology import Topology, delete_all
+from shared.domain.messages import KillTask, RunStage, encode
+from shared.domain.states import Stage, TaskState
+from shared.messaging.amqp import open_broker
+from shared.messaging.topology import Topology, delete_all
+from shared.store import jobs_repo, tasks_repo, users_repo
+from shared.store.db import Pool
+from shared.store.jobs_repo import NewJob
 from tests.conftest import AMQP_URL
 
 pytestmark = pytest.mark.integration

@@ -6,12 +6,13 @@ from collections.abc import Iterator
 import pytest
 
 from services.scheduler.dispatcher import Dispatcher
-from shared import configuring, db, emergency, jobs_repo, users_repo
-from shared.configuring import TrialInput
-from shared.db import Connection, Pool
-from shared.jobs_repo import NewJob
-from shared.messages import RunStage, to_jsonable
-from shared.states import Stage
+from shared.domain.messages import RunStage, to_jsonable
+from shared.domain.states import Stage
+from shared.operations import configuring, emergency
+from shared.operations.configuring import TrialInput
+from shared.store import db, jobs_repo, users_repo
+from shared.store.db import Connection, Pool
+from shared.store.jobs_repo import NewJob
 from tests.conftest import fresh_database
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shared.topology import supervise_key
+from shared.messaging.topology import supervise_key
 from tests.conftest import fresh_database
 from tests.integration.test_api_harness import Api, Caller, running_api
 

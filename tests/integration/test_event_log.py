@@ -12,9 +12,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from shared import db, event_log, outbox, topics
-from shared.messages import JobEvent, JobOutcome, TaskEvent
-from shared.states import TaskState
+from shared.domain import topics
+from shared.domain.messages import JobEvent, JobOutcome, TaskEvent
+from shared.domain.states import TaskState
+from shared.store import db, event_log, outbox
 from tests.conftest import fresh_database
 
 pytestmark = pytest.mark.integration

@@ -13,9 +13,10 @@ from redis.asyncio import Redis
 
 from services.worker.admission import Admission
 from services.worker.registration import Presence, heartbeat
-from shared import db, marks
-from shared.fence import Lease, fence_after, fence_if_expired
-from shared.redis_keys import RedisKeys
+from shared.host import marks
+from shared.host.fence import Lease, fence_after, fence_if_expired
+from shared.messaging.redis_keys import RedisKeys
+from shared.store import db
 
 
 def _command(namespace: str, host: str) -> subprocess.Popen[bytes]:

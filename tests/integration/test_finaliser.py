@@ -7,12 +7,13 @@ import pytest
 from redis.asyncio import Redis
 
 from services.scheduler.finaliser import Finaliser
-from shared import datasets, jobs_repo, task_actions, users_repo
-from shared.actions import JobAction
-from shared.db import Pool
-from shared.jobs_repo import NewJob
-from shared.redis_keys import RedisKeys
-from shared.states import JobState
+from shared.domain.actions import JobAction
+from shared.domain.states import JobState
+from shared.messaging.redis_keys import RedisKeys
+from shared.operations import datasets, task_actions
+from shared.store import jobs_repo, users_repo
+from shared.store.db import Pool
+from shared.store.jobs_repo import NewJob
 from tests.conftest import REDIS_URL
 from tests.integration.waiting import until_someone_blocked
 

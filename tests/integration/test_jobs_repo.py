@@ -6,11 +6,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from shared import db, jobs_repo, users_repo
-from shared.errors import StaleState
-from shared.jobs_repo import NewJob
-from shared.messages import JobOutcome
-from shared.states import JobState, TaskState
+from shared.domain.errors import StaleState
+from shared.domain.messages import JobOutcome
+from shared.domain.states import JobState, TaskState
+from shared.store import db, jobs_repo, users_repo
+from shared.store.jobs_repo import NewJob
 
 pytestmark = pytest.mark.integration
 

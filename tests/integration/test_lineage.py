@@ -5,11 +5,12 @@ from typing import Any
 
 import pytest
 
-from shared import datasets, jobs_repo, lineage, tasks_repo, users_repo
-from shared.db import Connection, Pool
-from shared.errors import Conflict
-from shared.jobs_repo import NewJob
-from shared.states import TaskState
+from shared.domain.errors import Conflict
+from shared.domain.states import TaskState
+from shared.operations import datasets, lineage
+from shared.store import jobs_repo, tasks_repo, users_repo
+from shared.store.db import Connection, Pool
+from shared.store.jobs_repo import NewJob
 
 pytestmark = pytest.mark.integration
 

@@ -13,15 +13,16 @@ from redis.asyncio import Redis
 
 from services.scheduler.finaliser import Finaliser
 from services.scheduler.triage import Triage, TriageSettings
-from shared import bulk, jobs_repo, task_actions, users_repo
-from shared.actions import JobAction, TaskAction
-from shared.analyser import DefaultAnalyser
-from shared.bulk import BulkRequest, Limits
-from shared.db import Pool, open_pool
-from shared.jobs_repo import NewJob
-from shared.redis_keys import RedisKeys
-from shared.selectors import TaskSelector
-from shared.states import TERMINAL, JobState, TaskState
+from shared.domain.actions import JobAction, TaskAction
+from shared.domain.analyser import DefaultAnalyser
+from shared.domain.selectors import TaskSelector
+from shared.domain.states import TERMINAL, JobState, TaskState
+from shared.messaging.redis_keys import RedisKeys
+from shared.operations import bulk, task_actions
+from shared.operations.bulk import BulkRequest, Limits
+from shared.store import jobs_repo, users_repo
+from shared.store.db import Pool, open_pool
+from shared.store.jobs_repo import NewJob
 from tests.conftest import REDIS_URL
 
 pytestmark = pytest.mark.integration

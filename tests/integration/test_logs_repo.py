@@ -4,10 +4,10 @@ import uuid
 
 import pytest
 
-from shared import jobs_repo, logs_repo, users_repo
-from shared.db import Pool
-from shared.jobs_repo import NewJob
-from shared.messages import LogRecord, Severity
+from shared.domain.messages import LogRecord, Severity
+from shared.store import jobs_repo, logs_repo, users_repo
+from shared.store.db import Pool
+from shared.store.jobs_repo import NewJob
 
 pytestmark = pytest.mark.integration
 

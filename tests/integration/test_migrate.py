@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from shared import db
-from shared.errors import SchemaOutOfDate
-from shared.migrate import latest_version, migrate, migrations
+from shared.domain.errors import SchemaOutOfDate
+from shared.store import db
+from shared.store.migrate import latest_version, migrate, migrations
 from tests.conftest import ADMIN_DATABASE_URL, database_url, drop_database, require_servers
 
 pytestmark = pytest.mark.integration

@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 
 from services.worker import claims
-from shared import datasets, db, jobs_repo, outbox, task_actions, tasks_repo, users_repo
-from shared.actions import JobAction, TaskAction
-from shared.jobs_repo import NewJob
-from shared.messages import JobEvent, JobOutcome, RunStage, TaskEvent, to_jsonable
-from shared.states import QUIET, Stage, TaskState
-from shared.topology import host_key
+from shared.domain.actions import JobAction, TaskAction
+from shared.domain.messages import JobEvent, JobOutcome, RunStage, TaskEvent, to_jsonable
+from shared.domain.states import QUIET, Stage, TaskState
+from shared.messaging.topology import host_key
+from shared.operations import datasets, task_actions
+from shared.store import db, jobs_repo, outbox, tasks_repo, users_repo
+from shared.store.jobs_repo import NewJob
 from tests.conftest import fresh_database
 
 pytestmark = pytest.mark.integration

@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 
 from services.scheduler.retention import Retention
-from shared import datasets, harvest, jobs_repo, task_actions, tasks_repo, users_repo
-from shared.actions import JobAction, TaskAction
-from shared.db import Connection, Pool
-from shared.errors import Conflict, NotFound
-from shared.jobs_repo import NewJob
+from shared.domain.actions import JobAction, TaskAction
+from shared.domain.errors import Conflict, NotFound
+from shared.operations import datasets, harvest, task_actions
+from shared.store import jobs_repo, tasks_repo, users_repo
+from shared.store.db import Connection, Pool
+from shared.store.jobs_repo import NewJob
 from tests.integration import harvest_steps as given
 from tests.integration.harvest_steps import HOST
 from tests.integration.waiting import until_blocked

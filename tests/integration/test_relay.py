@@ -11,11 +11,11 @@ import aiormq
 import pytest
 
 from services.scheduler.relay import Relay
-from shared import db, outbox
-from shared.amqp import Broker, open_broker
-from shared.messages import TaskEvent
-from shared.states import TaskState
-from shared.topology import Topology
+from shared.domain.messages import TaskEvent
+from shared.domain.states import TaskState
+from shared.messaging.amqp import Broker, open_broker
+from shared.messaging.topology import Topology
+from shared.store import db, outbox
 from tests.conftest import AMQP_URL, fresh_database
 
 pytestmark = pytest.mark.integration

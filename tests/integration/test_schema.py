@@ -6,8 +6,8 @@ from enum import StrEnum
 import pytest
 
 from services.scheduler.dispatcher import RESTING_STATES
-from shared import db
-from shared.states import FailureClass, JobState, TaskState
+from shared.domain.states import FailureClass, JobState, TaskState
+from shared.store import db
 
 pytestmark = pytest.mark.integration
 

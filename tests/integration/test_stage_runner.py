@@ -17,14 +17,14 @@ from redis.asyncio import Redis
 
 from services.worker.settings import WorkerSettings
 from services.worker.stages import StageRunner
-from shared import db, jobs_repo, users_repo
-from shared.amqp import open_broker
-from shared.jobs_repo import NewJob
-from shared.messages import RunStage
-from shared.redis_keys import RedisKeys
-from shared.states import Stage
+from shared.domain.messages import RunStage
+from shared.domain.states import Stage
+from shared.messaging.amqp import open_broker
+from shared.messaging.redis_keys import RedisKeys
+from shared.messaging.topology import Topology
+from shared.store import db, jobs_repo, users_repo
+from shared.store.jobs_repo import NewJob
 from shared.task_types.registry import load_task_types
-from shared.topology import Topology
 from tests.conftest import AMQP_URL, REDIS_URL
 
 pytestmark = pytest.mark.integration

@@ -1,6 +1,6 @@
 """Writers that can make a job active take the emergency stop's lock before any row lock
-(`shared.stop_guard`): a stop holding it waits on job and task rows, so a writer that held a
-row while waiting for the lock would deadlock with it."""
+(`shared.operations.stop_guard`): a stop holding it waits on job and task rows, so a writer that
+held a row while waiting for the lock would deadlock with it."""
 
 import asyncio
 import uuid
@@ -10,10 +10,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from shared import datasets, jobs_repo, stop_guard, task_actions, users_repo
-from shared.actions import JobAction, TaskAction
-from shared.db import Connection, Pool
-from shared.jobs_repo import NewJob
+from shared.domain.actions import JobAction, TaskAction
+from shared.operations import datasets, stop_guard, task_actions
+from shared.store import jobs_repo, users_repo
+from shared.store.db import Connection, Pool
+from shared.store.jobs_repo import NewJob
 from tests.integration.waiting import until_blocked
 
 pytestmark = pytest.mark.integration

@@ -8,8 +8,9 @@ import pytest
 
 from services.supervisor.strays import kill_strays
 from services.worker import process
-from shared import db, jobs_repo, marks, users_repo
-from shared.jobs_repo import NewJob
+from shared.host import marks
+from shared.store import db, jobs_repo, users_repo
+from shared.store.jobs_repo import NewJob
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """Operator actions, appended inputs and chaining, on the real database through `shared/` alone.
 
-Every (action, current state) pair is tried against `shared.actions.plan`: the row moves to
+Every (action, current state) pair is tried against `shared.domain.actions.plan`: the row moves to
 the planned state with its event, or `Conflict` is raised and nothing is written.
 """
 
@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from shared import datasets, jobs_repo, task_actions, tasks_repo, users_repo
-from shared.actions import JobAction, TaskAction, plan, targets
-from shared.db import Connection, Pool
-from shared.errors import Conflict, NotFound
-from shared.jobs_repo import NewJob
-from shared.messages import TaskEvent, to_jsonable
-from shared.states import FAILED, TERMINAL, FailureClass, JobState, TaskState
+from shared.domain.actions import JobAction, TaskAction, plan, targets
+from shared.domain.errors import Conflict, NotFound
+from shared.domain.messages import TaskEvent, to_jsonable
+from shared.domain.states import FAILED, TERMINAL, FailureClass, JobState, TaskState
+from shared.operations import datasets, task_actions
+from shared.store import jobs_repo, tasks_repo, users_repo
+from shared.store.db import Connection, Pool
+from shared.store.jobs_repo import NewJob
 from tests.integration.waiting import until_blocked
 
 pytestmark = pytest.mark.integration

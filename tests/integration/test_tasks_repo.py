@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from shared import attempts_repo, db, jobs_repo, tasks_repo, users_repo
-from shared.errors import InvalidTransition, StaleState
-from shared.jobs_repo import NewJob
-from shared.messages import JobEvent, JobOutcome
-from shared.states import FailureClass, Stage, TaskState
-from shared.tasks_repo import ANY_CLAIM, UNCLAIMED
+from shared.domain.errors import InvalidTransition, StaleState
+from shared.domain.messages import JobEvent, JobOutcome
+from shared.domain.states import FailureClass, Stage, TaskState
+from shared.store import attempts_repo, db, jobs_repo, tasks_repo, users_repo
+from shared.store.jobs_repo import NewJob
+from shared.store.tasks_repo import ANY_CLAIM, UNCLAIMED
 from tests.integration.waiting import until_blocked
 
 pytestmark = pytest.mark.integration

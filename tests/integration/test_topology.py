@@ -12,10 +12,10 @@ import aiormq
 import pytest
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
-from shared.amqp import Broker, connect, open_broker
-from shared.messages import RunStage, WatchProcess, decode
-from shared.states import Stage
-from shared.topology import (
+from shared.domain.messages import RunStage, WatchProcess, decode
+from shared.domain.states import Stage
+from shared.messaging.amqp import Broker, connect, open_broker
+from shared.messaging.topology import (
     DELIVERY_LIMIT,
     Topology,
     declare_all_work_queues,

@@ -13,11 +13,12 @@ import asyncpg
 import pytest
 
 from services.worker.claims import Taker
-from shared import db, jobs_repo, tasks_repo, users_repo
-from shared.jobs_repo import NewJob
-from shared.messages import RunStage
-from shared.states import Stage, TaskState
-from shared.transition_writer import Move, TransitionWriter
+from shared.domain import errors
+from shared.domain.messages import RunStage
+from shared.domain.states import Stage, TaskState
+from shared.store import db, jobs_repo, tasks_repo, users_repo
+from shared.store.jobs_repo import NewJob
+from shared.store.transition_writer import Move, TransitionWriter
 
 pytestmark = pytest.mark.integration
 
@@ -298,7 +299,7 @@ async def test_a_database_away_longer_than_the_ride_out_fails_the_callers(
         writer = TransitionWriter(through, ride_out_s=0.3)
         relay.cut()
 
-        with pytest.raises((OSError, asyncpg.InterfaceError, *db.CONNECTION_LOST)):
+        with pytest.raises((OSError, asyncpg.InterfaceError, *errors.CONNECTION_LOST)):
             await writer.advance(_finish(task))
         relay.mend()
 

@@ -7,20 +7,13 @@ import pytest
 
 from services.scheduler import breaker
 from services.scheduler.triage import Triage, TriageSettings, end_probing
-from shared import (
-    configuring,
-    datasets,
-    jobs_repo,
-    logs_repo,
-    quarantine,
-    tasks_repo,
-    users_repo,
-)
-from shared.analyser import Decision, DefaultAnalyser, Facts, Verdict
-from shared.configuring import TrialInput
-from shared.db import Connection, Pool
-from shared.jobs_repo import NewJob
-from shared.states import FailureClass, TaskState
+from shared.domain.analyser import Decision, DefaultAnalyser, Facts, Verdict
+from shared.domain.states import FailureClass, TaskState
+from shared.operations import configuring, datasets, quarantine
+from shared.operations.configuring import TrialInput
+from shared.store import jobs_repo, logs_repo, tasks_repo, users_repo
+from shared.store.db import Connection, Pool
+from shared.store.jobs_repo import NewJob
 
 pytestmark = pytest.mark.integration
 S = TaskState
@@ -410,7 +403,7 @@ async def test_when_a_job_names_an_analyser__it_decides_and_a_missing_one_falls_
 
 
 async def _configuring(conn: Connection, inputs: list[Any], policy: dict[str, Any]) -> str:
-    """A configuring job (see `shared.configuring`); its id."""
+    """A configuring job (see `shared.operations.configuring`); its id."""
     user = await users_repo.ensure_user(
         conn, f"u-{uuid.uuid4().hex[:10]}", "user", uuid.uuid4().hex
     )

@@ -13,11 +13,11 @@ import pytest
 
 from services.supervisor.error_logs import ErrorLogs
 from services.supervisor.watchers import Watchers, WatchSettings
-from shared import db, jobs_repo, users_repo
-from shared.jobs_repo import NewJob
-from shared.processes import create_time
-from shared.redis_client import open_redis
-from shared.redis_keys import RedisKeys
+from shared.host.processes import create_time
+from shared.messaging.redis_client import open_redis
+from shared.messaging.redis_keys import RedisKeys
+from shared.store import db, jobs_repo, users_repo
+from shared.store.jobs_repo import NewJob
 from tests.conftest import REDIS_URL
 
 pytestmark = pytest.mark.integration

@@ -5,7 +5,7 @@ PostgreSQL announces nothing when a backend starts waiting, so this polls `pg_st
 
 import asyncio
 
-from shared.db import Pool
+from shared.store.db import Pool
 
 _WAITING = "SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1"
 

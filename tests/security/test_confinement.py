@@ -13,7 +13,7 @@ import asyncpg
 import httpx
 import pytest
 
-from shared import users_repo
+from shared.store import users_repo
 from tests.e2e.conftest import Events, running_stack, wait_job
 from tests.e2e.stack import E2E_ENV, Stack
 

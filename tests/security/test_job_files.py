@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.job_files import (
+from shared.host.job_files import (
     UnsafeFile,
     make_dirs,
     open_append,
@@ -14,7 +14,7 @@ from shared.job_files import (
     read_regular,
     write_file,
 )
-from shared.status_file import MAX_STATUS_BYTES, read_status
+from shared.host.status_file import MAX_STATUS_BYTES, read_status
 from shared.task_types.base import TaskContext
 from shared.task_types.shell import ShellTaskType
 

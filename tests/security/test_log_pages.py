@@ -6,9 +6,9 @@ import uuid
 
 import pytest
 
-from shared import db, jobs_repo, logs_repo, tasks_repo, users_repo
-from shared.jobs_repo import NewJob
-from shared.messages import LogRecord, Severity
+from shared.domain.messages import LogRecord, Severity
+from shared.store import db, jobs_repo, logs_repo, tasks_repo, users_repo
+from shared.store.jobs_repo import NewJob
 
 pytestmark = pytest.mark.integration
 

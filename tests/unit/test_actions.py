@@ -2,9 +2,9 @@
 
 import pytest
 
-from shared.actions import TaskAction, allowed_states, plan
-from shared.errors import Conflict
-from shared.states import TERMINAL, TaskState
+from shared.domain.actions import TaskAction, allowed_states, plan
+from shared.domain.errors import Conflict
+from shared.domain.states import TERMINAL, TaskState
 
 S = TaskState
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from shared.analyser import DefaultAnalyser, Facts, Verdict, backoff_delay
-from shared.policy import Backoff, Policy
-from shared.states import FailureClass, TaskState
-from shared.status_file import StatusReport
+from shared.domain.analyser import DefaultAnalyser, Facts, Verdict, backoff_delay
+from shared.domain.policy import Backoff, Policy
+from shared.domain.states import FailureClass, TaskState
+from shared.domain.status_report import StatusReport
 
 S, C = TaskState, FailureClass
 RECOVERABLE = StatusReport(status="recoverable", resume={"step": 2})

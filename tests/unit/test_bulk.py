@@ -2,8 +2,11 @@
 
 import pytest
 
-from shared.actions import TaskAction
-from shared.bulk import (
+from shared.domain.actions import TaskAction
+from shared.domain.errors import Conflict
+from shared.domain.selectors import TaskSelector
+from shared.domain.states import TERMINAL, JobState, TaskState
+from shared.operations.bulk import (
     JOB_CANCELLED,
     JOB_PURGED,
     BulkRequest,
@@ -14,9 +17,6 @@ from shared.bulk import (
     dry_run_counts,
     refusal,
 )
-from shared.errors import Conflict
-from shared.selectors import TaskSelector
-from shared.states import TERMINAL, JobState, TaskState
 
 S = TaskState
 LIMITS = Limits(max_tasks=1000, confirm_over=10, batch=5)

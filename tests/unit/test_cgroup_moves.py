@@ -1,6 +1,6 @@
 """The worker says at startup when moving commands into cgroups will be slow, and how to fix it."""
 
-from shared.cgroups import slow_moves_hint
+from shared.host.cgroups import slow_moves_hint
 
 _V1_ONLY = "cgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu 0 0\n"
 

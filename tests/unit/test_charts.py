@@ -5,7 +5,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from services.api import charts
-from shared import activity
+from shared.store import activity
 
 T0 = datetime(2026, 11, 24, 10, 0, tzinfo=UTC)
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from services.worker.cleanup import inside, remove_workdirs
-from shared.messages import RemoveWorkdirs, decode, encode
+from shared.domain.messages import RemoveWorkdirs, decode, encode
 
 
 def _message(*workdirs: Path | str, job_id: str = "j-1") -> RemoveWorkdirs:

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from services.worker.consumer import Consumer
-from shared.messages import RunStage, encode
-from shared.states import Stage
+from shared.domain.messages import RunStage, encode
+from shared.domain.states import Stage
 
 
 class _Incoming:

@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 from services.api import dashboard
 from services.api.sse import KEEPALIVE, OPENED, frame
 from services.api.templates import Pages
-from shared.actions import TaskAction, plan
-from shared.errors import Conflict
-from shared.jobs_repo import Job
-from shared.states import JobState, TaskState
+from shared.domain.actions import TaskAction, plan
+from shared.domain.errors import Conflict
+from shared.domain.states import JobState, TaskState
+from shared.store.jobs_repo import Job
 
 
 def _job(state: JobState, counts: dict[str, int]) -> Job:

@@ -5,9 +5,9 @@ import signal
 from pathlib import Path
 from types import ModuleType
 
-from shared.analyser import Facts, PastAttempt, Verdict
-from shared.policy import Policy
-from shared.states import FailureClass, TaskState
+from shared.domain.analyser import Facts, PastAttempt, Verdict
+from shared.domain.policy import Policy
+from shared.domain.states import FailureClass, TaskState
 
 EXAMPLE = (
     Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from shared.ids import ID_PATTERN, is_safe_id, new_id, new_ids, to_safe_id
+from shared.domain.ids import ID_PATTERN, is_safe_id, new_id, new_ids, to_safe_id
 
 
 @pytest.mark.parametrize("prefix", ["j", "t", "u"])

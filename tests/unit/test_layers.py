@@ -6,6 +6,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("api", "scheduler", "worker", "supervisor")
+#: `shared/`'s layers, lowest first: each imports only the layers before it (and itself).
+LAYERS = ("domain", "runtime", "messaging", "store", "operations", "host", "task_types")
 
 
 def _offenders(folder: Path, forbidden: tuple[str, ...]) -> list[str]:
@@ -32,6 +34,18 @@ def test_shared_imports_no_service_nor_the_client() -> None:
     assert _offenders(ROOT / "shared", ("services", "vigil", "bench", "tests")) == []
 
 
+def test_shared_is_its_layers_and_nothing_else() -> None:
+    found = {path.name for path in (ROOT / "shared").iterdir() if path.name != "__pycache__"}
+
+    assert found == {"__init__.py", *LAYERS}
+
+
+def test_each_layer_of_shared_imports_only_the_layers_below_it() -> None:
+    for index, layer in enumerate(LAYERS):
+        above = tuple(f"shared.{higher}" for higher in LAYERS[index + 1 :])
+        assert _offenders(ROOT / "shared" / layer, above) == [], layer
+
+
 def test_no_service_imports_another() -> None:
     for service in SERVICES:
         others = tuple(f"services.{other}" for other in SERVICES if other != service)
@@ -44,10 +58,10 @@ def test_the_client_imports_neither_the_services_nor_shared() -> None:
 
 def test_the_check_finds_each_kind_of_import(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text(
-        "from services.api import app\nimport shared.db\nimport sharedish\nfrom . import x\n"
+        "from services.api import app\nimport shared.store.db\nimport sharedish\nfrom . import x\n"
     )
 
     assert _offenders(tmp_path, ("services", "shared")) == [
         "m.py imports services.api",
-        "m.py imports shared.db",
+        "m.py imports shared.store.db",
     ]

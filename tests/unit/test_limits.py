@@ -9,10 +9,10 @@ import pytest
 from pydantic import ValidationError
 
 from services.worker.limits import HOST_SHARE, default_memory_mb, resolve
-from shared.cgroups import Cgroups, TaskLimits, _v1_mounts
-from shared.outcomes import limit_outcome
-from shared.policy import Limits, Policy
-from shared.states import FailureClass, TaskState
+from shared.domain.outcomes import limit_outcome
+from shared.domain.policy import Limits, Policy
+from shared.domain.states import FailureClass, TaskState
+from shared.host.cgroups import Cgroups, TaskLimits, _v1_mounts
 
 
 def test_the_jobs_limits_win_over_the_workers_and_zero_means_none() -> None:
@@ -80,11 +80,11 @@ def test_going_over_the_memory_limit_is_the_jobs_failure_and_says_which_limit() 
 
 
 def test_unset_the_memory_limit_is_most_of_the_hosts_and_zero_is_none() -> None:
-    total_mb = psutil.virtual_memory().total // 2**20
+    total_mb = psutil.virtual_memory().total / 2**20
 
     share = default_memory_mb(None)
 
-    assert 0 < share <= total_mb * HOST_SHARE
+    assert 0 < share <= total_mb * HOST_SHARE < share + 1
     assert default_memory_mb(0) == 0 and default_memory_mb(512) == 512
 
 

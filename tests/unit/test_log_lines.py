@@ -4,8 +4,8 @@ from typing import Literal
 
 import pytest
 
-from shared.log_lines import MAX_LINE_CHARS, parse_line
-from shared.messages import Severity
+from shared.domain.log_lines import MAX_LINE_CHARS, parse_line
+from shared.domain.messages import Severity
 
 
 @pytest.mark.parametrize(

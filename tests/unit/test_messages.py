@@ -7,8 +7,8 @@ from uuid import uuid4
 import pydantic
 import pytest
 
-from shared.errors import InvalidMessage
-from shared.messages import (
+from shared.domain.errors import InvalidMessage
+from shared.domain.messages import (
     JobEvent,
     JobOutcome,
     LogRecord,
@@ -20,7 +20,7 @@ from shared.messages import (
     encode,
     to_jsonable,
 )
-from shared.states import FailureClass, Stage, TaskState
+from shared.domain.states import FailureClass, Stage, TaskState
 
 AnyMessage = RunStage | WatchProcess | TaskEvent | JobEvent | LogRecord
 

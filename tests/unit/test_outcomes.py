@@ -7,17 +7,17 @@ import signal
 import asyncpg
 import pytest
 
-from shared.analyser import BLAMES_HOST, INFRA
-from shared.messages import JobOutcome
-from shared.outcomes import (
+from shared.domain.analyser import BLAMES_HOST, INFRA
+from shared.domain.messages import JobOutcome
+from shared.domain.outcomes import (
     command_outcome,
     hook_failed,
     lost_outcome,
     vanished_outcome,
     worker_failed,
 )
-from shared.states import FailureClass, TaskState
-from shared.status_file import StatusReport
+from shared.domain.states import FailureClass, TaskState
+from shared.domain.status_report import StatusReport
 
 
 def test_exit_0_makes_the_data_ready() -> None:

@@ -2,8 +2,8 @@
 
 import pytest
 
-from shared.prerequisites import MET, UNMEETABLE, Required, is_met, unmet_sql
-from shared.states import FAILED, TaskState
+from shared.domain.prerequisites import MET, UNMEETABLE, Required, is_met, unmet_sql
+from shared.domain.states import FAILED, TaskState
 
 S = TaskState
 LATER_THAN_QUEUED = {S.QUEUED, S.ON_CPU, S.DATA_READY, S.POST_PROCESSING, S.COMPLETED}

@@ -5,7 +5,7 @@ import subprocess
 
 import psutil
 
-from shared.processes import create_time, is_alive
+from shared.host.processes import create_time, is_alive
 
 
 def test_the_create_time_is_the_one_psutil_reports() -> None:

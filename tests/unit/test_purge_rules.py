@@ -4,9 +4,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from shared.purge_rules import JobFacts, purged_message, refusal
-from shared.sizes import human_size
-from shared.states import JobState
+from shared.domain.purge_rules import JobFacts, purged_message, refusal
+from shared.domain.sizes import human_size
+from shared.domain.states import JobState
 
 AT = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
 

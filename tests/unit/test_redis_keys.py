@@ -2,7 +2,7 @@
 
 import pytest
 
-from shared.redis_keys import JOB_TTL_S, WORKER_TTL_S, RedisKeys
+from shared.messaging.redis_keys import JOB_TTL_S, WORKER_TTL_S, RedisKeys
 
 
 def test_when_there_is_no_namespace__keys_start_with_vigil() -> None:

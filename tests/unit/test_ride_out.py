@@ -1,9 +1,9 @@
-"""`shared.db.ride_out`: work made again while the database restarts, and only then."""
+"""`shared.runtime.ride_out`: work made again while the database restarts, and only then."""
 
 import asyncpg
 import pytest
 
-from shared import db
+from shared.runtime.ride_out import ride_out
 
 
 async def test_a_call_that_meets_a_lost_connection_is_made_again_until_it_works() -> None:
@@ -15,7 +15,7 @@ async def test_a_call_that_meets_a_lost_connection_is_made_again_until_it_works(
             raise asyncpg.CannotConnectNowError("the database system is starting up")
         return "done"
 
-    assert await db.ride_out(call, "testing") == "done"
+    assert await ride_out(call, "testing") == "done"
     assert len(tries) == 3
 
 
@@ -27,17 +27,17 @@ async def test_any_other_error_is_raised_at_once() -> None:
         raise asyncpg.UniqueViolationError("duplicate key")
 
     with pytest.raises(asyncpg.UniqueViolationError):
-        await db.ride_out(call, "testing")
+        await ride_out(call, "testing")
     assert len(tries) == 1
 
 
 async def test_a_database_away_longer_than_the_ride_out_raises_its_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(db, "RIDE_OUT_S", 0.15)
+    monkeypatch.setattr("shared.runtime.ride_out.RIDE_OUT_S", 0.15)
 
     async def call() -> None:
         raise ConnectionRefusedError(111, "Connect call failed")
 
     with pytest.raises(ConnectionRefusedError):
-        await db.ride_out(call, "testing")
+        await ride_out(call, "testing")

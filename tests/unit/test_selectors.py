@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from shared.selectors import EMPTY, TaskSelector, like_pattern, where
+from shared.domain.selectors import EMPTY, TaskSelector, like_pattern, where
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared import logs
+from shared.runtime import logs
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.status_file import StatusReport
+from shared.domain.status_report import StatusReport
 from shared.task_types.base import TaskContext
 from shared.task_types.shell import ShellTaskType
 

@@ -3,8 +3,8 @@
 import re
 from pathlib import Path
 
-from shared import sql_states
-from shared.states import TaskState
+from shared.domain.states import TaskState
+from shared.store import sql_states
 
 _MIGRATION = Path(sql_states.__file__).parent / "sql" / "0011_hot_path_indexes.sql"
 

@@ -1,15 +1,16 @@
 """The task and job transition tables against an expected table written out from design §2.
 
 The expected pairs below are typed in by hand from the design, not derived from
-`shared.states.TRANSITIONS`, so that a change to the table has to be a change to this file too.
+`shared.domain.states.TRANSITIONS`, so that a change to the table has to be a change to this file
+too.
 """
 
 import itertools
 
 import pytest
 
-from shared.errors import InvalidTransition
-from shared.states import (
+from shared.domain.errors import InvalidTransition
+from shared.domain.states import (
     HELD_BY_WORKER,
     JOB_TRANSITIONS,
     NORMAL_PATH,

@@ -2,10 +2,10 @@
 
 import pytest
 
-from shared.analyser import Verdict
-from shared.messages import JobOutcome, Severity
-from shared.states import TaskState
-from shared.topics import MAX_TOPICS, InvalidTopic, Topic, parse, parse_all
+from shared.domain.analyser import Verdict
+from shared.domain.messages import JobOutcome, Severity
+from shared.domain.states import TaskState
+from shared.domain.topics import MAX_TOPICS, InvalidTopic, Topic, parse, parse_all
 
 
 @pytest.mark.parametrize(

@@ -2,14 +2,14 @@
 
 import pytest
 
-from shared.topology import (
-    DEFAULT_POOL,
+from shared.messaging.topology import (
     Topology,
     event_key,
     host_key,
     pool_key,
     supervise_key,
 )
+from shared.runtime.config import DEFAULT_POOL
 
 UNSAFE_PARTS = ["", "a.b", "a*", "#", "Host1", "UPPER", "-leading", "a b", "a:b", "x" * 64]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from shared import states
-from shared.actions import TaskAction
+from shared.domain import states
+from shared.domain.actions import TaskAction
 from tests.unit.test_vigil_cli import _run
 from vigil import calls, fixes
 

@@ -1,8 +1,8 @@
 """The client's copies of the state sets equal the server's (the client imports no server code)."""
 
-from shared import states
-from shared.actions import TaskAction
-from shared.messages import Severity
+from shared.domain import states
+from shared.domain.actions import TaskAction
+from shared.domain.messages import Severity
 from vigil import cli
 from vigil import states as client_states
 

@@ -1,7 +1,7 @@
 """Hang and walltime judgement from signs of life."""
 
-from shared.states import FailureClass
-from shared.vitals import Vitals, verdict
+from shared.domain.states import FailureClass
+from shared.domain.vitals import Vitals, verdict
 
 
 def test_a_command_with_no_limits_is_never_judged() -> None:

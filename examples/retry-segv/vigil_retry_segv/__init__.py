@@ -15,8 +15,8 @@ in place with `{"seed": <new seed>}` in `$VIGIL_RESUME`.
 import random
 import signal
 
-from shared.analyser import Decision, DefaultAnalyser, Facts, Verdict
-from shared.states import FailureClass, TaskState
+from shared.domain.analyser import Decision, DefaultAnalyser, Facts, Verdict
+from shared.domain.states import FailureClass, TaskState
 
 MAX_SEGV_RETRIES = 2
 

@@ -19,8 +19,9 @@ from services.api.schemas.admin import (
     TokenPublic,
     UserPublic,
 )
-from shared import emergency, users_repo
-from shared.errors import Conflict
+from shared.domain.errors import Conflict
+from shared.operations import emergency
+from shared.store import users_repo
 
 logger = logging.getLogger(__name__)
 

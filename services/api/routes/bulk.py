@@ -1,7 +1,7 @@
 """`/bulk/actions`: global fixes (issue 6), one task action on every task a selector matches.
 
 Operators select across every job; a user's selector is limited to their own jobs, and they
-see only their own records. The work is `shared.bulk`'s.
+see only their own records. The work is `shared.operations.bulk`'s.
 """
 
 from typing import Annotated, Any, Final
@@ -19,7 +19,8 @@ from services.api.deps import (
 from services.api.errors import invalid
 from services.api.schemas.bulk import BulkActionPublic, BulkActionRequest
 from services.api.settings import ApiSettings
-from shared import bulk, bulk_repo
+from shared.operations import bulk
+from shared.store import bulk_repo
 
 router = APIRouter(prefix="/bulk", tags=["bulk"], responses=AUTH_RESPONSES)
 

@@ -18,11 +18,12 @@ from services.api.access import owner_filter
 from services.api.deps import AUTH_RESPONSES, CurrentUser, EventHubDep, PoolDep, SettingsDep
 from services.api.errors import invalid
 from services.api.event_hub import StreamsUnavailable, TooManyStreams
-from shared import db, event_log, topics, users_repo
-from shared.db import Connection, Pool
-from shared.errors import UNAVAILABLE, NotFound
-from shared.topics import InvalidTopic, Topic
-from shared.users_repo import User
+from shared.domain import topics
+from shared.domain.errors import UNAVAILABLE, NotFound
+from shared.domain.topics import InvalidTopic, Topic
+from shared.store import db, event_log, users_repo
+from shared.store.db import Connection, Pool
+from shared.store.users_repo import User
 
 logger = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from services.api.deps import (
 )
 from services.api.event_hub import EventHub
 from services.api.schemas.health import Health
-from shared import pool_status
-from shared.errors import UNAVAILABLE
-from shared.redis_keys import RedisKeys
-from shared.topology import Topology
+from shared.domain.errors import UNAVAILABLE
+from shared.messaging.redis_keys import RedisKeys
+from shared.messaging.topology import Topology
+from shared.operations import pool_status
 
 logger = logging.getLogger(__name__)
 

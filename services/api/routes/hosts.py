@@ -16,9 +16,9 @@ from services.api.deps import (
 )
 from services.api.errors import invalid
 from services.api.schemas.hosts import HostAction, HostPublic
-from shared import draining, quarantine
-from shared.ids import is_safe_id
-from shared.redis_keys import RedisKeys
+from shared.domain.ids import is_safe_id
+from shared.messaging.redis_keys import RedisKeys
+from shared.operations import draining, quarantine
 
 router = APIRouter(tags=["hosts"], responses=AUTH_RESPONSES)
 

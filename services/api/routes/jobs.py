@@ -44,23 +44,20 @@ from services.api.schemas.jobs import (
     TestRequest,
 )
 from services.api.schemas.tasks import TaskPublic
-from shared import (
+from shared.domain.actions import JobAction
+from shared.domain.ids import ID_PATTERN
+from shared.domain.messages import Severity
+from shared.domain.states import JobState, TaskState
+from shared.operations import (
     configuring,
     datasets,
-    event_log,
     harvest,
     job_edits,
     job_errors,
-    jobs_repo,
-    logs_repo,
     pool_status,
     task_actions,
-    tasks_repo,
 )
-from shared.actions import JobAction
-from shared.ids import ID_PATTERN
-from shared.messages import Severity
-from shared.states import JobState, TaskState
+from shared.store import event_log, jobs_repo, logs_repo, tasks_repo
 
 logger = logging.getLogger(__name__)
 

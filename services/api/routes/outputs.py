@@ -14,8 +14,8 @@ from services.api import harvest
 from services.api.access import visible_job, visible_task
 from services.api.deps import AUTH_RESPONSES, CurrentUser, JobIdPath, PoolDep, TaskIdPath
 from services.api.schemas.outputs import OutputPublic, OutputsPage
-from shared import jobs_repo, outputs_repo
-from shared.errors import Conflict, NotFound
+from shared.domain.errors import Conflict, NotFound
+from shared.store import jobs_repo, outputs_repo
 
 logger = logging.getLogger(__name__)
 

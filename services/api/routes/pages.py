@@ -31,25 +31,18 @@ from services.api.deps import (
     TaskIdPath,
 )
 from services.api.templates import STATIC_DIR, Pages
-from shared import (
-    attempts_repo,
-    bulk_repo,
-    job_errors,
-    jobs_repo,
-    outputs_repo,
-    tasks_repo,
-    users_repo,
-)
-from shared.actions import TaskAction
-from shared.db import Connection
-from shared.errors import NotFound
-from shared.ids import ID_PATTERN
-from shared.jobs_repo import Job
-from shared.redis_keys import RedisKeys
-from shared.states import FailureClass, JobState, TaskState
-from shared.tasks_repo import Task
-from shared.topics import MAX_TOPICS
-from shared.users_repo import User
+from shared.domain.actions import TaskAction
+from shared.domain.errors import NotFound
+from shared.domain.ids import ID_PATTERN
+from shared.domain.states import FailureClass, JobState, TaskState
+from shared.domain.topics import MAX_TOPICS
+from shared.messaging.redis_keys import RedisKeys
+from shared.operations import job_errors
+from shared.store import attempts_repo, bulk_repo, jobs_repo, outputs_repo, tasks_repo, users_repo
+from shared.store.db import Connection
+from shared.store.jobs_repo import Job
+from shared.store.tasks_repo import Task
+from shared.store.users_repo import User
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,8 @@ from services.api.schemas.tasks import (
     TaskDetail,
     TaskPublic,
 )
-from shared import attempts_repo, task_actions
+from shared.operations import task_actions
+from shared.store import attempts_repo
 
 logger = logging.getLogger(__name__)
 

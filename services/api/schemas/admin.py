@@ -7,9 +7,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from services.api import json_values
 from services.api.schemas.common import TEXT_PATTERN
-from shared import users_repo
-from shared.emergency import Resumed, Stop
-from shared.users_repo import TokenSummary, UserSummary
+from shared.operations.emergency import Resumed, Stop
+from shared.store import users_repo
+from shared.store.users_repo import TokenSummary, UserSummary
 
 #: A token's public id: `k-` and 12 hex digits.
 TOKEN_ID_PATTERN = r"^k-[0-9a-f]{12}$"

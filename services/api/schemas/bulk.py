@@ -1,16 +1,16 @@
 """Bodies and answers of `/bulk/actions` (issue 6, global fixes).
 
-The selector is `shared.selectors.TaskSelector` as is (unknown fields and an empty selector
-are 422); a record is `shared.bulk_repo.BulkRecord` as is, and the answer to an action is that
+The selector is `shared.domain.selectors.TaskSelector` as is (unknown fields and an empty selector
+are 422); a record is `shared.store.bulk_repo.BulkRecord` as is, and the answer to an action is that
 record with a sample of the tasks it matched.
 """
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.actions import TaskAction
-from shared.bulk import BulkRequest, MatchedTask, Outcome
-from shared.bulk_repo import BulkRecord
-from shared.selectors import TaskSelector
+from shared.domain.actions import TaskAction
+from shared.domain.selectors import TaskSelector
+from shared.operations.bulk import BulkRequest, MatchedTask, Outcome
+from shared.store.bulk_repo import BulkRecord
 
 
 class BulkActionRequest(BaseModel):

@@ -9,7 +9,7 @@ from pydantic import (
 )
 
 from services.api import json_values
-from shared.ids import is_safe_id
+from shared.domain.ids import is_safe_id
 
 MAX_NAME_CHARS: Final = 200
 

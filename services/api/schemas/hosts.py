@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared import quarantine
+from shared.operations import quarantine
 
 
 class HostPublic(BaseModel):

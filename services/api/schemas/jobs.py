@@ -40,14 +40,14 @@ from services.api.schemas.common import (
     TaskId,
     ThrottleLimit,
 )
-from shared.actions import JobAction
-from shared.analysers import DEFAULT as DEFAULT_ANALYSER
-from shared.configuring import TrialInput
-from shared.jobs_repo import Job, NewJob
-from shared.logs_repo import StoredLog
-from shared.policy import Policy
-from shared.pool_status import PoolStatus, job_waiting_on
-from shared.states import JobState
+from shared.domain.actions import JobAction
+from shared.domain.analysers import DEFAULT as DEFAULT_ANALYSER
+from shared.domain.policy import Policy
+from shared.domain.states import JobState
+from shared.operations.configuring import TrialInput
+from shared.operations.pool_status import PoolStatus, job_waiting_on
+from shared.store.jobs_repo import Job, NewJob
+from shared.store.logs_repo import StoredLog
 from shared.task_types.base import TaskType
 
 

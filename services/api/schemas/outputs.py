@@ -4,9 +4,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from shared.jobs_repo import Job
-from shared.outputs_repo import StoredOutput
-from shared.purge_rules import purged_message
+from shared.domain.purge_rules import purged_message
+from shared.store.jobs_repo import Job
+from shared.store.outputs_repo import StoredOutput
 
 
 class OutputPublic(BaseModel):

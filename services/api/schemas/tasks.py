@@ -11,10 +11,10 @@ from pydantic import (
 )
 
 from services.api.schemas.common import RequiredState, Stage
-from shared.actions import TaskAction
-from shared.attempts_repo import Attempt
-from shared.states import FailureClass, TaskState
-from shared.tasks_repo import Task
+from shared.domain.actions import TaskAction
+from shared.domain.states import FailureClass, TaskState
+from shared.store.attempts_repo import Attempt
+from shared.store.tasks_repo import Task
 
 
 class PrerequisitePublic(BaseModel):

@@ -1,0 +1,226 @@
+"""Every message on the wire: immutable pydantic models discriminated by `type`.
+
+Work messages (`RunStage`, `WatchProcess`) go through the work exchange; events (`TaskEvent`,
+`JobEvent`, `LogRecord`) go through the events exchange under `task.<state>.<job>`,
+`job.<outcome>.<job>` and `log.<severity>.<job>`. Messages carry ids, never whole rows.
+Consumers are tolerant readers (`extra="ignore"`); `decode()` raises one `InvalidMessage`.
+"""
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+from uuid import UUID, uuid4
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from shared.domain.errors import InvalidMessage
+from shared.domain.states import FailureClass, Stage, TaskState
+
+
+def now_utc() -> datetime:
+    """The current time, timezone-aware."""
+    return datetime.now(UTC)
+
+
+class Severity(StrEnum):
+    """Severity of a log record; the order of the members is the order of gravity."""
+
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+    CRITICAL = "critical"
+    FATAL = "fatal"
+
+
+class JobOutcome(StrEnum):
+    """The `<outcome>` word of `job.<outcome>.<job id>` events."""
+
+    SUCCEEDED = "succeeded"  # every task completed
+    FAILED = "failed"  # the job ended with at least one failed task, or a task failed
+    CRASHED = "crashed"  # a process died of a signal or lost its worker
+    HUNG = "hung"  # a process showed no sign of life for hang_timeout
+    CANCELLED = "cancelled"  # a user cancelled the job
+    PURGED = "purged"  # the job's logs, kept outputs and work dirs were removed
+    ACTIVATED = "activated"  # a configuring job went into production
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    message_id: UUID = Field(default_factory=uuid4)
+    sent_at: AwareDatetime = Field(default_factory=now_utc)
+
+
+class RunStage(_Message):
+    """Ask a worker to take `task_id` from its current state onward, fenced by `claim`."""
+
+    type: Literal["run_stage"] = "run_stage"
+    job_id: str
+    task_id: str
+    stage: Stage
+    claim: UUID
+
+
+class WatchProcess(_Message):
+    """Hand a started process to the host's supervisor: identified by pid and create time."""
+
+    type: Literal["watch_process"] = "watch_process"
+    job_id: str
+    task_id: str
+    claim: UUID
+    pid: int
+    create_time: float
+
+
+class KillTask(_Message):
+    """Ask the supervisor of a host to kill a task's process tree (cancelled, or lost and about
+    to be resubmitted); it then marks the attempt's process reaped."""
+
+    type: Literal["kill_task"] = "kill_task"
+    job_id: str
+    task_id: str
+    pid: int
+    create_time: float
+    reason: str
+    claim: UUID | None = None  # the attempt's claim: names its cgroup, if it has one
+
+
+class FreezeTask(_Message):
+    """Ask the supervisor of a host to stop (SIGSTOP) or continue (SIGCONT) a task's process
+    tree: its job was suspended or resumed."""
+
+    type: Literal["freeze_task"] = "freeze_task"
+    job_id: str
+    task_id: str
+    pid: int
+    create_time: float
+    claim: UUID | None = None
+    frozen: bool
+
+
+class RemoveWorkdirs(_Message):
+    """Ask the worker of a host to delete work dirs of `job_id` (its job was purged, or test
+    tasks were thrown away); only dirs inside its work root are removed. Idempotent."""
+
+    type: Literal["remove_workdirs"] = "remove_workdirs"
+    job_id: str
+    task_ids: list[str]
+    workdirs: list[str]
+    reason: str = ""
+
+
+class _Event(_Message):
+    """An event of the history: the relay gives it its position (`seq`) as it publishes it
+    (never written by the producer, so left out when one is encoded here)."""
+
+    seq: int | None = Field(default=None, exclude=True)
+
+
+class TaskEvent(_Event):
+    """A task changed state (`task.<state>.<job id>`)."""
+
+    type: Literal["task_event"] = "task_event"
+    job_id: str
+    task_id: str
+    state: TaskState
+    previous: TaskState | None = None
+    run_number: int = 1
+    host: str | None = None
+    failure_class: FailureClass | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    error_brief: str | None = None
+
+
+class JobEvent(_Event):
+    """A job-level outcome (`job.<outcome>.<job id>`): finished, or one of its tasks crashed."""
+
+    type: Literal["job_event"] = "job_event"
+    job_id: str
+    outcome: JobOutcome
+    task_id: str | None = None
+    brief: str | None = None
+
+
+class TaskDecision(_Event):
+    """The triage decided about a failed task (`task.<verdict>.<job id>`): `recovered`,
+    `resubmitted` or `abandoned` (see `shared.domain.analyser.Verdict`)."""
+
+    type: Literal["task_decision"] = "task_decision"
+    job_id: str
+    task_id: str
+    verdict: str
+    reason: str
+    failure_class: FailureClass | None = None
+
+
+class HostState(StrEnum):
+    """What a host's quarantine did (`host.<state>.<host>`): shut (by the breaker or an
+    operator), letting one task through to probe, or open to work again."""
+
+    QUARANTINED = "quarantined"
+    PROBING = "probing"
+    RELEASED = "released"
+
+
+class HostEvent(_Event):
+    """A host's quarantine changed (`host.<state>.<host>`); `until` is when a shut breaker
+    probes next (an operator's quarantine: when it runs out)."""
+
+    type: Literal["host_event"] = "host_event"
+    host: str
+    state: HostState
+    reason: str | None = None
+    until: AwareDatetime | None = None
+    by: str = "breaker"
+
+
+class LogRecord(_Message):
+    """One output line of a task's command (`log.<severity>.<job id>`)."""
+
+    type: Literal["log"] = "log"
+    job_id: str
+    task_id: str
+    run_number: int
+    attempt: int
+    line_no: int  # order of the line within its attempt, both streams together
+    severity: Severity
+    stream: Literal["stdout", "stderr"]
+    line: str
+    ts: AwareDatetime = Field(default_factory=now_utc)
+    progress: int | None = None
+
+
+Message = Annotated[
+    RunStage
+    | WatchProcess
+    | KillTask
+    | FreezeTask
+    | RemoveWorkdirs
+    | TaskEvent
+    | TaskDecision
+    | JobEvent
+    | HostEvent
+    | LogRecord,
+    Field(discriminator="type"),
+]
+_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
+
+
+def encode(message: _Message) -> bytes:
+    """The JSON bytes of `message`."""
+    return message.model_dump_json().encode()
+
+
+def decode(body: bytes | str) -> Message:
+    """Parse a message body; raises `InvalidMessage` for anything that is not one of ours."""
+    try:
+        return _ADAPTER.validate_json(body)
+    except ValidationError as exc:
+        raise InvalidMessage(str(exc)) from exc
+
+
+def to_jsonable(message: _Message) -> dict[str, Any]:
+    """`message` as a JSON-ready dict (for the outbox's jsonb column)."""
+    return message.model_dump(mode="json")

@@ -1,0 +1,17 @@
+"""A task's result files, as its post-processing records them (design §6)."""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OutputRecord:
+    """One result file of a task: where it is and what it holds."""
+
+    name: str
+    path: str
+    size: int
+    sha256: str
+    #: The file's bytes when it was small enough to keep for download, else None.
+    content: bytes | None = None
+    #: Why the bytes were not kept (e.g. "over the 1 MiB download limit").
+    not_kept: str | None = None

@@ -1,0 +1,55 @@
+"""Resubmission (design §5): a failed task stays failed, and a clone carries on in its place.
+
+The clone is a new task of the same job with the same input, `resubmitted_from` the original,
+which gets `superseded_by` the clone. Every prerequisite that named the original now names the
+clone (lineage), so tasks waiting on it survive the retry; the clone waits on what the original
+waited on. A superseded task no longer counts towards its job's outcome.
+"""
+
+from typing import Final
+
+from shared.domain.errors import Conflict
+from shared.domain.states import FAILED
+from shared.store import jobs_repo, tasks_repo
+from shared.store.db import Connection
+
+#: The triage's own resubmissions: a refused one is left as it is.
+_LEFT: Final = "the task is left as it is"
+
+
+async def resubmit(conn: Connection, task_id: str) -> tasks_repo.Task:
+    """Clone failed task `task_id` at `new`; returns the clone. One transaction.
+
+    Raises `Conflict` when the task is not failed or was already resubmitted.
+    """
+    async with conn.transaction():
+        record = await conn.fetchrow("SELECT * FROM tasks WHERE id = $1 FOR UPDATE", task_id)
+        if record is None:
+            raise Conflict(f"no task {task_id}", next_step=_LEFT)
+        original = tasks_repo.Task.from_record(record)
+        if original.state not in FAILED or original.superseded_by is not None:
+            raise Conflict(
+                f"task {task_id} ({original.state}) cannot be resubmitted", next_step=_LEFT
+            )
+        [clone_id] = await jobs_repo.append_tasks(
+            conn, original.job_id, [original.input], test=original.test
+        )
+        await conn.execute(
+            "UPDATE tasks SET resubmitted_from = $1, infra_retries = $3 WHERE id = $2",
+            task_id,
+            clone_id,
+            original.infra_retries + 1,
+        )
+        await conn.execute("UPDATE tasks SET superseded_by = $2 WHERE id = $1", task_id, clone_id)
+        await conn.execute(
+            "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
+            " SELECT $2, stage, on_task_id, required FROM task_prerequisites WHERE task_id = $1",
+            task_id,
+            clone_id,
+        )
+        await conn.execute(
+            "UPDATE task_prerequisites SET on_task_id = $2 WHERE on_task_id = $1", task_id, clone_id
+        )
+        clone = await tasks_repo.get(conn, clone_id)
+        assert clone is not None
+        return clone

@@ -1,0 +1,57 @@
+"""What keeps work from starting while an emergency stop is in force
+(`shared.operations.emergency`).
+
+A stop and its lifting hold an advisory lock exclusively; whoever could make a job active
+(a submission, an activation, a resume, a job reopened by a recovery, a duplicate or an
+appended input; the triage, whose fail_fast cancels) holds it shared, so either the stop came
+first and is seen, or it waits and then suspends what was made active. Every such transaction
+takes it (`share`) as its first lock: the stop, holding it, waits on job and task rows, so a
+transaction that took a row lock first and then waited here would deadlock with it.
+"""
+
+from typing import Final
+
+from shared.domain.errors import Conflict
+from shared.store.db import Connection
+
+#: Advisory lock: exclusive for a stop or a resume, shared for anything that activates a job.
+LOCK_KEY: Final = 0x56494745  # "VIGE"
+
+
+async def share(conn: Connection) -> None:
+    """Hold the stop lock shared until the transaction ends."""
+    await conn.execute("SELECT pg_advisory_xact_lock_shared($1)", LOCK_KEY)
+
+
+async def hold_if_stopped(conn: Connection, job_id: str, *, shared: bool = False) -> bool:
+    """Suspend `job_id`, just made active, if a stop is in force (the stop's lifting resumes
+    it); True if it did. Call in the transaction that made it active; `shared`: that
+    transaction took the lock first already (`share`)."""
+    if not shared:
+        await share(conn)
+    stop_id = await conn.fetchval("SELECT id FROM emergency_stops WHERE resumed_at IS NULL")
+    if stop_id is None:
+        return False
+    await conn.execute(
+        "WITH held AS (UPDATE jobs SET state = 'suspended' WHERE id = $2 AND state = 'active'"
+        " RETURNING id) INSERT INTO emergency_stop_jobs (stop_id, job_id)"
+        " SELECT $1, id FROM held ON CONFLICT DO NOTHING",
+        stop_id,
+        job_id,
+    )
+    return True
+
+
+async def refuse_if_stopped(conn: Connection, doing: str) -> None:
+    """Raise `Conflict` naming the stop when one is in force: nothing resumes but through its
+    lifting (which resumes the jobs the stop suspended)."""
+    await share(conn)
+    stop = await conn.fetchrow(
+        "SELECT stopped_by, reason FROM emergency_stops WHERE resumed_at IS NULL"
+    )
+    if stop is not None:
+        raise Conflict(
+            f"cannot {doing}: an emergency stop by {stop['stopped_by']} is in force"
+            f" ({stop['reason']})",
+            next_step="an operator lifts it (`vigil resume-all`, or POST /admin/resume)",
+        )

@@ -1,0 +1,1 @@
+"""The runtime every service shares: configuration, logging, and the shape of main()."""

@@ -1,0 +1,72 @@
+"""Settings shared by every service, read from `VIGIL_*` environment variables (design §9).
+
+Nothing is read at import: each service builds its settings once in `main()` and passes them down.
+"""
+
+import socket
+from typing import Annotated, Final
+
+from pydantic import AfterValidator, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.domain.ids import is_safe_id, to_safe_id
+
+
+def _check_namespace(value: str) -> str:
+    if value and not is_safe_id(value):
+        raise ValueError("VIGIL_NAMESPACE must match [a-z0-9][a-z0-9-]* (at most 63 characters)")
+    return value
+
+
+def _check_host_id(value: str) -> str:
+    if not is_safe_id(value):
+        raise ValueError("VIGIL_HOST_ID must match [a-z0-9][a-z0-9-]* (at most 63 characters)")
+    return value
+
+
+def default_host_id() -> str:
+    """The machine's hostname folded into a safe id."""
+    return to_safe_id(socket.gethostname())
+
+
+Namespace = Annotated[str, AfterValidator(_check_namespace)]
+HostId = Annotated[str, AfterValidator(_check_host_id)]
+
+
+#: The worker pool a job runs in unless it names one, and a worker serves unless told.
+DEFAULT_POOL: Final = "default"
+
+
+class CommonSettings(BaseSettings):
+    """What every service needs: where the three servers are, and the namespace."""
+
+    model_config = SettingsConfigDict(env_prefix="VIGIL_", extra="ignore")
+
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/test"
+    amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    namespace: Namespace = ""
+    log_level: str = "INFO"
+    #: How long a service waits for in-flight work after SIGTERM before cancelling it.
+    graceful_timeout_s: float = Field(default=10.0, gt=0)
+    #: The pool of workers that takes the new tasks of this installation (`VIGIL_WORKER_POOL`).
+    worker_pool: str = DEFAULT_POOL
+    #: A host whose worker and supervisor have not heartbeated for this long is dead: its
+    #: tasks are lost (the scheduler), and it counts as gone (the api's `waiting_on`, health).
+    dead_host_s: float = Field(default=10.0, gt=0)
+
+
+class HostSettings(CommonSettings):
+    """Settings of the two per-host services, worker and supervisor."""
+
+    host_id: HostId = Field(default_factory=default_host_id)
+    work_root: str = "/tmp/vigil-work"
+    #: A host whose heartbeat is older than this is declared dead by the scheduler.
+    heartbeat_s: float = Field(default=1.0, gt=0)
+    #: The scheduler may resubmit a lost task elsewhere once its host has been silent this
+    #: long (`VIGIL_FENCE_TIMEOUT_S`, read by the scheduler too): the supervisor of a host cut
+    #: off from the database kills its commands after half of it (self-fencing).
+    fence_timeout_s: float = Field(default=60.0, gt=0)
+    #: Where per-command cgroups (v2) go: "" finds a writable cgroup2 mount, "off" uses
+    #: process groups only (see shared/host/cgroups.py).
+    cgroup_root: str = ""

@@ -1,1 +1,0 @@
-"""Numbered SQL migrations, applied in order by `shared.migrate`."""

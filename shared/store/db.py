@@ -1,0 +1,160 @@
+"""The asyncpg pool: JSON codecs, a bounded close, recovery from dropped connections, and the
+schema check services start with."""
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from shared.domain.errors import CONNECTION_LOST, SchemaOutOfDate
+from shared.store.migrate import latest_version
+
+logger = logging.getLogger(__name__)
+
+if TYPE_CHECKING:  # asyncpg's classes are generic only in its stubs
+    Pool = asyncpg.Pool[asyncpg.Record]
+    #: A connection, direct or borrowed from a pool: repositories take either.
+    Connection = asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]
+else:
+    Pool = asyncpg.Pool
+    Connection = asyncpg.Connection | PoolConnectionProxy
+
+
+async def _init_connection(conn: "asyncpg.Connection[asyncpg.Record]") -> None:
+    for name in ("json", "jsonb"):
+        await conn.set_type_codec(name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+
+
+#: The advisory lock the leading scheduler holds on its session (`services/scheduler/leader.py`);
+#: the api's health looks for it in `pg_locks`.
+SCHEDULER_LOCK_KEY: Final = 0x56494753  # "VIGS"
+
+
+T = TypeVar("T")
+
+
+class _Connection(asyncpg.Connection):
+    """asyncpg's connection, remembering whether its borrower saw an exception."""
+
+    __slots__ = ("_suspect",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._suspect = False
+
+    def suspect(self) -> None:
+        """Its borrower raised: check it before it is lent out again."""
+        self._suspect = True
+
+    def cleared(self) -> bool:
+        """Whether it was suspect (and is not any more)."""
+        was, self._suspect = self._suspect, False
+        return was
+
+
+class _Borrowing(asyncpg.pool.PoolAcquireContext):
+    """`pool.acquire()`: marks the connection suspect when the block raised."""
+
+    __slots__ = ()
+
+    async def __aexit__(self, *exc: object) -> None:
+        if exc[0] is not None and self.connection is not None:
+            # The proxy's connection; None when a loss already took it from its holder (then
+            # nothing goes back to the pool, and the borrower's own error must leave as is).
+            held = getattr(self.connection, "_con", None)
+            if isinstance(held, _Connection):
+                held.suspect()
+        await super().__aexit__(*exc)
+
+
+class _Pool(asyncpg.Pool):
+    __slots__ = ()
+
+    def acquire(self, *, timeout: float | None = None) -> Any:
+        return _Borrowing(self, timeout)
+
+
+async def _check_usable(conn: "asyncpg.Connection[asyncpg.Record]") -> None:
+    """What a connection needs when it goes back to the pool: nothing, unless its borrower
+    raised; then proof that it can still run a query (a bare `SELECT`). A connection whose
+    server went away mid-statement is left consuming an error; this raises on it, so the pool
+    closes it instead of lending it out. A borrower that saw no exception got its answers, so
+    the connection is sound: checking it on every release cost a round trip each, about 20
+    per task. The default reset (advisory unlock, CLOSE ALL, UNLISTEN, RESET ALL) cleans
+    state this code never leaves on a pooled connection: its advisory locks are
+    transaction-scoped, and LISTEN and the leader's session lock use connections of their
+    own. asyncpg rolls back an unfinished transaction either way. A connection the server
+    drops while it sits idle in the pool is not caught here (nor was it by the check): its
+    next borrower meets `CONNECTION_LOST`."""
+    if isinstance(conn, _Connection) and conn.cleared():
+        await conn.execute("SELECT")
+
+
+@asynccontextmanager
+async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> AsyncIterator[Pool]:
+    """A pool whose jsonb columns read and write Python values; closed within 5 s on exit."""
+    pool: Pool = await _Pool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        max_queries=50_000,
+        max_inactive_connection_lifetime=300.0,
+        init=_init_connection,
+        reset=_check_usable,
+        loop=None,
+        connection_class=_Connection,
+        record_class=asyncpg.Record,
+        command_timeout=30,
+        # Short statements only: JIT compiling one whose estimate crosses jit_above_cost (a
+        # scheduler query over a table with many dead rows) took 0.7 s for 7 ms of work.
+        server_settings={"jit": "off"},
+    )
+    try:
+        yield pool
+    finally:
+        try:
+            async with asyncio.timeout(5):
+                await pool.close()
+        except TimeoutError:
+            logger.warning("database pool did not close in time; terminating it")
+            pool.terminate()
+
+
+async def read(pool: Pool, query: Callable[[Connection], Awaitable[T]]) -> T:
+    """`query(conn)` on a pooled connection, once more on a fresh one if the first was dropped
+    by the server while it sat in the pool: for reads only (nothing to undo if the first try
+    got further than it seemed). The first failure renews every connection of the pool (what
+    dropped one, a restart or an operator's pg_terminate_backend, most likely dropped them
+    all), so the request's next borrowings succeed too."""
+    try:
+        async with pool.acquire() as conn:
+            return await query(conn)
+    except CONNECTION_LOST as exc:
+        logger.info("database connection dropped (%s); reading again on a fresh one", exc)
+    await pool.expire_connections()
+    async with pool.acquire() as conn:
+        return await query(conn)
+
+
+async def check_schema(pool: Pool) -> None:
+    """Raise `SchemaOutOfDate` unless every migration this code knows has been applied."""
+    want = latest_version()
+    try:
+        have = await pool.fetchval("SELECT coalesce(max(version), 0) FROM schema_migrations")
+    except asyncpg.UndefinedTableError:
+        have = 0
+    if have < want:
+        raise SchemaOutOfDate(
+            f"database schema is at version {have}, this code needs {want}: "
+            "run `python -m shared.store.migrate`"
+        )
+
+
+def row_dict(record: asyncpg.Record | None) -> dict[str, Any] | None:
+    """A record as a plain dict (None stays None)."""
+    return dict(record) if record is not None else None

@@ -1,0 +1,384 @@
+"""Job rows: creation with their tasks in one transaction, reads, and job state changes."""
+
+from contextlib import AbstractAsyncContextManager, nullcontext
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any, Final
+
+import asyncpg
+
+from shared.domain.errors import StaleState
+from shared.domain.ids import new_id, new_ids
+from shared.domain.messages import JobEvent, JobOutcome
+from shared.domain.states import JobState, TaskState, job_outcome, job_sources_for
+from shared.messaging.topology import event_key
+from shared.store import outbox, sql_states
+from shared.store.db import Connection
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A validated submission, ready to be written."""
+
+    name: str
+    type: str
+    command: str
+    inputs: list[Any]
+    outputs: list[str] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+    policy: dict[str, Any] = field(default_factory=dict)
+    prerequisites: dict[str, dict[str, str]] = field(default_factory=dict)
+    inputs_from: str | None = None
+    idempotency_key: str | None = None
+    #: Created `configuring`: the inputs are held on the job and no task is made until
+    #: `activate` (only test tasks run meanwhile).
+    configuring: bool = False
+    #: Throttles given at submission (None: the table's defaults).
+    max_in_flight: int | None = None
+    release_per_tick: int | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """One row of `jobs`, with its task counts per state."""
+
+    id: str
+    owner_id: str
+    name: str
+    type: str
+    command: str
+    outputs: list[str]
+    params: dict[str, Any]
+    policy: dict[str, Any]
+    prerequisites: dict[str, Any]
+    inputs_from: str | None
+    state: JobState
+    max_in_flight: int
+    release_per_tick: int
+    created_at: datetime
+    finished_at: datetime | None
+    #: The inputs held while the job is configuring (None once it is active).
+    inputs: list[Any] | None = None
+    activated_at: datetime | None = None
+    #: Its logs, kept outputs and work dirs are purged this long after it ends (None: never).
+    retention_s: float | None = None
+    #: When, by whom and why its data was purged (`shared.operations.harvest.purge_job`).
+    purged_at: datetime | None = None
+    purged_by: str | None = None
+    purge_reason: str | None = None
+    #: Since when it releases one task at a time (too many of its recent tasks failed).
+    probing_since: datetime | None = None
+    #: Tasks per state, test tasks left out.
+    counts: dict[str, int] = field(default_factory=dict)
+    #: Test tasks per state.
+    test_counts: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_record(
+        cls,
+        record: Any,
+        counts: dict[str, int] | None = None,
+        test_counts: dict[str, int] | None = None,
+    ) -> "Job":
+        data = dict(record)
+        data["state"] = JobState(data["state"])
+        data["counts"] = counts or {}
+        data["test_counts"] = test_counts or {}
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+#: The columns of a job's row (what `Job` holds but its task counts).
+COLUMNS: Final = tuple(f.name for f in fields(Job) if f.name not in ("counts", "test_counts"))
+
+
+async def create(conn: Connection, owner_id: str, job: NewJob) -> tuple[Job, bool]:
+    """Write the job and one `new` task per input, with their events; returns (job, created).
+
+    With an idempotency key already used by this owner, returns the existing job and False.
+    """
+    async with _atomic(conn):
+        job_id = new_id("j")
+        throttles = {
+            name: value
+            for name, value in (
+                ("max_in_flight", job.max_in_flight),
+                ("release_per_tick", job.release_per_tick),
+            )
+            if value is not None
+        }
+        extra_columns = "".join(f", {name}" for name in throttles)
+        extra_values = "".join(f", ${14 + i}" for i in range(len(throttles)))
+        record = await conn.fetchrow(
+            "INSERT INTO jobs (id, owner_id, name, type, command, outputs, params, policy,"
+            f" prerequisites, inputs_from, idempotency_key, state, inputs{extra_columns})"
+            f" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13{extra_values})"
+            " ON CONFLICT (owner_id, idempotency_key) DO NOTHING RETURNING *",
+            job_id,
+            owner_id,
+            job.name,
+            job.type,
+            job.command,
+            job.outputs,
+            job.params,
+            job.policy,
+            job.prerequisites,
+            job.inputs_from,
+            job.idempotency_key,
+            (JobState.CONFIGURING if job.configuring else JobState.ACTIVE).value,
+            job.inputs if job.configuring else None,
+            *throttles.values(),
+        )
+        if record is None:
+            existing = await conn.fetchrow(
+                "SELECT * FROM jobs WHERE owner_id = $1 AND idempotency_key = $2",
+                owner_id,
+                job.idempotency_key,
+            )
+            assert existing is not None  # the conflict that hid our insert is that row
+            return await _with_counts(conn, existing), False
+        if job.configuring or not job.inputs:
+            return Job.from_record(record), True
+        await add_tasks(conn, job_id, job.inputs, start_index=0)
+        return Job.from_record(record, {TaskState.NEW.value: len(job.inputs)}), True
+
+
+def _atomic(conn: Connection) -> AbstractAsyncContextManager[object]:
+    """A transaction, unless the caller's is already open (a savepoint would cost two round
+    trips and undo nothing the caller's rollback would not)."""
+    return nullcontext() if conn.is_in_transaction() else conn.transaction()
+
+
+async def add_tasks(
+    conn: Connection, job_id: str, inputs: list[Any], start_index: int, *, test: bool = False
+) -> list[str]:
+    """Insert one `new` task per input with its `task.new` event, in one statement; returns
+    the task ids.
+
+    Indexes go up from `start_index`, or down from it for test tasks (see `next_index`).
+    """
+    ids = new_ids("t", len(inputs))
+    event_key("task", "new", job_id)  # the job id is a safe routing key word
+    await conn.execute(
+        "WITH added AS (INSERT INTO tasks (id, job_id, index, input, test)"
+        " SELECT t.id, $2, $3 + $4 * (t.n - 1)::integer, coalesce(t.input, 'null'::jsonb), $5"
+        " FROM unnest($1::text[], $6::jsonb[]) WITH ORDINALITY AS t(id, input, n))"
+        + outbox.new_task_events("$2", "$1"),
+        ids,
+        job_id,
+        start_index,
+        -1 if test else 1,
+        test,
+        inputs,
+    )
+    return ids
+
+
+#: Times `append_tasks` tries again when a concurrent writer took the indexes it chose.
+_APPEND_TRIES = 20
+
+
+async def append_tasks(
+    conn: Connection, job_id: str, inputs: list[Any], *, test: bool = False
+) -> list[str]:
+    """`add_tasks` after the job's last task (a test task: before its first), in a savepoint
+    tried again if a concurrent writer took the same indexes first (the unique index on
+    `(job_id, index)` says so). No lock is taken: writers reach here holding the job row, a
+    task row, or neither, and a lock here could only deadlock with them."""
+    for tries_left in range(_APPEND_TRIES - 1, -1, -1):
+        start = await next_index(conn, job_id, test=test)
+        try:
+            async with conn.transaction():
+                return await add_tasks(conn, job_id, inputs, start, test=test)
+        except asyncpg.UniqueViolationError as exc:
+            if exc.constraint_name != "tasks_job_id_index_key" or not tries_left:
+                raise
+    raise AssertionError("unreachable")
+
+
+async def next_index(conn: Connection, job_id: str, *, test: bool = False) -> int:
+    """The index of the next task of `job_id`: 0, 1, 2... and for test tasks -1, -2..."""
+    if test:
+        sql = "SELECT least(coalesce(min(index), 0), 0) - 1 FROM tasks WHERE job_id = $1"
+    else:
+        sql = "SELECT greatest(coalesce(max(index), -1), -1) + 1 FROM tasks WHERE job_id = $1"
+    return int(await conn.fetchval(sql, job_id))
+
+
+async def is_suspended(conn: Connection, job_id: str) -> bool:
+    """Whether the job is suspended now (one read of its state, no lock)."""
+    state = await conn.fetchval("SELECT state::text FROM jobs WHERE id = $1", job_id)
+    return bool(state == JobState.SUSPENDED.value)
+
+
+async def get(conn: Connection, job_id: str, *, with_counts: bool = True) -> Job | None:
+    """The job (with its task counts unless `with_counts` is False), or None."""
+    record = await conn.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
+    if record is None:
+        return None
+    return await _with_counts(conn, record) if with_counts else Job.from_record(record)
+
+
+async def _with_counts(conn: Connection, record: Any) -> Job:
+    return Job.from_record(record, *await counts(conn, record["id"]))
+
+
+async def counts(conn: Connection, job_id: str) -> tuple[dict[str, int], dict[str, int]]:
+    """Number of tasks of `job_id` per state (states with none are left out): the job's own
+    tasks, and its test tasks."""
+    rows = await conn.fetch(
+        "SELECT test, state, count(*) AS n FROM tasks WHERE job_id = $1 GROUP BY test, state",
+        job_id,
+    )
+    own: dict[str, int] = {}
+    tests: dict[str, int] = {}
+    for r in rows:
+        (tests if r["test"] else own)[str(r["state"])] = int(r["n"])
+    return own, tests
+
+
+async def list_jobs(
+    conn: Connection,
+    *,
+    owner_id: str | None,
+    state: JobState | None,
+    name: str | None,
+    limit: int,
+    before: tuple[datetime, str] | None,
+) -> list[Job]:
+    """Jobs newest first, keyset-paginated by (created_at, id) strictly before `before`.
+
+    `owner_id=None` lists everyone's (operators). Counts are not filled in here.
+    """
+    args: list[Any] = [owner_id, state.value if state else None, name, limit]
+    cursor_sql = ""
+    if before is not None:
+        args += [before[0], before[1]]
+        cursor_sql = " AND (created_at, id) < ($5, $6)"
+    records = await conn.fetch(
+        "SELECT * FROM jobs WHERE ($1::text IS NULL OR owner_id = $1)"
+        " AND ($2::job_state IS NULL OR state = $2) AND ($3::text IS NULL OR name = $3)"
+        f"{cursor_sql} ORDER BY created_at DESC, id DESC LIMIT $4",
+        *args,
+    )
+    return [Job.from_record(r) for r in records]
+
+
+async def transition(
+    conn: Connection, job_id: str, dst: JobState, event: JobEvent | None = None
+) -> Job:
+    """Compare-and-set the job's state (finished_at follows), with `event` in the outbox."""
+    async with conn.transaction():
+        record = await conn.fetchrow(
+            "UPDATE jobs SET state = $3::job_state, finished_at ="
+            " CASE WHEN $3::job_state IN ('completed', 'failed', 'cancelled') THEN now() END"
+            " WHERE id = $1 AND state = ANY($2::job_state[]) RETURNING *",
+            job_id,
+            [s.value for s in job_sources_for(dst)],
+            dst.value,
+        )
+        if record is None:
+            raise StaleState(f"job {job_id} cannot go to {dst} from its current state")
+        if event is not None:
+            await outbox.add_job_event(conn, event)
+    return Job.from_record(record)
+
+
+#: The anti-join first (an index probe per job, `tasks_unfinished`), materialized so that the
+#: planner never counts a job's tasks before it knows the job has finished: counting first made
+#: every round of a big job read all its tasks (quadratic over the job's life).
+_FINISHED_COUNTS = (
+    "WITH done AS MATERIALIZED (SELECT j.id FROM jobs j"
+    " WHERE j.state = 'active' AND {which} AND NOT EXISTS (SELECT 1 FROM tasks t"
+    "   WHERE t.job_id = j.id AND NOT t.test"
+    f"   AND (NOT t.decided OR t.state NOT IN {sql_states.TERMINAL_LIST}))"  # tasks_unfinished
+    " LIMIT $1)"
+    " SELECT d.id, jsonb_object_agg(c.state, c.n) AS counts FROM done d"
+    " JOIN LATERAL (SELECT state::text AS state, count(*) AS n FROM tasks t"
+    "   WHERE t.job_id = d.id AND t.superseded_by IS NULL AND NOT t.test GROUP BY state) c"
+    " ON true GROUP BY d.id"
+)
+
+
+async def finished_candidates(conn: Connection, limit: int) -> list[tuple[str, dict[str, int]]]:
+    """Active jobs whose tasks are all terminal and decided (no failure awaits triage), with
+    the counts per state of the tasks that decide the outcome (a task superseded by its
+    resubmitted clone does not)."""
+    rows = await conn.fetch(_FINISHED_COUNTS.format(which="true"), limit)
+    return [(r["id"], {k: int(v) for k, v in r["counts"].items()}) for r in rows]
+
+
+async def lock_finished(conn: Connection, job_id: str) -> dict[str, int] | None:
+    """In the caller's transaction: lock the job row, then its counts if it is still an
+    active job whose tasks are all terminal and decided (else None).
+
+    Whoever adds work to a job (`datasets.add_inputs`, `task_actions.reopen_job`) locks the
+    row first too, so a job is never finalised under a task added meanwhile.
+    """
+    state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", job_id)
+    if state != JobState.ACTIVE.value:
+        return None
+    rows = await conn.fetch(_FINISHED_COUNTS.format(which="j.id = $2"), 1, job_id)
+    return {k: int(v) for k, v in rows[0]["counts"].items()} if rows else None
+
+
+_LOCK_ACTIVE = (
+    "WITH mine AS MATERIALIZED (SELECT id FROM jobs WHERE id = ANY($1) AND state = 'active'"
+    "  ORDER BY id FOR UPDATE SKIP LOCKED)"
+    " SELECT id, true AS mine FROM mine"
+    " UNION ALL SELECT id, false FROM jobs"
+    "  WHERE id = ANY($1) AND state = 'active' AND id NOT IN (SELECT id FROM mine)"
+)
+
+_END_WITH_EVENTS = (
+    "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[])"
+    "  WITH ORDINALITY AS v(id, state, key, body, n)),"
+    " moved AS (UPDATE jobs j SET state = v.state::job_state, finished_at = now() FROM v"
+    "  WHERE j.id = v.id AND j.state = 'active' RETURNING j.id)"
+    " INSERT INTO outbox (exchange, routing_key, body)"
+    " SELECT 'events', v.key, v.body FROM v JOIN moved USING (id) ORDER BY v.n"
+)
+
+
+async def end_finished(
+    conn: Connection, job_ids: list[str]
+) -> tuple[dict[str, JobState], set[str]]:
+    """End, in one transaction, those of `job_ids` that are active jobs whose tasks are all
+    terminal and decided: (the jobs ended with their final state, the jobs skipped because
+    someone held their row: look again later).
+
+    Three statements: the rows are locked first (`FOR UPDATE SKIP LOCKED`: whoever adds work
+    to a job locks its row too, and a finaliser never waits on one; the active rows it could
+    not lock come back as skipped), then counted by the next statement, which sees whatever
+    committed before the lock was granted; then the ended jobs move, each with its
+    `job.succeeded` / `job.failed` event in the outbox, in one statement.
+    """
+    async with conn.transaction():
+        rows = await conn.fetch(_LOCK_ACTIVE, job_ids)
+        ids = [r["id"] for r in rows if r["mine"]]
+        skipped = {r["id"] for r in rows if not r["mine"]}
+        if not ids:
+            return {}, skipped
+        rows = await conn.fetch(_FINISHED_COUNTS.format(which="j.id = ANY($2)"), len(ids), ids)
+        ended: dict[str, JobState] = {}
+        for row in rows:
+            state = job_outcome({TaskState(k): int(v) for k, v in row["counts"].items()})
+            if state is not None:
+                ended[row["id"]] = state
+        if ended:
+            keys, bodies = outbox.job_event_rows(
+                [outcome_event(job_id, state) for job_id, state in ended.items()]
+            )
+            await conn.execute(
+                _END_WITH_EVENTS,
+                list(ended),
+                [state.value for state in ended.values()],
+                keys,
+                bodies,
+            )
+    return ended, skipped
+
+
+def outcome_event(job_id: str, state: JobState) -> JobEvent:
+    """The `job.succeeded` / `job.failed` event for a job that reached `state`."""
+    outcome = JobOutcome.SUCCEEDED if state is JobState.COMPLETED else JobOutcome.FAILED
+    return JobEvent(job_id=job_id, outcome=outcome, brief=f"job {state.value}")

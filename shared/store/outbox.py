@@ -1,0 +1,174 @@
+"""The transactional outbox: events and work messages written in the transaction of their change.
+
+Rows are relayed to the broker by the scheduler (`services/scheduler/relay.py`) with publisher
+confirms, in id order; a row is marked published only after the broker confirmed it. Events are
+numbered as the relay reads them: each gets its position (`seq`) in the one installation-wide
+sequence and a row in the event history (`shared/store/event_log.py`), both in the statement that
+reads the batch (migration 0019's `outbox_batch`).
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from shared.domain.messages import (
+    FreezeTask,
+    HostEvent,
+    JobEvent,
+    KillTask,
+    RemoveWorkdirs,
+    RunStage,
+    TaskDecision,
+    TaskEvent,
+    to_jsonable,
+)
+from shared.messaging.topology import event_key
+from shared.store.db import Connection
+
+ExchangeKind = Literal["events", "work"]
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    """One pending message."""
+
+    id: int
+    exchange: ExchangeKind
+    routing_key: str
+    #: The JSON text, as PostgreSQL writes it out: published as it is (never decoded here).
+    body: bytes
+    created_at: datetime
+    #: An event's position (in its body too); None for a work message.
+    seq: int | None = None
+
+
+async def add_task_event(conn: Connection, event: TaskEvent) -> None:
+    """Queue `task.<state>.<job id>`."""
+    key = event_key("task", event.state.value, event.job_id)
+    await _add(conn, "events", key, to_jsonable(event))
+
+
+async def add_task_decision(conn: Connection, decision: TaskDecision) -> None:
+    """Queue `task.<verdict>.<job id>` (recovered, resubmitted, abandoned)."""
+    key = event_key("task", decision.verdict, decision.job_id)
+    await _add(conn, "events", key, to_jsonable(decision))
+
+
+async def add_job_event(conn: Connection, event: JobEvent) -> None:
+    """Queue `job.<outcome>.<job id>`."""
+    key = event_key("job", event.outcome.value, event.job_id)
+    await _add(conn, "events", key, to_jsonable(event))
+
+
+async def add_host_event(conn: Connection, event: HostEvent) -> None:
+    """Queue `host.<state>.<host>` (quarantined, probing, released)."""
+    key = event_key("host", event.state.value, event.host)
+    await _add(conn, "events", key, to_jsonable(event))
+
+
+async def add_work(
+    conn: Connection,
+    routing_key: str,
+    message: RunStage | KillTask | FreezeTask | RemoveWorkdirs,
+) -> None:
+    """Queue a work message for the work exchange under `routing_key` (a topology key)."""
+    await _add(conn, "work", routing_key, to_jsonable(message))
+
+
+#: The `task.new` event of `TaskEvent` (state new, nothing else known yet), made by PostgreSQL
+#: for each of a job's new tasks: $1 the job id, $2 the task ids. `tests/integration/
+#: test_outbox.py` checks that it reads back as the `TaskEvent` pydantic would have written.
+def new_task_events(job_param: str, ids_param: str) -> str:
+    """The statement that queues `task.new.<job id>` for each task id of the array parameter
+    `ids_param`, in order (the body made by PostgreSQL): alone, or as the main statement after
+    a CTE that inserts those tasks (`jobs_repo.add_tasks`: one round trip for both)."""
+    return f"""
+INSERT INTO outbox (exchange, routing_key, body)
+SELECT 'events', 'task.new.' || {job_param}::text, jsonb_build_object(
+    'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'task_event',
+    'job_id', {job_param}::text, 'task_id', e.id, 'state', 'new', 'previous', NULL,
+    'run_number', 1, 'host', NULL, 'failure_class', NULL, 'exit_code', NULL, 'signal', NULL,
+    'error_brief', NULL)
+FROM unnest({ids_param}::text[]) WITH ORDINALITY AS e(id, n) ORDER BY n
+"""
+
+
+def job_event_rows(events: list[JobEvent]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The routing keys and bodies of `job.<outcome>.<job id>` events, for a statement that
+    inserts them into the outbox with the move they announce (`jobs_repo.end_finished`)."""
+    return [event_key("job", e.outcome.value, e.job_id) for e in events], [
+        to_jsonable(e) for e in events
+    ]
+
+
+async def add_work_many(
+    conn: Connection, messages: Sequence[tuple[str, RunStage | KillTask | FreezeTask]]
+) -> None:
+    """Queue many work messages (routing key, message) in one statement."""
+    await _add_many(conn, "work", [k for k, _ in messages], [to_jsonable(m) for _, m in messages])
+
+
+async def _add_many(
+    conn: Connection, exchange: ExchangeKind, keys: list[str], bodies: list[dict[str, Any]]
+) -> None:
+    if keys:
+        await conn.execute(
+            "INSERT INTO outbox (exchange, routing_key, body)"
+            " SELECT $1, k, b FROM unnest($2::text[], $3::jsonb[]) WITH ORDINALITY AS r(k, b, n)"
+            " ORDER BY n",
+            exchange,
+            keys,
+            bodies,
+        )
+
+
+async def _add(conn: Connection, exchange: ExchangeKind, key: str, body: dict[str, Any]) -> None:
+    await conn.execute(
+        "INSERT INTO outbox (exchange, routing_key, body) VALUES ($1, $2, $3)", exchange, key, body
+    )
+
+
+async def wake_round(conn: Connection) -> None:
+    """Wake the scheduling round (and through it the relay) when the caller's transaction
+    commits: for a move into a quiet state (`shared.domain.states.QUIET`) made outside a worker,
+    whose event notifies nobody while the task may be releasable at once (e.g. `data_ready`)."""
+    await conn.execute("SELECT pg_notify('vigil_outbox', 'round')")
+
+
+async def has_pending(conn: Connection) -> bool:
+    """Whether any row waits to be published (one probe of `outbox_pending`)."""
+    return bool(
+        await conn.fetchval("SELECT EXISTS (SELECT 1 FROM outbox WHERE published_at IS NULL)")
+    )
+
+
+async def pending(conn: Connection, limit: int, *, mark: Sequence[int] = ()) -> list[OutboxRow]:
+    """The oldest unpublished rows, in one statement that also marks `mark` published (rows
+    the broker confirmed since the last read: the mark rides on the read, one round trip a
+    batch) and numbers the events among them. Not locked: the one relay reads them (two
+    relays for a moment may publish a row twice, never number an event twice)."""
+    rows = await conn.fetch("SELECT * FROM outbox_batch($1, $2::bigint[])", limit, list(mark))
+    return [
+        OutboxRow(
+            r["id"], r["exchange"], r["routing_key"], r["body"].encode(), r["created_at"], r["seq"]
+        )
+        for r in rows
+    ]
+
+
+async def mark_published(conn: Connection, ids: list[int]) -> None:
+    """Record that the broker confirmed these rows."""
+    await conn.execute("UPDATE outbox SET published_at = now() WHERE id = ANY($1)", ids)
+
+
+async def prune(conn: Connection, older_than_s: float, *, batch: int = 5000) -> int:
+    """Delete up to `batch` published rows older than `older_than_s`, in one short statement;
+    returns how many went (call again while it returns `batch`)."""
+    status = await conn.execute(
+        "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE published_at IS NOT NULL"
+        " AND published_at < now() - make_interval(secs => $1) ORDER BY published_at LIMIT $2)",
+        older_than_s,
+        batch,
+    )
+    return int(status.split()[-1])

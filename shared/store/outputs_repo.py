@@ -1,0 +1,100 @@
+"""Task outputs: the recorded result files that chained jobs consume (design §6), listed and
+downloaded through the api (their bytes are kept when small: `TaskContext.record_output`)."""
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from shared.domain.outputs import OutputRecord
+from shared.store.db import Connection
+
+
+async def save(
+    conn: Connection, task_id: str, run_number: int, host: str, records: list[OutputRecord]
+) -> None:
+    """Find or create each record for this run (a repeated save updates it), with the bytes
+    the worker kept (or why it did not)."""
+    await conn.executemany(
+        "INSERT INTO task_outputs (task_id, run_number, name, path, host, size, sha256, content,"
+        " not_kept) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        " ON CONFLICT (task_id, run_number, name)"
+        " DO UPDATE SET path = EXCLUDED.path, host = EXCLUDED.host, size = EXCLUDED.size,"
+        " sha256 = EXCLUDED.sha256, content = EXCLUDED.content, not_kept = EXCLUDED.not_kept",
+        [
+            (task_id, run_number, r.name, r.path, host, r.size, r.sha256, r.content, r.not_kept)
+            for r in records
+        ],
+    )
+
+
+async def latest(conn: Connection, task_id: str) -> dict[str, dict[str, Any]]:
+    """The outputs of the task's latest run that recorded any, by name."""
+    rows = await conn.fetch(
+        "SELECT name, path, host, size, sha256 FROM task_outputs WHERE task_id = $1"
+        " AND run_number = (SELECT max(run_number) FROM task_outputs WHERE task_id = $1)"
+        " ORDER BY name",
+        task_id,
+    )
+    return {r["name"]: dict(r) for r in rows}
+
+
+@dataclass(frozen=True)
+class StoredOutput:
+    """One recorded output as listed: its task, run, where it is and whether its bytes are
+    kept for download (`not_kept` says why not)."""
+
+    task_id: str
+    index: int
+    run_number: int
+    name: str
+    path: str
+    host: str | None
+    size: int
+    sha256: str
+    kept: bool
+    not_kept: str | None
+    created_at: datetime
+
+
+_COLUMNS = (
+    "t.id AS task_id, t.index, o.run_number, o.name, o.path, o.host, o.size, o.sha256,"
+    " o.content IS NOT NULL AS kept, o.not_kept, o.created_at"
+)
+#: Only the outputs of each task's latest run that recorded any.
+_LATEST_RUN = "o.run_number = (SELECT max(m.run_number) FROM task_outputs m WHERE m.task_id = t.id)"
+
+
+async def for_job(
+    conn: Connection, job_id: str, *, after: tuple[int, str] | None, limit: int
+) -> list[StoredOutput]:
+    """The outputs of the latest run of each task of `job_id` that is not superseded, by
+    (task index, name), keyset-paginated strictly after `after`."""
+    rows = await conn.fetch(
+        f"SELECT {_COLUMNS} FROM tasks t JOIN task_outputs o ON o.task_id = t.id"
+        f" WHERE t.job_id = $1 AND t.superseded_by IS NULL AND {_LATEST_RUN}"
+        " AND ($2::integer IS NULL OR (t.index, o.name) > ($2, $3::text))"
+        " ORDER BY t.index, o.name LIMIT $4",
+        job_id,
+        after[0] if after else None,
+        after[1] if after else None,
+        limit,
+    )
+    return [StoredOutput(**dict(r)) for r in rows]
+
+
+async def one(
+    conn: Connection, task_id: str, name: str
+) -> tuple[StoredOutput, bytes | None] | None:
+    """Output `name` of the task's latest run that recorded any, with its kept bytes (None
+    when they were not kept or were purged); None when there is no such output."""
+    row = await conn.fetchrow(
+        f"SELECT {_COLUMNS}, o.content FROM tasks t JOIN task_outputs o ON o.task_id = t.id"
+        f" WHERE t.id = $1 AND o.name = $2 AND {_LATEST_RUN}",
+        task_id,
+        name,
+    )
+    if row is None:
+        return None
+    data = dict(row)
+    content = data.pop("content")
+    return StoredOutput(**data), content

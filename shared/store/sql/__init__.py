@@ -1,0 +1,1 @@
+"""Numbered SQL migrations, applied in order by `shared.store.migrate`."""

@@ -1,0 +1,575 @@
+"""Task rows: reads, and every state change as a compare-and-set written with its outbox event.
+
+`transition()`, `advance()` (the worker's successful moves, one statement each),
+`cancel_job()` and `move_job_tasks()` (every task of a job at once) are the only functions that
+change `tasks.state`.
+Their guard is the source state from the transition table, optionally narrowed and fenced by
+the claim token; no row back means someone else moved the task first, and nothing is written.
+"""
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from datetime import datetime
+from typing import Any, Final
+from uuid import UUID
+
+from shared.domain.errors import StaleState
+from shared.domain.messages import JobEvent, TaskEvent, to_jsonable
+from shared.domain.prerequisites import met_arrays, unmet_sql
+from shared.domain.states import FAILED, TERMINAL, FailureClass, TaskState, sources_for
+from shared.messaging.topology import event_key
+from shared.store import outbox
+from shared.store.db import Connection
+
+
+@dataclass(frozen=True)
+class Task:
+    """One row of `tasks`."""
+
+    id: str
+    job_id: str
+    index: int
+    input: Any
+    state: TaskState
+    run_number: int
+    attempt: int
+    claim: UUID | None
+    worker: str | None
+    host: str | None
+    pid: int | None
+    pid_create_time: float | None
+    workdir: str | None
+    failure_class: FailureClass | None
+    exit_code: int | None
+    signal: int | None
+    error_brief: str | None
+    error_detail: str | None
+    progress: int | None
+    resubmitted_from: str | None
+    superseded_by: str | None
+    created_at: datetime
+    updated_at: datetime
+    app_retries: int = 0
+    infra_retries: int = 0
+    resume: dict[str, Any] | None = None
+    decided: bool = True
+    not_before: datetime | None = None
+    test: bool = False  # a test run of a configuring job (negative index)
+
+    @classmethod
+    def from_record(cls, record: Any) -> "Task":
+        data = dict(record)
+        data["state"] = TaskState(data["state"])
+        if data["failure_class"] is not None:
+            data["failure_class"] = FailureClass(data["failure_class"])
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+#: Columns that `transition()` may set besides the state (never user text as a name).
+SETTABLE: Final = frozenset(
+    {
+        "claim",
+        "worker",
+        "host",
+        "pid",
+        "pid_create_time",
+        "workdir",
+        "failure_class",
+        "exit_code",
+        "signal",
+        "error_brief",
+        "error_detail",
+        "progress",
+        "run_number",
+        "attempt",
+        "superseded_by",
+        "app_retries",
+        "infra_retries",
+        "resume",
+        "decided",
+        "not_before",
+    }
+)
+
+#: Pass as `claim=` to skip the fencing check (operators' and the scheduler's own moves).
+ANY_CLAIM: Final = object()
+#: Pass as `claim=` to require an unclaimed task.
+UNCLAIMED: Final = object()
+
+#: Fields cleared when a task leaves a failed state, so the row does not show an old error.
+CLEAR_FAILURE: Final[dict[str, Any]] = {
+    "failure_class": None,
+    "exit_code": None,
+    "signal": None,
+    "error_brief": None,
+    "error_detail": None,
+}
+
+
+async def get(conn: Connection, task_id: str) -> Task | None:
+    """The task, or None."""
+    record = await conn.fetchrow("SELECT * FROM tasks WHERE id = $1", task_id)
+    return Task.from_record(record) if record else None
+
+
+async def list_for_job(conn: Connection, job_id: str) -> list[Task]:
+    """Every task of `job_id`, by index."""
+    records = await conn.fetch("SELECT * FROM tasks WHERE job_id = $1 ORDER BY index", job_id)
+    return [Task.from_record(r) for r in records]
+
+
+async def page_for_job(
+    conn: Connection,
+    job_id: str,
+    *,
+    after: int | None,
+    limit: int,
+    state: TaskState | None = None,
+) -> list[Task]:
+    """Up to `limit` tasks of `job_id` of an index above `after` (None: from the first), by
+    index, optionally in `state` only: a keyset page on `(job_id, index)`, as fast at the end
+    of a job of 100,000 tasks as at its start."""
+    records = await conn.fetch(
+        "SELECT * FROM tasks WHERE job_id = $1 AND ($2::integer IS NULL OR index > $2)"
+        " AND ($4::task_state IS NULL OR state = $4) ORDER BY index LIMIT $3",
+        job_id,
+        after,
+        limit,
+        state.value if state else None,
+    )
+    return [Task.from_record(r) for r in records]
+
+
+async def held_by(conn: Connection, worker: str) -> list[Task]:
+    """Non-terminal tasks that the worker instance `worker` holds."""
+    records = await conn.fetch(
+        "SELECT * FROM tasks WHERE worker = $1 AND claim IS NOT NULL"
+        " AND state <> ALL($2::task_state[]) ORDER BY id",
+        worker,
+        sorted(s.value for s in TERMINAL),
+    )
+    return [Task.from_record(r) for r in records]
+
+
+async def transition(
+    conn: Connection,
+    task_id: str,
+    dst: TaskState,
+    *,
+    among: frozenset[TaskState] | None = None,
+    claim: object = ANY_CLAIM,
+    changes: dict[str, Any] | None = None,
+    job_event: JobEvent | None = None,
+) -> Task:
+    """Move `task_id` to `dst` if it is in an allowed source state (and holds `claim`).
+
+    `among` narrows the table's sources; `changes` sets other columns (names from SETTABLE).
+    Writes `task.<dst>.<job>` (and `job_event` if given) to the outbox in the caller's
+    transaction. Entering a failed state marks the task undecided (`decided = false`) for the
+    scheduler's triage; any other state marks it decided. Raises `StaleState` when the guard
+    does not match; idempotent in that a repeated call fails the guard instead of applying
+    twice.
+    """
+    changes = {"decided": dst not in FAILED} | (changes or {})
+    unknown = set(changes) - SETTABLE
+    if unknown:
+        raise ValueError(f"cannot set {sorted(unknown)} in a transition")
+    args: list[Any] = [task_id, [s.value for s in sources_for(dst, among)], dst.value]
+    sets = ["state = $3", "updated_at = now()"]
+    for name, value in changes.items():
+        args.append(value.value if isinstance(value, FailureClass) else value)
+        sets.append(f"{name} = ${len(args)}")
+    guard = ""
+    if claim is UNCLAIMED:
+        guard = " AND t.claim IS NULL"
+    elif claim is not ANY_CLAIM:
+        args.append(claim)
+        guard = f" AND t.claim = ${len(args)}"
+    async with conn.transaction():
+        # One round trip: lock the row, read the state it is leaving, and move it if it may.
+        record = await conn.fetchrow(
+            f"UPDATE tasks t SET {', '.join(sets)}"
+            " FROM (SELECT id, state AS previous FROM tasks WHERE id = $1 FOR UPDATE) p"
+            f" WHERE t.id = p.id AND t.state = ANY($2::task_state[]){guard}"
+            " RETURNING t.*, p.previous",
+            *args,
+        )
+        if record is None:
+            now = await conn.fetchval("SELECT state FROM tasks WHERE id = $1", task_id)
+            raise StaleState(f"task {task_id} is {now or 'missing'}, not movable to {dst}")
+        task = Task.from_record(record)
+        await outbox.add_task_event(conn, _event(task, TaskState(record["previous"])))
+        if job_event is not None:
+            await outbox.add_job_event(conn, job_event)
+    return task
+
+
+@dataclass(frozen=True)
+class CloseAttempt:
+    """The attempt a successful move ends: its number, and the status file it left."""
+
+    attempt: int
+    status: dict[str, Any] | None = None
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class OpenAttempt:
+    """The attempt a move begins (numbered after the task's last): a stage, on this worker.
+    With `done`, the stage had nothing to do: the attempt ends with the move, its outcome the
+    state the move reached, its status file `status`."""
+
+    stage: str
+    host: str
+    worker: str
+    pid: int | None = None
+    done: bool = False
+    status: dict[str, Any] | None = None
+
+
+async def advance(
+    conn: Connection,
+    task: Task,
+    claim: UUID,
+    path: Sequence[TaskState],
+    *,
+    changes: dict[str, Any] | None = None,
+    close: CloseAttempt | None = None,
+    open_: OpenAttempt | None = None,
+    unless_suspended: bool = False,
+    unless_waits: str | None = None,
+) -> Task | None:
+    """The worker's successful moves, in one statement (one round trip, one commit when the
+    caller is not in a transaction): move `task` held by `claim` from `path[0]` through every
+    state of `path` to the last, with one `task.<state>` event per state passed, close the
+    attempt `close` (its outcome: `path[1]`, where its stage led) and open `open_`, numbered
+    `task.attempt + 1`.
+
+    The guard is the claim and the exact source state (a compare-and-set, like
+    `transition()`), plus, if asked, that the job is not suspended (`unless_suspended`) and that
+    no prerequisite of stage `unless_waits` is unmet. None when the guard does not match:
+    nothing is written, and the caller finds out why on its slower path. Locks the task row,
+    then the attempt rows (the order of every writer of both).
+
+    The events are made here from `task` (the row this claim holds, so nobody else changed
+    what they carry), not read back: the statement writes them only if the row moved.
+    """
+    for previous, state in itertools.pairwise(path):
+        sources_for(state, frozenset({previous}))  # every step is one the table allows
+    dst = path[-1]
+    changes = {"decided": True} | (changes or {})
+    unknown = set(changes) - SETTABLE
+    if unknown:
+        raise ValueError(f"cannot set {sorted(unknown)} in a transition")
+    after = replace(task, **{k: v for k, v in changes.items() if k in _EVENT_FIELDS})
+    events = [
+        _event(replace(after, state=state), previous)
+        for previous, state in itertools.pairwise(path)
+    ]
+    args: list[Any] = [
+        task.id,
+        path[0].value,
+        dst.value,
+        claim,
+        1 if open_ else 0,
+        [event_key("task", e.state.value, e.job_id) for e in events],
+        [to_jsonable(e) for e in events],
+    ]
+    sets = ["state = $3", "updated_at = now()", "attempt = t.attempt + $5"]
+    for name, value in changes.items():
+        args.append(value.value if isinstance(value, FailureClass) else value)
+        sets.append(f"{name} = ${len(args)}")
+    guards = ""
+    if unless_suspended:
+        guards += (
+            " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = t.job_id AND j.state = 'suspended')"
+        )
+    if unless_waits is not None:
+        guards += f" AND NOT {unmet_sql(unless_waits, 't.id', len(args) + 1)}"
+        args.extend(met_arrays())
+    ctes = [
+        f"moved AS (UPDATE tasks t SET {', '.join(sets)}"
+        f" WHERE t.id = $1 AND t.state = $2 AND t.claim = $4{guards} RETURNING t.*)",
+        "events AS (INSERT INTO outbox (exchange, routing_key, body)"  # in the path's order
+        " SELECT 'events', e.key, e.body FROM moved,"
+        " unnest($6::text[], $7::jsonb[]) WITH ORDINALITY AS e(key, body, n) ORDER BY e.n)",
+    ]
+    if close is not None:  # its outcome: the state the task reached on leaving the stage
+        args += [close.attempt, close.status, close.exit_code, path[1].value]
+        n = len(args)
+        ctes.append(
+            f"closed AS (UPDATE attempts a SET ended_at = now(), outcome = ${n},"
+            f" status = ${n - 2}, exit_code = ${n - 1} FROM moved"
+            f" WHERE a.task_id = moved.id AND a.attempt = ${n - 3} AND a.ended_at IS NULL)"
+        )
+    if open_ is not None:
+        args += [open_.stage, open_.host, open_.worker, open_.pid, open_.done, open_.status]
+        n = len(args)
+        ctes.append(
+            "opened AS (INSERT INTO attempts (task_id, attempt, run_number, stage, host, worker,"
+            " claim, pid, ended_at, outcome, status) SELECT id, attempt, run_number,"
+            f" ${n - 5}, ${n - 4}, ${n - 3}, $4, ${n - 2},"
+            f" CASE WHEN ${n - 1}::boolean THEN now() END,"
+            f" CASE WHEN ${n - 1}::boolean THEN $3::text END, ${n} FROM moved)"
+        )
+    record = await conn.fetchrow(f"WITH {', '.join(ctes)} SELECT * FROM moved", *args)
+    return Task.from_record(record) if record is not None else None
+
+
+#: Cancelling tasks in one statement: `{pick}` locks (or, for tasks the caller locked, reads)
+#: the tasks with the state each leaves (`previous`); $3 is the brief. Moves them to
+#: `terminated` as `cancelled`, closes their open attempts and queues their `task.terminated`
+#: events (made by PostgreSQL as `_event` makes them; `tests/integration/test_task_actions.py`
+#: reads them back), by job and index. Returns the processes of those that were on a CPU, read
+#: from the rows as locked (`p`: the statement's snapshot may be older).
+_CANCEL: Final = """
+WITH p AS ({pick}), moved AS (
+    UPDATE tasks t SET state = 'terminated', updated_at = now(), claim = NULL, worker = NULL,
+        failure_class = 'cancelled', error_brief = $3, decided = true
+    FROM p WHERE t.id = p.id AND t.state = p.previous
+    RETURNING t.id, t.job_id, t.index, t.run_number, t.exit_code, t.signal, p.previous, p.pid,
+        p.host, p.pid_create_time, p.claim
+), closed AS (
+    UPDATE attempts a SET ended_at = now(), outcome = 'terminated', failure_class = 'cancelled',
+        error_brief = $3, reaped_at = NULL, detected_after_s = NULL
+    FROM moved WHERE a.task_id = moved.id AND a.ended_at IS NULL
+), events AS (
+    INSERT INTO outbox (exchange, routing_key, body)
+    SELECT 'events', 'task.terminated.' || m.job_id, jsonb_build_object(
+        'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'task_event',
+        'job_id', m.job_id, 'task_id', m.id, 'state', 'terminated', 'previous', m.previous,
+        'run_number', m.run_number, 'host', m.host, 'failure_class', 'cancelled',
+        'exit_code', m.exit_code, 'signal', m.signal, 'error_brief', $3::text)
+    FROM moved m ORDER BY m.job_id, m.index
+)
+SELECT id, job_id, pid, host, pid_create_time, claim, previous = 'on_cpu' AS on_cpu FROM moved
+ORDER BY job_id, index
+"""
+#: `cancel_job`'s tasks: $1 the job id, $2 the states at rest. Test tasks only while the job is
+#: configuring (once it is active they are a record).
+_PICK_JOB_TASKS: Final = """
+    SELECT t.id, t.state AS previous, t.pid, t.host, t.pid_create_time, t.claim
+    FROM tasks t JOIN jobs j ON j.id = t.job_id
+    WHERE t.job_id = $1 AND t.state <> ALL($2::task_state[])
+      AND (NOT t.test OR j.state = 'configuring')
+    ORDER BY t.id FOR UPDATE OF t"""
+#: `cancel_tasks`' tasks: $1 their ids, $2 the state each was locked in.
+_PICK_TASKS: Final = """
+    SELECT t.id, u.previous::task_state AS previous, t.pid, t.host, t.pid_create_time, t.claim
+    FROM unnest($1::text[], $2::text[]) AS u(id, previous) JOIN tasks t ON t.id = u.id"""
+
+
+@dataclass(frozen=True)
+class Process:
+    """A task's running process, as its row names it: what a kill order needs."""
+
+    task_id: str
+    pid: int
+    host: str
+    create_time: float | None
+    claim: UUID | None
+
+
+async def cancel_job(conn: Connection, job_id: str, brief: str) -> list[Process]:
+    """Terminate every task of `job_id` not at rest, as `cancelled` with `brief`, in one
+    statement (a job of 100,000 tasks too); returns the processes of the tasks that were on a
+    CPU (to be killed). The caller holds the job's row lock."""
+    states = sorted(s.value for s in TERMINAL)
+    records = await conn.fetch(_CANCEL.format(pick=_PICK_JOB_TASKS), job_id, states, brief)
+    return [_process(r) for r in records if _running(r)]
+
+
+async def cancel_tasks(
+    conn: Connection, tasks: Sequence[tuple[str, TaskState]], brief: str
+) -> tuple[list[tuple[str, str]], list[Process]]:
+    """Terminate each (task id, state the caller locked it in) as `cancelled` with `brief`,
+    in one statement; returns the (task id, job id) of those cancelled and the processes of
+    those that were on a CPU (to be killed)."""
+    for _, state in tasks:
+        sources_for(TaskState.TERMINATED, frozenset({state}))  # a move the table allows
+    if not tasks:
+        return [], []
+    records = await conn.fetch(
+        _CANCEL.format(pick=_PICK_TASKS),
+        [t for t, _ in tasks],
+        [state.value for _, state in tasks],
+        brief,
+    )
+    return [(r["id"], r["job_id"]) for r in records], [_process(r) for r in records if _running(r)]
+
+
+def _running(record: Any) -> bool:
+    return bool(record["on_cpu"]) and record["pid"] is not None and record["host"] is not None
+
+
+def _process(record: Any) -> Process:
+    return Process(
+        record["id"], record["pid"], record["host"], record["pid_create_time"], record["claim"]
+    )
+
+
+#: `move_job_tasks`: $1 the job id, $2 the source states, $3 those whose target keeps the
+#: failure fields; `{target}` the CASE from a source state to its target, `{keeps}` whether
+#: the row's keeps them. The events are made as `_event` makes them, in index order.
+_MOVE_JOB_TASKS: Final = """
+WITH p AS (
+    SELECT t.id, t.state AS previous
+    FROM tasks t JOIN jobs j ON j.id = t.job_id
+    WHERE t.job_id = $1 AND t.state = ANY($2::task_state[]) AND t.superseded_by IS NULL
+      AND (NOT t.test OR j.state = 'configuring')
+    ORDER BY t.id FOR UPDATE OF t
+), moved AS (
+    UPDATE tasks t SET state = {target}, updated_at = now(), claim = NULL, worker = NULL,
+        decided = true,
+        failure_class = CASE WHEN {keeps} THEN t.failure_class END,
+        exit_code = CASE WHEN {keeps} THEN t.exit_code END,
+        signal = CASE WHEN {keeps} THEN t.signal END,
+        error_brief = CASE WHEN {keeps} THEN t.error_brief END,
+        error_detail = CASE WHEN {keeps} THEN t.error_detail END
+    FROM p WHERE t.id = p.id
+    RETURNING t.id, t.index, t.state, t.run_number, t.host, t.failure_class, t.exit_code,
+        t.signal, t.error_brief, p.previous
+), events AS (
+    INSERT INTO outbox (exchange, routing_key, body)
+    SELECT 'events', 'task.' || m.state || '.' || $1::text, {event}
+    FROM moved m ORDER BY m.index
+)
+SELECT count(*) FROM moved
+"""
+
+#: The body of the `task.<state>` event of a row `m` of a set-based move (`m.job_id` or the
+#: job parameter, the row's new fields and `m.previous`), as `TaskEvent` writes it.
+_MOVED_EVENT: Final = """jsonb_build_object(
+        'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'task_event',
+        'job_id', {job}, 'task_id', m.id, 'state', m.state, 'previous', m.previous,
+        'run_number', m.run_number, 'host', m.host, 'failure_class', m.failure_class,
+        'exit_code', m.exit_code, 'signal', m.signal, 'error_brief', m.error_brief)"""
+
+#: Tasks moved each from the state the caller locked it in to its own target, with events.
+_MOVE_TASKS: Final = """
+WITH p AS (
+    SELECT u.id, u.previous::task_state AS previous, u.target::task_state AS target, u.clear, u.n
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::bool[])
+        WITH ORDINALITY AS u(id, previous, target, clear, n)
+), moved AS (
+    UPDATE tasks t SET state = p.target, updated_at = now(), claim = NULL, worker = NULL,
+        decided = true,
+        failure_class = CASE WHEN p.clear THEN NULL ELSE t.failure_class END,
+        exit_code = CASE WHEN p.clear THEN NULL ELSE t.exit_code END,
+        signal = CASE WHEN p.clear THEN NULL ELSE t.signal END,
+        error_brief = CASE WHEN p.clear THEN NULL ELSE t.error_brief END,
+        error_detail = CASE WHEN p.clear THEN NULL ELSE t.error_detail END
+    FROM p WHERE t.id = p.id AND t.state = p.previous
+    RETURNING t.id, t.job_id, t.state, t.run_number, t.host, t.failure_class, t.exit_code,
+        t.signal, t.error_brief, p.previous, p.n
+), events AS (
+    INSERT INTO outbox (exchange, routing_key, body)
+    SELECT 'events', 'task.' || m.state || '.' || m.job_id, {event}
+    FROM moved m ORDER BY m.n
+)
+SELECT id, job_id FROM moved ORDER BY n
+"""
+
+
+@dataclass(frozen=True)
+class Move:
+    """One task of a set-based move: from the state it was locked in, to `target`; `clear`
+    empties its failure fields."""
+
+    task_id: str
+    previous: TaskState
+    target: TaskState
+    clear: bool
+
+
+async def move_tasks(conn: Connection, moves: Sequence[Move]) -> list[tuple[str, str]]:
+    """Move each task from `previous` (the caller locked its row in it) to its target,
+    unclaimed and decided, with its `task.<target>` event, in one statement; returns the
+    (task id, job id) of those moved, in order (a task no longer in `previous` is left)."""
+    for move in moves:
+        sources_for(move.target, frozenset({move.previous}))  # a move the table allows
+        if move.target in FAILED:
+            raise ValueError(f"a set-based move does not fail tasks ({move.target.value})")
+    if not moves:
+        return []
+    rows = await conn.fetch(
+        _MOVE_TASKS.format(event=_MOVED_EVENT.format(job="m.job_id")),
+        [m.task_id for m in moves],
+        [m.previous.value for m in moves],
+        [m.target.value for m in moves],
+        [m.clear for m in moves],
+    )
+    return [(r["id"], r["job_id"]) for r in rows]
+
+
+async def move_job_tasks(
+    conn: Connection,
+    job_id: str,
+    targets: Mapping[TaskState, TaskState],
+    keeps_failure: frozenset[TaskState],
+) -> int:
+    """Move every task of `job_id` in a source state of `targets` to its target (test tasks
+    only while the job is configuring; not a task superseded by its clone, which carries its
+    input on), unclaimed, with its `task.<target>` event, in one statement; a target not in
+    `keeps_failure` clears the failure fields (a recovery hook reads them). Returns how many
+    moved. The caller holds the job's row lock and checked the table (`shared.domain.actions`)."""
+    for source, dst in targets.items():
+        sources_for(dst, frozenset({source}))  # every move is one the table allows
+    case = (
+        "CASE p.previous "
+        + " ".join(f"WHEN '{s.value}' THEN '{t.value}'::task_state" for s, t in targets.items())
+        + " END"
+    )
+    kept = [s.value for s, t in targets.items() if t in keeps_failure]
+    keeps = "p.previous::text = ANY($3::text[])"
+    event = _MOVED_EVENT.format(job="$1::text")
+    statement = _MOVE_JOB_TASKS.format(target=case, keeps=keeps, event=event)
+    moved = await conn.fetchval(statement, job_id, [s.value for s in targets], kept)
+    return int(moved)
+
+
+#: The task fields an event carries that a move may change.
+_EVENT_FIELDS: Final = frozenset(
+    {"host", "run_number", "failure_class", "exit_code", "signal", "error_brief"}
+)
+
+
+def _event(task: Task, previous: TaskState) -> TaskEvent:
+    return TaskEvent(
+        job_id=task.job_id,
+        task_id=task.id,
+        state=task.state,
+        previous=previous,
+        run_number=task.run_number,
+        host=task.host,
+        failure_class=task.failure_class,
+        exit_code=task.exit_code,
+        signal=task.signal,
+        error_brief=task.error_brief,
+    )
+
+
+async def set_claim(
+    conn: Connection, task_id: str, state: TaskState, claim: UUID, worker: str | None = None
+) -> bool:
+    """Claim an unclaimed task that is in `state` (no state change); False if someone else has."""
+    status = await conn.execute(
+        "UPDATE tasks SET claim = $3, worker = $4, updated_at = now()"
+        " WHERE id = $1 AND state = $2 AND claim IS NULL",
+        task_id,
+        state.value,
+        claim,
+        worker,
+    )
+    return status == "UPDATE 1"
+
+
+async def set_progress(conn: Connection, task_id: str, progress: int) -> None:
+    """Record the last `PROGRESS:` value of a running task."""
+    await conn.execute("UPDATE tasks SET progress = $2 WHERE id = $1", task_id, progress)
+
+
+async def waits_on_prerequisites(conn: Connection, task_id: str, stage: str) -> bool:
+    """True when the task has a prerequisite at `stage` that is not met yet."""
+    return bool(await conn.fetchval(f"SELECT {unmet_sql(stage, '$1')}", task_id, *met_arrays()))

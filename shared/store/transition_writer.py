@@ -1,0 +1,264 @@
+"""Group commit for a process's task moves: the moves callers ask for while a commit is under
+way go together into the next one.
+
+A worker makes four moves per task (`tasks_repo.advance`), each one commit, and each commit one
+WAL flush. With several tasks in flight their moves overlap: `TransitionWriter.advance()` queues
+a move, and one flusher commits what is queued, up to `max_batch` moves in one transaction
+(each still its own claim-fenced compare-and-set with its events), then the next lot. A lone
+move is committed at once, as one statement: nothing waits for a batch to fill, so an idle
+system pays nothing for this, and a busy one pays one commit for many moves.
+
+The events of moves that end in a quiet state (`shared.domain.states.QUIET`: `setting_up`,
+`on_cpu`...)
+notify nobody; the relay polls for them, quickly only while it heard from the system lately.
+So a writer given `nudge_every_s` nudges the relay (a bare `NOTIFY`) after a commit of only
+such moves when it has not for that long, `NUDGE_DELAY_S` later (a short task has ended by
+then, and its end's notification took its events along: the nudge costs its run nothing):
+every quiet event then reaches the relay within the delay, or follows a nudge by less than
+`nudge_every_s` (`services/scheduler/main.py` keeps polling quickly that long). The worker's
+other moves of a quiet state call `nudge()` after their commit.
+
+Each caller gets its own move's outcome: the task as it is now, or None when its guard did not
+match (nothing of it written). A move that fails the batch (an error, not a miss: a deadlock
+with another writer, a bug) makes the flusher try each move of that batch again alone, so it
+fails only its own caller.
+
+A lost connection (PostgreSQL restarting: issue 13) leaves a batch's outcome unknown. The
+writer rides it out: it waits for the database, up to `ride_out_s`, and makes each move again.
+A move's guard (its claim, its source states) makes doing it twice impossible: one that
+misses and finds the task where the move leads, still under the move's claim, had landed
+before the connection went, and its caller gets the task as it is. Only past `ride_out_s`
+does a caller get the error. Moves asked for meanwhile wait behind, in order.
+"""
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+from uuid import UUID
+
+from shared.domain.errors import UNAVAILABLE, connection_lost
+from shared.domain.states import QUIET, TaskState
+from shared.runtime.ride_out import RIDE_OUT_PAUSE_S, RIDE_OUT_S
+from shared.store import tasks_repo
+from shared.store.db import Connection, Pool
+
+logger = logging.getLogger(__name__)
+
+#: Moves per transaction at most: enough for every slot of a big host, few enough that one
+#: transaction's row locks stay brief.
+MAX_BATCH: Final = 64
+
+#: How often at most a worker nudges the relay, and how long after the commit (module doc).
+NUDGE_EVERY_S: Final = 0.5
+NUDGE_DELAY_S: Final = 0.1
+
+
+@dataclass(frozen=True)
+class Move:
+    """What `tasks_repo.advance` takes, to be done in some batch."""
+
+    task: tasks_repo.Task
+    claim: UUID
+    path: Sequence[TaskState]
+    changes: dict[str, Any] | None = None
+    close: tasks_repo.CloseAttempt | None = None
+    open_: tasks_repo.OpenAttempt | None = None
+    unless_suspended: bool = False
+    unless_waits: str | None = None
+
+    async def apply(self, conn: Connection) -> tasks_repo.Task | None:
+        return await tasks_repo.advance(
+            conn,
+            self.task,
+            self.claim,
+            self.path,
+            changes=self.changes,
+            close=self.close,
+            open_=self.open_,
+            unless_suspended=self.unless_suspended,
+            unless_waits=self.unless_waits,
+        )
+
+    async def again(self, conn: Connection) -> tasks_repo.Task | None:
+        """This move once more, after a lost connection left unknown whether it landed: the
+        task as it is if it did (its guard misses, and the task is where the move leads, under
+        the claim the move leaves), else as `apply`."""
+        moved = await self.apply(conn)
+        if moved is not None:
+            return moved
+        task = await tasks_repo.get(conn, self.task.id)
+        claim = (self.changes or {}).get("claim", self.claim)
+        if task is not None and task.state is self.path[-1] and task.claim == claim:
+            return task
+        return None
+
+
+@dataclass
+class _Queued:
+    move: Move
+    done: "asyncio.Future[tasks_repo.Task | None]" = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+class TransitionWriter:
+    """One per process: `advance()` from any number of coroutines; commits in batches."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        max_batch: int = MAX_BATCH,
+        nudge_every_s: float | None = None,
+        nudge_delay_s: float = NUDGE_DELAY_S,
+        ride_out_s: float = RIDE_OUT_S,
+    ) -> None:
+        self.pool = pool
+        self.ride_out_s = ride_out_s
+        self.max_batch = max_batch
+        self.nudge_every_s, self.nudge_delay_s = nudge_every_s, nudge_delay_s
+        self._queue: list[_Queued] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._nudged_at = float("-inf")  # when the last nudge went, or will go, out
+        self._nudging: set[asyncio.Task[None]] = set()
+        #: Batches committed and moves in them, and nudges tried, for benchmarks and tests.
+        self.commits = 0
+        self.moves = 0
+        self.nudges = 0
+        self.ridden_out = 0  # moves made again after a lost connection
+
+    async def advance(self, move: Move) -> tasks_repo.Task | None:
+        """Do `move` in the next commit; the task as it is then, or None if it did not match."""
+        queued = _Queued(move)
+        self._queue.append(queued)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name="transition-writer")
+        # The caller may give up waiting; the move itself is done or not as a whole.
+        return await asyncio.shield(queued.done)
+
+    async def _flush(self) -> None:
+        while self._queue:
+            batch = self._queue[: self.max_batch]
+            del self._queue[: self.max_batch]
+            try:
+                unknown = await self._commit(batch)
+                if unknown:
+                    await self._ride_out(unknown)
+                if all(queued.move.path[-1] in QUIET for queued in batch):
+                    await self.nudge()
+            except BaseException as exc:  # the pool itself failed, or this task was cancelled
+                for queued in batch:
+                    _settle(queued, exc=exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    for queued in self._queue:
+                        _settle(queued, exc=exc)
+                    self._queue.clear()
+                    raise
+
+    async def nudge(self) -> None:
+        """Wake the relay (a `NOTIFY` of its own) `nudge_delay_s` from now, unless this writer
+        did (or will) less than `nudge_every_s` before; after a commit, never instead of one.
+        Returns at once. Best effort: a nudge that fails leaves the events to the relay's slow
+        poll."""
+        now = asyncio.get_running_loop().time()
+        if self.nudge_every_s is None or now - self._nudged_at < self.nudge_every_s:
+            return
+        self._nudged_at = now + self.nudge_delay_s
+        task = asyncio.create_task(self._nudge_later(), name="relay-nudge")
+        self._nudging.add(task)
+        task.add_done_callback(self._nudging.discard)
+
+    async def _nudge_later(self) -> None:
+        await asyncio.sleep(self.nudge_delay_s)
+        self.nudges += 1  # counted before it goes: whoever hears it may look at once
+        try:
+            async with self.pool.acquire() as conn:
+                await conn.execute("SELECT pg_notify('vigil_outbox', 'relay')")
+        except UNAVAILABLE as exc:
+            logger.info("could not nudge the relay: %s", exc)
+
+    async def _commit(self, batch: list[_Queued]) -> list[_Queued]:
+        """Commit `batch`, settling each move; returns the moves a lost connection left
+        unsettled (whether they landed is unknown)."""
+        self.commits += 1
+        self.moves += len(batch)
+        try:
+            async with self.pool.acquire() as conn:
+                if len(batch) == 1:
+                    return await _alone(conn, batch[0])
+                # Task rows locked in one order, the order other writers of several tasks use.
+                batch.sort(key=lambda queued: queued.move.task.id)
+                try:
+                    async with conn.transaction():
+                        moved = [await queued.move.apply(conn) for queued in batch]
+                except Exception as exc:
+                    if conn.is_closed() or connection_lost(exc):
+                        return batch
+                    logger.info("a batch of %d moves failed (%s); each alone", len(batch), exc)
+                    unknown = []
+                    for queued in batch:
+                        unknown += await _alone(conn, queued)
+                    return unknown
+        except Exception as exc:
+            if not connection_lost(exc):
+                raise
+            return [queued for queued in batch if not queued.done.done()]
+        for queued, task in zip(batch, moved, strict=True):
+            _settle(queued, task)
+        return []
+
+    async def _ride_out(self, batch: list[_Queued]) -> None:
+        """Wait for the database and make each move of `batch` again (module doc); past
+        `ride_out_s`, tell their callers the error."""
+        loop = asyncio.get_running_loop()
+        deadline, pause = loop.time() + self.ride_out_s, 0.05
+        logger.warning("database connection lost under %d move(s): riding it out", len(batch))
+        while True:
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, RIDE_OUT_PAUSE_S)
+            try:
+                async with self.pool.acquire() as conn:
+                    for queued in batch:
+                        if not queued.done.done():
+                            _settle(queued, await queued.move.again(conn))
+                            self.ridden_out += 1
+                logger.info("database back: %d move(s) made again", len(batch))
+                return
+            except Exception as exc:
+                if not connection_lost(exc):
+                    for queued in batch:
+                        _settle(queued, exc=exc)
+                    return
+                if loop.time() >= deadline:
+                    logger.error("database away for %.0f s: moves given up", self.ride_out_s)
+                    for queued in batch:
+                        _settle(queued, exc=exc)
+                    return
+
+
+async def _alone(conn: Connection, queued: _Queued) -> list[_Queued]:
+    """One move in a transaction of its own; [it] if a lost connection left it unsettled."""
+    try:
+        task = await queued.move.apply(conn)
+    except Exception as exc:
+        if conn.is_closed() or connection_lost(exc):
+            return [queued]
+        _settle(queued, exc=exc)
+    else:
+        _settle(queued, task)
+    return []
+
+
+def _settle(
+    queued: _Queued, task: tasks_repo.Task | None = None, *, exc: BaseException | None = None
+) -> None:
+    if queued.done.done():
+        return
+    if isinstance(exc, asyncio.CancelledError):
+        queued.done.cancel()
+    elif exc is not None:
+        queued.done.set_exception(exc)
+    else:
+        queued.done.set_result(task)

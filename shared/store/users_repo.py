@@ -1,0 +1,243 @@
+"""Users and their bearer tokens (stored as sha256 hashes, never in clear)."""
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final, Literal
+
+from shared.domain.errors import Conflict, NotFound
+from shared.domain.ids import new_id
+from shared.store.db import Connection
+
+Role = Literal["user", "operator"]
+
+
+@dataclass(frozen=True)
+class User:
+    """Who a token belongs to."""
+
+    id: str
+    name: str
+    role: Role
+
+    @property
+    def is_operator(self) -> bool:
+        return self.role == "operator"
+
+
+def hash_token(token: str) -> str:
+    """The stored form of a token."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_id(token_hash: str) -> str:
+    """A token's public id, by which it is listed and revoked (migration 0016)."""
+    return "k-" + token_hash[:12]
+
+
+async def job_uid(conn: Connection, user_id: str) -> int:
+    """The number of the Unix uid the user's jobs run as (`VIGIL_JOB_UID_BASE` + it)."""
+    value = await conn.fetchval("SELECT job_uid FROM users WHERE id = $1", user_id)
+    if value is None:
+        raise LookupError(f"no user {user_id!r}")
+    return int(value)
+
+
+async def by_token(conn: Connection, token: str) -> User | None:
+    """The user holding `token`, or None."""
+    record = await conn.fetchrow(
+        "SELECT u.id, u.name, u.role FROM tokens t JOIN users u ON u.id = t.user_id"
+        " WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND u.disabled_at IS NULL"
+        " AND (t.expires_at IS NULL OR t.expires_at > now())",
+        hash_token(token),
+    )
+    return User(record["id"], record["name"], record["role"]) if record else None
+
+
+async def ensure_user(conn: Connection, name: str, role: Role, token: str) -> User:
+    """Create (or keep) user `name` with `role` and make `token` one of theirs. Idempotent."""
+    async with conn.transaction():
+        record = await conn.fetchrow(
+            "INSERT INTO users (id, name, role) VALUES ($1, $2, $3)"
+            " ON CONFLICT (name) DO UPDATE SET role = EXCLUDED.role RETURNING id, name, role",
+            new_id("u"),
+            name,
+            role,
+        )
+        assert record is not None  # INSERT ... ON CONFLICT DO UPDATE always returns the row
+        hashed = hash_token(token)
+        await conn.execute(
+            "INSERT INTO tokens (token_hash, user_id, id, label) VALUES ($1, $2, $3, 'bootstrap')"
+            " ON CONFLICT (token_hash) DO NOTHING",  # a revoked one stays revoked
+            hashed,
+            record["id"],
+            token_id(hashed),
+        )
+    return User(record["id"], record["name"], record["role"])
+
+
+#: What a user name looks like: it appears in logs, error briefs and the admin command's output.
+NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$"
+_NAME_RE: Final = re.compile(NAME_PATTERN)
+
+
+@dataclass(frozen=True)
+class UserSummary:
+    """A user as `list-users` shows it: never a token, only how many live ones they hold."""
+
+    user: User
+    tokens: int
+    created_at: datetime
+    disabled_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class TokenSummary:
+    """A token as operators see it: its public id, never the token or its hash."""
+
+    id: str
+    user: str
+    label: str | None
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+def new_token() -> str:
+    """A fresh random bearer token (256 bits, URL-safe text)."""
+    return secrets.token_urlsafe(32)
+
+
+def check_name(name: str) -> str:
+    """Return `name` if it is a valid user name; raise ValueError saying what one looks like."""
+    if not _NAME_RE.fullmatch(name):
+        raise ValueError(
+            f"user name {name[:100]!r} is not valid: 1 to 64 letters, digits or '._@-',"
+            " starting with a letter or digit"
+        )
+    return name
+
+
+async def create_user(conn: Connection, name: str, role: Role) -> User:
+    """Create user `name`; raises `Conflict` if the name is taken, ValueError if malformed."""
+    record = await conn.fetchrow(
+        "INSERT INTO users (id, name, role) VALUES ($1, $2, $3)"
+        " ON CONFLICT (name) DO NOTHING RETURNING id, name, role",
+        new_id("u"),
+        check_name(name),
+        role,
+    )
+    if record is None:
+        raise Conflict(
+            f"a user named {name!r} already exists",
+            next_step=f"pick another name, or give them a new token (`vigil new-token {name}`)",
+        )
+    return User(record["id"], record["name"], record["role"])
+
+
+_TOKEN_COLUMNS: Final = "t.id, u.name AS user, t.label, t.created_at, t.revoked_at"
+
+
+async def add_token(
+    conn: Connection, name: str, token: str, label: str | None = None
+) -> TokenSummary:
+    """Give user `name` one more token (stored hashed); raises `NotFound` for an unknown user."""
+    hashed = hash_token(token)
+    record = await conn.fetchrow(
+        "WITH added AS (INSERT INTO tokens (token_hash, user_id, id, label)"
+        "  SELECT $1, id, $2, $3 FROM users WHERE name = $4 RETURNING *)"
+        f" SELECT {_TOKEN_COLUMNS} FROM added t JOIN users u ON u.id = t.user_id",
+        hashed,
+        token_id(hashed),
+        label,
+        name,
+    )
+    if record is None:
+        raise NotFound(f"no user named {name[:100]!r}")
+    return TokenSummary(**dict(record))
+
+
+async def list_users(conn: Connection, name: str | None = None) -> list[UserSummary]:
+    """Every user by name (or only `name`), with the number of live tokens each holds."""
+    rows = await conn.fetch(
+        "SELECT u.id, u.name, u.role, u.created_at, u.disabled_at,"
+        " count(t.token_hash) FILTER (WHERE t.revoked_at IS NULL) AS tokens"
+        " FROM users u LEFT JOIN tokens t ON t.user_id = u.id"
+        " WHERE $1::text IS NULL OR u.name = $1"
+        " GROUP BY u.id ORDER BY u.name",
+        name,
+    )
+    return [
+        UserSummary(
+            User(r["id"], r["name"], r["role"]), int(r["tokens"]), r["created_at"], r["disabled_at"]
+        )
+        for r in rows
+    ]
+
+
+async def list_tokens(conn: Connection, name: str) -> list[TokenSummary]:
+    """User `name`'s tokens, oldest first, revoked ones included; `NotFound` for no such user."""
+    if await conn.fetchval("SELECT id FROM users WHERE name = $1", name) is None:
+        raise NotFound(f"no user named {name[:100]!r}")
+    rows = await conn.fetch(
+        f"SELECT {_TOKEN_COLUMNS} FROM tokens t JOIN users u ON u.id = t.user_id"
+        " WHERE u.name = $1 ORDER BY t.created_at, t.id",
+        name,
+    )
+    return [TokenSummary(**dict(r)) for r in rows]
+
+
+async def revoke_token(conn: Connection, token_id: str) -> TokenSummary:
+    """Revoke token `token_id` (idempotent: a revoked one keeps its first revocation time);
+    `NotFound` for no such token."""
+    record = await conn.fetchrow(
+        "WITH revoked AS (UPDATE tokens SET revoked_at = coalesce(revoked_at, now())"
+        " WHERE id = $1 RETURNING *)"
+        f" SELECT {_TOKEN_COLUMNS} FROM revoked t JOIN users u ON u.id = t.user_id",
+        token_id,
+    )
+    if record is None:
+        raise NotFound(f"no token {token_id[:100]!r}")
+    return TokenSummary(**dict(record))
+
+
+async def disable_user(conn: Connection, name: str) -> UserSummary:
+    """Disable user `name`: none of their tokens works any more (idempotent); `NotFound` for
+    no such user. Their jobs are left as they are (an operator cancels them if need be)."""
+    status = await conn.execute(
+        "UPDATE users SET disabled_at = coalesce(disabled_at, now()) WHERE name = $1", name
+    )
+    if status.endswith(" 0"):
+        raise NotFound(f"no user named {name[:100]!r}")
+    [found] = await list_users(conn, name)
+    return found
+
+
+async def open_session(conn: Connection, user: User, ttl_s: float) -> str:
+    """A new dashboard session for `user`: a token of its own, valid `ttl_s` unless revoked
+    sooner (`close_session`), for the cookie (never the token the user signed in with)."""
+    token = new_token()
+    hashed = hash_token(token)
+    await conn.execute(  # the user's expired sessions go (one row per sign-in otherwise)
+        "WITH expired AS (DELETE FROM tokens WHERE user_id = $2 AND session"
+        "  AND expires_at < now())"
+        " INSERT INTO tokens (token_hash, user_id, id, label, session, expires_at)"
+        " VALUES ($1, $2, $3, 'dashboard session', true, now() + make_interval(secs => $4))",
+        hashed,
+        user.id,
+        token_id(hashed),
+        ttl_s,
+    )
+    return token
+
+
+async def close_session(conn: Connection, token: str) -> bool:
+    """Revoke `token` if it is a dashboard session (a bearer token is left alone); whether it
+    was one still open."""
+    status = await conn.execute(
+        "UPDATE tokens SET revoked_at = now()"
+        " WHERE token_hash = $1 AND session AND revoked_at IS NULL",
+        hash_token(token),
+    )
+    return status.endswith(" 1")
