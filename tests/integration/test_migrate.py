@@ -72,7 +72,7 @@ async def test_when_the_database_is_empty__check_schema_raises_schema_out_of_dat
     empty_database_url: str,
 ) -> None:
     async with db.open_pool(empty_database_url, max_size=1) as pool:
-        with pytest.raises(SchemaOutOfDate, match=r"python -m shared\.migrate"):
+        with pytest.raises(SchemaOutOfDate, match=r"python -m shared\.store\.migrate"):
             await db.check_schema(pool)
 
 
