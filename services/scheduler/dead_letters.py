@@ -85,14 +85,7 @@ async def _settle_task(conn: Connection, message: RunStage, deaths: int) -> str:
     if task is None or task.claim != message.claim or task.worker is not None:
         return "the task has moved on since (nothing to do)"
     if deaths < MAX_DEAD_LETTERS:
-        released = await conn.execute(
-            "UPDATE tasks SET claim = NULL, updated_at = now() WHERE id = $1 AND claim = $2"
-            " AND worker IS NULL",
-            task.id,
-            message.claim,
-        )
-        if released == "UPDATE 1":
-            await conn.execute("SELECT pg_notify('vigil_outbox', 'round')")
+        if await tasks_repo.unclaim_untaken(conn, task.id, message.claim):
             return "released again"
         return "the task has moved on since (nothing to do)"
     brief = f"its work message was dead-lettered {deaths} times: no worker could take it"

@@ -5,7 +5,7 @@ to judge: it can also kill the worker's processes.)"""
 import logging
 
 from shared.operations import loss
-from shared.store import tasks_repo
+from shared.store import hosts_repo, tasks_repo
 from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
@@ -33,10 +33,6 @@ class Reaper:
                 why = f"host {host['id']} stopped heartbeating"
                 for task in await tasks_repo.held_by(conn, host["worker"]):
                     lost += await loss.declare(conn, task, why=why)
-                await conn.execute(
-                    "UPDATE hosts SET worker = NULL WHERE id = $1 AND worker = $2",
-                    host["id"],
-                    host["worker"],
-                )
+                await hosts_repo.forget_worker(conn, host["id"], host["worker"])
                 logger.warning("host %s is dead", host["id"], extra={"host": host["id"]})
         return lost

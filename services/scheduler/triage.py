@@ -190,14 +190,10 @@ class Triage:
                 changes={"app_retries": task.app_retries + 1, "resume": decision.resume},
             )
             return
-        await conn.execute("UPDATE tasks SET decided = true WHERE id = $1", task.id)
+        await tasks_repo.mark_decided(conn, task.id)
         if decision.verdict is Verdict.RESUBMITTED:
             clone = await lineage.resubmit(conn, task.id)
-            await conn.execute(
-                "UPDATE tasks SET not_before = now() + make_interval(secs => $2) WHERE id = $1",
-                clone.id,
-                decision.delay_s,
-            )
+            await tasks_repo.hold_back(conn, clone.id, decision.delay_s)
             self.on_backoff(decision.delay_s)
         elif decision.fail_job and not task.test:  # a test run never fails its job
             brief = f"fail_fast: task {task.id} failed ({task.failure_class}): {task.error_brief}"

@@ -8,6 +8,7 @@ import time
 from shared.domain.errors import UNAVAILABLE
 from shared.host.fence import Lease
 from shared.runtime.lifecycle import wait_or_stop
+from shared.store import hosts_repo
 from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
@@ -15,13 +16,8 @@ logger = logging.getLogger(__name__)
 
 async def beat(pool: Pool, host_id: str, instance: str) -> None:
     """Record that this supervisor is alive (creates the host's row if no worker did yet)."""
-    await pool.execute(
-        "INSERT INTO hosts (id, slots, supervisor, supervisor_heartbeat_at)"
-        " VALUES ($1, 0, $2, now()) ON CONFLICT (id) DO UPDATE"
-        " SET supervisor = $2, supervisor_heartbeat_at = now()",
-        host_id,
-        instance,
-    )
+    async with pool.acquire() as conn:
+        await hosts_repo.beat_supervisor(conn, host_id, instance)
 
 
 async def heartbeat(

@@ -156,7 +156,7 @@ class Taker:
         if task.claim != message.claim:
             return None
         if job.state is JobState.SUSPENDED:
-            await _give_back(conn, task.id, message.claim)
+            await tasks_repo.give_back(conn, task.id, message.claim)
             return None
         try:
             state = await self._enter(conn, task, message)
@@ -192,24 +192,11 @@ class Taker:
             )
             return running
         entry = _ENTRY_STATE.get(message.stage)
-        if entry is not None and await self._adopt(conn, task, entry, message.claim):
+        if entry is not None and await tasks_repo.adopt(
+            conn, task.id, entry, message.claim, self.instance
+        ):
             return entry
         return None
-
-    async def _adopt(
-        self, conn: Connection, task: tasks_repo.Task, state: TaskState, claim: UUID
-    ) -> bool:
-        status = await conn.execute(
-            # `worker IS NULL`: a message delivered again to this worker while it drives the
-            # task (its ack was lost) must not start a second run of it
-            "UPDATE tasks SET worker = $4, updated_at = now() WHERE id = $1 AND state = $2"
-            " AND claim = $3 AND worker IS NULL",
-            task.id,
-            state.value,
-            claim,
-            self.instance,
-        )
-        return bool(status == "UPDATE 1")
 
     async def release(self, held: Held, state: TaskState) -> None:
         """Let go of a task that now waits (its claim returns to the scheduler)."""
@@ -244,22 +231,7 @@ class Taker:
 
 async def release(conn: Connection, held: Held, state: TaskState) -> None:
     """Give the claim of a task resting in `state` back to the scheduler (no state change)."""
-    await _give_back(conn, held.task.id, held.claim, state)
-
-
-async def _give_back(
-    conn: Connection, task_id: str, claim: UUID, state: TaskState | None = None
-) -> None:
-    """Unclaim the task (if it is still in `state`, when given) and wake the scheduling round,
-    which may release it again at once: no outbox row announces this (migration 0018)."""
-    await conn.execute(
-        "WITH given AS (UPDATE tasks SET claim = NULL, worker = NULL"
-        "  WHERE id = $1 AND claim = $2 AND ($3::task_state IS NULL OR state = $3) RETURNING 1)"
-        " SELECT pg_notify('vigil_outbox', 'round') FROM given",
-        task_id,
-        claim,
-        state.value if state else None,
-    )
+    await tasks_repo.give_back(conn, held.task.id, held.claim, state)
 
 
 def _promised(value: Any) -> bool:

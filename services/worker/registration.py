@@ -20,6 +20,7 @@ from shared.host.processes import create_time
 from shared.messaging.presence import WorkerIdentity, announce
 from shared.messaging.redis_keys import WORKER_TTL_S, RedisKeys
 from shared.runtime.lifecycle import wait_or_stop
+from shared.store import hosts_repo
 from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
@@ -44,17 +45,10 @@ async def register(
     """Announce this worker (idempotent): Redis hash with a TTL, and the `hosts` row (with the
     worker pool it consumes). Returns what the host's quarantine lets it take."""
     await announce(redis, keys, presence.host_id, presence.identity())
-    row = await pool.fetchrow(
-        "INSERT INTO hosts (id, slots, worker, started_at, heartbeat_at, pool)"
-        " VALUES ($1, $2, $3, now(), now(), $4) ON CONFLICT (id) DO UPDATE SET slots = $2,"
-        " worker = $3, started_at = now(), heartbeat_at = now(), pool = $4"
-        " RETURNING quarantined, probing_since IS NOT NULL AS probing, draining",
-        presence.host_id,
-        presence.slots,
-        presence.instance,
-        pool_name,
-    )
-    assert row is not None  # an upsert returns its row
+    async with pool.acquire() as conn:
+        row = await hosts_repo.register_worker(
+            conn, presence.host_id, presence.slots, presence.instance, pool_name
+        )
     return of_host(row["quarantined"], row["probing"], row["draining"])
 
 
@@ -83,13 +77,8 @@ async def heartbeat(
             logger.warning("presence not refreshed in Redis: %s", exc)
         sent_at = time.monotonic()
         try:
-            row = await pool.fetchrow(
-                "UPDATE hosts SET heartbeat_at = now(), worker = $2"
-                " WHERE id = $1 AND (worker = $2 OR worker IS NULL)"
-                " RETURNING quarantined, probing_since IS NOT NULL AS probing, draining",
-                presence.host_id,
-                presence.instance,
-            )
+            async with pool.acquire() as conn:
+                row = await hosts_repo.beat_worker(conn, presence.host_id, presence.instance)
             if row is not None:
                 lease.renew(sent_at)
                 await on_admission(of_host(row["quarantined"], row["probing"], row["draining"]))
@@ -102,8 +91,5 @@ async def unregister(pool: Pool, redis: Redis, keys: RedisKeys, presence: Presen
     key = keys.worker(presence.host_id)
     if await redis.hget(key, "instance") == presence.instance:
         await redis.delete(key)
-    await pool.execute(
-        "UPDATE hosts SET worker = NULL WHERE id = $1 AND worker = $2",
-        presence.host_id,
-        presence.instance,
-    )
+    async with pool.acquire() as conn:
+        await hosts_repo.forget_worker(conn, presence.host_id, presence.instance)

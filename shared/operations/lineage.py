@@ -34,13 +34,7 @@ async def resubmit(conn: Connection, task_id: str) -> tasks_repo.Task:
         [clone_id] = await jobs_repo.append_tasks(
             conn, original.job_id, [original.input], test=original.test
         )
-        await conn.execute(
-            "UPDATE tasks SET resubmitted_from = $1, infra_retries = $3 WHERE id = $2",
-            task_id,
-            clone_id,
-            original.infra_retries + 1,
-        )
-        await conn.execute("UPDATE tasks SET superseded_by = $2 WHERE id = $1", task_id, clone_id)
+        await tasks_repo.link_clone(conn, task_id, clone_id, original.infra_retries + 1)
         await conn.execute(
             "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
             " SELECT $2, stage, on_task_id, required FROM task_prerequisites WHERE task_id = $1",

@@ -5,11 +5,10 @@ An operator's quarantine is a wall, not a breaker: it lasts until it runs out or
 Releasing a host ends a breaker's quarantine too. Each change goes out as
 `host.<quarantined|released>.<host>`, with the change, in one transaction."""
 
-from datetime import datetime
 
 from shared.domain.errors import Conflict, NotFound
 from shared.domain.messages import HostEvent, HostState
-from shared.store import outbox
+from shared.store import hosts_repo, outbox
 from shared.store.db import Connection
 
 #: An operator's quarantine lasts this long unless released earlier.
@@ -19,13 +18,7 @@ DEFAULT_QUARANTINE_S = 7 * 24 * 3600.0
 async def release(conn: Connection, host_id: str, actor: str) -> None:
     """End the host's quarantine; `Conflict` if it is not quarantined."""
     async with conn.transaction():
-        status = await conn.execute(
-            "UPDATE hosts SET quarantined = false, quarantined_until = now(),"
-            " quarantine_reason = NULL, breaker = false, probing_since = NULL, cooldown_s = NULL"
-            " WHERE id = $1 AND quarantined",
-            host_id,
-        )
-        if status == "UPDATE 0":
+        if not await hosts_repo.release(conn, host_id):
             await _must_exist(conn, host_id)
             raise Conflict(
                 f"host {host_id} is not quarantined",
@@ -44,14 +37,8 @@ async def quarantine(
 ) -> None:
     """Quarantine the host for `duration_s` (or until released)."""
     async with conn.transaction():
-        until: datetime | None = await conn.fetchval(
-            "UPDATE hosts SET quarantined = true,"
-            " quarantined_until = now() + make_interval(secs => $2), quarantine_reason = $3,"
-            " breaker = false, probing_since = NULL, cooldown_s = NULL"
-            " WHERE id = $1 RETURNING quarantined_until",
-            host_id,
-            duration_s,
-            f"quarantined by {actor}: {reason}",
+        until = await hosts_repo.quarantine(
+            conn, host_id, duration_s, f"quarantined by {actor}: {reason}"
         )
         if until is None:
             raise NotFound(f"host {host_id!r} not found")

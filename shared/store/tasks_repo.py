@@ -573,3 +573,80 @@ async def set_progress(conn: Connection, task_id: str, progress: int) -> None:
 async def waits_on_prerequisites(conn: Connection, task_id: str, stage: str) -> bool:
     """True when the task has a prerequisite at `stage` that is not met yet."""
     return bool(await conn.fetchval(f"SELECT {unmet_sql(stage, '$1')}", task_id, *met_arrays()))
+
+
+# -- claims and bookkeeping without a state change ------------------------------------------
+# Each takes the row lock of the task(s) it changes, held to the end of the caller's
+# transaction; none changes `tasks.state`.
+
+
+async def adopt(conn: Connection, task_id: str, state: TaskState, claim: UUID, worker: str) -> bool:
+    """Make a task claimed for a worker (`claim`, resting in `state`) that worker's; False when
+    it is not so any more, or when a worker holds it already: a message delivered again to the
+    worker driving the task (its ack was lost) must not start a second run of it."""
+    status = await conn.execute(
+        "UPDATE tasks SET worker = $4, updated_at = now() WHERE id = $1 AND state = $2"
+        " AND claim = $3 AND worker IS NULL",
+        task_id,
+        state.value,
+        claim,
+        worker,
+    )
+    return bool(status == "UPDATE 1")
+
+
+async def give_back(
+    conn: Connection, task_id: str, claim: UUID, state: TaskState | None = None
+) -> None:
+    """Unclaim the task (if it is still in `state`, when given) and wake the scheduling round,
+    which may release it again at once: no outbox row announces this (migration 0018)."""
+    await conn.execute(
+        "WITH given AS (UPDATE tasks SET claim = NULL, worker = NULL"
+        "  WHERE id = $1 AND claim = $2 AND ($3::task_state IS NULL OR state = $3) RETURNING 1)"
+        " SELECT pg_notify('vigil_outbox', 'round') FROM given",
+        task_id,
+        claim,
+        state.value if state else None,
+    )
+
+
+async def unclaim_untaken(conn: Connection, task_id: str, claim: UUID) -> bool:
+    """Take back a claim no worker took (its work message was dead-lettered) so that the round
+    releases the task again; False when the task moved on (another claim, or a worker has it).
+    The round is woken when the caller's transaction commits."""
+    status = await conn.execute(
+        "UPDATE tasks SET claim = NULL, updated_at = now() WHERE id = $1 AND claim = $2"
+        " AND worker IS NULL",
+        task_id,
+        claim,
+    )
+    if status != "UPDATE 1":
+        return False
+    await conn.execute("SELECT pg_notify('vigil_outbox', 'round')")
+    return True
+
+
+async def mark_decided(conn: Connection, task_id: str) -> None:
+    """The triage has decided what follows the task's failure: it is not looked at again."""
+    await conn.execute("UPDATE tasks SET decided = true WHERE id = $1", task_id)
+
+
+async def hold_back(conn: Connection, task_id: str, delay_s: float) -> None:
+    """A resubmission's backoff: the round releases the task no sooner than `delay_s` from now."""
+    await conn.execute(
+        "UPDATE tasks SET not_before = now() + make_interval(secs => $2) WHERE id = $1",
+        task_id,
+        delay_s,
+    )
+
+
+async def link_clone(conn: Connection, original_id: str, clone_id: str, infra_retries: int) -> None:
+    """Resubmission's lineage: the clone comes from the original (with the original's infra
+    retries and one more), and the original is superseded by the clone. Locks both rows."""
+    await conn.execute(
+        "UPDATE tasks SET resubmitted_from = $1, infra_retries = $3 WHERE id = $2",
+        original_id,
+        clone_id,
+        infra_retries,
+    )
+    await conn.execute("UPDATE tasks SET superseded_by = $2 WHERE id = $1", original_id, clone_id)

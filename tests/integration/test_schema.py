@@ -5,9 +5,9 @@ from enum import StrEnum
 
 import pytest
 
-from services.scheduler.dispatcher import RESTING_STATES
 from shared.domain.states import FailureClass, JobState, TaskState
 from shared.store import db
+from shared.store.release_round import RESTING_STATES
 
 pytestmark = pytest.mark.integration
 

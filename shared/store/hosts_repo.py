@@ -1,0 +1,205 @@
+"""The `hosts` table: every write to it lives here. A host's row is made by whichever of its
+services registers first (worker or supervisor), beaten by both, and its quarantine and drain
+are changed by operators and by the scheduler's breaker (`services/scheduler/breaker.py`, whose
+rules the breaker statements below spell out).
+
+Locks: each statement takes the row lock of every host row it changes (an upsert, of the row it
+inserts or updates), held until the caller's transaction ends; none takes any other.
+"""
+
+from datetime import datetime
+
+from asyncpg import Record
+
+from shared.store.db import Connection
+
+# -- registration and heartbeats ------------------------------------------------------------
+
+
+async def register_worker(
+    conn: Connection, host_id: str, slots: int, instance: str, pool: str
+) -> Record:
+    """Make (or take over) the host's row for this worker instance, serving `pool`; the row's
+    admission fields: `quarantined`, `probing`, `draining`."""
+    row = await conn.fetchrow(
+        "INSERT INTO hosts (id, slots, worker, started_at, heartbeat_at, pool)"
+        " VALUES ($1, $2, $3, now(), now(), $4) ON CONFLICT (id) DO UPDATE SET slots = $2,"
+        " worker = $3, started_at = now(), heartbeat_at = now(), pool = $4"
+        " RETURNING quarantined, probing_since IS NOT NULL AS probing, draining",
+        host_id,
+        slots,
+        instance,
+        pool,
+    )
+    assert row is not None  # an upsert returns its row
+    return row
+
+
+async def beat_worker(conn: Connection, host_id: str, instance: str) -> Record | None:
+    """The worker's heartbeat, if the host is still this instance's (or no worker's: one
+    declared dead takes its place again); its admission fields, or None."""
+    return await conn.fetchrow(
+        "UPDATE hosts SET heartbeat_at = now(), worker = $2"
+        " WHERE id = $1 AND (worker = $2 OR worker IS NULL)"
+        " RETURNING quarantined, probing_since IS NOT NULL AS probing, draining",
+        host_id,
+        instance,
+    )
+
+
+async def forget_worker(conn: Connection, host_id: str, instance: str) -> None:
+    """The host has no worker any more (it stopped, or was declared dead), if `instance` was
+    still the registered one."""
+    await conn.execute(
+        "UPDATE hosts SET worker = NULL WHERE id = $1 AND worker = $2", host_id, instance
+    )
+
+
+async def beat_supervisor(conn: Connection, host_id: str, instance: str) -> None:
+    """The supervisor's heartbeat (makes the host's row if no worker did yet)."""
+    await conn.execute(
+        "INSERT INTO hosts (id, slots, supervisor, supervisor_heartbeat_at)"
+        " VALUES ($1, 0, $2, now()) ON CONFLICT (id) DO UPDATE"
+        " SET supervisor = $2, supervisor_heartbeat_at = now()",
+        host_id,
+        instance,
+    )
+
+
+# -- operators: quarantine and drain --------------------------------------------------------
+
+
+async def quarantine(
+    conn: Connection, host_id: str, duration_s: float, reason: str
+) -> datetime | None:
+    """An operator's quarantine for `duration_s` (not a breaker: it ends a breaker's state);
+    when it runs out, or None if there is no such host."""
+    until: datetime | None = await conn.fetchval(
+        "UPDATE hosts SET quarantined = true,"
+        " quarantined_until = now() + make_interval(secs => $2), quarantine_reason = $3,"
+        " breaker = false, probing_since = NULL, cooldown_s = NULL"
+        " WHERE id = $1 RETURNING quarantined_until",
+        host_id,
+        duration_s,
+        reason,
+    )
+    return until
+
+
+async def release(conn: Connection, host_id: str) -> bool:
+    """End the host's quarantine, an operator's or a breaker's; False if it was not
+    quarantined (or there is no such host)."""
+    status = await conn.execute(
+        "UPDATE hosts SET quarantined = false, quarantined_until = now(),"
+        " quarantine_reason = NULL, breaker = false, probing_since = NULL, cooldown_s = NULL"
+        " WHERE id = $1 AND quarantined",
+        host_id,
+    )
+    return bool(status != "UPDATE 0")
+
+
+async def drain(conn: Connection, host_id: str) -> bool:
+    """Drain the host (a no-op if it drains already); False if there is no such host."""
+    return bool(
+        await conn.fetchval("UPDATE hosts SET draining = true WHERE id = $1 RETURNING id", host_id)
+    )
+
+
+async def undrain(conn: Connection, host_id: str) -> bool:
+    """Let a draining host take new tasks again; False if it was not draining."""
+    status = await conn.execute(
+        "UPDATE hosts SET draining = false WHERE id = $1 AND draining", host_id
+    )
+    return bool(status != "UPDATE 0")
+
+
+# -- the breaker (services/scheduler/breaker.py) ----------------------------------------------
+
+_TRIP = """
+UPDATE hosts h SET quarantined = true, breaker = true, probing_since = NULL,
+    cooldown_s = $3, quarantined_until = now() + make_interval(secs => $3),
+    quarantine_reason = $2 || ' tasks lost within ' || $4::text || ' s'
+WHERE h.id = $1 AND NOT h.quarantined AND $2 <= (SELECT count(*) FROM attempts a
+    WHERE a.host = $1 AND a.failure_class::text = ANY($5::text[])
+      AND a.ended_at > greatest(now() - make_interval(secs => $4),
+                                  coalesce(h.quarantined_until, '-infinity')))
+RETURNING h.id, h.quarantined_until, h.quarantine_reason
+"""
+
+#: Shut breakers whose cool-down has passed let one task through.
+_TO_PROBING = """
+UPDATE hosts SET probing_since = now()
+WHERE breaker AND quarantined AND probing_since IS NULL AND quarantined_until <= now()
+RETURNING id, quarantined_until, quarantine_reason
+"""
+
+#: A probe failed: an attempt started there since probing began is blamed on the host.
+_PROBE_FAILED = """
+UPDATE hosts h SET probing_since = NULL, cooldown_s = least(h.cooldown_s * 2, $2),
+    quarantined_until = now() + make_interval(secs => least(h.cooldown_s * 2, $2)),
+    quarantine_reason = 'probe failed (' || f.failure_class::text || '): '
+        || coalesce(f.error_brief, 'no detail')
+FROM hosts o CROSS JOIN LATERAL (
+    SELECT a.failure_class, a.error_brief FROM attempts a
+    WHERE a.host = o.id AND a.started_at >= o.probing_since
+      AND a.failure_class::text = ANY($1::text[])
+    ORDER BY a.started_at LIMIT 1) f
+WHERE h.id = o.id AND o.breaker AND o.probing_since IS NOT NULL
+RETURNING h.id, h.quarantined_until, h.quarantine_reason
+"""
+
+#: A probe succeeded: a command started there since probing began ended (its cluster or
+#: post-processing stage; a setup alone proves little), not blamed on the host (a program's
+#: own failure proves the host runs programs). Failures before now no longer count towards
+#: the next trip (`quarantined_until` marks the end).
+_PROBE_PASSED = """
+UPDATE hosts h SET quarantined = false, breaker = false, probing_since = NULL,
+    cooldown_s = NULL, quarantined_until = now(), quarantine_reason = NULL
+WHERE h.breaker AND h.probing_since IS NOT NULL AND EXISTS (SELECT 1 FROM attempts a
+    WHERE a.host = h.id AND a.started_at >= h.probing_since AND a.ended_at IS NOT NULL
+      AND a.stage IN ('cluster', 'post_processing')
+      AND (a.failure_class IS NULL OR a.failure_class::text <> ALL($1::text[])))
+RETURNING h.id, NULL::timestamptz AS quarantined_until, 'a probe task ran' AS quarantine_reason
+"""
+
+#: An operator's quarantine that has run out.
+_RUN_OUT = """
+UPDATE hosts SET quarantined = false, quarantine_reason = NULL
+WHERE quarantined AND NOT breaker AND quarantined_until <= now()
+RETURNING id, NULL::timestamptz AS quarantined_until, 'its quarantine ran out' AS quarantine_reason
+"""
+
+
+async def trip(
+    conn: Connection,
+    host_id: str,
+    after: int,
+    cooldown_s: float,
+    window_s: float,
+    blamed: list[str],
+) -> Record | None:
+    """Shut the host if it has `after` failures of a `blamed` class within `window_s` (and is
+    not quarantined): its id, `quarantined_until` and `quarantine_reason`, or None."""
+    return await conn.fetchrow(_TRIP, host_id, after, cooldown_s, window_s, blamed)
+
+
+async def fail_probes(conn: Connection, blamed: list[str], max_cooldown_s: float) -> list[Record]:
+    """Shut again every probing host where an attempt started since is blamed on it, its
+    cool-down doubled within `max_cooldown_s`: the hosts changed."""
+    return list(await conn.fetch(_PROBE_FAILED, blamed, max_cooldown_s))
+
+
+async def pass_probes(conn: Connection, blamed: list[str]) -> list[Record]:
+    """Close the breaker of every probing host where a command started since ended, not
+    blamed on it: the hosts changed."""
+    return list(await conn.fetch(_PROBE_PASSED, blamed))
+
+
+async def start_probes(conn: Connection) -> list[Record]:
+    """Let one task through every shut breaker whose cool-down has passed: the hosts."""
+    return list(await conn.fetch(_TO_PROBING))
+
+
+async def end_run_out(conn: Connection) -> list[Record]:
+    """End every operator's quarantine that has run out: the hosts."""
+    return list(await conn.fetch(_RUN_OUT))
