@@ -24,7 +24,7 @@ from shared.domain.states import FailureClass, TaskState, failure_state_for
 from shared.messaging.amqp import Broker, settle
 from shared.operations import loss
 from shared.runtime.ride_out import ride_out
-from shared.store import tasks_repo
+from shared.store import job_errors_repo, tasks_repo
 from shared.store.db import Connection, Pool
 
 logger = logging.getLogger(__name__)
@@ -68,9 +68,8 @@ async def handle(pool: Pool, message: Message) -> None:
             what += f": no worker could take it; {await _settle_task(conn, message, deaths)}"
         else:
             what += ": see the services' logs"
-        await conn.execute(
-            "INSERT INTO job_errors (job_id, task_id, severity, brief, detail)"
-            " VALUES ($1, $2, $3, $4, $5)",
+        await job_errors_repo.record(
+            conn,
             getattr(message, "job_id", None),
             task_ids[0],
             SEVERITY,

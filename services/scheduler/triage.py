@@ -27,7 +27,7 @@ from shared.domain.status_report import StatusReport
 from shared.messaging.topology import supervise_key
 from shared.operations import lineage, stop_guard
 from shared.operations.revocation import revoke_job
-from shared.store import attempts_repo, outbox, tasks_repo
+from shared.store import attempts_repo, jobs_repo, outbox, tasks_repo
 from shared.store.db import Connection, Pool
 
 logger = logging.getLogger(__name__)
@@ -259,12 +259,7 @@ async def _maybe_probe(conn: Connection, job_id: str, policy: Policy) -> None:
     n, failed = window["n"], window["failed"]
     if n * 2 < policy.probe_window or failed < policy.probe_failure_rate * n:
         return
-    probing = await conn.fetchval(
-        "UPDATE jobs SET probing_since = now() WHERE id = $1 AND probing_since IS NULL"
-        " RETURNING id",
-        job_id,
-    )
-    if probing:
+    if await jobs_repo.start_probing(conn, job_id):
         logger.warning(
             "job %s probing: %d of its last %d tasks failed",
             job_id,
@@ -277,10 +272,4 @@ async def _maybe_probe(conn: Connection, job_id: str, policy: Policy) -> None:
 async def end_probing(pool: Pool) -> int:
     """Jobs whose probe succeeded (a task completed since probing began) release fully again."""
     async with pool.acquire() as conn:
-        status = await conn.execute(
-            "UPDATE jobs j SET probing_since = NULL WHERE probing_since IS NOT NULL"
-            " AND EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'completed'"
-            "   AND NOT t.test"
-            "   AND t.updated_at > j.probing_since)"
-        )
-    return int(status.split()[-1])
+        return await jobs_repo.end_probing(conn)

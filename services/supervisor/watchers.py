@@ -39,8 +39,8 @@ from shared.domain.vitals import Vitals, verdict
 from shared.host.cgroups import Cgroups
 from shared.host.processes import exit_waiter, signal_tree, terminate_tree
 from shared.messaging.redis_keys import RedisKeys
-from shared.operations import job_errors, loss
-from shared.store import jobs_repo, tasks_repo
+from shared.operations import loss
+from shared.store import job_errors_repo, jobs_repo, tasks_repo
 from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
@@ -234,7 +234,7 @@ class Watchers:
     async def _check_logged_errors(self, watched: Watched) -> None:
         """Errors persisted before the log binding existed are read from PostgreSQL."""
         async with self._pool.acquire() as conn:
-            line = await job_errors.first_error(
+            line = await job_errors_repo.first_error(
                 conn, watched.task_id, watched.attempt, watched.policy.fail_on_log
             )
         if line is not None:
@@ -276,7 +276,7 @@ class Watchers:
             if not await loss.declare(conn, task, outcome, reaped=True, since=since):
                 return False
             if errors:
-                await job_errors.record_from_logs(
+                await job_errors_repo.record_from_logs(
                     conn,
                     watched.job_id,
                     watched.task_id,

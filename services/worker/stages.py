@@ -42,8 +42,14 @@ from shared.host.status_file import read_status
 from shared.messaging.amqp import Broker
 from shared.messaging.redis_keys import JOB_TTL_S, RedisKeys
 from shared.messaging.topology import supervise_key
-from shared.operations import job_errors
-from shared.store import attempts_repo, jobs_repo, outputs_repo, tasks_repo, users_repo
+from shared.store import (
+    attempts_repo,
+    job_errors_repo,
+    jobs_repo,
+    outputs_repo,
+    tasks_repo,
+    users_repo,
+)
 from shared.store.db import Connection, Pool
 from shared.store.transition_writer import NUDGE_EVERY_S, Move, TransitionWriter
 from shared.task_types import TaskContext, TaskType
@@ -708,7 +714,7 @@ class StageRunner:
                     detected_after_s=max(0.0, time.time() - since) if since else None,
                 )
                 if errors_of:
-                    await job_errors.record_from_logs(
+                    await job_errors_repo.record_from_logs(
                         conn, held.task.job_id, held.task.id, attempt, errors_of
                     )
                 if outputs:

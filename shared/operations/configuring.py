@@ -21,7 +21,7 @@ from shared.domain.errors import Conflict, NotFound
 from shared.domain.messages import JobEvent, JobOutcome
 from shared.domain.states import TERMINAL, JobState
 from shared.operations import datasets, harvest, stop_guard, task_actions
-from shared.store import jobs_repo, tasks_repo
+from shared.store import jobs_repo, outputs_repo, tasks_repo
 from shared.store.db import Connection
 
 
@@ -75,15 +75,11 @@ async def activate(conn: Connection, job_id: str, actor: str) -> tuple[jobs_repo
                 await task_actions.apply_to_task(
                     conn, task.id, TaskAction.CANCEL, f"{actor} (job activated)"
                 )
-        await conn.execute(
-            "DELETE FROM task_outputs WHERE task_id = ANY($1::text[])", [t.id for t in tests]
-        )
+        await outputs_repo.delete_of_tasks(conn, [t.id for t in tests])
         await harvest.remove_workdirs(conn, tests, "test outputs discarded at activation")
         event = JobEvent(job_id=job_id, outcome=JobOutcome.ACTIVATED, brief=f"activated by {actor}")
         await jobs_repo.transition(conn, job_id, JobState.ACTIVE, event)
-        await conn.execute(
-            "UPDATE jobs SET inputs = NULL, activated_at = now() WHERE id = $1", job_id
-        )
+        await jobs_repo.mark_activated(conn, job_id)
         made: list[str] = []
         if job.inputs_from is not None:
             upstream = await datasets.upstream_task_ids(conn, job.inputs_from)

@@ -11,7 +11,7 @@ from shared.domain.errors import Conflict, NotFound
 from shared.domain.prerequisites import Required
 from shared.domain.states import JobState
 from shared.operations import harvest, stop_guard, task_actions
-from shared.store import jobs_repo
+from shared.store import jobs_repo, prerequisites_repo
 from shared.store.db import Connection
 
 #: The key of a promised input: `{"upstream_task": "<task id>"}`, resolved by the worker.
@@ -44,11 +44,7 @@ async def add_inputs(conn: Connection, job_id: str, inputs: list[Any]) -> list[s
             )
         await harvest.check_not_purged(conn, job_id, "append inputs to it")
         if JobState(state) is JobState.CONFIGURING:
-            await conn.execute(
-                "UPDATE jobs SET inputs = coalesce(inputs, '[]'::jsonb) || $2::jsonb WHERE id = $1",
-                job_id,
-                inputs,
-            )
+            await jobs_repo.hold_inputs(conn, job_id, inputs)
             return []
         ids = await add_tasks(conn, job_id, inputs)
         await task_actions.reopen_job(conn, job_id)
@@ -81,11 +77,10 @@ async def chain(conn: Connection, job_id: str, upstream_task_ids: list[str]) -> 
 
 async def promise(conn: Connection, task_ids: list[str], upstream_task_ids: list[str]) -> None:
     """Make each task wait (before setup) for its upstream task to complete."""
-    await conn.executemany(
-        "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
-        " VALUES ($1, 'setup', $2, $3) ON CONFLICT DO NOTHING",
+    await prerequisites_repo.add(
+        conn,
         [
-            (tid, up, Required.COMPLETED.value)
+            (tid, "setup", up, Required.COMPLETED.value)
             for tid, up in zip(task_ids, upstream_task_ids, strict=True)
         ],
     )
@@ -131,8 +126,4 @@ async def apply_job_prerequisites(conn: Connection, job_id: str, task_ids: list[
         for tid in task_ids
     ]
     if rows:
-        await conn.executemany(
-            "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
-            " VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-            rows,
-        )
+        await prerequisites_repo.add(conn, rows)

@@ -23,7 +23,7 @@ from shared.domain.actions import TaskAction
 from shared.domain.errors import Conflict
 from shared.domain.states import FailureClass, TaskState
 from shared.operations import stop_guard, task_actions
-from shared.store import attempts_repo, tasks_repo
+from shared.store import attempts_repo, emergency_repo, tasks_repo
 from shared.store.db import Connection
 
 logger = logging.getLogger(__name__)
@@ -79,16 +79,12 @@ async def stop(conn: Connection, actor: str, reason: str) -> Stop:
                 next_step=_RESUME_FIRST,
             )
         try:
-            stop_id = await conn.fetchval(
-                "INSERT INTO emergency_stops (stopped_by, reason) VALUES ($1, $2) RETURNING id",
-                actor,
-                reason,
-            )
+            stop_id = await emergency_repo.record_stop(conn, actor, reason)
         except asyncpg.UniqueViolationError as exc:  # only without the lock: belt and braces
             raise Conflict(
                 "an emergency stop is already in force", next_step=_RESUME_FIRST
             ) from exc
-        jobs = await _suspend_active_jobs(conn, stop_id)
+        jobs = await emergency_repo.suspend_active_jobs(conn, stop_id)
         killed = await _kill_running_tasks(conn, stop_id, kill_brief(actor, reason))
         logger.warning(
             "emergency stop by %s: %d job(s) suspended, %d running task(s) killed: %s",
@@ -111,12 +107,8 @@ async def resume(conn: Connection, actor: str) -> Resumed:
                 "no emergency stop is in force", next_step="nothing to resume: work goes on"
             )
         # lifted first: a job that recovering reopens must not be held by this stop again
-        await conn.execute(
-            "UPDATE emergency_stops SET resumed_by = $2, resumed_at = now() WHERE id = $1",
-            current.id,
-            actor,
-        )
-        jobs = await _resume_jobs(conn, current.id)
+        await emergency_repo.record_lifted(conn, current.id, actor)
+        jobs = await emergency_repo.resume_jobs(conn, current.id)
         tasks = await _recover_tasks(conn, current.id, actor)
         logger.warning(
             "emergency stop %d resumed by %s: %d job(s) resumed, %d task(s) recovered",
@@ -153,16 +145,6 @@ async def _get(conn: Connection, stop_id: int) -> Stop:
     return Stop.from_record(record)
 
 
-async def _suspend_active_jobs(conn: Connection, stop_id: int) -> int:
-    status = await conn.execute(
-        "WITH suspended AS (UPDATE jobs SET state = 'suspended' WHERE state = 'active'"
-        " RETURNING id) INSERT INTO emergency_stop_jobs (stop_id, job_id)"
-        " SELECT $1, id FROM suspended",
-        stop_id,
-    )
-    return int(status.split()[-1])
-
-
 async def _kill_running_tasks(conn: Connection, stop_id: int, brief: str) -> int:
     """Every `on_cpu` task: killed through its supervisor and failed as `cancelled`."""
     records = await conn.fetch("SELECT * FROM tasks WHERE state = 'on_cpu' ORDER BY id FOR UPDATE")
@@ -184,21 +166,8 @@ async def _kill_running_tasks(conn: Connection, stop_id: int, brief: str) -> int
             conn, task.id, S.FAILED_ON_CLUSTER, among=frozenset({S.ON_CPU}), changes=changes
         )
         killed.append(task.id)
-    await conn.execute(
-        "INSERT INTO emergency_stop_tasks (stop_id, task_id) SELECT $1, unnest($2::text[])",
-        stop_id,
-        killed,
-    )
+    await emergency_repo.record_killed(conn, stop_id, killed)
     return len(killed)
-
-
-async def _resume_jobs(conn: Connection, stop_id: int) -> list[str]:
-    rows = await conn.fetch(
-        "UPDATE jobs SET state = 'active' WHERE state = 'suspended' AND id IN"
-        " (SELECT job_id FROM emergency_stop_jobs WHERE stop_id = $1) RETURNING id",
-        stop_id,
-    )
-    return sorted(r["id"] for r in rows)
 
 
 async def _recover_tasks(conn: Connection, stop_id: int, actor: str) -> list[str]:

@@ -16,7 +16,7 @@ from shared.domain.messages import JobEvent, JobOutcome, RemoveWorkdirs
 from shared.domain.purge_rules import PURGEABLE
 from shared.domain.states import IN_FLIGHT, JobState
 from shared.messaging.topology import host_key
-from shared.store import outbox
+from shared.store import jobs_repo, logs_repo, outbox, outputs_repo
 from shared.store.db import Connection
 from shared.store.tasks_repo import Task
 
@@ -93,13 +93,7 @@ async def mark_purged(conn: Connection, job_id: str, actor: str, reason: str) ->
         refused = purge_rules.refusal(facts)
         if refused is not None:
             raise Conflict.of(refused)
-        await conn.execute(
-            "UPDATE jobs SET purged_at = now(), purged_by = $2, purge_reason = $3,"
-            " purge_done_at = NULL WHERE id = $1",
-            job_id,
-            actor,
-            reason,
-        )
+        await jobs_repo.mark_purged(conn, job_id, actor, reason)
         event = JobEvent(
             job_id=job_id, outcome=JobOutcome.PURGED, brief=f"purged by {actor}: {reason}"
         )
@@ -115,17 +109,11 @@ async def clear_purged(conn: Connection, job_id: str) -> Purged:
     logs = 0
     after = 0
     while True:
-        gone = await conn.fetch(
-            "DELETE FROM logs WHERE seq IN (SELECT seq FROM logs WHERE job_id = $1 AND seq > $2"
-            " ORDER BY seq LIMIT $3) RETURNING seq",
-            job_id,
-            after,
-            PURGE_LOG_BATCH,
-        )
+        gone = await logs_repo.delete_batch_of_job(conn, job_id, after, PURGE_LOG_BATCH)
         logs += len(gone)
         if len(gone) < PURGE_LOG_BATCH:
             break
-        after = max(r["seq"] for r in gone)
+        after = max(gone)
     contents = removals = 0
     index: int | None = None
     while True:
@@ -140,16 +128,10 @@ async def clear_purged(conn: Connection, job_id: str) -> Purged:
             if not rows:
                 break
             tasks = [Task.from_record(r) for r in rows]
-            contents += _count(
-                await conn.execute(
-                    "UPDATE task_outputs SET content = NULL"
-                    " WHERE task_id = ANY($1::text[]) AND content IS NOT NULL",
-                    [t.id for t in tasks],
-                )
-            )
+            contents += _count(await outputs_repo.drop_contents(conn, [t.id for t in tasks]))
             removals += await remove_workdirs(conn, tasks, reason=f"job {job_id} purged")
         index = tasks[-1].index
-    await conn.execute("UPDATE jobs SET purge_done_at = now() WHERE id = $1", job_id)
+    await jobs_repo.mark_purge_done(conn, job_id)
     return Purged(job_id, logs, contents, removals)
 
 
@@ -217,7 +199,7 @@ async def check_not_purged(
 
 async def set_retention(conn: Connection, job_id: str, retention_s: float | None) -> None:
     """Keep the job's data `retention_s` seconds after it ends (None: forever)."""
-    await conn.execute("UPDATE jobs SET retention_s = $2 WHERE id = $1", job_id, retention_s)
+    await jobs_repo.set_retention(conn, job_id, retention_s)
 
 
 async def due_for_retention(conn: Connection, limit: int) -> list[tuple[str, float]]:

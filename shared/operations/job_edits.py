@@ -102,20 +102,8 @@ async def apply(
         if reason is not None:
             raise Conflict.of(reason)
         columns = sorted({name.split(".")[0] for name in diff})
-        if columns:
-            assignments = ", ".join(f"{c} = ${i}" for i, c in enumerate(columns, start=2))
-            await conn.execute(
-                f"UPDATE jobs SET {assignments} WHERE id = $1",
-                job_id,
-                *(wanted[c] for c in columns),
-            )
-            await conn.execute(
-                "INSERT INTO job_edits (job_id, actor, state, changes) VALUES ($1, $2, $3, $4)",
-                job_id,
-                actor,
-                state.value,
-                diff,
-            )
+        if columns:  # names of FIELDS (checked above), never user text
+            await jobs_repo.edit(conn, job_id, {c: wanted[c] for c in columns}, actor, state, diff)
         job = await jobs_repo.get(conn, job_id)
         assert job is not None
         return job

@@ -10,7 +10,7 @@ from typing import Final
 
 from shared.domain.errors import Conflict
 from shared.domain.states import FAILED
-from shared.store import jobs_repo, tasks_repo
+from shared.store import jobs_repo, prerequisites_repo, tasks_repo
 from shared.store.db import Connection
 
 #: The triage's own resubmissions: a refused one is left as it is.
@@ -35,15 +35,8 @@ async def resubmit(conn: Connection, task_id: str) -> tasks_repo.Task:
             conn, original.job_id, [original.input], test=original.test
         )
         await tasks_repo.link_clone(conn, task_id, clone_id, original.infra_retries + 1)
-        await conn.execute(
-            "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
-            " SELECT $2, stage, on_task_id, required FROM task_prerequisites WHERE task_id = $1",
-            task_id,
-            clone_id,
-        )
-        await conn.execute(
-            "UPDATE task_prerequisites SET on_task_id = $2 WHERE on_task_id = $1", task_id, clone_id
-        )
+        await prerequisites_repo.copy(conn, task_id, clone_id)
+        await prerequisites_repo.move_to_clone(conn, task_id, clone_id)
         clone = await tasks_repo.get(conn, clone_id)
         assert clone is not None
         return clone

@@ -5,7 +5,6 @@ An operator's quarantine is a wall, not a breaker: it lasts until it runs out or
 Releasing a host ends a breaker's quarantine too. Each change goes out as
 `host.<quarantined|released>.<host>`, with the change, in one transaction."""
 
-
 from shared.domain.errors import Conflict, NotFound
 from shared.domain.messages import HostEvent, HostState
 from shared.store import hosts_repo, outbox

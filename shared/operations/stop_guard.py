@@ -12,6 +12,7 @@ transaction that took a row lock first and then waited here would deadlock with 
 from typing import Final
 
 from shared.domain.errors import Conflict
+from shared.store import emergency_repo
 from shared.store.db import Connection
 
 #: Advisory lock: exclusive for a stop or a resume, shared for anything that activates a job.
@@ -32,13 +33,7 @@ async def hold_if_stopped(conn: Connection, job_id: str, *, shared: bool = False
     stop_id = await conn.fetchval("SELECT id FROM emergency_stops WHERE resumed_at IS NULL")
     if stop_id is None:
         return False
-    await conn.execute(
-        "WITH held AS (UPDATE jobs SET state = 'suspended' WHERE id = $2 AND state = 'active'"
-        " RETURNING id) INSERT INTO emergency_stop_jobs (stop_id, job_id)"
-        " SELECT $1, id FROM held ON CONFLICT DO NOTHING",
-        stop_id,
-        job_id,
-    )
+    await emergency_repo.hold_job(conn, stop_id, job_id)
     return True
 
 

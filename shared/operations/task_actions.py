@@ -16,7 +16,7 @@ from shared.domain.messages import FreezeTask, JobEvent, JobOutcome, KillTask
 from shared.domain.states import ACTIONS, FAILED, QUIET, TERMINAL, FailureClass, JobState, TaskState
 from shared.messaging.topology import supervise_key
 from shared.operations import harvest, stop_guard
-from shared.store import attempts_repo, jobs_repo, outbox, tasks_repo
+from shared.store import attempts_repo, jobs_repo, outbox, prerequisites_repo, tasks_repo
 from shared.store.db import Connection
 
 S = TaskState
@@ -131,12 +131,7 @@ def kill_order(job_id: str, process: tasks_repo.Process, reason: str) -> tuple[s
 async def duplicate(conn: Connection, task: tasks_repo.Task) -> tasks_repo.Task:
     """A new task of the same job with the same input (new id, new work dir), at `new`."""
     [new_id] = await jobs_repo.append_tasks(conn, task.job_id, [task.input], test=task.test)
-    await conn.execute(
-        "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
-        " SELECT $2, stage, on_task_id, required FROM task_prerequisites WHERE task_id = $1",
-        task.id,
-        new_id,
-    )
+    await prerequisites_repo.copy(conn, task.id, new_id)
     await reopen_job(conn, task.job_id)
     created = await tasks_repo.get(conn, new_id)
     assert created is not None
@@ -296,10 +291,4 @@ async def _throttle(
             "throttle needs max_in_flight and/or release_per_tick",
             next_step="give one of them, or both",
         )
-    await conn.execute(
-        "UPDATE jobs SET max_in_flight = coalesce($2, max_in_flight),"
-        " release_per_tick = coalesce($3, release_per_tick) WHERE id = $1",
-        job_id,
-        max_in_flight,
-        release_per_tick,
-    )
+    await jobs_repo.throttle(conn, job_id, max_in_flight, release_per_tick)

@@ -1,4 +1,9 @@
-"""Job rows: creation with their tasks in one transaction, reads, and job state changes."""
+"""Job rows: creation with their tasks in one transaction, reads, and job state changes; every
+write to `jobs` (and to `job_edits`, the record of its edits) lives here. Each UPDATE holds the
+row lock of the job(s) it changes until the caller's transaction ends; writers that add work to
+a job lock its row first (`FOR UPDATE`), under the emergency stop's shared lock
+(`shared.operations.stop_guard`). The emergency stop's own changes of `jobs.state`, made
+together with its record, live with that record (`emergency_repo`)."""
 
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field, fields
@@ -382,3 +387,104 @@ def outcome_event(job_id: str, state: JobState) -> JobEvent:
     """The `job.succeeded` / `job.failed` event for a job that reached `state`."""
     outcome = JobOutcome.SUCCEEDED if state is JobState.COMPLETED else JobOutcome.FAILED
     return JobEvent(job_id=job_id, outcome=outcome, brief=f"job {state.value}")
+
+
+# -- fields that change outside the job's state ---------------------------------------------
+
+
+async def hold_inputs(conn: Connection, job_id: str, inputs: list[Any]) -> None:
+    """A configuring job keeps appended inputs until it is activated (the caller holds the
+    job row `FOR UPDATE`)."""
+    await conn.execute(
+        "UPDATE jobs SET inputs = coalesce(inputs, '[]'::jsonb) || $2::jsonb WHERE id = $1",
+        job_id,
+        inputs,
+    )
+
+
+async def mark_activated(conn: Connection, job_id: str) -> None:
+    """The job left configuring: its held inputs are tasks now, and when is recorded."""
+    await conn.execute("UPDATE jobs SET inputs = NULL, activated_at = now() WHERE id = $1", job_id)
+
+
+async def throttle(
+    conn: Connection, job_id: str, max_in_flight: int | None, release_per_tick: int | None
+) -> None:
+    """Change the job's throttles (None: the one it has stays)."""
+    await conn.execute(
+        "UPDATE jobs SET max_in_flight = coalesce($2, max_in_flight),"
+        " release_per_tick = coalesce($3, release_per_tick) WHERE id = $1",
+        job_id,
+        max_in_flight,
+        release_per_tick,
+    )
+
+
+async def edit(
+    conn: Connection,
+    job_id: str,
+    values: dict[str, Any],
+    actor: str,
+    state: JobState,
+    changes: dict[str, Any],
+) -> None:
+    """Set the job's columns `values` (their names from `shared.operations.job_edits.FIELDS`,
+    checked by the caller: never user text) and record the edit (`job_edits`: who, in which
+    state, what changed). The caller holds the job row `FOR UPDATE`."""
+    columns = sorted(values)
+    assignments = ", ".join(f"{c} = ${i}" for i, c in enumerate(columns, start=2))
+    await conn.execute(
+        f"UPDATE jobs SET {assignments} WHERE id = $1", job_id, *(values[c] for c in columns)
+    )
+    await conn.execute(
+        "INSERT INTO job_edits (job_id, actor, state, changes) VALUES ($1, $2, $3, $4)",
+        job_id,
+        actor,
+        state.value,
+        changes,
+    )
+
+
+async def start_probing(conn: Connection, job_id: str) -> bool:
+    """The job releases one task at a time from now (too many of its last tasks failed);
+    False if it was probing already."""
+    return bool(
+        await conn.fetchval(
+            "UPDATE jobs SET probing_since = now() WHERE id = $1 AND probing_since IS NULL"
+            " RETURNING id",
+            job_id,
+        )
+    )
+
+
+async def end_probing(conn: Connection) -> int:
+    """Every probing job with a task completed since probing began releases fully again;
+    how many."""
+    status = await conn.execute(
+        "UPDATE jobs j SET probing_since = NULL WHERE probing_since IS NOT NULL"
+        " AND EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'completed'"
+        "   AND NOT t.test"
+        "   AND t.updated_at > j.probing_since)"
+    )
+    return int(status.split()[-1])
+
+
+async def mark_purged(conn: Connection, job_id: str, actor: str, reason: str) -> None:
+    """From now on nothing may bring the job back to work, and its data is to be cleared."""
+    await conn.execute(
+        "UPDATE jobs SET purged_at = now(), purged_by = $2, purge_reason = $3,"
+        " purge_done_at = NULL WHERE id = $1",
+        job_id,
+        actor,
+        reason,
+    )
+
+
+async def mark_purge_done(conn: Connection, job_id: str) -> None:
+    """The purged job's data is cleared."""
+    await conn.execute("UPDATE jobs SET purge_done_at = now() WHERE id = $1", job_id)
+
+
+async def set_retention(conn: Connection, job_id: str, retention_s: float | None) -> None:
+    """Keep the job's data `retention_s` seconds after it ends (None: forever)."""
+    await conn.execute("UPDATE jobs SET retention_s = $2 WHERE id = $1", job_id, retention_s)

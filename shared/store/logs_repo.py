@@ -143,3 +143,16 @@ async def prune_ended_jobs(conn: Connection, retention_s: float, limit: int = 10
         limit,
     )
     return int(status.split()[-1])
+
+
+async def delete_batch_of_job(conn: Connection, job_id: str, after: int, limit: int) -> list[int]:
+    """Delete up to `limit` of the job's lines past `after` (by `seq`): their seqs (a purge
+    goes in such batches, each statement on its own, so that no lock is held long)."""
+    gone = await conn.fetch(
+        "DELETE FROM logs WHERE seq IN (SELECT seq FROM logs WHERE job_id = $1 AND seq > $2"
+        " ORDER BY seq LIMIT $3) RETURNING seq",
+        job_id,
+        after,
+        limit,
+    )
+    return [r["seq"] for r in gone]

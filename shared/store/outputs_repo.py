@@ -98,3 +98,17 @@ async def one(
     data = dict(row)
     content = data.pop("content")
     return StoredOutput(**data), content
+
+
+async def drop_contents(conn: Connection, task_ids: list[str]) -> str:
+    """Drop the kept bytes of the tasks' outputs (their records stay); the statement's status."""
+    return await conn.execute(
+        "UPDATE task_outputs SET content = NULL"
+        " WHERE task_id = ANY($1::text[]) AND content IS NOT NULL",
+        task_ids,
+    )
+
+
+async def delete_of_tasks(conn: Connection, task_ids: list[str]) -> None:
+    """Forget the outputs of the tasks (test runs' outputs at activation)."""
+    await conn.execute("DELETE FROM task_outputs WHERE task_id = ANY($1::text[])", task_ids)

@@ -2,6 +2,7 @@
 imports another, and the `vigil` client imports neither. Read from the source, not run."""
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +45,61 @@ def test_each_layer_of_shared_imports_only_the_layers_below_it() -> None:
     for index, layer in enumerate(LAYERS):
         above = tuple(f"shared.{higher}" for higher in LAYERS[index + 1 :])
         assert _offenders(ROOT / "shared" / layer, above) == [], layer
+
+
+#: A statement that writes: what only `shared/store/` may hold (docs/architecture.md, the map).
+_WRITE = re.compile(r"\b(INSERT\s+INTO|DELETE\s+FROM|TRUNCATE|UPDATE\s+\w+(\s+\w+)?\s+SET)\b")
+_COPY = frozenset({"copy_records_to_table", "copy_to_table", "copy_from_query"})
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring nodes of `tree` (prose, not statements)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def _writers(folder: Path, allowed: Path | None = None) -> list[str]:
+    """`<file>:<line>` for every SQL write (a string that writes, or a COPY) under `folder`,
+    but under `allowed`."""
+    found: list[tuple[str, int]] = []
+    for path in sorted(folder.rglob("*.py")):
+        if allowed is not None and path.is_relative_to(allowed):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        prose = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                writes = id(node) not in prose and _WRITE.search(node.value) is not None
+            else:
+                writes = isinstance(node, ast.Attribute) and node.attr in _COPY
+            if writes:
+                assert isinstance(node, ast.expr)
+                found.append((str(path.relative_to(folder)), node.lineno))
+    return [f"{name}:{line}" for name, line in sorted(found)]
+
+
+def test_every_sql_write_lives_in_the_store() -> None:
+    assert _writers(ROOT / "shared", allowed=ROOT / "shared" / "store") == []
+    for folder in ("services", "vigil"):
+        assert _writers(ROOT / folder) == [], folder
+
+
+def test_the_write_check_finds_each_kind_of_write(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        '"""UPDATE tasks SET in prose is fine."""\n'
+        'a = "UPDATE tasks t SET claim = NULL"\n'
+        'b = "INSERT INTO outbox (body) VALUES ($1)"\n'
+        'c = f"DELETE FROM logs WHERE id = {1}"\n'
+        "d = conn.copy_records_to_table\n"
+        'e = "SELECT 1 FROM tasks -- update the docs"\n'
+    )
+
+    assert _writers(tmp_path) == ["m.py:2", "m.py:3", "m.py:4", "m.py:5"]
 
 
 def test_no_service_imports_another() -> None:

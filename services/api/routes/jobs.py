@@ -53,11 +53,10 @@ from shared.operations import (
     datasets,
     harvest,
     job_edits,
-    job_errors,
     pool_status,
     task_actions,
 )
-from shared.store import event_log, jobs_repo, logs_repo, tasks_repo
+from shared.store import event_log, job_errors_repo, jobs_repo, logs_repo, tasks_repo
 
 logger = logging.getLogger(__name__)
 
@@ -194,7 +193,7 @@ async def list_errors(
     first, each with the lines that led up to it as its `detail`."""
     async with pool.acquire() as conn:
         await check_visible(conn, user, job_id)
-        errors = await job_errors.list_for_job(conn, job_id, limit)
+        errors = await job_errors_repo.list_for_job(conn, job_id, limit)
     return [JobErrorPublic.model_validate(e, from_attributes=True) for e in errors]
 
 

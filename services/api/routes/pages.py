@@ -37,8 +37,15 @@ from shared.domain.ids import ID_PATTERN
 from shared.domain.states import FailureClass, JobState, TaskState
 from shared.domain.topics import MAX_TOPICS
 from shared.messaging.redis_keys import RedisKeys
-from shared.operations import job_errors
-from shared.store import attempts_repo, bulk_repo, jobs_repo, outputs_repo, tasks_repo, users_repo
+from shared.store import (
+    attempts_repo,
+    bulk_repo,
+    job_errors_repo,
+    jobs_repo,
+    outputs_repo,
+    tasks_repo,
+    users_repo,
+)
 from shared.store.db import Connection
 from shared.store.jobs_repo import Job
 from shared.store.tasks_repo import Task
@@ -338,7 +345,7 @@ async def job_page(
             conn, job_id, after=after, limit=limit + 1, state=only
         )
         failed = await dashboard.failed_tasks(conn, job_id)
-        errors = await job_errors.list_for_job(conn, job_id, dashboard.PROBLEMS)
+        errors = await job_errors_repo.list_for_job(conn, job_id, dashboard.PROBLEMS)
         logs = await dashboard.log_tail(conn, job_id)
         owners = await dashboard.owner_names(conn, [job.owner_id])
         pictures = await dashboard.job_charts(conn, job, _now())

@@ -1,4 +1,6 @@
-"""Errors kept with their job: the error-severity log records that failed a task.
+"""Errors kept with their job (`job_errors`): the error-severity log records that failed a
+task, and the scheduler's dead letters. Every write to the table lives here; an insert takes
+no lock beyond its own row.
 
 When a task fails as `error_log`, every record of its attempt whose severity is in the job's
 `fail_on_log` is copied here, each with the lines that led up to it as its detail.
@@ -45,6 +47,21 @@ async def record_from_logs(
         _CONTEXT_LINES,
     )
     return int(status.split()[-1])
+
+
+async def record(
+    conn: Connection, job_id: str | None, task_id: str, severity: str, brief: str, detail: str
+) -> None:
+    """Keep one error with its job (a dead-lettered message's, `services/scheduler`)."""
+    await conn.execute(
+        "INSERT INTO job_errors (job_id, task_id, severity, brief, detail)"
+        " VALUES ($1, $2, $3, $4, $5)",
+        job_id,
+        task_id,
+        severity,
+        brief,
+        detail,
+    )
 
 
 async def first_error(

@@ -1,0 +1,70 @@
+"""Emergency stops (`emergency_stops`, `emergency_stop_jobs`, `emergency_stop_tasks`, design §8):
+every write to them lives here, and so do the changes of `jobs.state` a stop makes together
+with its record (the jobs it suspends and resumes). Every function is called with the stop's
+advisory lock held by the caller (`shared.operations.stop_guard.LOCK_KEY`: exclusive for a stop
+and its lifting, shared for a writer that may make a job active); each UPDATE holds the row
+locks of the jobs it changes until the transaction ends.
+"""
+
+from shared.store.db import Connection
+
+
+async def record_stop(conn: Connection, actor: str, reason: str) -> int:
+    """A new stop in force; its id (`UniqueViolationError` if one is in force already)."""
+    stop_id: int = await conn.fetchval(
+        "INSERT INTO emergency_stops (stopped_by, reason) VALUES ($1, $2) RETURNING id",
+        actor,
+        reason,
+    )
+    return stop_id
+
+
+async def record_lifted(conn: Connection, stop_id: int, actor: str) -> None:
+    """The stop is lifted, by `actor`, now."""
+    await conn.execute(
+        "UPDATE emergency_stops SET resumed_by = $2, resumed_at = now() WHERE id = $1",
+        stop_id,
+        actor,
+    )
+
+
+async def suspend_active_jobs(conn: Connection, stop_id: int) -> int:
+    """Suspend every active job, each recorded as the stop's; how many."""
+    status = await conn.execute(
+        "WITH suspended AS (UPDATE jobs SET state = 'suspended' WHERE state = 'active'"
+        " RETURNING id) INSERT INTO emergency_stop_jobs (stop_id, job_id)"
+        " SELECT $1, id FROM suspended",
+        stop_id,
+    )
+    return int(status.split()[-1])
+
+
+async def hold_job(conn: Connection, stop_id: int, job_id: str) -> None:
+    """Suspend `job_id` if it is active (made active while the stop is in force), recorded as
+    the stop's, so that the stop's lifting resumes it."""
+    await conn.execute(
+        "WITH held AS (UPDATE jobs SET state = 'suspended' WHERE id = $2 AND state = 'active'"
+        " RETURNING id) INSERT INTO emergency_stop_jobs (stop_id, job_id)"
+        " SELECT $1, id FROM held ON CONFLICT DO NOTHING",
+        stop_id,
+        job_id,
+    )
+
+
+async def record_killed(conn: Connection, stop_id: int, task_ids: list[str]) -> None:
+    """The tasks the stop killed (its lifting recovers those still failed by it)."""
+    await conn.execute(
+        "INSERT INTO emergency_stop_tasks (stop_id, task_id) SELECT $1, unnest($2::text[])",
+        stop_id,
+        task_ids,
+    )
+
+
+async def resume_jobs(conn: Connection, stop_id: int) -> list[str]:
+    """Make active again the jobs the stop suspended that are still suspended; their ids."""
+    rows = await conn.fetch(
+        "UPDATE jobs SET state = 'active' WHERE state = 'suspended' AND id IN"
+        " (SELECT job_id FROM emergency_stop_jobs WHERE stop_id = $1) RETURNING id",
+        stop_id,
+    )
+    return sorted(r["id"] for r in rows)
