@@ -84,7 +84,12 @@ def _handler(pool: Pool, watchers: Watchers, cgroups: Cgroups | None) -> Handler
         # A stale hand-over (the task ended, or runs under another claim) is found out by
         # the watcher: its process is gone, or its load finds the task moved on.
         watchers.watch(
-            message.task_id, message.job_id, message.claim, message.pid, message.create_time
+            message.task_id,
+            message.job_id,
+            message.claim,
+            message.pid,
+            message.create_time,
+            ran_s=message.ran_s,
         )
 
     return handle

@@ -16,10 +16,6 @@ class SupervisorSettings(HostSettings):
     #: watched (one is starting); a watched worker's exit is seen at once, and its
     #: registration and heartbeat are looked at every `dead_worker_s` / 10 (or this, if longer).
     worker_poll_s: float = Field(default=0.2, gt=0, le=10)
-    #: A process still running this long after it was handed over gets its job's error-log
-    #: binding (and a read of the errors already stored). A shorter one costs no binding: the
-    #: worker fails it on its error log when it exits.
-    follow_after_s: float = Field(default=0.25, ge=0, le=60)
     #: How often each watcher checks walltime and signs of life (hang_timeout).
     vitals_s: float = Field(default=0.5, gt=0, le=60)
     #: A tree being killed gets SIGTERM, then SIGKILL this long after.

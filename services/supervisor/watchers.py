@@ -8,11 +8,12 @@
   `hang_timeout` (since the last sign of life: output written to the run files or a status
   file; paused while the job is suspended) are checked (`shared.domain.vitals`).
 - **Error log**: a record of the task with a severity in the job's `fail_on_log` (through
-  `ErrorLogs`) fails it as `error_log`. The job's binding is made only for a process still
-  running `follow_after_s` after it was handed over (then the errors already stored are read
-  too): binding and unbinding cost the broker a metadata change each, which a command of a
-  few milliseconds would pay for nothing, since the worker fails it on its error log when it
-  exits.
+  `ErrorLogs`) fails it as `error_log`. The job's binding is made only for a process that
+  has run `follow_after_s` (then the errors already stored are read too): binding and
+  unbinding cost the broker a metadata change each, which a command of a few milliseconds
+  would pay for nothing, since the worker fails it on its error log when it exits. The worker
+  hands a process over only once it has run that long (`WatchProcess.ran_s`); the reconcile
+  finds the others that are `on_cpu` in PostgreSQL.
 
 Each verdict is a compare-and-set on the task (`on_cpu` under the watched claim) before the
 tree is killed (TERM, `kill_grace_s`, KILL), so the worker's own late report is fenced off.
@@ -114,19 +115,33 @@ class Watchers:
     def is_watching(self, task_id: str, claim: UUID) -> bool:
         return (task_id, claim) in self._tasks
 
-    def watch(self, task_id: str, job_id: str, claim: UUID, pid: int, create_time: float) -> None:
-        """Start watching (idempotent: a process already watched is left alone)."""
+    def is_following(self, task_id: str) -> bool:
+        """Whether its process is followed (loaded, vitals checked, error log bound)."""
+        return task_id in self._watched
+
+    def watch(
+        self,
+        task_id: str,
+        job_id: str,
+        claim: UUID,
+        pid: int,
+        create_time: float,
+        *,
+        ran_s: float = 0.0,
+    ) -> None:
+        """Start watching (idempotent: a process already watched is left alone). `ran_s`: how
+        long it has run already (it is followed once it has run `follow_after_s`)."""
         key = (task_id, claim)
         if key in self._tasks:
             return
         task = asyncio.create_task(
-            self._watch(task_id, job_id, claim, pid, create_time), name=f"watch-{task_id}"
+            self._watch(task_id, job_id, claim, pid, create_time, ran_s), name=f"watch-{task_id}"
         )
         self._tasks[key] = task
         task.add_done_callback(lambda _t: self._tasks.pop(key, None))
 
     async def _watch(
-        self, task_id: str, job_id: str, claim: UUID, pid: int, create_time: float
+        self, task_id: str, job_id: str, claim: UUID, pid: int, create_time: float, ran_s: float
     ) -> None:
         """A process that exits within `follow_after_s` is only judged at its exit (most often
         the worker's note says it is the worker's to report: no database read at all). One
@@ -134,8 +149,9 @@ class Watchers:
         waiter = exit_waiter(pid, create_time)
         exited = asyncio.ensure_future(waiter) if waiter is not None else None
         try:
-            if exited is not None:
-                await asyncio.wait({exited}, timeout=self._settings.follow_after_s)
+            follow_in = self._settings.follow_after_s - ran_s
+            if exited is not None and follow_in > 0:
+                await asyncio.wait({exited}, timeout=follow_in)
             if exited is None or exited.done():
                 cgroup = self._cgroups.path(task_id, claim) if self._cgroups else None
                 await self._judge_exit(

@@ -38,7 +38,7 @@ from shared.domain.status_report import StatusReport
 from shared.host import job_files, marks
 from shared.host.cgroups import Cgroups, TaskLimits
 from shared.host.processes import signal_tree
-from shared.host.status_file import read_status
+from shared.host.status_file import read_status, surely_absent
 from shared.messaging.amqp import Broker
 from shared.messaging.redis_keys import JOB_TTL_S, RedisKeys
 from shared.messaging.topology import supervise_key
@@ -89,6 +89,8 @@ STATUS_READ_TIMEOUT_S: Final = 10.0
 async def _read_status(ctx: TaskContext) -> StatusReport | None:
     """The run's status file, read in a thread: a job's file never blocks the event loop
     (`shared.host.status_file.read_status` refuses FIFOs, devices and links without waiting)."""
+    if surely_absent(ctx.workdir, ctx.status_file):  # most commands write none: no thread hop
+        return None
     try:
         async with asyncio.timeout(STATUS_READ_TIMEOUT_S):
             return await asyncio.to_thread(read_status, ctx.workdir, ctx.status_file)
@@ -241,7 +243,7 @@ class StageRunner:
         held.opened = None
         ctx = self._context(held, attempt)
         _, failure = await self._run_hook(
-            "setup", S.FAILED_TO_SETUP, lambda: self._type(held).setup(ctx)
+            "setup", S.FAILED_TO_SETUP, lambda: self._type(held).setup(ctx), held
         )
         if failure is not None:
             await self._finish(held, S.SETTING_UP, attempt, failure)
@@ -322,7 +324,10 @@ class StageRunner:
         ctx = self._context(held, attempt)
         ctx.safe_mkdir(".vigil")
         script, failure = await self._run_hook(
-            "cluster_commands", S.FAILED_ON_CLUSTER, lambda: self._type(held).cluster_commands(ctx)
+            "cluster_commands",
+            S.FAILED_ON_CLUSTER,
+            lambda: self._type(held).cluster_commands(ctx),
+            held,
         )
         if failure is not None or not isinstance(script, str):
             if held.set_up is not None:
@@ -429,23 +434,35 @@ class StageRunner:
         if held.opened != attempt:  # the environment told the command another number
             raise RuntimeError(f"task {held.task.id}: opened attempt {held.opened}, not {attempt}")
         held.opened = None
+        # Not awaited: the supervisor's periodic reconcile finds the process anyway, and every
+        # verdict it reaches is fenced by the claim.
+        self._background(self._hand_over(held, running))
+        return True
+
+    async def _hand_over(self, held: Held, running: process.Running) -> None:
+        """Hand the process to the supervisor once it has run `follow_after_s`: one that
+        exits sooner is seen to its end by this worker, its parent (what the supervisor
+        would do for it: see `services/supervisor/watchers.py`), and costs no message."""
+        await asyncio.sleep(self.settings.follow_after_s)
+        if running.exited_at is not None:
+            return
         watch = WatchProcess(
             job_id=held.task.job_id,
             task_id=held.task.id,
             claim=held.claim,
             pid=running.pid,
             create_time=running.create_time,
+            ran_s=self.settings.follow_after_s,
         )
-        # Not awaited: the supervisor's periodic reconcile finds the process anyway, and every
-        # verdict it reaches is fenced by the claim.
-        self._background(self._hand_over(watch))
-        return True
-
-    async def _hand_over(self, watch: WatchProcess) -> None:
         try:
             await self.broker.publish_work(supervise_key(self.settings.host_id), watch)
         except Exception as exc:
             logger.warning("could not hand task %s to the supervisor: %s", watch.task_id, exc)
+
+    async def background_done(self) -> None:
+        """Wait for the runner's background work (the hand-overs to the supervisor)."""
+        while self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
 
     def _background(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
@@ -649,14 +666,16 @@ class StageRunner:
         return row.attempt
 
     async def _run_hook(
-        self, hook: str, failed: TaskState, call: Callable[[], T]
+        self, hook: str, failed: TaskState, call: Callable[[], T], held: Held | None = None
     ) -> tuple[T | None, Outcome | None]:
-        """Run a task type's hook in a thread: (its result, None), or (None, the failure).
+        """Run a task type's hook in a thread (on the loop if the type of `held`'s job says
+        it may: `TaskType.inline_hooks`): (its result, None), or (None, the failure).
 
         A hook that raises or returns something false fails; only a raise carries a detail.
         """
+        inline = held is not None and hook in self._type(held).inline_hooks
         try:
-            result = await asyncio.to_thread(call)
+            result = call() if inline else await asyncio.to_thread(call)
         except Exception as exc:
             logger.warning("%s() raised", hook, exc_info=True)
             return None, hook_failed(failed, hook, exc, traceback.format_exc())

@@ -71,6 +71,9 @@ class WatchProcess(_Message):
     claim: UUID
     pid: int
     create_time: float
+    #: How long it had run when it was handed over (the worker hands over only what runs
+    #: `follow_after_s`): the supervisor follows it that much sooner.
+    ran_s: float = Field(default=0.0, ge=0)
 
 
 class KillTask(_Message):

@@ -1,5 +1,7 @@
 """The command's own diagnosis in `$VIGIL_STATUS_FILE` (design §3): read warily, then parsed."""
 
+import os
+import stat
 from pathlib import Path
 from typing import Final
 
@@ -10,6 +12,21 @@ from shared.host.job_files import UnsafeFile, read_regular
 
 #: A status file larger than this is refused (it is a short JSON object, `resume` included).
 MAX_STATUS_BYTES: Final = 1 << 20
+
+
+def surely_absent(workdir: Path, path: Path) -> bool:
+    """Whether there is no status file at `path` (inside `workdir`), as `read_status` would
+    find: every directory on the way a real directory (no link followed) and nothing at
+    `path`. Two `lstat`s, cheap enough for the event loop; False when unsure."""
+    here = workdir
+    for part in path.relative_to(workdir).parts[:-1]:
+        here = here / part
+        try:
+            if not stat.S_ISDIR(os.lstat(here).st_mode):
+                return False
+        except OSError:
+            return False
+    return not os.path.lexists(path)
 
 
 def read_status(workdir: Path, path: Path) -> StatusReport | None:

@@ -70,3 +70,10 @@ class HostSettings(CommonSettings):
     #: Where per-command cgroups (v2) go: "" finds a writable cgroup2 mount, "off" uses
     #: process groups only (see shared/host/cgroups.py).
     cgroup_root: str = ""
+    #: A command is followed by the supervisor only once it has run this long
+    #: (`VIGIL_FOLLOW_AFTER_S`, read by both): the worker hands it over then, and the supervisor
+    #: binds its job's error log (and reads the errors already stored). A shorter one costs
+    #: neither a hand-over nor a binding: its worker, its parent, sees it exit and reports it,
+    #: fails it on its error log, and a worker that dies meanwhile is seen by the supervisor's
+    #: watch of the worker and by its reconcile.
+    follow_after_s: float = Field(default=0.25, ge=0, le=60)

@@ -12,6 +12,8 @@ class ShellTaskType(TaskType):
     """setup writes the input; the command is the job's script; save_results checks outputs."""
 
     name = "shell"
+    #: Writing the input (and linking upstream outputs), and returning the command.
+    inline_hooks = frozenset({"setup", "cluster_commands"})
 
     def setup(self, ctx: TaskContext) -> bool:
         ctx.safe_mkdir(".vigil")

@@ -7,6 +7,7 @@ message; what it asserts is what the database holds afterwards.
 """
 
 import asyncio
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,14 +18,16 @@ from redis.asyncio import Redis
 
 from services.worker.settings import WorkerSettings
 from services.worker.stages import StageRunner
-from shared.domain.messages import RunStage
+from shared.domain.messages import RunStage, WatchProcess, decode
 from shared.domain.states import Stage
 from shared.messaging.amqp import open_broker
 from shared.messaging.redis_keys import RedisKeys
-from shared.messaging.topology import Topology
+from shared.messaging.topology import Topology, declare_all_work_queues
 from shared.store import db, jobs_repo, users_repo
 from shared.store.jobs_repo import NewJob
+from shared.task_types import TaskContext
 from shared.task_types.registry import load_task_types
+from shared.task_types.shell import ShellTaskType
 from tests.conftest import AMQP_URL, REDIS_URL
 
 pytestmark = pytest.mark.integration
@@ -169,3 +172,80 @@ async def test_a_report_that_comes_after_the_task_was_taken_away_is_kept_not_app
     )
     assert late["state"] == "data_ready" and late["exit_code"] == 0
     assert "is failed_on_cluster, not movable to data_ready" in late["rejected_because"]
+
+
+async def test_only_a_command_that_outlives_follow_after_is_handed_to_the_supervisor(
+    pool: db.Pool, session_database_url: str, namespace: str, tmp_path: Path
+) -> None:
+    settings = WorkerSettings(
+        database_url=session_database_url,
+        amqp_url=AMQP_URL,
+        redis_url=REDIS_URL,
+        namespace=namespace,
+        host_id=f"h-{uuid.uuid4().hex[:8]}",
+        work_root=str(tmp_path),
+        job_isolation="off",
+        cgroup_root="off",
+        follow_after_s=0.3,
+    )
+    redis = Redis.from_url(REDIS_URL)
+    async with open_broker(AMQP_URL, Topology(namespace), name="test-hand-over") as broker:
+        await declare_all_work_queues(broker.channel, broker.topology, settings.host_id)
+        runner = StageRunner(
+            settings, pool, broker, redis, RedisKeys(namespace), load_task_types(), "w-test"
+        )
+        short, long = await _claimed(pool, "true"), await _claimed(pool, "sleep 1")
+        for message in (short, long):
+            held = await runner.take(message)
+            assert held is not None
+            await runner.drive(held)
+        await runner.background_done()
+
+        channel = await broker.channel_for_consuming(prefetch=10)
+        queue = await channel.declare_queue(
+            broker.topology.supervisor_queue(settings.host_id), passive=True
+        )
+        handed = []
+        while (incoming := await queue.get(fail=False, no_ack=True)) is not None:
+            handed.append(decode(incoming.body))
+        await channel.close()
+    await redis.aclose()
+
+    assert [(m.task_id, m.ran_s) for m in handed if isinstance(m, WatchProcess)] == [
+        (long.task_id, 0.3)
+    ]
+    assert len(handed) == 1
+    assert (await _task(pool, short.task_id))["state"] == "completed"
+
+
+class _ThreadsSeen(ShellTaskType):
+    """The shell type, noting the thread each hook ran in; only `cluster_commands` inline."""
+
+    inline_hooks = frozenset({"cluster_commands"})
+
+    def __init__(self) -> None:
+        self.threads: dict[str, int] = {}
+
+    def setup(self, ctx: TaskContext) -> bool:
+        self.threads["setup"] = threading.get_ident()
+        return super().setup(ctx)
+
+    def cluster_commands(self, ctx: TaskContext) -> str:
+        self.threads["cluster_commands"] = threading.get_ident()
+        return super().cluster_commands(ctx)
+
+
+async def test_a_types_inline_hooks_run_on_the_event_loop_and_the_others_in_a_thread(
+    runner: StageRunner, pool: db.Pool
+) -> None:
+    seen = _ThreadsSeen()
+    runner.task_types = {"shell": seen}
+    message = await _claimed(pool, "true")
+
+    held = await runner.take(message)
+    assert held is not None
+    await runner.drive(held)
+
+    assert seen.threads["cluster_commands"] == threading.get_ident()
+    assert seen.threads["setup"] != threading.get_ident()
+    assert (await _task(pool, message.task_id))["state"] == "completed"

@@ -124,3 +124,20 @@ async def test_a_task_that_moved_on_meanwhile_is_left_alone(
         "SELECT state, failure_class FROM tasks WHERE id = $1", running.task_id
     )
     assert row is not None and (row["state"], row["failure_class"]) == ("data_ready", None)
+
+
+async def test_a_process_handed_over_after_follow_after_is_followed_at_once(
+    watchers: Watchers, running: Running
+) -> None:
+    watchers.watch(
+        running.task_id,
+        running.job_id,
+        running.claim,
+        running.process.pid,
+        running.created,
+        ran_s=SETTINGS.follow_after_s,  # the worker waited it out already
+    )
+
+    async with asyncio.timeout(5):  # not another follow_after_s (60 s) here
+        while not watchers.is_following(running.task_id):  # noqa: ASYNC110
+            await asyncio.sleep(0.02)  # (nothing to await: the watcher loads it)
