@@ -33,21 +33,26 @@ from tests.conftest import AMQP_URL, REDIS_URL
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-async def runner(
-    pool: db.Pool, session_database_url: str, namespace: str, tmp_path: Path
-) -> AsyncIterator[StageRunner]:
-    settings = WorkerSettings(
-        database_url=session_database_url,
+def _settings(database_url: str, namespace: str, work_root: Path, **more: Any) -> WorkerSettings:
+    """A worker of a host of its own, unconfined, without cgroups."""
+    return WorkerSettings(
+        database_url=database_url,
         amqp_url=AMQP_URL,
         redis_url=REDIS_URL,
         namespace=namespace,
         host_id=f"h-{uuid.uuid4().hex[:8]}",
-        work_root=str(tmp_path),
-        worker_slots=2,
+        work_root=str(work_root),
         job_isolation="off",
         cgroup_root="off",
+        **more,
     )
+
+
+@pytest.fixture
+async def runner(
+    pool: db.Pool, session_database_url: str, namespace: str, tmp_path: Path
+) -> AsyncIterator[StageRunner]:
+    settings = _settings(session_database_url, namespace, tmp_path, worker_slots=2)
     redis = Redis.from_url(REDIS_URL)
     async with open_broker(AMQP_URL, Topology(namespace), name="test-stages") as broker:
         yield StageRunner(
@@ -177,17 +182,7 @@ async def test_a_report_that_comes_after_the_task_was_taken_away_is_kept_not_app
 async def test_only_a_command_that_outlives_follow_after_is_handed_to_the_supervisor(
     pool: db.Pool, session_database_url: str, namespace: str, tmp_path: Path
 ) -> None:
-    settings = WorkerSettings(
-        database_url=session_database_url,
-        amqp_url=AMQP_URL,
-        redis_url=REDIS_URL,
-        namespace=namespace,
-        host_id=f"h-{uuid.uuid4().hex[:8]}",
-        work_root=str(tmp_path),
-        job_isolation="off",
-        cgroup_root="off",
-        follow_after_s=0.3,
-    )
+    settings = _settings(session_database_url, namespace, tmp_path, follow_after_s=0.3)
     redis = Redis.from_url(REDIS_URL)
     async with open_broker(AMQP_URL, Topology(namespace), name="test-hand-over") as broker:
         await declare_all_work_queues(broker.channel, broker.topology, settings.host_id)
