@@ -62,7 +62,8 @@ class Tally:
 
     async def flush(self, conn: Connection) -> int:
         """Write what was counted (one statement); returns how many rows it touched. On a
-        failure the counts stay, to be written with the next ones."""
+        failure the counts stay, to be written with the next ones.
+        Locks: each `activity` row it inserts or adds to (the upsert locks a row it meets)."""
         if not self.counts:
             return 0
         taken, self.counts = self.counts, Counter()
@@ -93,7 +94,8 @@ async def since(conn: Connection, job_id: str, after: datetime) -> list[tuple[da
 
 
 async def prune(conn: Connection, older_than_s: float) -> int:
-    """Delete the minutes older than `older_than_s`; returns how many rows went."""
+    """Delete the minutes older than `older_than_s`; returns how many rows went.
+    Locks: the `activity` rows it deletes."""
     status = await conn.execute(
         "DELETE FROM activity WHERE minute < now() - make_interval(secs => $1)", older_than_s
     )

@@ -58,7 +58,8 @@ async def start(
 ) -> Attempt:
     """Open the next attempt (of a stage, or a hook by its name) of a task that `claim` holds.
 
-    Raises `StaleState` if the claim is not the task's.
+    Raises `StaleState` if the claim is not the task's. Locks: the task's row (its UPDATE of
+    `attempt`), then none beyond the attempt row it inserts.
     """
     numbers = await conn.fetchrow(
         "UPDATE tasks SET attempt = attempt + 1 WHERE id = $1 AND claim = $2"
@@ -84,7 +85,7 @@ async def start(
 
 
 async def set_pid(conn: Connection, task_id: str, attempt: int, pid: int) -> None:
-    """Record the pid of the attempt's process."""
+    """Record the pid of the attempt's process. Locks: the attempt's row (its UPDATE)."""
     await conn.execute(
         "UPDATE attempts SET pid = $3 WHERE task_id = $1 AND attempt = $2", task_id, attempt, pid
     )
@@ -107,6 +108,7 @@ async def finish(
     """Close an attempt with its outcome; an attempt already closed is left as it is.
 
     `detected_after_s`: for a failure, how long after it happened it was recorded.
+    Locks: the attempt's row if still open (its UPDATE); callers lock the task row first.
     """
     await conn.execute(
         "UPDATE attempts SET ended_at = now(), outcome = $3, exit_code = $4, signal = $5,"
@@ -139,6 +141,7 @@ async def close_open(
     """Close every open attempt of a task (its worker or process is gone).
 
     `reaped`: the caller knows the attempt's process is gone (it killed it or saw it die).
+    Locks: the task's open attempt rows (its UPDATE); callers hold the task row already.
     """
     await conn.execute(
         "UPDATE attempts SET ended_at = now(), outcome = $2, failure_class = $3,"
@@ -154,7 +157,8 @@ async def close_open(
 
 
 async def mark_reaped(conn: Connection, task_id: str, pid: int) -> None:
-    """Record that the process `pid` of the task's attempt is gone (killed or found dead)."""
+    """Record that the process `pid` of the task's attempt is gone (killed or found dead).
+    Locks: the attempt rows of that pid not yet reaped (its UPDATE); not the task row."""
     await conn.execute(
         "UPDATE attempts SET reaped_at = now()"
         " WHERE task_id = $1 AND pid = $2 AND reaped_at IS NULL",
@@ -166,7 +170,8 @@ async def mark_reaped(conn: Connection, task_id: str, pid: int) -> None:
 async def record_late_report(
     conn: Connection, task_id: str, attempt: int, report: dict[str, Any]
 ) -> None:
-    """Keep a report that arrived after the attempt was fenced off (it changed nothing)."""
+    """Keep a report that arrived after the attempt was fenced off (it changed nothing).
+    Locks: the attempt's row (its UPDATE); not the task row."""
     await conn.execute(
         "UPDATE attempts SET late_report = $3 WHERE task_id = $1 AND attempt = $2",
         task_id,
@@ -176,7 +181,8 @@ async def record_late_report(
 
 
 async def record_decision(conn: Connection, task_id: str, decision: str, reason: str) -> None:
-    """Write triage's decision on the task's last attempt."""
+    """Write triage's decision on the task's last attempt. Locks: that attempt's row (its
+    UPDATE)."""
     await conn.execute(
         "UPDATE attempts SET decision = $2, decision_reason = $3, decided_at = now()"
         " WHERE id = (SELECT max(id) FROM attempts WHERE task_id = $1)",

@@ -48,7 +48,8 @@ async def start(
     matched: int,
     jobs: int,
 ) -> int:
-    """Record a bulk action about to be applied (or a dry run); returns its id."""
+    """Record a bulk action about to be applied (or a dry run); returns its id. Locks: none
+    beyond the row it inserts, plus a key-share lock on the actor's `users` row (foreign key)."""
     record_id = await conn.fetchval(
         "INSERT INTO bulk_actions (actor_id, actor, role, action, selector, dry_run, matched,"
         " jobs) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
@@ -72,7 +73,8 @@ async def count(
     *,
     finished: bool,
 ) -> None:
-    """Set the running totals of record `record_id` (and its end when `finished`)."""
+    """Set the running totals of record `record_id` (and its end when `finished`).
+    Locks: the record's row (its UPDATE)."""
     await conn.execute(
         "UPDATE bulk_actions SET applied = $2, refused = $3, refusals = $4,"
         " finished_at = CASE WHEN $5 THEN now() END WHERE id = $1",

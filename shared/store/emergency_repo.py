@@ -10,7 +10,8 @@ from shared.store.db import Connection
 
 
 async def record_stop(conn: Connection, actor: str, reason: str) -> int:
-    """A new stop in force; its id (`UniqueViolationError` if one is in force already)."""
+    """A new stop in force; its id (`UniqueViolationError` if one is in force already).
+    Locks: none beyond the row it inserts; the caller holds the stop lock exclusively."""
     stop_id: int = await conn.fetchval(
         "INSERT INTO emergency_stops (stopped_by, reason) VALUES ($1, $2) RETURNING id",
         actor,
@@ -20,7 +21,8 @@ async def record_stop(conn: Connection, actor: str, reason: str) -> int:
 
 
 async def record_lifted(conn: Connection, stop_id: int, actor: str) -> None:
-    """The stop is lifted, by `actor`, now."""
+    """The stop is lifted, by `actor`, now. Locks: the stop's row (its UPDATE); the caller
+    holds the stop lock exclusively."""
     await conn.execute(
         "UPDATE emergency_stops SET resumed_by = $2, resumed_at = now() WHERE id = $1",
         stop_id,
@@ -29,7 +31,8 @@ async def record_lifted(conn: Connection, stop_id: int, actor: str) -> None:
 
 
 async def suspend_active_jobs(conn: Connection, stop_id: int) -> int:
-    """Suspend every active job, each recorded as the stop's; how many."""
+    """Suspend every active job, each recorded as the stop's; how many. Locks: every active
+    job's row (its UPDATE, in no set order), under the caller's exclusive stop lock."""
     status = await conn.execute(
         "WITH suspended AS (UPDATE jobs SET state = 'suspended' WHERE state = 'active'"
         " RETURNING id) INSERT INTO emergency_stop_jobs (stop_id, job_id)"
@@ -41,7 +44,8 @@ async def suspend_active_jobs(conn: Connection, stop_id: int) -> int:
 
 async def hold_job(conn: Connection, stop_id: int, job_id: str) -> None:
     """Suspend `job_id` if it is active (made active while the stop is in force), recorded as
-    the stop's, so that the stop's lifting resumes it."""
+    the stop's, so that the stop's lifting resumes it. Locks: the job's row if active (its
+    UPDATE), under the caller's shared stop lock."""
     await conn.execute(
         "WITH held AS (UPDATE jobs SET state = 'suspended' WHERE id = $2 AND state = 'active'"
         " RETURNING id) INSERT INTO emergency_stop_jobs (stop_id, job_id)"
@@ -52,7 +56,8 @@ async def hold_job(conn: Connection, stop_id: int, job_id: str) -> None:
 
 
 async def record_killed(conn: Connection, stop_id: int, task_ids: list[str]) -> None:
-    """The tasks the stop killed (its lifting recovers those still failed by it)."""
+    """The tasks the stop killed (its lifting recovers those still failed by it). Locks: none
+    beyond the rows it inserts (the caller holds the tasks' rows and the stop lock)."""
     await conn.execute(
         "INSERT INTO emergency_stop_tasks (stop_id, task_id) SELECT $1, unnest($2::text[])",
         stop_id,
@@ -61,7 +66,9 @@ async def record_killed(conn: Connection, stop_id: int, task_ids: list[str]) -> 
 
 
 async def resume_jobs(conn: Connection, stop_id: int) -> list[str]:
-    """Make active again the jobs the stop suspended that are still suspended; their ids."""
+    """Make active again the jobs the stop suspended that are still suspended; their ids.
+    Locks: the rows of the jobs it resumes (its UPDATE, in no set order), under the caller's
+    exclusive stop lock."""
     rows = await conn.fetch(
         "UPDATE jobs SET state = 'active' WHERE state = 'suspended' AND id IN"
         " (SELECT job_id FROM emergency_stop_jobs WHERE stop_id = $1) RETURNING id",

@@ -119,7 +119,9 @@ async def of_job(
 async def prune(conn: Connection, keep_s: float, *, batch: int = PRUNE_BATCH) -> int:
     """Remove those of the `batch` oldest events numbered more than `keep_s` ago, in one short
     statement (it reads `batch` rows at most: `numbered_at` grows with the position), and move
-    `pruned_through` past them; returns how many went (call again while it returns `batch`)."""
+    `pruned_through` past them; returns how many went (call again while it returns `batch`).
+    Locks: the events it deletes, then the one `event_positions` row (its UPDATE, if any went),
+    which the relay's numbering locks too (`outbox_batch`)."""
     status = await conn.fetchval(
         "WITH gone AS ("
         "  DELETE FROM events WHERE seq IN (SELECT seq FROM"

@@ -20,7 +20,8 @@ async def register_worker(
     conn: Connection, host_id: str, slots: int, instance: str, pool: str
 ) -> Record:
     """Make (or take over) the host's row for this worker instance, serving `pool`; the row's
-    admission fields: `quarantined`, `probing`, `draining`."""
+    admission fields: `quarantined`, `probing`, `draining`. Locks: the host's row (the
+    upsert's insert or update)."""
     row = await conn.fetchrow(
         "INSERT INTO hosts (id, slots, worker, started_at, heartbeat_at, pool)"
         " VALUES ($1, $2, $3, now(), now(), $4) ON CONFLICT (id) DO UPDATE SET slots = $2,"
@@ -37,7 +38,8 @@ async def register_worker(
 
 async def beat_worker(conn: Connection, host_id: str, instance: str) -> Record | None:
     """The worker's heartbeat, if the host is still this instance's (or no worker's: one
-    declared dead takes its place again); its admission fields, or None."""
+    declared dead takes its place again); its admission fields, or None. Locks: the host's
+    row if it matches (its UPDATE)."""
     return await conn.fetchrow(
         "UPDATE hosts SET heartbeat_at = now(), worker = $2"
         " WHERE id = $1 AND (worker = $2 OR worker IS NULL)"
@@ -49,14 +51,15 @@ async def beat_worker(conn: Connection, host_id: str, instance: str) -> Record |
 
 async def forget_worker(conn: Connection, host_id: str, instance: str) -> None:
     """The host has no worker any more (it stopped, or was declared dead), if `instance` was
-    still the registered one."""
+    still the registered one. Locks: the host's row if it matches (its UPDATE)."""
     await conn.execute(
         "UPDATE hosts SET worker = NULL WHERE id = $1 AND worker = $2", host_id, instance
     )
 
 
 async def beat_supervisor(conn: Connection, host_id: str, instance: str) -> None:
-    """The supervisor's heartbeat (makes the host's row if no worker did yet)."""
+    """The supervisor's heartbeat (makes the host's row if no worker did yet). Locks: the
+    host's row (the upsert's insert or update)."""
     await conn.execute(
         "INSERT INTO hosts (id, slots, supervisor, supervisor_heartbeat_at)"
         " VALUES ($1, 0, $2, now()) ON CONFLICT (id) DO UPDATE"
@@ -73,7 +76,7 @@ async def quarantine(
     conn: Connection, host_id: str, duration_s: float, reason: str
 ) -> datetime | None:
     """An operator's quarantine for `duration_s` (not a breaker: it ends a breaker's state);
-    when it runs out, or None if there is no such host."""
+    when it runs out, or None if there is no such host. Locks: the host's row (its UPDATE)."""
     until: datetime | None = await conn.fetchval(
         "UPDATE hosts SET quarantined = true,"
         " quarantined_until = now() + make_interval(secs => $2), quarantine_reason = $3,"
@@ -88,7 +91,8 @@ async def quarantine(
 
 async def release(conn: Connection, host_id: str) -> bool:
     """End the host's quarantine, an operator's or a breaker's; False if it was not
-    quarantined (or there is no such host)."""
+    quarantined (or there is no such host). Locks: the host's row if quarantined (its
+    UPDATE)."""
     status = await conn.execute(
         "UPDATE hosts SET quarantined = false, quarantined_until = now(),"
         " quarantine_reason = NULL, breaker = false, probing_since = NULL, cooldown_s = NULL"
@@ -99,14 +103,16 @@ async def release(conn: Connection, host_id: str) -> bool:
 
 
 async def drain(conn: Connection, host_id: str) -> bool:
-    """Drain the host (a no-op if it drains already); False if there is no such host."""
+    """Drain the host (a no-op if it drains already); False if there is no such host.
+    Locks: the host's row (its UPDATE)."""
     return bool(
         await conn.fetchval("UPDATE hosts SET draining = true WHERE id = $1 RETURNING id", host_id)
     )
 
 
 async def undrain(conn: Connection, host_id: str) -> bool:
-    """Let a draining host take new tasks again; False if it was not draining."""
+    """Let a draining host take new tasks again; False if it was not draining. Locks: the
+    host's row if draining (its UPDATE)."""
     status = await conn.execute(
         "UPDATE hosts SET draining = false WHERE id = $1 AND draining", host_id
     )
@@ -179,27 +185,32 @@ async def trip(
     blamed: list[str],
 ) -> Record | None:
     """Shut the host if it has `after` failures of a `blamed` class within `window_s` (and is
-    not quarantined): its id, `quarantined_until` and `quarantine_reason`, or None."""
+    not quarantined): its id, `quarantined_until` and `quarantine_reason`, or None. Locks: the
+    host's row if it trips (its UPDATE); the attempts it counts are read, not locked."""
     return await conn.fetchrow(_TRIP, host_id, after, cooldown_s, window_s, blamed)
 
 
 async def fail_probes(conn: Connection, blamed: list[str], max_cooldown_s: float) -> list[Record]:
     """Shut again every probing host where an attempt started since is blamed on it, its
-    cool-down doubled within `max_cooldown_s`: the hosts changed."""
+    cool-down doubled within `max_cooldown_s`: the hosts changed. Locks: the row of each host
+    it shuts (its UPDATE, in no set order); the attempts are read, not locked."""
     return list(await conn.fetch(_PROBE_FAILED, blamed, max_cooldown_s))
 
 
 async def pass_probes(conn: Connection, blamed: list[str]) -> list[Record]:
     """Close the breaker of every probing host where a command started since ended, not
-    blamed on it: the hosts changed."""
+    blamed on it: the hosts changed. Locks: the row of each host it closes (its UPDATE, in no
+    set order); the attempts are read, not locked."""
     return list(await conn.fetch(_PROBE_PASSED, blamed))
 
 
 async def start_probes(conn: Connection) -> list[Record]:
-    """Let one task through every shut breaker whose cool-down has passed: the hosts."""
+    """Let one task through every shut breaker whose cool-down has passed: the hosts.
+    Locks: the row of each host it changes (its UPDATE, in no set order)."""
     return list(await conn.fetch(_TO_PROBING))
 
 
 async def end_run_out(conn: Connection) -> list[Record]:
-    """End every operator's quarantine that has run out: the hosts."""
+    """End every operator's quarantine that has run out: the hosts. Locks: the row of each
+    host it changes (its UPDATE, in no set order)."""
     return list(await conn.fetch(_RUN_OUT))

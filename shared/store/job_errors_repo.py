@@ -1,6 +1,7 @@
 """Errors kept with their job (`job_errors`): the error-severity log records that failed a
 task, and the scheduler's dead letters. Every write to the table lives here; an insert takes
-no lock beyond its own row.
+no lock beyond its own row and the key-share locks of its foreign keys (the job's and the
+task's rows).
 
 When a task fails as `error_log`, every record of its attempt whose severity is in the job's
 `fail_on_log` is copied here, each with the lines that led up to it as its detail.
@@ -29,7 +30,9 @@ class JobError:
 async def record_from_logs(
     conn: Connection, job_id: str, task_id: str, attempt: int, severities: list[Severity]
 ) -> int:
-    """Copy the attempt's error records (not already kept) to `job_errors`; returns how many."""
+    """Copy the attempt's error records (not already kept) to `job_errors`; returns how many.
+    Locks: none beyond the rows it inserts, plus key-share locks on the job's and the task's
+    rows (foreign keys); the `logs` it copies are read, not locked."""
     status = await conn.execute(
         "INSERT INTO job_errors (job_id, task_id, ts, severity, brief, detail)"
         " SELECT $1, l.task_id, l.ts, l.severity, left(l.line, 1000),"
@@ -52,7 +55,9 @@ async def record_from_logs(
 async def record(
     conn: Connection, job_id: str | None, task_id: str, severity: str, brief: str, detail: str
 ) -> None:
-    """Keep one error with its job (a dead-lettered message's, `services/scheduler`)."""
+    """Keep one error with its job (a dead-lettered message's, `services/scheduler`).
+    Locks: none beyond the row it inserts, plus key-share locks on the job's and the task's
+    rows (foreign keys)."""
     await conn.execute(
         "INSERT INTO job_errors (job_id, task_id, severity, brief, detail)"
         " VALUES ($1, $2, $3, $4, $5)",

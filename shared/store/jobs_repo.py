@@ -100,6 +100,8 @@ async def create(conn: Connection, owner_id: str, job: NewJob) -> tuple[Job, boo
     """Write the job and one `new` task per input, with their events; returns (job, created).
 
     With an idempotency key already used by this owner, returns the existing job and False.
+    Locks: none beyond the rows it inserts (new rows are invisible to others until commit),
+    plus key-share locks on the owner's `users` row and any `inputs_from` job (foreign keys).
     """
     async with _atomic(conn):
         job_id = new_id("j")
@@ -160,6 +162,8 @@ async def add_tasks(
     the task ids.
 
     Indexes go up from `start_index`, or down from it for test tasks (see `next_index`).
+    Locks: none beyond the task and outbox rows it inserts, plus a key-share lock on the job's
+    row (the tasks' foreign key: a `FOR UPDATE SKIP LOCKED` of the job skips it meanwhile).
     """
     ids = new_ids("t", len(inputs))
     event_key("task", "new", job_id)  # the job id is a safe routing key word
@@ -187,8 +191,9 @@ async def append_tasks(
 ) -> list[str]:
     """`add_tasks` after the job's last task (a test task: before its first), in a savepoint
     tried again if a concurrent writer took the same indexes first (the unique index on
-    `(job_id, index)` says so). No lock is taken: writers reach here holding the job row, a
-    task row, or neither, and a lock here could only deadlock with them."""
+    `(job_id, index)` says so). Locks: only what `add_tasks` takes (a key-share lock on the
+    job's row, from the tasks' foreign key); no lock of its own: writers reach here holding
+    the job row, a task row, or neither, and a lock here could only deadlock with them."""
     for tries_left in range(_APPEND_TRIES - 1, -1, -1):
         start = await next_index(conn, job_id, test=test)
         try:
@@ -271,7 +276,8 @@ async def list_jobs(
 async def transition(
     conn: Connection, job_id: str, dst: JobState, event: JobEvent | None = None
 ) -> Job:
-    """Compare-and-set the job's state (finished_at follows), with `event` in the outbox."""
+    """Compare-and-set the job's state (finished_at follows), with `event` in the outbox.
+    Locks: the job's row (its UPDATE), until the transaction ends."""
     async with conn.transaction():
         record = await conn.fetchrow(
             "UPDATE jobs SET state = $3::job_state, finished_at ="
@@ -393,8 +399,8 @@ def outcome_event(job_id: str, state: JobState) -> JobEvent:
 
 
 async def hold_inputs(conn: Connection, job_id: str, inputs: list[Any]) -> None:
-    """A configuring job keeps appended inputs until it is activated (the caller holds the
-    job row `FOR UPDATE`)."""
+    """A configuring job keeps appended inputs until it is activated. Locks: the job's row
+    (its UPDATE), which the caller holds `FOR UPDATE` already."""
     await conn.execute(
         "UPDATE jobs SET inputs = coalesce(inputs, '[]'::jsonb) || $2::jsonb WHERE id = $1",
         job_id,
@@ -403,14 +409,16 @@ async def hold_inputs(conn: Connection, job_id: str, inputs: list[Any]) -> None:
 
 
 async def mark_activated(conn: Connection, job_id: str) -> None:
-    """The job left configuring: its held inputs are tasks now, and when is recorded."""
+    """The job left configuring: its held inputs are tasks now, and when is recorded.
+    Locks: the job's row (its UPDATE)."""
     await conn.execute("UPDATE jobs SET inputs = NULL, activated_at = now() WHERE id = $1", job_id)
 
 
 async def throttle(
     conn: Connection, job_id: str, max_in_flight: int | None, release_per_tick: int | None
 ) -> None:
-    """Change the job's throttles (None: the one it has stays)."""
+    """Change the job's throttles (None: the one it has stays). Locks: the job's row (its
+    UPDATE)."""
     await conn.execute(
         "UPDATE jobs SET max_in_flight = coalesce($2, max_in_flight),"
         " release_per_tick = coalesce($3, release_per_tick) WHERE id = $1",
@@ -430,7 +438,8 @@ async def edit(
 ) -> None:
     """Set the job's columns `values` (their names from `shared.operations.job_edits.FIELDS`,
     checked by the caller: never user text) and record the edit (`job_edits`: who, in which
-    state, what changed). The caller holds the job row `FOR UPDATE`."""
+    state, what changed). Locks: the job's row (its UPDATE), which the caller holds
+    `FOR UPDATE` already; the `job_edits` row is new."""
     columns = sorted(values)
     assignments = ", ".join(f"{c} = ${i}" for i, c in enumerate(columns, start=2))
     await conn.execute(
@@ -447,7 +456,8 @@ async def edit(
 
 async def start_probing(conn: Connection, job_id: str) -> bool:
     """The job releases one task at a time from now (too many of its last tasks failed);
-    False if it was probing already."""
+    False if it was probing already. Locks: the job's row if it was not probing (its
+    UPDATE)."""
     return bool(
         await conn.fetchval(
             "UPDATE jobs SET probing_since = now() WHERE id = $1 AND probing_since IS NULL"
@@ -459,7 +469,8 @@ async def start_probing(conn: Connection, job_id: str) -> bool:
 
 async def end_probing(conn: Connection) -> int:
     """Every probing job with a task completed since probing began releases fully again;
-    how many."""
+    how many. Locks: the row of each job it changes (its UPDATE, in no set order); the
+    tasks are read, not locked."""
     status = await conn.execute(
         "UPDATE jobs j SET probing_since = NULL WHERE probing_since IS NOT NULL"
         " AND EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'completed'"
@@ -470,7 +481,8 @@ async def end_probing(conn: Connection) -> int:
 
 
 async def mark_purged(conn: Connection, job_id: str, actor: str, reason: str) -> None:
-    """From now on nothing may bring the job back to work, and its data is to be cleared."""
+    """From now on nothing may bring the job back to work, and its data is to be cleared.
+    Locks: the job's row (its UPDATE)."""
     await conn.execute(
         "UPDATE jobs SET purged_at = now(), purged_by = $2, purge_reason = $3,"
         " purge_done_at = NULL WHERE id = $1",
@@ -481,10 +493,11 @@ async def mark_purged(conn: Connection, job_id: str, actor: str, reason: str) ->
 
 
 async def mark_purge_done(conn: Connection, job_id: str) -> None:
-    """The purged job's data is cleared."""
+    """The purged job's data is cleared. Locks: the job's row (its UPDATE)."""
     await conn.execute("UPDATE jobs SET purge_done_at = now() WHERE id = $1", job_id)
 
 
 async def set_retention(conn: Connection, job_id: str, retention_s: float | None) -> None:
-    """Keep the job's data `retention_s` seconds after it ends (None: forever)."""
+    """Keep the job's data `retention_s` seconds after it ends (None: forever). Locks: the
+    job's row (its UPDATE)."""
     await conn.execute("UPDATE jobs SET retention_s = $2 WHERE id = $1", job_id, retention_s)

@@ -25,7 +25,8 @@ class StoredLog:
 
 
 async def insert(conn: Connection, records: list[LogRecord]) -> None:
-    """Persist lines in the order given; a line already stored (redelivery) is skipped."""
+    """Persist lines in the order given; a line already stored (redelivery) is skipped.
+    Locks: none beyond the rows it inserts (a line skipped is not locked)."""
     await conn.executemany(
         "INSERT INTO logs (job_id, task_id, run_number, attempt, line_no, ts, severity, stream,"
         " line) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
@@ -51,7 +52,8 @@ async def insert_splitting(conn: Connection, records: list[LogRecord]) -> list[L
     """`insert`, and when PostgreSQL refuses the batch for what a line holds (a `DataError`),
     the halves again until each refused line is alone: that line is stored as a marker saying
     why (its text stays in the run's log file), so one line never costs its neighbours.
-    Returns the lines as stored. (A batch is one statement: all of it lands, or none.)"""
+    Returns the lines as stored. (A batch is one statement: all of it lands, or none.)
+    Locks: as `insert`, none beyond the rows it inserts."""
     try:
         await insert(conn, records)
     except asyncpg.DataError as exc:
@@ -134,7 +136,8 @@ async def tail_of_job(
 
 async def prune_ended_jobs(conn: Connection, retention_s: float, limit: int = 10_000) -> int:
     """Delete the logs of jobs that ended more than `retention_s` ago (at most `limit` lines per
-    call, oldest jobs first, so that a large backlog is pruned in bounded steps)."""
+    call, oldest jobs first, so that a large backlog is pruned in bounded steps). Locks: the
+    `logs` rows it deletes; the `jobs` rows it reads are not locked."""
     status = await conn.execute(
         "DELETE FROM logs WHERE seq IN (SELECT l.seq FROM jobs j JOIN logs l ON l.job_id = j.id"
         " WHERE j.finished_at < now() - make_interval(secs => $1)"

@@ -35,7 +35,10 @@ def latest_version() -> int:
 
 
 async def migrate(dsn: str) -> list[str]:
-    """Apply every pending migration to the database at `dsn`; returns the files applied."""
+    """Apply every pending migration to the database at `dsn`; returns the files applied.
+    Locks: each file's transaction takes the migration advisory lock (`pg_advisory_xact_lock`)
+    first, then whatever its SQL takes (an ALTER TABLE: its table), held until that file commits.
+    """
     conn = await asyncpg.connect(dsn)
     applied = []
     try:

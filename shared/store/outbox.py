@@ -44,25 +44,27 @@ class OutboxRow:
 
 
 async def add_task_event(conn: Connection, event: TaskEvent) -> None:
-    """Queue `task.<state>.<job id>`."""
+    """Queue `task.<state>.<job id>`. Locks: none beyond the outbox row it inserts."""
     key = event_key("task", event.state.value, event.job_id)
     await _add(conn, "events", key, to_jsonable(event))
 
 
 async def add_task_decision(conn: Connection, decision: TaskDecision) -> None:
-    """Queue `task.<verdict>.<job id>` (recovered, resubmitted, abandoned)."""
+    """Queue `task.<verdict>.<job id>` (recovered, resubmitted, abandoned). Locks: none
+    beyond the outbox row it inserts."""
     key = event_key("task", decision.verdict, decision.job_id)
     await _add(conn, "events", key, to_jsonable(decision))
 
 
 async def add_job_event(conn: Connection, event: JobEvent) -> None:
-    """Queue `job.<outcome>.<job id>`."""
+    """Queue `job.<outcome>.<job id>`. Locks: none beyond the outbox row it inserts."""
     key = event_key("job", event.outcome.value, event.job_id)
     await _add(conn, "events", key, to_jsonable(event))
 
 
 async def add_host_event(conn: Connection, event: HostEvent) -> None:
-    """Queue `host.<state>.<host>` (quarantined, probing, released)."""
+    """Queue `host.<state>.<host>` (quarantined, probing, released). Locks: none beyond the
+    outbox row it inserts."""
     key = event_key("host", event.state.value, event.host)
     await _add(conn, "events", key, to_jsonable(event))
 
@@ -72,7 +74,8 @@ async def add_work(
     routing_key: str,
     message: RunStage | KillTask | FreezeTask | RemoveWorkdirs,
 ) -> None:
-    """Queue a work message for the work exchange under `routing_key` (a topology key)."""
+    """Queue a work message for the work exchange under `routing_key` (a topology key).
+    Locks: none beyond the outbox row it inserts."""
     await _add(conn, "work", routing_key, to_jsonable(message))
 
 
@@ -82,7 +85,8 @@ async def add_work(
 def new_task_events(job_param: str, ids_param: str) -> str:
     """The statement that queues `task.new.<job id>` for each task id of the array parameter
     `ids_param`, in order (the body made by PostgreSQL): alone, or as the main statement after
-    a CTE that inserts those tasks (`jobs_repo.add_tasks`: one round trip for both)."""
+    a CTE that inserts those tasks (`jobs_repo.add_tasks`: one round trip for both).
+    Locks: the statement takes none beyond the outbox rows it inserts."""
     return f"""
 INSERT INTO outbox (exchange, routing_key, body)
 SELECT 'events', 'task.new.' || {job_param}::text, jsonb_build_object(
@@ -105,7 +109,8 @@ def job_event_rows(events: list[JobEvent]) -> tuple[list[str], list[dict[str, An
 async def add_work_many(
     conn: Connection, messages: Sequence[tuple[str, RunStage | KillTask | FreezeTask]]
 ) -> None:
-    """Queue many work messages (routing key, message) in one statement."""
+    """Queue many work messages (routing key, message) in one statement. Locks: none beyond
+    the outbox rows it inserts."""
     await _add_many(conn, "work", [k for k, _ in messages], [to_jsonable(m) for _, m in messages])
 
 
@@ -146,8 +151,10 @@ async def has_pending(conn: Connection) -> bool:
 async def pending(conn: Connection, limit: int, *, mark: Sequence[int] = ()) -> list[OutboxRow]:
     """The oldest unpublished rows, in one statement that also marks `mark` published (rows
     the broker confirmed since the last read: the mark rides on the read, one round trip a
-    batch) and numbers the events among them. Not locked: the one relay reads them (two
-    relays for a moment may publish a row twice, never number an event twice)."""
+    batch) and numbers the events among them. Locks: the marked outbox rows (their UPDATE)
+    and the `event_positions` row `FOR UPDATE` while numbering (`outbox_batch`); the rows read
+    are not locked: the one relay reads them (two relays for a moment may publish a row
+    twice, never number an event twice)."""
     rows = await conn.fetch("SELECT * FROM outbox_batch($1, $2::bigint[])", limit, list(mark))
     return [
         OutboxRow(
@@ -158,13 +165,14 @@ async def pending(conn: Connection, limit: int, *, mark: Sequence[int] = ()) -> 
 
 
 async def mark_published(conn: Connection, ids: list[int]) -> None:
-    """Record that the broker confirmed these rows."""
+    """Record that the broker confirmed these rows. Locks: those outbox rows (its UPDATE)."""
     await conn.execute("UPDATE outbox SET published_at = now() WHERE id = ANY($1)", ids)
 
 
 async def prune(conn: Connection, older_than_s: float, *, batch: int = 5000) -> int:
     """Delete up to `batch` published rows older than `older_than_s`, in one short statement;
-    returns how many went (call again while it returns `batch`)."""
+    returns how many went (call again while it returns `batch`). Locks: the outbox rows it
+    deletes."""
     status = await conn.execute(
         "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE published_at IS NOT NULL"
         " AND published_at < now() - make_interval(secs => $1) ORDER BY published_at LIMIT $2)",

@@ -13,7 +13,8 @@ async def save(
     conn: Connection, task_id: str, run_number: int, host: str, records: list[OutputRecord]
 ) -> None:
     """Find or create each record for this run (a repeated save updates it), with the bytes
-    the worker kept (or why it did not)."""
+    the worker kept (or why it did not). Locks: each output row it inserts or updates (the
+    upsert locks a row it meets), plus a key-share lock on the task's row (foreign key)."""
     await conn.executemany(
         "INSERT INTO task_outputs (task_id, run_number, name, path, host, size, sha256, content,"
         " not_kept) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
@@ -101,7 +102,8 @@ async def one(
 
 
 async def drop_contents(conn: Connection, task_ids: list[str]) -> str:
-    """Drop the kept bytes of the tasks' outputs (their records stay); the statement's status."""
+    """Drop the kept bytes of the tasks' outputs (their records stay); the statement's status.
+    Locks: the output rows whose bytes it drops (its UPDATE); not the task rows."""
     return await conn.execute(
         "UPDATE task_outputs SET content = NULL"
         " WHERE task_id = ANY($1::text[]) AND content IS NOT NULL",
@@ -110,5 +112,6 @@ async def drop_contents(conn: Connection, task_ids: list[str]) -> str:
 
 
 async def delete_of_tasks(conn: Connection, task_ids: list[str]) -> None:
-    """Forget the outputs of the tasks (test runs' outputs at activation)."""
+    """Forget the outputs of the tasks (test runs' outputs at activation). Locks: the output
+    rows it deletes; not the task rows."""
     await conn.execute("DELETE FROM task_outputs WHERE task_id = ANY($1::text[])", task_ids)

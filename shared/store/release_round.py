@@ -139,7 +139,8 @@ SELECT count(*) FROM claimed
 
 def statement() -> str:
     """The round, its parameters: the batch, the arrays of met states (`met_arrays()`), the
-    action states, the pool's routing key and the per-user cap (None: none)."""
+    action states, the pool's routing key and the per-user cap (None: none). Its locks: the
+    row of each task it claims (its UPDATE, in no set order); the rows it reads are not."""
     n = 1 + len(met_arrays())
     return _ROUND.format(
         new_tasks=_new_tasks(cap=f"${n + 3}"), actions=f"${n + 1}", pool_key=f"${n + 2}"
@@ -149,6 +150,7 @@ def statement() -> str:
 async def release(
     conn: Connection, query: str, batch: int, pool_key: str, per_user: int | None
 ) -> int:
-    """Run the round (`statement()`): how many tasks it released."""
+    """Run the round (`statement()`): how many tasks it released. Locks: the row of each
+    task it claims, until the transaction ends."""
     released = await conn.fetchval(query, batch, *met_arrays(), _ACTION_STATES, pool_key, per_user)
     return int(released)

@@ -169,7 +169,7 @@ async def transition(
     transaction. Entering a failed state marks the task undecided (`decided = false`) for the
     scheduler's triage; any other state marks it decided. Raises `StaleState` when the guard
     does not match; idempotent in that a repeated call fails the guard instead of applying
-    twice.
+    twice. Locks: the task's row (`FOR UPDATE`, then its UPDATE), until the transaction ends.
     """
     changes = {"decided": dst not in FAILED} | (changes or {})
     unknown = set(changes) - SETTABLE
@@ -553,7 +553,8 @@ def _event(task: Task, previous: TaskState) -> TaskEvent:
 async def set_claim(
     conn: Connection, task_id: str, state: TaskState, claim: UUID, worker: str | None = None
 ) -> bool:
-    """Claim an unclaimed task that is in `state` (no state change); False if someone else has."""
+    """Claim an unclaimed task that is in `state` (no state change); False if someone else has.
+    Locks: the task's row if it matches (its UPDATE)."""
     status = await conn.execute(
         "UPDATE tasks SET claim = $3, worker = $4, updated_at = now()"
         " WHERE id = $1 AND state = $2 AND claim IS NULL",
@@ -566,7 +567,8 @@ async def set_claim(
 
 
 async def set_progress(conn: Connection, task_id: str, progress: int) -> None:
-    """Record the last `PROGRESS:` value of a running task."""
+    """Record the last `PROGRESS:` value of a running task. Locks: the task's row (its
+    UPDATE)."""
     await conn.execute("UPDATE tasks SET progress = $2 WHERE id = $1", task_id, progress)
 
 
@@ -583,7 +585,8 @@ async def waits_on_prerequisites(conn: Connection, task_id: str, stage: str) -> 
 async def adopt(conn: Connection, task_id: str, state: TaskState, claim: UUID, worker: str) -> bool:
     """Make a task claimed for a worker (`claim`, resting in `state`) that worker's; False when
     it is not so any more, or when a worker holds it already: a message delivered again to the
-    worker driving the task (its ack was lost) must not start a second run of it."""
+    worker driving the task (its ack was lost) must not start a second run of it. Locks: the
+    task's row if it matches (its UPDATE)."""
     status = await conn.execute(
         "UPDATE tasks SET worker = $4, updated_at = now() WHERE id = $1 AND state = $2"
         " AND claim = $3 AND worker IS NULL",
@@ -599,7 +602,8 @@ async def give_back(
     conn: Connection, task_id: str, claim: UUID, state: TaskState | None = None
 ) -> None:
     """Unclaim the task (if it is still in `state`, when given) and wake the scheduling round,
-    which may release it again at once: no outbox row announces this (migration 0018)."""
+    which may release it again at once: no outbox row announces this (migration 0018).
+    Locks: the task's row if `claim` holds it (its UPDATE)."""
     await conn.execute(
         "WITH given AS (UPDATE tasks SET claim = NULL, worker = NULL"
         "  WHERE id = $1 AND claim = $2 AND ($3::task_state IS NULL OR state = $3) RETURNING 1)"
@@ -613,7 +617,8 @@ async def give_back(
 async def unclaim_untaken(conn: Connection, task_id: str, claim: UUID) -> bool:
     """Take back a claim no worker took (its work message was dead-lettered) so that the round
     releases the task again; False when the task moved on (another claim, or a worker has it).
-    The round is woken when the caller's transaction commits."""
+    The round is woken when the caller's transaction commits. Locks: the task's row if it
+    matches (its UPDATE)."""
     status = await conn.execute(
         "UPDATE tasks SET claim = NULL, updated_at = now() WHERE id = $1 AND claim = $2"
         " AND worker IS NULL",
@@ -627,12 +632,14 @@ async def unclaim_untaken(conn: Connection, task_id: str, claim: UUID) -> bool:
 
 
 async def mark_decided(conn: Connection, task_id: str) -> None:
-    """The triage has decided what follows the task's failure: it is not looked at again."""
+    """The triage has decided what follows the task's failure: it is not looked at again.
+    Locks: the task's row (its UPDATE)."""
     await conn.execute("UPDATE tasks SET decided = true WHERE id = $1", task_id)
 
 
 async def hold_back(conn: Connection, task_id: str, delay_s: float) -> None:
-    """A resubmission's backoff: the round releases the task no sooner than `delay_s` from now."""
+    """A resubmission's backoff: the round releases the task no sooner than `delay_s` from now.
+    Locks: the task's row (its UPDATE)."""
     await conn.execute(
         "UPDATE tasks SET not_before = now() + make_interval(secs => $2) WHERE id = $1",
         task_id,

@@ -57,7 +57,8 @@ async def by_token(conn: Connection, token: str) -> User | None:
 
 
 async def ensure_user(conn: Connection, name: str, role: Role, token: str) -> User:
-    """Create (or keep) user `name` with `role` and make `token` one of theirs. Idempotent."""
+    """Create (or keep) user `name` with `role` and make `token` one of theirs. Idempotent.
+    Locks: the user's row (the upsert's insert or update), then none beyond the token row."""
     async with conn.transaction():
         record = await conn.fetchrow(
             "INSERT INTO users (id, name, role) VALUES ($1, $2, $3)"
@@ -120,7 +121,8 @@ def check_name(name: str) -> str:
 
 
 async def create_user(conn: Connection, name: str, role: Role) -> User:
-    """Create user `name`; raises `Conflict` if the name is taken, ValueError if malformed."""
+    """Create user `name`; raises `Conflict` if the name is taken, ValueError if malformed.
+    Locks: none beyond the row it inserts (a taken name's row is not locked)."""
     record = await conn.fetchrow(
         "INSERT INTO users (id, name, role) VALUES ($1, $2, $3)"
         " ON CONFLICT (name) DO NOTHING RETURNING id, name, role",
@@ -142,7 +144,8 @@ _TOKEN_COLUMNS: Final = "t.id, u.name AS user, t.label, t.created_at, t.revoked_
 async def add_token(
     conn: Connection, name: str, token: str, label: str | None = None
 ) -> TokenSummary:
-    """Give user `name` one more token (stored hashed); raises `NotFound` for an unknown user."""
+    """Give user `name` one more token (stored hashed); raises `NotFound` for an unknown user.
+    Locks: none beyond the row it inserts, plus a key-share lock on the user's row."""
     hashed = hash_token(token)
     record = await conn.fetchrow(
         "WITH added AS (INSERT INTO tokens (token_hash, user_id, id, label)"
@@ -190,7 +193,7 @@ async def list_tokens(conn: Connection, name: str) -> list[TokenSummary]:
 
 async def revoke_token(conn: Connection, token_id: str) -> TokenSummary:
     """Revoke token `token_id` (idempotent: a revoked one keeps its first revocation time);
-    `NotFound` for no such token."""
+    `NotFound` for no such token. Locks: the token's row (its UPDATE)."""
     record = await conn.fetchrow(
         "WITH revoked AS (UPDATE tokens SET revoked_at = coalesce(revoked_at, now())"
         " WHERE id = $1 RETURNING *)"
@@ -204,7 +207,8 @@ async def revoke_token(conn: Connection, token_id: str) -> TokenSummary:
 
 async def disable_user(conn: Connection, name: str) -> UserSummary:
     """Disable user `name`: none of their tokens works any more (idempotent); `NotFound` for
-    no such user. Their jobs are left as they are (an operator cancels them if need be)."""
+    no such user. Their jobs are left as they are (an operator cancels them if need be).
+    Locks: the user's row (its UPDATE); not their tokens."""
     status = await conn.execute(
         "UPDATE users SET disabled_at = coalesce(disabled_at, now()) WHERE name = $1", name
     )
@@ -216,7 +220,9 @@ async def disable_user(conn: Connection, name: str) -> UserSummary:
 
 async def open_session(conn: Connection, user: User, ttl_s: float) -> str:
     """A new dashboard session for `user`: a token of its own, valid `ttl_s` unless revoked
-    sooner (`close_session`), for the cookie (never the token the user signed in with)."""
+    sooner (`close_session`), for the cookie (never the token the user signed in with).
+    Locks: the user's expired session rows it deletes, and a key-share lock on the user's row
+    (the new token's foreign key)."""
     token = new_token()
     hashed = hash_token(token)
     await conn.execute(  # the user's expired sessions go (one row per sign-in otherwise)
@@ -234,7 +240,7 @@ async def open_session(conn: Connection, user: User, ttl_s: float) -> str:
 
 async def close_session(conn: Connection, token: str) -> bool:
     """Revoke `token` if it is a dashboard session (a bearer token is left alone); whether it
-    was one still open."""
+    was one still open. Locks: the token's row if it is an open session (its UPDATE)."""
     status = await conn.execute(
         "UPDATE tokens SET revoked_at = now()"
         " WHERE token_hash = $1 AND session AND revoked_at IS NULL",

@@ -89,6 +89,28 @@ def test_every_sql_write_lives_in_the_store() -> None:
         assert _writers(ROOT / folder) == [], folder
 
 
+def test_every_write_of_the_store_says_which_lock_it_takes() -> None:
+    silent = []
+    for path in sorted((ROOT / "shared" / "store").glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        prose = _docstrings(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            if node.name.startswith("_"):
+                continue
+            writes = any(
+                isinstance(n, ast.Constant)
+                and isinstance(n.value, str)
+                and id(n) not in prose
+                and _WRITE.search(n.value) is not None
+                for n in ast.walk(node)
+            )
+            if writes and "lock" not in (ast.get_docstring(node) or "").lower():
+                silent.append(f"{path.name}:{node.name}")
+    assert silent == []
+
+
 def test_the_write_check_finds_each_kind_of_write(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text(
         '"""UPDATE tasks SET in prose is fine."""\n'
