@@ -26,6 +26,7 @@ from tests.conftest import AMQP_URL, REDIS_URL
 from tests.integration.test_api_harness import Caller, _bearer, _plain_user
 
 START_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 5
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,15 @@ async def served_api(database_url: str, namespace: str, **overrides: Any) -> Asy
     }
     settings = ApiSettings(**(values | overrides))
     app = create_app(settings)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, lifespan="on")
+    # A bounded shutdown: a connection a failed test left open must not hang its teardown.
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        log_config=None,
+        lifespan="on",
+        timeout_graceful_shutdown=STOP_TIMEOUT_S,
+    )
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve(), name="uvicorn")
     try:
@@ -102,7 +111,13 @@ async def served_api(database_url: str, namespace: str, **overrides: Any) -> Asy
         )
     finally:
         server.should_exit = True
-        await serving
+        try:
+            async with asyncio.timeout(3 * STOP_TIMEOUT_S):
+                await serving
+        except TimeoutError:
+            raise AssertionError(
+                f"the served api did not stop within {3 * STOP_TIMEOUT_S} s"
+            ) from None
         await _delete_events_exchange(namespace)
 
 
