@@ -1,5 +1,6 @@
 """Submitting a job: references checked, then job, tasks, events and prerequisites written in
-one transaction, so that a failure anywhere leaves no trace (never a half-created job).
+one transaction, so that a failure anywhere leaves no trace (never a half-created job), with
+the release of an active job's first tasks (claims and work messages).
 
 A job with `inputs_from` is created without inputs and chained (design §6): one promised input
 per task of the upstream job, each waiting for its upstream task to complete. A job submitted
@@ -21,9 +22,10 @@ from services.api.access import owner_filter
 from services.api.errors import invalid
 from services.api.rate_limit import TaskQuota
 from services.api.schemas.jobs import JobCreate
+from shared.domain.states import JobState
 from shared.operations import datasets, harvest, stop_guard
 from shared.operations.datasets import UPSTREAM_KEY
-from shared.store import jobs_repo
+from shared.store import jobs_repo, outbox, release_round
 from shared.store.db import Connection, Pool
 from shared.store.jobs_repo import Job
 from shared.store.users_repo import User
@@ -31,10 +33,28 @@ from shared.store.users_repo import User
 logger = logging.getLogger(__name__)
 
 
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """Where a new job's first tasks go, and the per-user cap (the settings the scheduler's
+    rounds release with): under a cap, a submission releases nothing."""
+
+    pool_key: str
+    per_user: int | None
+
+
 async def submit(
-    pool: Pool, user: User, body: JobCreate, idempotency_key: str | None, quota: TaskQuota
+    pool: Pool,
+    user: User,
+    body: JobCreate,
+    idempotency_key: str | None,
+    quota: TaskQuota,
+    release: Release,
 ) -> tuple[Job, bool]:
     """Create the job (or find the one made earlier with `idempotency_key`); (job, created).
+    An active job's first tasks are released in the same transaction, as the scheduler's
+    next round would release them (`release_round.release_job`): their work messages go out
+    without waiting for a round. Not under a per-user cap: concurrent submissions could not
+    see each other's claims and would pass it together; the rounds, one at a time, keep it.
 
     Raises a 422 `RequestValidationError` naming any prerequisite task, `inputs_from` job or
     input's `upstream_task` that does not exist or that the user may not see, `Conflict`
@@ -48,7 +68,9 @@ async def submit(
             await harvest.check_not_purged(
                 conn, body.inputs_from, "chain a job from it", share_lock=True
             )
-        job, created = await jobs_repo.create(conn, user.id, body.to_new_job(idempotency_key))
+        job, created = await jobs_repo.create(
+            conn, user.id, body.to_new_job(idempotency_key), wake_round=False
+        )
         if created and body.retention_s is not None:
             await harvest.set_retention(conn, job.id, body.retention_s)
             job = dataclasses.replace(job, retention_s=body.retention_s)
@@ -56,6 +78,11 @@ async def submit(
             held = await stop_guard.hold_if_stopped(conn, job.id, shared=True)
             job = await _fill(conn, job, body, held)
             await quota.charge(user, sum(job.counts.values()))
+            released = 0
+            if job.state is JobState.ACTIVE and release.per_user is None:
+                released = await release_round.release_job(conn, job.id, release.pool_key, None)
+            if released < sum(job.counts.values()):  # what it left is the rounds' to release
+                await outbox.wake_round(conn)
     if created:
         logger.info(
             "job submitted with %d task(s)",

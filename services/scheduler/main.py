@@ -3,13 +3,14 @@ and reaps hosts; the other relays the outbox to the broker.
 
 Both wake on outbox inserts (LISTEN `vigil_outbox`: not for the events of a task's normal path
 on its worker, migration 0012; the relay alone for work messages and a job's end, 0014; the
-round for a job made active or throttled and a claim given back, 0018; the relay for a
-worker's nudge). The relay also polls every `relay_poll_s` while it heard from the system
-lately, every 2 s after a quiet spell (`due.relay_wait`); the round runs every tick while
-busy and, idle, waits twice as long each time up to the sweep's 2 s (`due.Pace`), woken
-sooner for a resubmission's backoff or any event the relay publishes. The relay also tells
-the finaliser which jobs a published event may have finished, the triage of failures and
-the waiters of ended tasks (`due.py`), and wakes the round.
+round for a job made active or throttled and a claim given back, 0018; the relay alone for
+`task.new`, the round for tasks added, unless their submission released them, 0027; the
+relay for a worker's nudge). The relay also polls every `relay_poll_s` while it heard from
+the system lately, every 2 s after a quiet spell (`due.relay_wait`); the round runs every
+tick while busy and, idle, waits twice as long each time up to the sweep's 2 s
+(`due.Pace`), woken sooner for a resubmission's backoff or any event the relay publishes.
+The relay also tells the finaliser which jobs a published event may have finished, the
+triage of failures and the waiters of ended tasks (`due.py`), and wakes the round.
 """
 
 import asyncio
@@ -231,9 +232,10 @@ _VERDICTS = frozenset({"recovered", "resubmitted", "abandoned"})
 
 
 def _on_notify(round_wake: asyncio.Event, relay_wake: asyncio.Event, payload: object) -> None:
-    """'relay': rows only the relay has to act on (migration 0014); anything else ('round'):
-    the round, which wakes the relay once it has run, so that a submission's `task.new`
-    events and the `RunStage` messages the round writes for them go out in one batch."""
+    """'relay': rows only the relay has to act on (migrations 0014, 0027); anything else
+    ('round'): the round, which wakes the relay once it has run, so that the `task.new`
+    events of added tasks and the `RunStage` messages the round writes for them go out in
+    one batch."""
     if payload == "relay":
         relay_wake.set()
     else:

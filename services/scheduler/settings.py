@@ -10,9 +10,6 @@ class SchedulerSettings(CommonSettings):
 
     scheduler_tick_s: float = Field(default=0.25, gt=0, le=60)
     scheduler_batch: int = Field(default=500, ge=1, le=10000)
-    #: Most tasks one user has in flight (claimed or running) over all their jobs; unset: no
-    #: cap. Whatever it is, users are interleaved at each release (`VIGIL_MAX_IN_FLIGHT_PER_USER`).
-    max_in_flight_per_user: int | None = Field(default=None, ge=1)
     #: The relay looks for unpublished rows this often while the system is busy (every 2 s
     #: after a quiet spell): the events of a task's normal path on its worker send no NOTIFY
     #: (they would serialize the commits; the worker nudges the relay at most every 0.5 s

@@ -51,6 +51,10 @@ class CommonSettings(BaseSettings):
     graceful_timeout_s: float = Field(default=10.0, gt=0)
     #: The pool of workers that takes the new tasks of this installation (`VIGIL_WORKER_POOL`).
     worker_pool: str = DEFAULT_POOL
+    #: Most tasks one user has in flight (claimed or running) over all their jobs; unset: no
+    #: cap. Whatever it is, users are interleaved at each release (`VIGIL_MAX_IN_FLIGHT_PER_USER`,
+    #: read by the scheduler's rounds and by the api, which releases a job's first tasks).
+    max_in_flight_per_user: int | None = Field(default=None, ge=1)
     #: A host whose worker and supervisor have not heartbeated for this long is dead: its
     #: tasks are lost (the scheduler), and it counts as gone (the api's `waiting_on`, health).
     dead_host_s: float = Field(default=10.0, gt=0)

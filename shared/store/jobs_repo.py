@@ -96,8 +96,11 @@ class Job:
 COLUMNS: Final = tuple(f.name for f in fields(Job) if f.name not in ("counts", "test_counts"))
 
 
-async def create(conn: Connection, owner_id: str, job: NewJob) -> tuple[Job, bool]:
+async def create(
+    conn: Connection, owner_id: str, job: NewJob, *, wake_round: bool = True
+) -> tuple[Job, bool]:
     """Write the job and one `new` task per input, with their events; returns (job, created).
+    `wake_round`: as `add_tasks`.
 
     With an idempotency key already used by this owner, returns the existing job and False.
     Locks: none beyond the rows it inserts (new rows are invisible to others until commit),
@@ -145,7 +148,7 @@ async def create(conn: Connection, owner_id: str, job: NewJob) -> tuple[Job, boo
             return await _with_counts(conn, existing), False
         if job.configuring or not job.inputs:
             return Job.from_record(record), True
-        await add_tasks(conn, job_id, job.inputs, start_index=0)
+        await add_tasks(conn, job_id, job.inputs, start_index=0, wake_round=wake_round)
         return Job.from_record(record, {TaskState.NEW.value: len(job.inputs)}), True
 
 
@@ -155,11 +158,23 @@ def _atomic(conn: Connection) -> AbstractAsyncContextManager[object]:
     return nullcontext() if conn.is_in_transaction() else conn.transaction()
 
 
+#: A CTE that notifies the round once, at commit (the events of new tasks notify only the
+#: relay: migration 0027).
+_WAKE_ROUND: Final = f", woke AS MATERIALIZED (SELECT {outbox.WAKE_ROUND})"
+
+
 async def add_tasks(
-    conn: Connection, job_id: str, inputs: list[Any], start_index: int, *, test: bool = False
+    conn: Connection,
+    job_id: str,
+    inputs: list[Any],
+    start_index: int,
+    *,
+    test: bool = False,
+    wake_round: bool = True,
 ) -> list[str]:
     """Insert one `new` task per input with its `task.new` event, in one statement; returns
-    the task ids.
+    the task ids. The statement also wakes the scheduler's round (a 'round' notification at
+    commit) unless `wake_round` is False: the caller releases them itself (a submission).
 
     Indexes go up from `start_index`, or down from it for test tasks (see `next_index`).
     Locks: none beyond the task and outbox rows it inserts, plus a key-share lock on the job's
@@ -171,7 +186,8 @@ async def add_tasks(
         "WITH added AS (INSERT INTO tasks (id, job_id, index, input, test)"
         " SELECT t.id, $2, $3 + $4 * (t.n - 1)::integer, coalesce(t.input, 'null'::jsonb), $5"
         " FROM unnest($1::text[], $6::jsonb[]) WITH ORDINALITY AS t(id, input, n))"
-        + outbox.new_task_events("$2", "$1"),
+        + (_WAKE_ROUND if wake_round else "")
+        + outbox.new_task_events("$2", "$1", joined="woke" if wake_round else ""),
         ids,
         job_id,
         start_index,

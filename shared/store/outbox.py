@@ -10,7 +10,7 @@ reads the batch (migration 0019's `outbox_batch`).
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from shared.domain.messages import (
     FreezeTask,
@@ -82,11 +82,14 @@ async def add_work(
 #: The `task.new` event of `TaskEvent` (state new, nothing else known yet), made by PostgreSQL
 #: for each of a job's new tasks: $1 the job id, $2 the task ids. `tests/integration/
 #: test_outbox.py` checks that it reads back as the `TaskEvent` pydantic would have written.
-def new_task_events(job_param: str, ids_param: str) -> str:
+def new_task_events(job_param: str, ids_param: str, joined: str = "") -> str:
     """The statement that queues `task.new.<job id>` for each task id of the array parameter
     `ids_param`, in order (the body made by PostgreSQL): alone, or as the main statement after
-    a CTE that inserts those tasks (`jobs_repo.add_tasks`: one round trip for both).
-    Locks: the statement takes none beyond the outbox rows it inserts."""
+    a CTE that inserts those tasks (`jobs_repo.add_tasks`: one round trip for both); `joined`,
+    a one-row CTE of that statement evaluated with it (`CROSS JOIN`). `task.new` notifies only
+    the relay (migration 0027). Locks: the statement takes none beyond the outbox rows it
+    inserts."""
+    cross = f" CROSS JOIN {joined}" if joined else ""
     return f"""
 INSERT INTO outbox (exchange, routing_key, body)
 SELECT 'events', 'task.new.' || {job_param}::text, jsonb_build_object(
@@ -94,7 +97,8 @@ SELECT 'events', 'task.new.' || {job_param}::text, jsonb_build_object(
     'job_id', {job_param}::text, 'task_id', e.id, 'state', 'new', 'previous', NULL,
     'run_number', 1, 'host', NULL, 'failure_class', NULL, 'exit_code', NULL, 'signal', NULL,
     'error_brief', NULL)
-FROM unnest({ids_param}::text[]) WITH ORDINALITY AS e(id, n) ORDER BY n
+FROM unnest({ids_param}::text[]) WITH ORDINALITY AS e(id, n){cross}
+ORDER BY n
 """
 
 
@@ -134,11 +138,15 @@ async def _add(conn: Connection, exchange: ExchangeKind, key: str, body: dict[st
     )
 
 
+#: The notification that wakes the scheduling round at commit (an SQL expression).
+WAKE_ROUND: Final = "pg_notify('vigil_outbox', 'round')"
+
+
 async def wake_round(conn: Connection) -> None:
     """Wake the scheduling round (and through it the relay) when the caller's transaction
     commits: for a move into a quiet state (`shared.domain.states.QUIET`) made outside a worker,
     whose event notifies nobody while the task may be releasable at once (e.g. `data_ready`)."""
-    await conn.execute("SELECT pg_notify('vigil_outbox', 'round')")
+    await conn.execute(f"SELECT {WAKE_ROUND}")
 
 
 async def has_pending(conn: Connection) -> bool:

@@ -117,11 +117,10 @@ _STAGE_SQL: Final = (
 _ROUND: Final = f"""
 WITH owner_load AS MATERIALIZED ({_OWNER_LOAD}
 ), picked AS (
-    ({{new_tasks}}) UNION ALL ({_RESTING_TASKS})
+    {{picked}}
 ), claimed AS (
     UPDATE tasks t SET claim = gen_random_uuid(), updated_at = now()
-    FROM picked p
-    WHERE t.id = p.id AND t.claim IS NULL
+    WHERE t.id = ANY(ARRAY(SELECT p.id FROM picked p)) AND t.claim IS NULL
       AND (t.state IN ('new', 'queued', 'data_ready') OR t.state = ANY({{actions}}::task_state[]))
     RETURNING t.id, t.job_id, t.state, t.host, t.claim
 ), queued AS (
@@ -142,9 +141,23 @@ def statement() -> str:
     action states, the pool's routing key and the per-user cap (None: none). Its locks: the
     row of each task it claims (its UPDATE, in no set order); the rows it reads are not."""
     n = 1 + len(met_arrays())
-    return _ROUND.format(
-        new_tasks=_new_tasks(cap=f"${n + 3}"), actions=f"${n + 1}", pool_key=f"${n + 2}"
-    )
+    picked = f"({_new_tasks(cap=f'${n + 3}')}) UNION ALL ({_RESTING_TASKS})"
+    return _ROUND.format(picked=picked, actions=f"${n + 1}", pool_key=f"${n + 2}")
+
+
+def job_statement() -> str:
+    """The round for one active job's new tasks (`release_job`): the parameters of
+    `statement()`, then the job's id. The same rule: its throttles, its prerequisites, its
+    owner's cap (which a caller racing other releases cannot keep: `submission.submit`)."""
+    n = 1 + len(met_arrays())
+    picked = _NEW_OF.format(jobs=f"j.id = ${n + 4} AND j.state = 'active'", cap=f"${n + 3}")
+    return _ROUND.format(picked=picked, actions=f"${n + 1}", pool_key=f"${n + 2}")
+
+
+_JOB_STATEMENT: Final = job_statement()
+
+#: How many of a job's tasks its submission releases at most (its throttles bound it first).
+SUBMISSION_BATCH: Final = 500
 
 
 async def release(
@@ -153,4 +166,20 @@ async def release(
     """Run the round (`statement()`): how many tasks it released. Locks: the row of each
     task it claims, until the transaction ends."""
     released = await conn.fetchval(query, batch, *met_arrays(), _ACTION_STATES, pool_key, per_user)
+    return int(released)
+
+
+async def release_job(conn: Connection, job_id: str, pool_key: str, per_user: int | None) -> int:
+    """Release what the round would of one active job's new tasks, in the caller's
+    transaction (a submission's: its first tasks go out without waiting for a round); how
+    many. Locks: the row of each task it claims, until the transaction ends."""
+    released = await conn.fetchval(
+        _JOB_STATEMENT,
+        SUBMISSION_BATCH,
+        *met_arrays(),
+        _ACTION_STATES,
+        pool_key,
+        per_user,
+        job_id,
+    )
     return int(released)

@@ -33,7 +33,15 @@ async def end(
         await put(
             conn,
             task_id,
-            **({"state": "completed", "host": HOST, "workdir": f"/w/{job_id}/{task_id}"} | task),
+            **(
+                {
+                    "state": "completed",
+                    "claim": None,
+                    "host": HOST,
+                    "workdir": f"/w/{job_id}/{task_id}",
+                }
+                | task
+            ),
         )
     return ids
 

@@ -40,9 +40,12 @@ async def test_when_a_job_is_submitted__it_has_one_new_task_per_input_and_their_
         (2, 3, "new"),
     ]
     keys = await api.pool.fetch(
-        "SELECT routing_key FROM outbox WHERE body->>'job_id' = $1", job["id"]
+        "SELECT exchange, routing_key FROM outbox WHERE body->>'job_id' = $1 ORDER BY id", job["id"]
     )
-    assert [r["routing_key"] for r in keys] == [f"task.new.{job['id']}"] * 3
+    events = [r["routing_key"] for r in keys if r["exchange"] == "events"]
+    assert events == [f"task.new.{job['id']}"] * 3
+    # and the three are released at once: a work message each, after their events
+    assert [(r["exchange"], r["routing_key"]) for r in keys[3:]] == [("work", "pool.default")] * 3
 
 
 async def test_when_no_inputs_are_given__the_job_has_one_task_with_an_empty_input(

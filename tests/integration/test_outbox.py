@@ -314,7 +314,24 @@ async def test_exactly_the_events_of_the_quiet_states_notify_nobody(opool: db.Po
             await listener.execute("SELECT 1")  # a notification sent is read by now
             # then
             payloads = [notified.get_nowait() for _ in range(notified.qsize())]
-            assert payloads == ([] if state in QUIET else ["round"]), state
+            expected = ["relay"] if state is TaskState.NEW else [] if state in QUIET else ["round"]
+            assert payloads == expected, state
+
+
+async def test_new_tasks_wake_the_round_unless_their_adder_releases_them_itself(
+    opool: db.Pool,
+) -> None:
+    async with opool.acquire() as listener, opool.acquire() as writer:
+        user = await users_repo.ensure_user(writer, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+        for wake_round, expected in ((True, {"round", "relay"}), (False, {"relay"})):
+            async with _payloads(listener) as notified:
+                # when a job's tasks are added, with their task.new events
+                await jobs_repo.create(
+                    writer, user.id, NewJob("n", "shell", "true", ["a", "b"]), wake_round=wake_round
+                )
+                await listener.execute("SELECT 1")  # a notification sent is read by now
+                # then the relay is woken for the events, and the round unless told not to
+                assert {notified.get_nowait() for _ in range(notified.qsize())} == expected
 
 
 async def test_a_recovery_into_a_quiet_state_wakes_the_round(opool: db.Pool) -> None:

@@ -48,6 +48,7 @@ from shared.domain.actions import JobAction
 from shared.domain.ids import ID_PATTERN
 from shared.domain.messages import Severity
 from shared.domain.states import JobState, TaskState
+from shared.messaging.topology import pool_key
 from shared.operations import (
     configuring,
     datasets,
@@ -128,7 +129,8 @@ async def submit_job(
     """
     body.check_against(task_types, settings.max_inputs, analysers)
     check_retention(body.retention_s, settings.min_retention_s)
-    job, created = await submission.submit(pool, user, body, idempotency_key, quota)
+    release = submission.Release(pool_key(settings.worker_pool), settings.max_in_flight_per_user)
+    job, created = await submission.submit(pool, user, body, idempotency_key, quota, release)
     if created:
         metrics.jobs_submitted.inc()
     else:
