@@ -2,9 +2,10 @@
 
 Every command carries `VIGIL_MARK=<namespace>/<host>/<task id>/<claim>` in its environment,
 inherited by everything it starts, including processes that left its process group. A marked
-process is legitimate only while its task is `setting_up` or `queued` (being started: the
-worker spawns it held at its gate, then records `on_cpu`, through `queued` in the same move when
-a slot is free) or `on_cpu`, under the same claim; anything else (the task was declared lost,
+process is legitimate only while its task is `new` (a setup whose take is folded into the
+`on_cpu` move: `StageRunner.take`), `setting_up` or `queued` (being started: the worker spawns
+it held at its gate, then records `on_cpu`, through `queued` in the same move when a slot is
+free) or `on_cpu`, under the same claim; anything else (the task was declared lost,
 timed out, cancelled, or finished and left a daemon behind) is killed. This is how a restarted
 supervisor finds what a dead one left.
 """
@@ -20,7 +21,7 @@ from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
 
-_LEGIT_STATES = ("setting_up", "queued", "on_cpu")
+_LEGIT_STATES = ("new", "setting_up", "queued", "on_cpu")
 
 
 async def kill_strays(

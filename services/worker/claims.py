@@ -8,7 +8,8 @@ worker that dies from then on is the supervisor's business.
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 from uuid import UUID
@@ -19,7 +20,7 @@ from shared.domain.outcomes import worker_failed
 from shared.domain.states import ACTIONS, QUIET, JobState, Stage, TaskState, failure_state_for
 from shared.operations import loss
 from shared.operations.datasets import UPSTREAM_KEY
-from shared.store import jobs_repo, outputs_repo, tasks_repo
+from shared.store import attempts_repo, jobs_repo, outputs_repo, tasks_repo
 from shared.store.db import Connection, Pool
 from shared.store.transition_writer import Move, TransitionWriter
 
@@ -74,6 +75,11 @@ class Held:
     set_up: int | None = None
     #: How many times the input's cluster stage started before this take (its lineage too).
     cluster_starts: int = 0
+    #: False while the take is folded into the `on_cpu` move (`Taker.take(fold=...)`): the task
+    #: is still `new` in the database, this worker's only by the message it has not acked.
+    taken: bool = True
+    #: Called once the take is durable (the consumer acks the message then).
+    on_taken: Callable[[], Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,8 +96,14 @@ class Taker:
         """Where a task's files live on this host."""
         return self.work_root / job_id / task_id
 
-    async def take(self, message: RunStage) -> Held | None:
+    async def take(
+        self, message: RunStage, fold: Callable[[jobs_repo.Job], bool] | None = None
+    ) -> Held | None:
         """Make the message's claim this worker's; None when the message is stale (a no-op).
+
+        With `fold` saying yes for the job, a setup is not written here: the task is held as it
+        is, `taken` False, and its take rides on the move that makes it `on_cpu` (or, on any
+        other path, is made durable first: `take_now`).
 
         Setup and hooks move the task into their running state (`setting_up`, `recovering_*`,
         `restarting_*`); the cluster and post-processing stages adopt a resting task. Work of
@@ -112,7 +124,18 @@ class Taker:
         if task.claim != message.claim:
             return None
         held: Held | None = None
-        if message.stage is Stage.SETUP and job.state is not JobState.SUSPENDED:
+        if (
+            fold is not None
+            and message.stage is Stage.SETUP
+            and job.state is JobState.ACTIVE
+            and task.state is S.NEW
+            and not _promised(task.input)
+            and fold(job)
+        ):
+            # the setup attempt it will open is numbered now: only this claim moves the counter
+            held = Held(task, job, message.claim, S.SETTING_UP, task.input, task.attempt + 1)
+            held.taken = False
+        elif message.stage is Stage.SETUP and job.state is not JobState.SUSPENDED:
             taken = await self._take_setup(task, message.claim)
             if taken is not None:
                 value = task.input
@@ -129,6 +152,46 @@ class Taker:
             held.cluster_starts = int(row["cluster_starts"])
         return held
 
+    async def take_now(self, held: Held) -> None:
+        """Make a folded take durable, as `take` would have (the setup attempt it opens gets
+        the number `held` was given: the task's next, under the claim); StaleState when the
+        task is not this claim's any more (a suspended job's claim given back meanwhile).
+        Calls `held.on_taken` once it is."""
+        if held.taken:
+            return
+        taken = await self._take_setup(held.task, held.claim)
+        if taken is None:  # the general path says why, and gives a suspended job's claim back
+            message = RunStage(
+                job_id=held.task.job_id, task_id=held.task.id, stage=Stage.SETUP, claim=held.claim
+            )
+            async with self.pool.acquire() as conn, conn.transaction():
+                again = await self._take(conn, held.task, held.job, message)
+            if again is None or again.state is not S.SETTING_UP:
+                raise StaleState(f"task {held.task.id} is not ours to set up any more")
+            taken = again.task
+            await self.writer.nudge()
+            async with self.pool.acquire() as conn:  # the general path opens no attempt
+                row = await attempts_repo.start(
+                    conn,
+                    taken.id,
+                    held.claim,
+                    Stage.SETUP.value,
+                    host=self.host_id,
+                    worker=self.instance,
+                )
+            taken = replace(taken, attempt=row.attempt)
+        held.task, held.taken = taken, True
+        if held.on_taken is not None:
+            await held.on_taken()
+
+    def take_changes(self, task: tasks_repo.Task) -> dict[str, Any]:
+        """What a take sets on the task: this worker, its host, the work dir."""
+        return {
+            "worker": self.instance,
+            "host": self.host_id,
+            "workdir": str(self.workdir(task.job_id, task.id)),
+        }
+
     async def _take_setup(self, task: tasks_repo.Task, claim: UUID) -> tasks_repo.Task | None:
         """new -> setting_up with the setup attempt opened, unless the job is suspended."""
         return await self.writer.advance(
@@ -136,11 +199,7 @@ class Taker:
                 task,
                 claim,
                 (S.NEW, S.SETTING_UP),
-                changes={
-                    "worker": self.instance,
-                    "host": self.host_id,
-                    "workdir": str(self.workdir(task.job_id, task.id)),
-                },
+                changes=self.take_changes(task),
                 open_=tasks_repo.OpenAttempt(Stage.SETUP.value, self.host_id, self.instance),
                 unless_suspended=True,
             )

@@ -1,7 +1,8 @@
 """Taking work messages from the pool and host queues, `slots + prefetch` tasks at once.
 
-A message is acked once its task is durably this worker's (see `StageRunner.take`); the
-task then runs in a tracked asyncio task. A task counts against the intake from its take to
+A message is acked once its task is durably this worker's (see `StageRunner.take`: for a
+setup whose take is folded into the `on_cpu` move, once that move committed); the task then
+runs in a tracked asyncio task. A task counts against the intake from its take to
 its command's exit: what follows (post-processing, bookkeeping) overlaps the next tasks. At most
 `slots` commands run at once (the runner's slots); with `prefetch`, that many more tasks are
 taken and set up meanwhile, each waiting `queued` for a slot. Messages beyond that stay
@@ -38,6 +39,19 @@ class Permit:
         if self._semaphore is not None:
             self._semaphore.release()
             self._semaphore = None
+
+
+class _Ack:
+    """Acks its message, once."""
+
+    def __init__(self, incoming: AbstractIncomingMessage) -> None:
+        self._incoming = incoming
+        self.done = False
+
+    async def __call__(self) -> None:
+        if not self.done:
+            await settle(self._incoming, ack=True)
+            self.done = True
 
 
 class Consumer:
@@ -150,7 +164,7 @@ class Consumer:
         key = (message.task_id, message.claim)
         if not await self._first_delivery(incoming, key):
             return
-        acked = False
+        ack = _Ack(incoming)
         try:
             await self._intake.acquire()
             permit = Permit(self._intake)
@@ -158,27 +172,33 @@ class Consumer:
                 if self._stopping:  # received before intake stopped, not started: give it back
                     await settle(incoming, ack=False, requeue=True)
                     return
-                held = await self._take(message)
-                await settle(incoming, ack=True)
-                acked = True
-                if held is not None:
-                    await self._runner.drive(held, permit)
+                await self._take_and_drive(message, ack, permit)
             finally:
                 permit.release()
         except InvalidMessage as exc:
             logger.error("dead-lettering a bad work message: %s", exc)
-            if not acked:
+            if not ack.done:
                 await settle(incoming, ack=False, requeue=False)
         except asyncio.CancelledError:
-            if not acked:
+            if not ack.done:
                 await settle(incoming, ack=False, requeue=True)
             raise
         except Exception:
             logger.exception("work message failed")
-            if not acked:  # back to the queue; the delivery limit stops a poison message
+            if not ack.done:  # back to the queue; the delivery limit stops a poison message
                 await settle(incoming, ack=False, requeue=True)
         finally:
             self._handling.discard(key)
+
+    async def _take_and_drive(self, message: RunStage, ack: _Ack, permit: Permit) -> None:
+        held = await self._take(message)
+        if held is not None and not held.taken:
+            held.on_taken = ack  # a folded take: acked once it is durable
+        else:
+            await ack()
+        if held is not None:
+            await self._runner.drive(held, permit)
+        await ack()  # a folded take that found the task no longer ours: stale
 
     async def _first_delivery(
         self, incoming: AbstractIncomingMessage, key: tuple[str, UUID]

@@ -115,6 +115,8 @@ class _Ran:
 #: Running hook state -> its action state.
 _HOOK_OF_RUNNING = {running: action for action, (running, _, _) in ACTIONS.items()}
 _RESTARTS = frozenset({S.RESTART_SETUP, S.RESTART_CLUSTER, S.RESTART_POST_PROCESSING})
+#: The hooks a type must run on the loop for its setups to fold their take (`StageRunner.take`).
+_FOLDED_HOOKS = frozenset({"setup", "cluster_commands"})
 
 
 @dataclass
@@ -151,8 +153,28 @@ class StageRunner:
         self._memory_mb = limits.default_memory_mb(self.settings.job_memory_mb)
 
     async def take(self, message: RunStage) -> Held | None:
-        """Make the message's claim this worker's; None when the message is stale (a no-op)."""
-        return await self.taker.take(message)
+        """Make the message's claim this worker's; None when the message is stale (a no-op).
+
+        A setup whose hooks run on the loop, with a slot free, is not written here: its take
+        rides on the `on_cpu` move (`_mark_on_cpu`), one commit for `new -> setting_up ->
+        queued -> on_cpu`; any other path makes it durable first (`_taken`)."""
+        return await self.taker.take(message, fold=self._foldable)
+
+    def _foldable(self, job: jobs_repo.Job) -> bool:
+        """Whether a setup of `job` may fold its take into the `on_cpu` move: nothing it does
+        before that move leaves the loop (its type's setup and cluster_commands are inline),
+        and a slot is free, so that the command is spawned at once."""
+        task_type = self.task_types.get(job.type)
+        return (
+            task_type is not None
+            and task_type.inline_hooks >= _FOLDED_HOOKS
+            and not self.slots.locked()
+        )
+
+    async def _taken(self, held: Held) -> None:
+        """Make a folded take durable before any other write of the task (StaleState if it
+        is not ours any more)."""
+        await self.taker.take_now(held)
 
     async def drive(self, held: Held, intake: Releasable | None = None) -> None:
         """Run the task from where it was taken as far as it can go. Never raises StaleState.
@@ -175,10 +197,17 @@ class StageRunner:
         except StaleState as exc:
             logger.info("task %s moved on without us: %s", held.task.id, exc)
         except asyncio.CancelledError:
-            await asyncio.shield(self.taker.abandon(held, "the worker stopped while running it"))
+            if held.taken:  # else it is still `new`: its unacked message goes back
+                await asyncio.shield(
+                    self.taker.abandon(held, "the worker stopped while running it")
+                )
             raise
         except Exception as exc:  # never leave a task held by a worker that gave up on it
             logger.exception("task %s: the worker failed while driving it", held.task.id)
+            try:
+                await self._taken(held)
+            except StaleState:
+                return
             await self.taker.fail(held, exc, traceback.format_exc())
 
     # -- recovery and restart hooks ----------------------------------------------------------
@@ -320,7 +349,9 @@ class StageRunner:
     async def _run_command(self, held: Held) -> _Ran | None:
         """Spawn the command held at its gate, make the task on_cpu, run it to its exit, or
         None when it did not run (its hook failed, or the job was suspended meanwhile)."""
-        attempt = held.task.attempt + 1  # opened with on_cpu, numbered as the task's next
+        # opened with on_cpu, numbered as the task's next (after the setup attempt of a take
+        # folded into that move)
+        attempt = held.task.attempt + (1 if held.taken else 2)
         ctx = self._context(held, attempt)
         ctx.safe_mkdir(".vigil")
         script, failure = await self._run_hook(
@@ -413,16 +444,41 @@ class StageRunner:
         the same move, closing its setup attempt. False when the job was suspended since setup
         (the task is then `queued`); `StaleState` when the task is not ours any more."""
         set_up = held.set_up
-        moved = await self._advance(
-            held,
-            (S.SETTING_UP, S.QUEUED, S.ON_CPU) if set_up is not None else (S.QUEUED, S.ON_CPU),
-            None,
-            changes={"pid": running.pid, "pid_create_time": running.create_time},
-            close=tasks_repo.CloseAttempt(set_up) if set_up is not None else None,
-            open_=Stage.CLUSTER,
-            pid=running.pid,
-            unless_suspended=True,
-        )
+        if not held.taken:  # the take, the setup attempt and on_cpu: one move, one commit
+            moved = await self._advance(
+                held,
+                (S.NEW, S.SETTING_UP, S.QUEUED, S.ON_CPU),
+                None,
+                changes=self.taker.take_changes(held.task)
+                | {"pid": running.pid, "pid_create_time": running.create_time},
+                open_=Stage.CLUSTER,
+                pid=running.pid,
+                unless_suspended=True,
+                first=tasks_repo.OpenAttempt(
+                    Stage.SETUP.value,
+                    self.settings.host_id,
+                    self.instance,
+                    done=True,
+                    outcome=S.QUEUED,
+                ),
+            )
+            if moved is None:  # take it the general way (or find out why not)...
+                await self._taken(held)
+                return await self._mark_on_cpu(held, attempt, running)  # ...and go on from there
+            held.taken = True
+            if held.on_taken is not None:
+                await held.on_taken()
+        else:
+            moved = await self._advance(
+                held,
+                (S.SETTING_UP, S.QUEUED, S.ON_CPU) if set_up is not None else (S.QUEUED, S.ON_CPU),
+                None,
+                changes={"pid": running.pid, "pid_create_time": running.create_time},
+                close=tasks_repo.CloseAttempt(set_up) if set_up is not None else None,
+                open_=Stage.CLUSTER,
+                pid=running.pid,
+                unless_suspended=True,
+            )
         if moved is None and set_up is not None:  # record `queued` (or find out why not)...
             await self._queue(held)
             return await self._mark_on_cpu(held, attempt, running)  # ...and try from there
@@ -619,10 +675,14 @@ class StageRunner:
         open_done: bool = False,
         unless_suspended: bool = False,
         unless_waits: str | None = None,
+        first: tasks_repo.OpenAttempt | None = None,
     ) -> tasks_repo.Task | None:
         """A successful move in one statement (`tasks_repo.advance`, committed with the moves
         of other tasks that overlap it); the task as it is now, or None when it did not match
-        (the caller then takes its general path)."""
+        (the caller then takes its general path). A folded take is made durable first, unless
+        this move is the one it rides on (`first`)."""
+        if first is None:
+            await self._taken(held)
         opening = (
             tasks_repo.OpenAttempt(
                 open_.value,
@@ -646,6 +706,7 @@ class StageRunner:
                 open_=opening,
                 unless_suspended=unless_suspended,
                 unless_waits=unless_waits,
+                first=first,
             )
         )
         if moved is not None:
@@ -654,6 +715,7 @@ class StageRunner:
         return moved
 
     async def _start_attempt(self, held: Held, stage: str) -> int:
+        await self._taken(held)
         async with self.pool.acquire() as conn, conn.transaction():
             return await self._open_attempt(conn, held, stage)
 
@@ -704,6 +766,7 @@ class StageRunner:
         that comes too late (the task was declared lost, timed out, cancelled...) changes
         nothing; it is kept on the attempt row, and `StaleState` is raised.
         """
+        await self._taken(held)
         changes: dict[str, Any] = outcome.changes()
         if not keep_claim or outcome.failure_class is not None:
             changes |= {"claim": None, "worker": None}

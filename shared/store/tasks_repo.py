@@ -226,6 +226,8 @@ class OpenAttempt:
     pid: int | None = None
     done: bool = False
     status: dict[str, Any] | None = None
+    #: The outcome of a `done` attempt when it is not where the move leads (one of its path).
+    outcome: TaskState | None = None
 
 
 async def advance(
@@ -239,12 +241,15 @@ async def advance(
     open_: OpenAttempt | None = None,
     unless_suspended: bool = False,
     unless_waits: str | None = None,
+    first: OpenAttempt | None = None,
 ) -> Task | None:
     """The worker's successful moves, in one statement (one round trip, one commit when the
     caller is not in a transaction): move `task` held by `claim` from `path[0]` through every
     state of `path` to the last, with one `task.<state>` event per state passed, close the
     attempt `close` (its outcome: `path[1]`, where its stage led) and open `open_`, numbered
-    `task.attempt + 1`.
+    `task.attempt + 1`. `first` (`done`) is an attempt opened and ended by the move before
+    `open_`: a stage the worker did before its task was durably its own (`services/worker/
+    stages.py`, the folded take), numbered `task.attempt + 1`, `open_` then `+ 2`.
 
     The guard is the claim and the exact source state (a compare-and-set, like
     `transition()`), plus, if asked, that the job is not suspended (`unless_suspended`) and that
@@ -272,7 +277,7 @@ async def advance(
         path[0].value,
         dst.value,
         claim,
-        1 if open_ else 0,
+        len([a for a in (first, open_) if a is not None]),
         [event_key("task", e.state.value, e.job_id) for e in events],
         [to_jsonable(e) for e in events],
     ]
@@ -303,15 +308,24 @@ async def advance(
             f" status = ${n - 2}, exit_code = ${n - 1} FROM moved"
             f" WHERE a.task_id = moved.id AND a.attempt = ${n - 3} AND a.ended_at IS NULL)"
         )
-    if open_ is not None:
-        args += [open_.stage, open_.host, open_.worker, open_.pid, open_.done, open_.status]
+    opens = [a for a in (first, open_) if a is not None]
+    selects = []
+    for i, opening in enumerate(opens):
+        before = len(opens) - 1 - i  # the last one opened is numbered as the task's attempt
+        outcome = (opening.outcome or dst).value
+        args += [opening.stage, opening.host, opening.worker, opening.pid, opening.done]
+        args += [opening.status, outcome]
         n = len(args)
+        selects.append(
+            f"SELECT id, attempt - {before}, run_number,"
+            f" ${n - 6}, ${n - 5}, ${n - 4}, $4, ${n - 3}::integer,"
+            f" CASE WHEN ${n - 2}::boolean THEN now() END,"
+            f" CASE WHEN ${n - 2}::boolean THEN ${n}::text END, ${n - 1}::jsonb FROM moved"
+        )
+    if selects:
         ctes.append(
             "opened AS (INSERT INTO attempts (task_id, attempt, run_number, stage, host, worker,"
-            " claim, pid, ended_at, outcome, status) SELECT id, attempt, run_number,"
-            f" ${n - 5}, ${n - 4}, ${n - 3}, $4, ${n - 2},"
-            f" CASE WHEN ${n - 1}::boolean THEN now() END,"
-            f" CASE WHEN ${n - 1}::boolean THEN $3::text END, ${n} FROM moved)"
+            " claim, pid, ended_at, outcome, status) " + " UNION ALL ".join(selects) + ")"
         )
     record = await conn.fetchrow(f"WITH {', '.join(ctes)} SELECT * FROM moved", *args)
     return Task.from_record(record) if record is not None else None
@@ -607,7 +621,7 @@ async def give_back(
     await conn.execute(
         "WITH given AS (UPDATE tasks SET claim = NULL, worker = NULL"
         "  WHERE id = $1 AND claim = $2 AND ($3::task_state IS NULL OR state = $3) RETURNING 1)"
-        " SELECT pg_notify('vigil_outbox', 'round') FROM given",
+        f" SELECT {outbox.WAKE_ROUND} FROM given",
         task_id,
         claim,
         state.value if state else None,
@@ -627,7 +641,7 @@ async def unclaim_untaken(conn: Connection, task_id: str, claim: UUID) -> bool:
     )
     if status != "UPDATE 1":
         return False
-    await conn.execute("SELECT pg_notify('vigil_outbox', 'round')")
+    await outbox.wake_round(conn)
     return True
 
 

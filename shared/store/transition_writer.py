@@ -67,6 +67,7 @@ class Move:
     open_: tasks_repo.OpenAttempt | None = None
     unless_suspended: bool = False
     unless_waits: str | None = None
+    first: tasks_repo.OpenAttempt | None = None
 
     async def apply(self, conn: Connection) -> tasks_repo.Task | None:
         return await tasks_repo.advance(
@@ -79,6 +80,7 @@ class Move:
             open_=self.open_,
             unless_suspended=self.unless_suspended,
             unless_waits=self.unless_waits,
+            first=self.first,
         )
 
     async def again(self, conn: Connection) -> tasks_repo.Task | None:

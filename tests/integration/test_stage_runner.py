@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from services.worker.claims import Held
 from services.worker.settings import WorkerSettings
 from services.worker.stages import StageRunner
 from shared.domain.messages import RunStage, WatchProcess, decode
-from shared.domain.states import Stage
+from shared.domain.states import NORMAL_PATH, Stage
 from shared.messaging.amqp import open_broker
 from shared.messaging.redis_keys import RedisKeys
 from shared.messaging.topology import Topology, declare_all_work_queues
@@ -243,4 +244,107 @@ async def test_a_types_inline_hooks_run_on_the_event_loop_and_the_others_in_a_th
 
     assert seen.threads["cluster_commands"] == threading.get_ident()
     assert seen.threads["setup"] != threading.get_ident()
+    assert (await _task(pool, message.task_id))["state"] == "completed"
+
+
+# -- a setup's take folded into the on_cpu move -------------------------------------------------
+
+
+async def _folded(runner: StageRunner, pool: db.Pool, command: str) -> tuple[RunStage, Held]:
+    """Given-step: a task of `command` claimed, and taken by `runner` with its take folded."""
+    message = await _claimed(pool, command)
+    held = await runner.take(message)
+    assert held is not None and not held.taken
+    return message, held
+
+
+async def test_a_folded_take_writes_nothing_until_one_move_makes_the_task_on_cpu(
+    runner: StageRunner, pool: db.Pool
+) -> None:
+    states_when_acked: list[str] = []
+
+    message, held = await _folded(runner, pool, "true")
+    assert (await _task(pool, message.task_id))["state"] == "new"  # nothing written yet
+
+    async def acked() -> None:
+        states_when_acked.append((await _task(pool, message.task_id))["state"])
+
+    held.on_taken = acked
+    await runner.drive(held)
+
+    assert states_when_acked == ["on_cpu"]  # once, when the move that took it committed
+    task = await _task(pool, message.task_id)
+    assert (task["state"], task["claim"], task["host"]) == (
+        "completed",
+        None,
+        runner.settings.host_id,
+    )
+    assert await _attempts(pool, message.task_id) == [
+        ("setup", "queued"),
+        ("cluster", "data_ready"),
+        ("post_processing", "completed"),
+    ]
+    assert runner.writer.moves == 2  # take + setup + on_cpu, then the rest to completed
+    keys = await pool.fetch(
+        "SELECT routing_key FROM outbox WHERE exchange = 'events' AND body->>'task_id' = $1"
+        " ORDER BY id",
+        message.task_id,
+    )
+    assert [k["routing_key"].split(".")[1] for k in keys] == [s.value for s in NORMAL_PATH]
+
+
+async def test_a_folded_take_of_a_task_taken_away_meanwhile_never_runs_its_command(
+    runner: StageRunner, pool: db.Pool, tmp_path: Path
+) -> None:
+    ran = tmp_path / "ran"
+    message, held = await _folded(runner, pool, f'touch "{ran}"')
+    acks = []
+
+    async def acked() -> None:
+        acks.append(True)
+
+    held.on_taken = acked
+    # cancelled between the take and its move
+    await pool.execute(
+        "UPDATE tasks SET state = 'terminated', failure_class = 'cancelled', claim = NULL"
+        " WHERE id = $1",
+        message.task_id,
+    )
+
+    await runner.drive(held)
+
+    assert not ran.exists() and acks == []
+    assert (await _task(pool, message.task_id))["state"] == "terminated"
+    assert await _attempts(pool, message.task_id) == []
+
+
+async def test_a_folded_take_of_a_job_suspended_meanwhile_gives_its_claim_back_unstarted(
+    runner: StageRunner, pool: db.Pool, tmp_path: Path
+) -> None:
+    ran = tmp_path / "ran"
+    message, held = await _folded(runner, pool, f'touch "{ran}"')
+    await pool.execute("UPDATE jobs SET state = 'suspended' WHERE id = $1", message.job_id)
+
+    await runner.drive(held)
+
+    task = await _task(pool, message.task_id)
+    assert not ran.exists()
+    assert (task["state"], task["claim"]) == ("new", None)  # released again on resume
+
+
+async def test_with_no_slot_free_a_setup_is_taken_the_general_way(
+    runner: StageRunner, pool: db.Pool
+) -> None:
+    message = await _claimed(pool, "true")
+    for _ in range(runner.settings.worker_slots):
+        await runner.slots.acquire()
+    try:
+        held = await runner.take(message)
+    finally:
+        for _ in range(runner.settings.worker_slots):
+            runner.slots.release()
+
+    assert held is not None and held.taken
+    assert (await _task(pool, message.task_id))["state"] == "setting_up"
+    await runner.drive(held)
     assert (await _task(pool, message.task_id))["state"] == "completed"

@@ -28,25 +28,26 @@ async def _task_in(conn: db.Connection, state: str, claim: uuid.UUID) -> str:
     )
 
 
-async def test_a_gated_command_of_a_task_setting_up_is_kept_and_one_of_an_ended_task_killed(
-    pool: db.Pool, namespace: str, tmp_path: Path
+@pytest.mark.parametrize("state", ["setting_up", "new"])  # new: a folded take's
+async def test_a_gated_command_of_a_task_being_set_up_is_kept_and_one_of_an_ended_task_killed(
+    pool: db.Pool, namespace: str, tmp_path: Path, state: str
 ) -> None:
     claim = uuid.uuid4()
     async with pool.acquire() as conn:
-        setting_up = await _task_in(conn, "setting_up", claim)
+        starting = await _task_in(conn, state, claim)
         ended = await _task_in(conn, "terminated", claim)
     held = {
         task_id: await process.spawn(
             "true", tmp_path, {marks.VARIABLE: marks.mark(namespace, "h", task_id, claim)}
         )
-        for task_id in (setting_up, ended)
+        for task_id in (starting, ended)
     }
     try:
         killed = await kill_strays(pool, namespace, "h", None)
 
         assert [m.task_id for m in killed] == [ended]
         assert await held[ended].process.wait() == -9
-        assert held[setting_up].process.returncode is None
+        assert held[starting].process.returncode is None
     finally:
         for running in held.values():
             running.close_gate()

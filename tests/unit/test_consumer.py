@@ -32,7 +32,7 @@ class _Runner:
 
     async def take(self, message: RunStage) -> object:
         self.takes.put_nowait(message.task_id)
-        return object()
+        return SimpleNamespace(taken=True)  # durably taken: acked at once
 
     async def drive(self, held: object, intake: Any) -> None:
         await self.go.wait()
@@ -65,3 +65,51 @@ async def test_a_message_delivered_again_while_it_is_handled_is_acked_not_run_tw
     await _delivered(consumer, _Incoming(message, 3))
     await _delivered(consumer, _Incoming(other, 4))
     assert runner.takes.qsize() == 3
+
+
+class _FoldingRunner(_Runner):
+    """Takes without writing (a folded take) and makes it durable when told to."""
+
+    def __init__(self, durable: bool) -> None:
+        super().__init__()
+        self.durable = durable
+
+    async def take(self, message: RunStage) -> object:
+        self.takes.put_nowait(message.task_id)
+        return SimpleNamespace(taken=False, on_taken=None)
+
+    async def drive(self, held: Any, intake: Any) -> None:
+        await self.go.wait()
+        if self.durable:
+            await held.on_taken()
+
+
+async def test_a_folded_take_is_acked_only_once_it_is_durable() -> None:
+    runner = _FoldingRunner(durable=True)
+    consumer = Consumer(cast(Any, runner), slots=1)
+    incoming = _Incoming(
+        RunStage(job_id="j-1", task_id="t-1", stage=Stage.SETUP, claim=uuid.uuid4()), 1
+    )
+
+    await consumer._on_message(cast(Any, incoming))
+    async with asyncio.timeout(5):
+        await runner.takes.get()
+    assert not incoming.acked.is_set()  # taken, not yet durably: a dead worker's goes back
+
+    runner.go.set()
+    async with asyncio.timeout(5):
+        await incoming.acked.wait()
+    assert incoming.rejects == 0
+
+
+async def test_a_folded_take_that_found_its_task_gone_is_acked_as_stale() -> None:
+    runner = _FoldingRunner(durable=False)
+    runner.go.set()
+    consumer = Consumer(cast(Any, runner), slots=1)
+    incoming = _Incoming(
+        RunStage(job_id="j-1", task_id="t-1", stage=Stage.SETUP, claim=uuid.uuid4()), 1
+    )
+
+    await _delivered(consumer, incoming)
+
+    assert incoming.rejects == 0
