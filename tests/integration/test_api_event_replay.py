@@ -18,7 +18,7 @@ import pytest
 from services.scheduler.relay import Relay
 from shared.domain.messages import JobEvent, JobOutcome
 from shared.messaging.amqp import open_broker
-from shared.messaging.topology import Topology
+from shared.messaging.topology import Topology, declare_work_queue, pool_key
 from shared.store import event_log, outbox
 from tests.conftest import AMQP_URL, fresh_database
 from tests.integration.served_api import Served, served_api
@@ -58,8 +58,17 @@ class Relaying:
 
 @pytest.fixture
 async def relaying(served: Served, namespace: str) -> AsyncIterator[Relaying]:
-    async with open_broker(AMQP_URL, Topology(namespace), "test-relay") as broker:
-        yield Relaying(Relay(served.pool, broker, batch=50))
+    """The relay, with the pool's queue its submissions' work messages go to (as the
+    scheduler declares it at start): a work message it could not route would stay pending,
+    ahead of every event, in this module's database."""
+    topology = Topology(namespace)
+    async with open_broker(AMQP_URL, topology, "test-relay") as broker:
+        pool_queue = topology.pool_queue()
+        await declare_work_queue(broker.channel, topology, pool_queue, pool_key())
+        try:
+            yield Relaying(Relay(served.pool, broker, batch=50))
+        finally:
+            await broker.channel.queue_delete(pool_queue, if_unused=False, if_empty=False)
 
 
 async def _job_events(served: Served, job_id: str, count: int) -> None:
