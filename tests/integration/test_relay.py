@@ -5,6 +5,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import aio_pika
 import aiormq
@@ -69,12 +70,7 @@ async def test_a_batch_is_published_once_and_marked_by_the_next_read(
     async with rpool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0
 
-    received: list[str] = []
-    async with asyncio.timeout(10), queue.iterator(no_ack=True) as messages:
-        async for message in messages:
-            received.append(json.loads(message.body)["task_id"])
-            if len(received) == 3:
-                break
+    received = [body["task_id"] for body in await _receive(queue, 3)]
     assert len(set(received)) == 3
     assert await queue.get(fail=False, no_ack=True) is None  # nothing twice
 
@@ -117,3 +113,31 @@ async def test_a_published_message_is_persistent_json(broker: Broker) -> None:
         aio_pika.DeliveryMode.PERSISTENT,
     )
     assert message.message_id  # each its own
+
+
+async def test_publishes_made_together_are_each_confirmed_and_arrive_in_order(
+    broker: Broker,
+) -> None:
+    # given a queue bound to the events exchange
+    queue = await broker.channel.declare_queue(f"q-{uuid.uuid4().hex[:8]}", exclusive=True)
+    await queue.bind(broker.events, "task.new.j-together")
+    # when 200 publishes are made at once (their frames written together: frame_batching)
+    await asyncio.gather(
+        *(
+            broker.publish(broker.events, "task.new.j-together", b'{"n": %d}' % n, mandatory=False)
+            for n in range(200)
+        )
+    )
+    # then each was confirmed (gather returned) and they arrive once each, in order
+    assert [body["n"] for body in await _receive(queue, 200)] == list(range(200))
+
+
+async def _receive(queue: aio_pika.abc.AbstractQueue, count: int) -> list[dict[str, Any]]:
+    """The bodies of the next `count` messages of `queue`, in their order."""
+    received: list[dict[str, Any]] = []
+    async with asyncio.timeout(10), queue.iterator(no_ack=True) as messages:
+        async for message in messages:
+            received.append(json.loads(message.body))
+            if len(received) == count:
+                break
+    return received
