@@ -57,6 +57,11 @@ class Finaliser:
         """Someone cancelled `job_id`: purge its keys in the next round."""
         self._cancelled.add(job_id)
 
+    @property
+    def pending(self) -> bool:
+        """Whether jobs told of wait for the next round (one it could not lock was skipped)."""
+        return bool(self._touched)
+
     async def run_once(self) -> int:
         """Finalise the jobs that may have finished; returns how many ended."""
         await self._repurge_due()

@@ -5,6 +5,7 @@ Both wake on outbox inserts (LISTEN `vigil_outbox`: not for the events of a task
 on its worker, migration 0012; the relay alone for work messages and a job's end, 0014; the
 round for a job made active or throttled and a claim given back, 0018; the relay alone for
 `task.new`, the round for tasks added, unless their submission released them, 0027; the
+relay alone for a task's terminal event, which wakes the round once published, 0028; the
 relay for a worker's nudge). The relay also polls every `relay_poll_s` while it heard from
 the system lately, every 2 s after a quiet spell (`due.relay_wait`); the round runs every
 tick while busy and, idle, waits twice as long each time up to the sweep's 2 s
@@ -18,6 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 
 import asyncpg
 from redis.asyncio import Redis
@@ -52,6 +54,14 @@ _REAP_EVERY_S = 1.0  # the reaper need not run every tick
 _TALLY_EVERY_S = 5.0  # the charts' counts are written this often (one statement)
 _RETENTION_BATCH = 100  # purges per pruning round
 _ERROR_PAUSE_S = 1.0
+
+
+@dataclass(frozen=True)
+class Round:
+    """What a scheduling round did: `done` things, and whether a step left `more`."""
+
+    done: int
+    more: bool
 
 
 class Scheduler:
@@ -93,26 +103,31 @@ class Scheduler:
         self.tally = activity.Tally()
         self._last_tally = 0.0
 
-    async def run_once(self) -> int:
-        """One round of every step; returns how much was done (0 means idle). The dispatcher
-        goes first (a submission is waiting on it), and the relay is woken in-process for
-        what the round wrote, without waiting for the notification to come back."""
+    async def run_once(self) -> Round:
+        """One round of every step: how much it did, and whether a step left work it could
+        not finish in this round (a full batch, a job it could not lock). The dispatcher goes
+        first (a submission is waiting on it), and the relay is woken in-process for what the
+        round wrote, without waiting for the notification to come back."""
         released = await self.dispatcher.run_once()
         if released:
             self.wake_relay()
         done = released
+        more = released >= self.settings.scheduler_batch
         now = time.monotonic()
         if self.triage_due.due(now):
             done += await self.triage.run_once()
             self.triage_due.ran(self.triage.left > 0, now)
+            more |= self.triage.left > 0
         if self.waiters_due.due(now):
             failed = await self.waiters.run_once()
             self.waiters_due.ran(failed > 0, now)
             done += failed
+            more |= failed > 0
         ended = await self.finaliser.run_once()
         if ended:
             self.wake_relay()
         done += ended
+        more |= self.finaliser.pending
         now = time.monotonic()
         if now - self._last_reap >= _REAP_EVERY_S:
             self._last_reap = now
@@ -127,7 +142,7 @@ class Scheduler:
             self._last_prune = now
             await pruning.prune(self.pool, self.settings)
             done += await self.retention.run_once()
-        return done
+        return Round(done, more)
 
     def _on_published(self, row: outbox.OutboxRow, wake: asyncio.Event) -> None:
         """A task event that may end its job (a terminal state, a triage decision: the waiters
@@ -182,7 +197,9 @@ class Scheduler:
         """Loop until `stop`; a failing round is logged and retried (the servers may restart).
 
         Work is done only while the advisory lock is held; a lost lock is waited for again.
-        An idle round waits longer each time (`due.Pace`), until something wakes it.
+        A round that left work goes on at once; any other waits for something to wake it, at
+        most `tick_s` after one that did something (what it wrote wakes it through the relay),
+        longer after each idle one (`due.Pace`).
         """
         while not stop.is_set():
             if not leadership.held and not await leadership.acquire(stop):
@@ -191,7 +208,7 @@ class Scheduler:
             wake.clear()
             started = time.monotonic()
             try:
-                busy = await self.run_once()
+                ran = await self.run_once()
             except (*UNAVAILABLE, RuntimeError) as exc:
                 logger.warning("scheduler round failed, retrying: %s", exc)
                 self.wake_relay()
@@ -199,9 +216,9 @@ class Scheduler:
                 continue
             if notified:  # the rows that woke the round go out with what the round wrote
                 self.wake_relay()
-            if busy or notified:
+            if ran.done or notified:
                 self.pace.stir()
-            if busy:
+            if ran.more:
                 continue
             await _wait_any(stop, wake, self.pace.idle_wait(started))
 
@@ -232,7 +249,7 @@ _VERDICTS = frozenset({"recovered", "resubmitted", "abandoned"})
 
 
 def _on_notify(round_wake: asyncio.Event, relay_wake: asyncio.Event, payload: object) -> None:
-    """'relay': rows only the relay has to act on (migrations 0014, 0027); anything else
+    """'relay': rows only the relay has to act on (migrations 0014, 0027, 0028); anything else
     ('round'): the round, which wakes the relay once it has run, so that the `task.new`
     events of added tasks and the `RunStage` messages the round writes for them go out in
     one batch."""

@@ -16,7 +16,7 @@ import pytest
 from services.worker import claims
 from shared.domain.actions import JobAction, TaskAction
 from shared.domain.messages import JobEvent, JobOutcome, RunStage, TaskEvent, to_jsonable
-from shared.domain.states import QUIET, Stage, TaskState
+from shared.domain.states import QUIET, TERMINAL, Stage, TaskState
 from shared.messaging.topology import host_key
 from shared.operations import datasets, task_actions
 from shared.store import db, jobs_repo, outbox, tasks_repo, users_repo
@@ -189,10 +189,10 @@ async def test_the_events_of_a_tasks_normal_path_notify_nobody_but_the_rest_do(
 ) -> None:
     async with opool.acquire() as listener, opool.acquire() as writer:
         async with _payloads(listener) as notified:
-            # when the worker's in-path events commit, then a terminal one
+            # when the worker's in-path events commit, then one the round acts on
             for state in (TaskState.SETTING_UP, TaskState.ON_CPU, TaskState.POST_PROCESSING):
                 await outbox.add_task_event(writer, _task_event(state))
-            await outbox.add_task_event(writer, _task_event(TaskState.COMPLETED))
+            await outbox.add_task_event(writer, _task_event(TaskState.RECOVER_CLUSTER))
             # then exactly one notification came, and it came for the last one
             async with asyncio.timeout(5):
                 assert await notified.get() == "round"
@@ -209,9 +209,11 @@ async def test_the_notification_says_whether_only_the_relay_has_something_to_do(
             await outbox.add_work(writer, "pool.default", message)
             await outbox.add_job_event(writer, JobEvent(job_id="j-1", outcome=JobOutcome.SUCCEEDED))
             await outbox.add_task_event(writer, _task_event(TaskState.FAILED_ON_CLUSTER))
+            await outbox.add_task_event(writer, _task_event(TaskState.RESTART_CLUSTER))
             async with asyncio.timeout(5):
-                got = [await payloads.get() for _ in range(3)]
-        assert got == ["relay", "relay", "round"]
+                got = [await payloads.get() for _ in range(4)]
+        # a task's end too: the round acts on it once the relay has published it (0028)
+        assert got == ["relay", "relay", "relay", "round"]
 
 
 async def test_when_a_row_is_rolled_back__no_notification_is_sent(opool: db.Pool) -> None:
@@ -302,7 +304,9 @@ async def test_changes_that_make_tasks_releasable_without_an_event_wake_the_roun
         assert await conn.fetchval("SELECT claim FROM tasks WHERE id = $1", task_id) is None
 
 
-async def test_exactly_the_events_of_the_quiet_states_notify_nobody(opool: db.Pool) -> None:
+async def test_quiet_states_notify_nobody_and_new_or_ended_tasks_only_the_relay(
+    opool: db.Pool,
+) -> None:
     async with (
         opool.acquire() as listener,
         opool.acquire() as writer,
@@ -314,7 +318,8 @@ async def test_exactly_the_events_of_the_quiet_states_notify_nobody(opool: db.Po
             await listener.execute("SELECT 1")  # a notification sent is read by now
             # then
             payloads = [notified.get_nowait() for _ in range(notified.qsize())]
-            expected = ["relay"] if state is TaskState.NEW else [] if state in QUIET else ["round"]
+            relay_only = state is TaskState.NEW or state in TERMINAL
+            expected = ["relay"] if relay_only else [] if state in QUIET else ["round"]
             assert payloads == expected, state
 
 
