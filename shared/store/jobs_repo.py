@@ -15,7 +15,7 @@ import asyncpg
 from shared.domain.errors import StaleState
 from shared.domain.ids import new_id, new_ids
 from shared.domain.messages import JobEvent, JobOutcome
-from shared.domain.states import JobState, TaskState, job_outcome, job_sources_for
+from shared.domain.states import JobState, TaskState, job_sources_for
 from shared.messaging.topology import event_key
 from shared.store import outbox, sql_states
 from shared.store.db import Connection
@@ -348,61 +348,22 @@ async def lock_finished(conn: Connection, job_id: str) -> dict[str, int] | None:
     return {k: int(v) for k, v in rows[0]["counts"].items()} if rows else None
 
 
-_LOCK_ACTIVE = (
-    "WITH mine AS MATERIALIZED (SELECT id FROM jobs WHERE id = ANY($1) AND state = 'active'"
-    "  ORDER BY id FOR UPDATE SKIP LOCKED)"
-    " SELECT id, true AS mine FROM mine"
-    " UNION ALL SELECT id, false FROM jobs"
-    "  WHERE id = ANY($1) AND state = 'active' AND id NOT IN (SELECT id FROM mine)"
-)
-
-_END_WITH_EVENTS = (
-    "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[])"
-    "  WITH ORDINALITY AS v(id, state, key, body, n)),"
-    " moved AS (UPDATE jobs j SET state = v.state::job_state, finished_at = now() FROM v"
-    "  WHERE j.id = v.id AND j.state = 'active' RETURNING j.id)"
-    " INSERT INTO outbox (exchange, routing_key, body)"
-    " SELECT 'events', v.key, v.body FROM v JOIN moved USING (id) ORDER BY v.n"
-)
-
-
 async def end_finished(
     conn: Connection, job_ids: list[str]
 ) -> tuple[dict[str, JobState], set[str]]:
-    """End, in one transaction, those of `job_ids` that are active jobs whose tasks are all
-    terminal and decided: (the jobs ended with their final state, the jobs skipped because
-    someone held their row: look again later).
+    """End those of `job_ids` that are active jobs whose tasks are all terminal and decided,
+    each with its `job.succeeded` / `job.failed` event in the outbox: (the jobs ended with
+    their final state, the jobs skipped because someone held their row: look again later).
 
-    Three statements: the rows are locked first (`FOR UPDATE SKIP LOCKED`: whoever adds work
-    to a job locks its row too, and a finaliser never waits on one; the active rows it could
-    not lock come back as skipped), then counted by the next statement, which sees whatever
-    committed before the lock was granted; then the ended jobs move, each with its
-    `job.succeeded` / `job.failed` event in the outbox, in one statement.
+    One statement, `end_finished_jobs` (migration 0029), in a transaction of its own: the
+    rows are locked first (`FOR UPDATE SKIP LOCKED`: whoever adds work to a job locks its row
+    too, and a finaliser never waits on one), then counted by a statement that sees whatever
+    committed before the lock was granted, then the ended jobs move with their events.
+    Locks: the job rows it ends (their UPDATE; those held by others are skipped).
     """
-    async with conn.transaction():
-        rows = await conn.fetch(_LOCK_ACTIVE, job_ids)
-        ids = [r["id"] for r in rows if r["mine"]]
-        skipped = {r["id"] for r in rows if not r["mine"]}
-        if not ids:
-            return {}, skipped
-        rows = await conn.fetch(_FINISHED_COUNTS.format(which="j.id = ANY($2)"), len(ids), ids)
-        ended: dict[str, JobState] = {}
-        for row in rows:
-            state = job_outcome({TaskState(k): int(v) for k, v in row["counts"].items()})
-            if state is not None:
-                ended[row["id"]] = state
-        if ended:
-            keys, bodies = outbox.job_event_rows(
-                [outcome_event(job_id, state) for job_id, state in ended.items()]
-            )
-            await conn.execute(
-                _END_WITH_EVENTS,
-                list(ended),
-                [state.value for state in ended.values()],
-                keys,
-                bodies,
-            )
-    return ended, skipped
+    rows = await conn.fetch("SELECT * FROM end_finished_jobs($1::text[])", job_ids)
+    ended = {r["id"]: JobState(r["state"]) for r in rows if not r["skipped"]}
+    return ended, {r["id"] for r in rows if r["skipped"]}
 
 
 def outcome_event(job_id: str, state: JobState) -> JobEvent:

@@ -102,14 +102,6 @@ ORDER BY n
 """
 
 
-def job_event_rows(events: list[JobEvent]) -> tuple[list[str], list[dict[str, Any]]]:
-    """The routing keys and bodies of `job.<outcome>.<job id>` events, for a statement that
-    inserts them into the outbox with the move they announce (`jobs_repo.end_finished`)."""
-    return [event_key("job", e.outcome.value, e.job_id) for e in events], [
-        to_jsonable(e) for e in events
-    ]
-
-
 async def add_work_many(
     conn: Connection, messages: Sequence[tuple[str, RunStage | KillTask | FreezeTask]]
 ) -> None:

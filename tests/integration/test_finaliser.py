@@ -2,17 +2,20 @@
 
 import asyncio
 import uuid
+from collections import Counter
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
 from services.scheduler.finaliser import Finaliser
 from shared.domain.actions import JobAction
-from shared.domain.states import JobState
+from shared.domain.messages import JobEvent, to_jsonable
+from shared.domain.states import JobState, TaskState, job_outcome
 from shared.messaging.redis_keys import RedisKeys
 from shared.operations import datasets, task_actions
 from shared.store import jobs_repo, users_repo
-from shared.store.db import Pool
+from shared.store.db import Connection, Pool
 from shared.store.jobs_repo import NewJob
 from tests.conftest import REDIS_URL
 from tests.integration.waiting import until_someone_blocked
@@ -112,3 +115,71 @@ async def test_the_jobs_a_task_ended_in_are_ended_together_and_a_held_one_is_ski
         )
         running = await jobs_repo.get(conn, jobs["running"])
         assert running is not None and running.state is JobState.ACTIVE
+
+
+async def _job_with_tasks(conn: Connection, states: list[str], **columns: Any) -> str:
+    """A job with one task per state in `states` (extra task columns as given)."""
+    user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+    job, _ = await jobs_repo.create(
+        conn, user.id, NewJob("o", "shell", "true", [str(n) for n in range(len(states))])
+    )
+    for task_id, state in zip(await datasets.task_ids_of(conn, job.id), states, strict=True):
+        await conn.execute("UPDATE tasks SET state = $2 WHERE id = $1", task_id, state)
+    for column, value in columns.items():
+        await conn.execute(f"UPDATE tasks SET {column} = $2 WHERE job_id = $1", job.id, value)
+    return job.id
+
+
+@pytest.mark.parametrize(
+    "states",
+    [
+        ["completed"],
+        ["completed", "completed"],
+        ["completed", "failed_on_cluster"],
+        ["terminated"],
+        ["completed", "failed_setup_prerequisites"],
+    ],
+)
+async def test_a_jobs_end_is_the_outcome_the_domain_gives_its_tasks(
+    pool: Pool, states: list[str]
+) -> None:
+    async with pool.acquire() as conn:
+        job_id = await _job_with_tasks(conn, states)
+        ended, _ = await jobs_repo.end_finished(conn, [job_id])
+    expected = job_outcome(Counter(TaskState(s) for s in states))
+    assert ended == {job_id: expected}
+
+
+async def test_a_task_superseded_by_its_clone_does_not_decide_and_test_tasks_do_not_count(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        # given: a failed task resubmitted as a clone that completed
+        job_id = await _job_with_tasks(conn, ["failed_on_cluster", "completed"])
+        failed, clone = await datasets.task_ids_of(conn, job_id)
+        await conn.execute("UPDATE tasks SET superseded_by = $2 WHERE id = $1", failed, clone)
+        # and a job whose only tasks are test tasks
+        only_tests = await _job_with_tasks(conn, ["completed"], test=True)
+        ended, _ = await jobs_repo.end_finished(conn, [job_id, only_tests])
+    assert ended == {job_id: JobState.COMPLETED}
+
+
+async def test_the_end_event_made_in_sql_reads_as_the_model_would_have_written_it(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        job_id = await _job_with_tasks(conn, ["failed_on_cluster"])
+        await jobs_repo.end_finished(conn, [job_id])
+        row = await conn.fetchrow(
+            "SELECT routing_key, body FROM outbox WHERE routing_key LIKE 'job.%' AND"
+            " body->>'job_id' = $1",
+            job_id,
+        )
+    assert row is not None
+    event = JobEvent.model_validate(row["body"])
+    written = jobs_repo.outcome_event(job_id, JobState.FAILED)
+    assert row["routing_key"] == f"job.failed.{job_id}"
+    assert set(row["body"]) == set(to_jsonable(written))  # the same fields, no more
+    assert event == written.model_copy(
+        update={"message_id": event.message_id, "sent_at": event.sent_at}
+    )

@@ -33,3 +33,9 @@ def test_the_unfinished_index_lists_exactly_the_terminal_states() -> None:
 def test_every_listed_word_is_a_task_state() -> None:
     words = _states(sql_states.NOT_IN_FLIGHT) | _states(sql_states.TERMINAL_LIST)
     assert words <= {s.value for s in TaskState}
+
+
+def test_the_function_that_ends_jobs_lists_exactly_the_terminal_states() -> None:
+    text = (_MIGRATION.parent / "0029_end_finished_jobs.sql").read_text()
+    [listed] = re.findall(r"NOT IN \(([^)]*)\)", text)
+    assert _states(listed) == _states(sql_states.TERMINAL_LIST)
