@@ -4,7 +4,7 @@ the release of an active job's first tasks (claims and work messages).
 
 A job with `inputs_from` is created without inputs and chained (design §6): one promised input
 per task of the upstream job, each waiting for its upstream task to complete. A job submitted
-during an emergency stop is created suspended (`shared.operations.stop_guard.hold_if_stopped`). A
+during an emergency stop is created suspended (`shared.operations.stop_guard.hold_under`). A
 job submitted `configuring` gets its tasks (and chaining) when it is activated
 (`shared.operations.configuring`).
 """
@@ -22,7 +22,6 @@ from services.api.access import owner_filter
 from services.api.errors import invalid
 from services.api.rate_limit import TaskQuota
 from services.api.schemas.jobs import JobCreate
-from shared.domain.states import JobState
 from shared.operations import datasets, harvest, stop_guard
 from shared.operations.datasets import UPSTREAM_KEY
 from shared.store import jobs_repo, outbox, release_round
@@ -75,12 +74,15 @@ async def submit(
             await harvest.set_retention(conn, job.id, body.retention_s)
             job = dataclasses.replace(job, retention_s=body.retention_s)
         if created and not body.configuring:  # a configuring job is filled at activation
-            held = await stop_guard.hold_if_stopped(conn, job.id, shared=True)
-            job = await _fill(conn, job, body, held)
+            job = await _fill(conn, job, body)
             await quota.charge(user, sum(job.counts.values()))
-            released = 0
-            if job.state is JobState.ACTIVE and release.per_user is None:
-                released = await release_round.release_job(conn, job.id, release.pool_key, None)
+            if release.per_user is None:  # the release reads the stop too (one round trip)
+                done = await release_round.release_job(conn, job.id, release.pool_key, None)
+                released, stop_id = done.released, done.stop_id
+            else:
+                released, stop_id = 0, await stop_guard.in_force(conn)
+            if await stop_guard.hold_under(conn, stop_id, job.id):  # made during a stop
+                job = await _read(conn, job.id)
             if released < sum(job.counts.values()):  # what it left is the rounds' to release
                 await outbox.wake_round(conn)
     if created:
@@ -92,7 +94,7 @@ async def submit(
     return job, created
 
 
-async def _fill(conn: Connection, job: Job, body: JobCreate, held: bool) -> Job:
+async def _fill(conn: Connection, job: Job, body: JobCreate) -> Job:
     """Give the new job its prerequisites, or its chained tasks; the job as it now is (read
     again only if something changed it: a plain job is as `jobs_repo.create` made it)."""
     if body.inputs_from is not None:
@@ -102,9 +104,13 @@ async def _fill(conn: Connection, job: Job, body: JobCreate, held: bool) -> Job:
         await datasets.apply_job_prerequisites(
             conn, job.id, await datasets.task_ids_of(conn, job.id)
         )
-    elif not held:
+    else:
         return job
-    fresh = await jobs_repo.get(conn, job.id)
+    return await _read(conn, job.id)
+
+
+async def _read(conn: Connection, job_id: str) -> Job:
+    fresh = await jobs_repo.get(conn, job_id)
     assert fresh is not None  # created in this transaction
     return fresh
 

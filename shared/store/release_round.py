@@ -6,6 +6,7 @@ what it releases, and in which order, is said there.
 Locks: the row lock of each task it claims, for the statement's own transaction.
 """
 
+from dataclasses import dataclass
 from typing import Final
 
 from shared.domain.prerequisites import met_arrays, unmet_sql
@@ -132,7 +133,7 @@ WITH owner_load AS MATERIALIZED ({_OWNER_LOAD}
             'job_id', c.job_id, 'task_id', c.id, 'stage', {_STAGE_SQL}, 'claim', c.claim)
     FROM claimed c ORDER BY c.id
 )
-SELECT count(*) FROM claimed
+SELECT count(*){{result}} FROM claimed
 """
 
 
@@ -142,16 +143,24 @@ def statement() -> str:
     row of each task it claims (its UPDATE, in no set order); the rows it reads are not."""
     n = 1 + len(met_arrays())
     picked = f"({_new_tasks(cap=f'${n + 3}')}) UNION ALL ({_RESTING_TASKS})"
-    return _ROUND.format(picked=picked, actions=f"${n + 1}", pool_key=f"${n + 2}")
+    return _ROUND.format(picked=picked, actions=f"${n + 1}", pool_key=f"${n + 2}", result="")
 
 
 def job_statement() -> str:
     """The round for one active job's new tasks (`release_job`): the parameters of
     `statement()`, then the job's id. The same rule: its throttles, its prerequisites, its
-    owner's cap (which a caller racing other releases cannot keep: `submission.submit`)."""
+    owner's cap (which a caller racing other releases cannot keep: `submission.submit`), an
+    emergency stop (nothing is released while one is in force; the statement says which)."""
     n = 1 + len(met_arrays())
-    picked = _NEW_OF.format(jobs=f"j.id = ${n + 4} AND j.state = 'active'", cap=f"${n + 3}")
-    return _ROUND.format(picked=picked, actions=f"${n + 1}", pool_key=f"${n + 2}")
+    jobs = f"j.id = ${n + 4} AND j.state = 'active' AND {_NOT_STOPPED}"
+    picked = _NEW_OF.format(jobs=jobs, cap=f"${n + 3}")
+    return _ROUND.format(
+        picked=picked, actions=f"${n + 1}", pool_key=f"${n + 2}", result=f", ({_STOP_IN_FORCE})"
+    )
+
+
+#: The emergency stop in force, if any (its id).
+_STOP_IN_FORCE: Final = "SELECT id FROM emergency_stops WHERE resumed_at IS NULL"
 
 
 _JOB_STATEMENT: Final = job_statement()
@@ -169,11 +178,24 @@ async def release(
     return int(released)
 
 
-async def release_job(conn: Connection, job_id: str, pool_key: str, per_user: int | None) -> int:
+@dataclass(frozen=True)
+class JobRelease:
+    """What `release_job` did: how many tasks it released, and the emergency stop in force
+    (None: none), which released nothing."""
+
+    released: int
+    stop_id: int | None
+
+
+async def release_job(
+    conn: Connection, job_id: str, pool_key: str, per_user: int | None
+) -> JobRelease:
     """Release what the round would of one active job's new tasks, in the caller's
-    transaction (a submission's: its first tasks go out without waiting for a round); how
-    many. Locks: the row of each task it claims, until the transaction ends."""
-    released = await conn.fetchval(
+    transaction (a submission's: its first tasks go out without waiting for a round), and
+    say whether a stop is in force: one round trip for both (the caller, holding the stop
+    lock shared, then suspends the job: `stop_guard`). Locks: the row of each task it claims,
+    until the transaction ends."""
+    row = await conn.fetchrow(
         _JOB_STATEMENT,
         SUBMISSION_BATCH,
         *met_arrays(),
@@ -182,4 +204,5 @@ async def release_job(conn: Connection, job_id: str, pool_key: str, per_user: in
         per_user,
         job_id,
     )
-    return int(released)
+    assert row is not None  # an aggregate: one row
+    return JobRelease(int(row[0]), row[1])

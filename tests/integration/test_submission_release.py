@@ -70,17 +70,25 @@ async def test_a_task_waiting_on_a_prerequisite_is_not_released(api: Api) -> Non
     assert list((await _claims(api, job["id"])).values()) == [None]
 
 
-async def test_a_job_submitted_during_an_emergency_stop_is_not_released(api: Api) -> None:
-    async with api.pool.acquire() as conn:
-        await emergency.stop(conn, "op", f"release test {uuid.uuid4().hex[:6]}")
-    try:
-        job = await api.submit(api.user, command="true", inputs=["a"])
-    finally:
+@pytest.mark.parametrize("per_user_cap", [None, 3])
+async def test_a_job_submitted_during_an_emergency_stop_is_held_by_it_not_released(
+    session_database_url: str, per_user_cap: int | None
+) -> None:
+    async with running_api(
+        session_database_url, max_inputs=10, max_in_flight_per_user=per_user_cap
+    ) as api:
         async with api.pool.acquire() as conn:
-            await emergency.resume(conn, "op")
-
-    assert job["state"] == "suspended"
-    assert await _released(api, job["id"]) == []
+            await emergency.stop(conn, "op", f"release test {uuid.uuid4().hex[:6]}")
+        try:
+            job = await api.submit(api.user, command="true", inputs=["a"])
+            assert job["state"] == "suspended"
+            assert await _released(api, job["id"]) == []
+        finally:
+            async with api.pool.acquire() as conn:
+                await emergency.resume(conn, "op")
+        # the stop held it as its own: its lifting resumed it
+        state = await api.pool.fetchval("SELECT state FROM jobs WHERE id = $1", job["id"])
+        assert state == "active"
 
 
 async def test_under_a_per_user_cap_a_submission_leaves_the_release_to_the_rounds(
