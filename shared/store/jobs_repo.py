@@ -118,11 +118,31 @@ async def create(
         }
         extra_columns = "".join(f", {name}" for name in throttles)
         extra_values = "".join(f", ${14 + i}" for i in range(len(throttles)))
-        record = await conn.fetchrow(
+        insert_job = (
             "INSERT INTO jobs (id, owner_id, name, type, command, outputs, params, policy,"
             f" prerequisites, inputs_from, idempotency_key, state, inputs{extra_columns})"
             f" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13{extra_values})"
-            " ON CONFLICT (owner_id, idempotency_key) DO NOTHING RETURNING *",
+            " ON CONFLICT (owner_id, idempotency_key) DO NOTHING RETURNING *"
+        )
+        with_tasks = bool(job.inputs) and not job.configuring
+        task_ids = new_ids("t", len(job.inputs)) if with_tasks else []
+        if with_tasks:  # the job, its tasks and their events: one statement, one round trip
+            ids, inputs = f"${14 + len(throttles)}", f"${15 + len(throttles)}"
+            insert_job = (
+                f"WITH job AS ({insert_job}), added AS ("
+                + _insert_tasks(
+                    "j.id", ids, inputs, start="0", step="1", test="false", from_job=True
+                )
+                + ")"
+                + (_WAKE_ROUND if wake_round else "")
+                + ", evented AS ("
+                + outbox.new_task_events(
+                    "$1", ids, joined="job CROSS JOIN woke" if wake_round else "job"
+                )
+                + ") SELECT * FROM job"
+            )
+        record = await conn.fetchrow(
+            insert_job,
             job_id,
             owner_id,
             job.name,
@@ -137,6 +157,7 @@ async def create(
             (JobState.CONFIGURING if job.configuring else JobState.ACTIVE).value,
             job.inputs if job.configuring else None,
             *throttles.values(),
+            *((task_ids, job.inputs) if with_tasks else ()),
         )
         if record is None:
             existing = await conn.fetchrow(
@@ -146,9 +167,8 @@ async def create(
             )
             assert existing is not None  # the conflict that hid our insert is that row
             return await _with_counts(conn, existing), False
-        if job.configuring or not job.inputs:
+        if not with_tasks:
             return Job.from_record(record), True
-        await add_tasks(conn, job_id, job.inputs, start_index=0, wake_round=wake_round)
         return Job.from_record(record, {TaskState.NEW.value: len(job.inputs)}), True
 
 
@@ -156,6 +176,21 @@ def _atomic(conn: Connection) -> AbstractAsyncContextManager[object]:
     """A transaction, unless the caller's is already open (a savepoint would cost two round
     trips and undo nothing the caller's rollback would not)."""
     return nullcontext() if conn.is_in_transaction() else conn.transaction()
+
+
+def _insert_tasks(
+    job: str, ids: str, inputs: str, *, start: str, step: str, test: str, from_job: bool = False
+) -> str:
+    """The INSERT of one `new` task per input of the array `inputs`, ids from the array
+    `ids`, indexes `start`, `start + step`...: SQL expressions (parameters, or `j.id` with
+    `from_job`: the job the statement's `job` CTE inserts, if it did, `create`)."""
+    source = "job j CROSS JOIN " if from_job else ""
+    return (
+        "INSERT INTO tasks (id, job_id, index, input, test)"
+        f" SELECT t.id, {job}, {start} + {step} * (t.n - 1)::integer,"
+        f" coalesce(t.input, 'null'::jsonb), {test}"
+        f" FROM {source}unnest({ids}::text[], {inputs}::jsonb[]) WITH ORDINALITY AS t(id, input, n)"
+    )
 
 
 #: A CTE that notifies the round once, at commit (the events of new tasks notify only the
@@ -183,9 +218,9 @@ async def add_tasks(
     ids = new_ids("t", len(inputs))
     event_key("task", "new", job_id)  # the job id is a safe routing key word
     await conn.execute(
-        "WITH added AS (INSERT INTO tasks (id, job_id, index, input, test)"
-        " SELECT t.id, $2, $3 + $4 * (t.n - 1)::integer, coalesce(t.input, 'null'::jsonb), $5"
-        " FROM unnest($1::text[], $6::jsonb[]) WITH ORDINALITY AS t(id, input, n))"
+        "WITH added AS ("
+        + _insert_tasks("$2", "$1", "$6", start="$3", step="$4", test="$5")
+        + ")"
         + (_WAKE_ROUND if wake_round else "")
         + outbox.new_task_events("$2", "$1", joined="woke" if wake_round else ""),
         ids,
