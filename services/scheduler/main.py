@@ -132,7 +132,9 @@ class Scheduler:
         if now - self._last_reap >= _REAP_EVERY_S:
             self._last_reap = now
             done += await self.reaper.run_once()
-            done += await end_probing(self.pool)
+            probed = await end_probing(self.pool)  # jobs whose throttle is back: release now
+            done += probed
+            more |= probed > 0
             done += await breaker.sweep(self.pool, self.breaker_settings)
         if now - self._last_tally >= _TALLY_EVERY_S:
             self._last_tally = now
