@@ -189,6 +189,8 @@ class Scheduler:
             if relayed or not polling:
                 heard = now
             polling = False
+            if relayed and self.settings.relay_gather_s:  # let the next batch fill a little
+                await wait_or_stop(stop, self.settings.relay_gather_s)
             if not relayed:
                 wait = relay_wait(now - heard, self.settings.relay_poll_s, NUDGE_EVERY_S)
                 await _wait_any(stop, wake, wait)
