@@ -26,9 +26,9 @@ class Dispatcher:
         self._pool_key = pool_key(worker_pool)
         self._query = release_round.statement()
 
-    async def run_once(self) -> int:
+    async def run_once(self) -> release_round.Released:
         """Release one batch of new tasks and one of resting tasks (one statement, one round
-        trip, with nothing to release too); returns how many."""
+        trip, with nothing to release too): how many, and whether any task was waiting."""
         async with self._pool.acquire() as conn:
             return await release_round.release(
                 conn, self._query, self._batch, self._pool_key, self._per_user

@@ -63,6 +63,10 @@ class Round:
     done: int
     more: bool
 
+    def plus(self, done: int, more: bool = False) -> "Round":
+        """This round with a step that did `done` things (and left `more`) added."""
+        return Round(self.done + done, self.more or more)
+
 
 class Scheduler:
     """One leader's work, each step a `run_once()` that integration tests can call."""
@@ -93,8 +97,16 @@ class Scheduler:
         self.breaker_settings = triage_settings.breaker
         self.triage = Triage(pool, load_analysers(), triage_settings)
         self._last_reap = self._last_prune = 0.0
-        #: The triage looks when a task failed, the waiters when a task ended or was decided.
+        #: The triage looks when a task failed, the waiters when a task ended or was decided
+        #: while tasks were waiting.
         self.triage_due, self.waiters_due = Due(SWEEP_EVERY_S), Due(SWEEP_EVERY_S)
+        #: The dispatcher looks when told (a 'round' notification: tasks added, a job made
+        #: active, a claim given back...; a triage decision; a probe ended), every round while
+        #: tasks wait (a throttle, a cap, a prerequisite, a backoff: a task's end may free
+        #: them), and at least every sweep. With none waiting, a task's end frees none.
+        self.release_due = Due(SWEEP_EVERY_S)
+        #: Whether the dispatcher's last look saw tasks waiting (`Released.waiting`).
+        self.waiting = True
         #: How long an idle round waits: from the tick up to the sweep's period.
         tick_s = settings.scheduler_tick_s
         self.pace = Pace(tick_s, max(tick_s, SWEEP_EVERY_S))
@@ -108,34 +120,20 @@ class Scheduler:
         not finish in this round (a full batch, a job it could not lock). The dispatcher goes
         first (a submission is waiting on it), and the relay is woken in-process for what the
         round wrote, without waiting for the notification to come back."""
-        released = await self.dispatcher.run_once()
-        if released:
-            self.wake_relay()
-        done = released
-        more = released >= self.settings.scheduler_batch
-        now = time.monotonic()
-        if self.triage_due.due(now):
-            done += await self.triage.run_once()
-            self.triage_due.ran(self.triage.left > 0, now)
-            more |= self.triage.left > 0
-        if self.waiters_due.due(now):
-            failed = await self.waiters.run_once()
-            self.waiters_due.ran(failed > 0, now)
-            done += failed
-            more |= failed > 0
+        ran = await self._release_and_decide(time.monotonic())
         ended = await self.finaliser.run_once()
         if ended:
             self.wake_relay()
-        done += ended
-        more |= self.finaliser.pending
+        ran = ran.plus(ended, self.finaliser.pending)
         now = time.monotonic()
         if now - self._last_reap >= _REAP_EVERY_S:
             self._last_reap = now
-            done += await self.reaper.run_once()
+            ran = ran.plus(await self.reaper.run_once())
             probed = await end_probing(self.pool)  # jobs whose throttle is back: release now
-            done += probed
-            more |= probed > 0
-            done += await breaker.sweep(self.pool, self.breaker_settings)
+            if probed:
+                self.release_due.tell()
+            ran = ran.plus(probed, probed > 0)
+            ran = ran.plus(await breaker.sweep(self.pool, self.breaker_settings))
         if now - self._last_tally >= _TALLY_EVERY_S:
             self._last_tally = now
             async with self.pool.acquire() as conn:
@@ -143,7 +141,32 @@ class Scheduler:
         if now - self._last_prune >= self.settings.prune_every_s:
             self._last_prune = now
             await pruning.prune(self.pool, self.settings)
-            done += await self.retention.run_once()
+            ran = ran.plus(await self.retention.run_once())
+        return ran
+
+    async def _release_and_decide(self, now: float) -> Round:
+        """The dispatcher, the triage and the waiters, each when due (`Due`)."""
+        done, more = 0, False
+        if self.release_due.due(now):
+            release = await self.dispatcher.run_once()
+            self.waiting = release.waiting
+            self.release_due.ran(release.waiting, now)
+            if release.released:
+                self.wake_relay()
+            done = release.released
+            more = release.released >= self.settings.scheduler_batch
+        if self.triage_due.due(now):
+            decided = await self.triage.run_once()
+            self.triage_due.ran(self.triage.left > 0, now)
+            done += decided
+            more |= self.triage.left > 0
+            if decided:  # a resubmission or recovery may be releasable at once
+                self.release_due.tell()
+        if self.waiters_due.due(now):
+            failed = await self.waiters.run_once()
+            self.waiters_due.ran(failed > 0, now)
+            done += failed
+            more |= failed > 0
         return Round(done, more)
 
     def _on_published(self, row: outbox.OutboxRow, wake: asyncio.Event) -> None:
@@ -159,7 +182,9 @@ class Scheduler:
         if _may_finish(row.routing_key):
             if _failed(row.routing_key):
                 self.triage_due.tell()
-            self.waiters_due.tell()
+            if self.waiting:  # what waited on this task may be releasable, or out of reach
+                self.release_due.tell()
+                self.waiters_due.tell()
             self.finaliser.touch(row.routing_key.rsplit(".", 1)[-1])
             wake.set()
         elif row.routing_key.startswith(_CANCELLED):
@@ -252,19 +277,26 @@ _FAILED_WORDS = frozenset(s.value for s in FAILED)
 _VERDICTS = frozenset({"recovered", "resubmitted", "abandoned"})
 
 
-def _on_notify(round_wake: asyncio.Event, relay_wake: asyncio.Event, payload: object) -> None:
+def _on_notify(
+    round_wake: asyncio.Event, relay_wake: asyncio.Event, release: Due, payload: object
+) -> None:
     """'relay': rows only the relay has to act on (migrations 0014, 0027, 0028); anything else
-    ('round'): the round, which wakes the relay once it has run, so that the `task.new`
-    events of added tasks and the `RunStage` messages the round writes for them go out in
-    one batch."""
+    ('round'): the round and its dispatcher (`release`), which wakes the relay once it has
+    run, so that the `task.new` events of added tasks and the `RunStage` messages the round
+    writes for them go out in one batch."""
     if payload == "relay":
         relay_wake.set()
     else:
+        release.tell()
         round_wake.set()
 
 
 async def _listen(
-    dsn: str, round_wake: asyncio.Event, relay_wake: asyncio.Event, stop: asyncio.Event
+    dsn: str,
+    round_wake: asyncio.Event,
+    relay_wake: asyncio.Event,
+    release: Due,
+    stop: asyncio.Event,
 ) -> None:
     """Wake the round and the relay on outbox inserts (as the notification says); reconnect
     when the database comes back."""
@@ -278,7 +310,9 @@ async def _listen(
         try:
             await conn.add_listener(
                 "vigil_outbox",
-                lambda _conn, _pid, _channel, payload: _on_notify(round_wake, relay_wake, payload),
+                lambda _conn, _pid, _channel, payload: _on_notify(
+                    round_wake, relay_wake, release, payload
+                ),
             )
             while not stop.is_set() and not conn.is_closed():
                 await wait_or_stop(stop, _ERROR_PAUSE_S)
@@ -310,7 +344,10 @@ async def main(settings: SchedulerSettings) -> None:
         wake, relay_wake = asyncio.Event(), asyncio.Event()
         scheduler.wake_relay = relay_wake.set
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(_listen(settings.database_url, wake, relay_wake, stop), name="listen")
+            tg.create_task(
+                _listen(settings.database_url, wake, relay_wake, scheduler.release_due, stop),
+                name="listen",
+            )
             tg.create_task(scheduler.run(stop, wake, leadership), name="loop")
             tg.create_task(scheduler.relay_loop(stop, relay_wake, wake, leadership), name="relay")
     logger.info("scheduler stopped")

@@ -139,11 +139,40 @@ SELECT count(*){{result}} FROM claimed
 
 def statement() -> str:
     """The round, its parameters: the batch, the arrays of met states (`met_arrays()`), the
-    action states, the pool's routing key and the per-user cap (None: none). Its locks: the
-    row of each task it claims (its UPDATE, in no set order); the rows it reads are not."""
+    action states, the pool's routing key and the per-user cap (None: none); it returns how
+    many tasks it released and whether any was waiting (`_WAITING`). Its locks: the row of
+    each task it claims (its UPDATE, in no set order); the rows it reads are not."""
     n = 1 + len(met_arrays())
     picked = f"({_new_tasks(cap=f'${n + 3}')}) UNION ALL ({_RESTING_TASKS})"
-    return _ROUND.format(picked=picked, actions=f"${n + 1}", pool_key=f"${n + 2}", result="")
+    return _ROUND.format(
+        picked=picked, actions=f"${n + 1}", pool_key=f"${n + 2}", result=f", {_WAITING}"
+    )
+
+
+def _waiting_in(job_state: str, tasks: str) -> str:
+    """Whether a job in `job_state` has a task matching `tasks`: a probe per job (LIMIT 1 in a
+    LATERAL, so that the planner never hashes the whole index instead)."""
+    return (
+        f"EXISTS (SELECT 1 FROM jobs j CROSS JOIN LATERAL (SELECT 1 FROM tasks t"
+        f" WHERE t.job_id = j.id AND t.claim IS NULL AND {tasks} LIMIT 1) x"
+        f" WHERE j.state = '{job_state}')"
+    )
+
+
+#: Whether any active or configuring job has a task resting unclaimed (new, or with work for
+#: its host), releasable or not (a throttle, a cap, a prerequisite, a backoff, a stop): a probe
+#: of `tasks_new` and `tasks_resting` per such job. Seen before this statement's claims, so it
+#: is true when the statement released anything. When it is false, nothing becomes
+#: releasable but what is announced (`services/scheduler/main.py`, `Scheduler.release_due`).
+_WAITING: Final = (
+    "("
+    + " OR ".join(
+        _waiting_in(job_state, tasks)
+        for job_state in ("active", "configuring")
+        for tasks in ("t.state = 'new'", f"t.state IN ({_RESTING_LIST})")
+    )
+    + ")"
+)
 
 
 def job_statement() -> str:
@@ -169,13 +198,23 @@ _JOB_STATEMENT: Final = job_statement()
 SUBMISSION_BATCH: Final = 500
 
 
+@dataclass(frozen=True)
+class Released:
+    """What a round's release did: how many tasks it released, and whether any task was
+    waiting to be (`_WAITING`: true when it released some)."""
+
+    released: int
+    waiting: bool
+
+
 async def release(
     conn: Connection, query: str, batch: int, pool_key: str, per_user: int | None
-) -> int:
-    """Run the round (`statement()`): how many tasks it released. Locks: the row of each
-    task it claims, until the transaction ends."""
-    released = await conn.fetchval(query, batch, *met_arrays(), _ACTION_STATES, pool_key, per_user)
-    return int(released)
+) -> Released:
+    """Run the round (`statement()`). Locks: the row of each task it claims, until the
+    transaction ends."""
+    row = await conn.fetchrow(query, batch, *met_arrays(), _ACTION_STATES, pool_key, per_user)
+    assert row is not None  # an aggregate: one row
+    return Released(int(row[0]), bool(row[1]))
 
 
 @dataclass(frozen=True)

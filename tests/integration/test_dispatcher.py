@@ -1,7 +1,7 @@
 """The dispatcher on the real PostgreSQL: what it releases (see also the e2e tests)."""
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -76,7 +76,7 @@ async def test_the_work_messages_made_in_sql_read_as_run_stage_would_have_writte
     async with pool.acquire() as conn:
         job = await _submitted(conn, NewJob("made", "shell", "true", ["a", "b"]))
 
-        assert await dispatcher.run_once() >= 2
+        assert (await dispatcher.run_once()).released >= 2
         rows = await conn.fetch(
             "SELECT routing_key, body FROM outbox WHERE exchange = 'work'"
             " AND body->>'job_id' = $1 ORDER BY id",
@@ -140,3 +140,64 @@ async def test_users_share_the_releases_and_each_stays_within_the_per_user_cap(
 
         # then each user got their share
         assert await _released_per_owner(conn, owners) == expected
+
+
+@pytest.fixture(scope="module")
+def waiting_database_url() -> Iterator[str]:
+    with fresh_database("vigil_waiting") as url:
+        yield url
+
+
+@pytest.fixture
+async def quiet_pool(waiting_database_url: str) -> AsyncIterator[Pool]:
+    """A database of its own where nothing waits to be released at first."""
+    async with db.open_pool(waiting_database_url, max_size=2) as pool:
+        await pool.execute("UPDATE tasks SET claim = NULL, state = 'completed'")
+        yield pool
+
+
+async def _waiting_after(pool: Pool, *rounds: int) -> list[bool]:
+    """The dispatcher's `waiting` over as many rounds as given (nothing ends in between)."""
+    dispatcher = Dispatcher(pool, batch=10_000, worker_pool="default")
+    return [(await dispatcher.run_once()).waiting for _ in rounds]
+
+
+async def test_with_nothing_unclaimed__no_task_waits(quiet_pool: Pool) -> None:
+    assert await _waiting_after(quiet_pool, 1) == [False]
+
+
+async def test_a_release_says_tasks_were_waiting_and_the_next_round_that_none_are(
+    quiet_pool: Pool,
+) -> None:
+    async with quiet_pool.acquire() as conn:
+        await _submitted(conn, NewJob("all", "shell", "true", ["a", "b"]))
+    assert await _waiting_after(quiet_pool, 1, 2) == [True, False]
+
+
+async def test_tasks_a_throttle_holds_back_keep_waiting(quiet_pool: Pool) -> None:
+    async with quiet_pool.acquire() as conn:
+        await _submitted(conn, NewJob("held", "shell", "true", list("abc"), max_in_flight=1))
+    assert await _waiting_after(quiet_pool, 1, 2) == [True, True]
+
+
+async def test_a_task_waiting_on_a_prerequisite_keeps_waiting(quiet_pool: Pool) -> None:
+    async with quiet_pool.acquire() as conn:
+        first = await _submitted(conn, NewJob("first", "shell", "true", ["a"]))
+        upstream = await conn.fetchval("SELECT id FROM tasks WHERE job_id = $1", first.id)
+        user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+        job, _ = await jobs_repo.create(conn, user.id, NewJob("later", "shell", "true", ["b"]))
+        task_id = await conn.fetchval("SELECT id FROM tasks WHERE job_id = $1", job.id)
+        await conn.execute(
+            "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
+            " VALUES ($1, 'setup', $2, 'completed')",
+            task_id,
+            upstream,
+        )
+    assert await _waiting_after(quiet_pool, 1, 2) == [True, True]
+
+
+async def test_a_suspended_jobs_tasks_do_not_wait_to_be_released(quiet_pool: Pool) -> None:
+    async with quiet_pool.acquire() as conn:
+        job = await _submitted(conn, NewJob("paused", "shell", "true", ["a"]))
+        await conn.execute("UPDATE jobs SET state = 'suspended' WHERE id = $1", job.id)
+    assert await _waiting_after(quiet_pool, 1) == [False]
