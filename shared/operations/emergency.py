@@ -123,7 +123,7 @@ async def resume(conn: Connection, actor: str) -> Resumed:
 
 async def in_force(conn: Connection) -> Stop | None:
     """The stop in force, or None."""
-    stop_id = await conn.fetchval("SELECT id FROM emergency_stops WHERE resumed_at IS NULL")
+    stop_id = await emergency_repo.in_force_id(conn)
     return await _get(conn, stop_id) if stop_id is not None else None
 
 

@@ -36,10 +36,7 @@ async def hold_if_stopped(conn: Connection, job_id: str, *, shared: bool = False
 async def in_force(conn: Connection) -> int | None:
     """The id of the emergency stop in force, or None. Under the lock (`share`), it stays
     so until the transaction ends."""
-    stop_id: int | None = await conn.fetchval(
-        "SELECT id FROM emergency_stops WHERE resumed_at IS NULL"
-    )
-    return stop_id
+    return await emergency_repo.in_force_id(conn)
 
 
 async def hold_under(conn: Connection, stop_id: int | None, job_id: str) -> bool:

@@ -6,7 +6,20 @@ and its lifting, shared for a writer that may make a job active); each UPDATE ho
 locks of the jobs it changes until the transaction ends.
 """
 
+from typing import Final
+
 from shared.store.db import Connection
+
+#: The id of the stop in force, if any (a scalar subquery, also read inside other statements:
+#: `release_round.job_statement`). At most one is in force (`emergency_stops_in_force`).
+IN_FORCE: Final = "SELECT id FROM emergency_stops WHERE resumed_at IS NULL"
+
+
+async def in_force_id(conn: Connection) -> int | None:
+    """The id of the stop in force, or None. Locks: none (the caller holds the stop lock
+    shared or exclusively, so that the answer holds until its transaction ends)."""
+    stop_id: int | None = await conn.fetchval(IN_FORCE)
+    return stop_id
 
 
 async def record_stop(conn: Connection, actor: str, reason: str) -> int:

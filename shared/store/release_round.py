@@ -11,7 +11,7 @@ from typing import Final
 
 from shared.domain.prerequisites import met_arrays, unmet_sql
 from shared.domain.states import ACTIONS, Stage, TaskState
-from shared.store import sql_states
+from shared.store import emergency_repo, sql_states
 from shared.store.db import Connection
 
 #: An emergency stop suspends active jobs; a configuring job has no suspended state, so its
@@ -184,12 +184,11 @@ def job_statement() -> str:
     jobs = f"j.id = ${n + 4} AND j.state = 'active' AND {_NOT_STOPPED}"
     picked = _NEW_OF.format(jobs=jobs, cap=f"${n + 3}")
     return _ROUND.format(
-        picked=picked, actions=f"${n + 1}", pool_key=f"${n + 2}", result=f", ({_STOP_IN_FORCE})"
+        picked=picked,
+        actions=f"${n + 1}",
+        pool_key=f"${n + 2}",
+        result=f", ({emergency_repo.IN_FORCE})",
     )
-
-
-#: The emergency stop in force, if any (its id).
-_STOP_IN_FORCE: Final = "SELECT id FROM emergency_stops WHERE resumed_at IS NULL"
 
 
 _JOB_STATEMENT: Final = job_statement()
