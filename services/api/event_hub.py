@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Awaitable
 from typing import Final
 
-import aio_pika
 import aiormq
 from aio_pika.abc import (
     AbstractIncomingMessage,
@@ -25,6 +24,7 @@ from aio_pika.abc import (
 
 from shared.domain.errors import UNAVAILABLE
 from shared.messaging.amqp import settle
+from shared.messaging.nodes import connect_to_a_node
 from shared.messaging.topology import Topology, declare_events_exchange, declare_follower_queue
 
 logger = logging.getLogger(__name__)
@@ -121,6 +121,7 @@ class EventHub:
         self._closing = False
         #: Connections opened so far (one per process, unless the first attempt failed).
         self.connects = 0
+        self._attempts = 0  # each attempt to connect goes to the next node of a cluster
 
     def queue_names(self) -> list[str]:
         """The queues of the streams open now."""
@@ -233,10 +234,9 @@ class EventHub:
     async def _connect(self) -> AbstractRobustConnection:
         async with self._lock:
             if self._connection is None:
-                connection = await aio_pika.connect_robust(
-                    self._url,
-                    client_properties={"connection_name": "api-events"},
-                    timeout=OPEN_TIMEOUT_S,
+                self._attempts += 1
+                connection = await connect_to_a_node(
+                    self._url, "api-events", OPEN_TIMEOUT_S, first=self._attempts - 1
                 )
                 try:
                     channel = await connection.channel()

@@ -6,14 +6,13 @@ One `Broker` per service. Publishing uses a channel with publisher confirms and
 """
 
 import asyncio
+import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Final, cast
-from urllib.parse import urlsplit
 
-import aio_pika
 import aiormq
 from aio_pika.abc import (
     AbstractExchange,
@@ -27,6 +26,7 @@ from shared.domain.errors import InvalidMessage
 from shared.domain.messages import Message, decode, encode
 from shared.domain.messages import _Message as WireMessage
 from shared.messaging import frame_batching
+from shared.messaging.nodes import connect_to_a_node, hidden, node_urls
 from shared.messaging.topology import Topology, declare_exchanges
 from shared.runtime.ride_out import ride_out
 
@@ -104,32 +104,28 @@ class Broker:
 async def connect(
     url: str, name: str, give_up_after_s: float | None = None
 ) -> AbstractRobustConnection:
-    """A robust connection, waiting for the broker if it is not up yet (a service started
-    while RabbitMQ restarts waits for it, instead of dying); raises `AMQPConnectionError`
-    once `give_up_after_s` have passed (None: never gives up)."""
+    """A robust connection to a node of `url` (one or several, `shared.messaging.nodes`),
+    waiting for the broker if it is not up yet (a service started while RabbitMQ restarts
+    waits for it, instead of dying; each attempt tries the next node); raises
+    `AMQPConnectionError` once `give_up_after_s` have passed (None: never gives up)."""
     loop = asyncio.get_running_loop()
     deadline = None if give_up_after_s is None else loop.time() + give_up_after_s
     pause = 0.2
-    while True:
+    nodes = len(node_urls(url))
+    for attempt in itertools.count():
         try:
-            return await aio_pika.connect_robust(
-                url, client_properties={"connection_name": name}, timeout=10
-            )
+            return await connect_to_a_node(url, name, 10, first=attempt)
         except (aiormq.exceptions.AMQPConnectionError, ConnectionError, OSError) as exc:
+            node = hidden(node_urls(url)[attempt % nodes])
             if deadline is not None and loop.time() + pause > deadline:
                 raise aiormq.exceptions.AMQPConnectionError(
-                    f"RabbitMQ at {_without_password(url)} did not answer: {exc}"
+                    f"RabbitMQ at {node} did not answer: {exc}"
                 ) from exc
-            logger.warning("waiting for RabbitMQ (%s): %s", _without_password(url), exc)
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, CONNECT_PAUSE_MAX_S)
-
-
-def _without_password(url: str) -> str:
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
+            logger.warning("waiting for RabbitMQ (%s): %s", node, exc)
+            if (attempt + 1) % nodes == 0:  # every node tried once: pause
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, CONNECT_PAUSE_MAX_S)
+    raise AssertionError("unreachable")
 
 
 @asynccontextmanager
