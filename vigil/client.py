@@ -19,8 +19,9 @@ from typing import Any, Final, Self, TypeVar, cast, overload
 
 import httpx
 
-from vigil import calls, config
+from vigil import calls, config, endpoints
 from vigil.calls import Call, Host, Job, LogLine, Output, Task
+from vigil.endpoints import Endpoints
 from vigil.errors import Unreachable, WaitTimeout
 from vigil.sse import Event, EventStream, Resume
 from vigil.states import JOB_FINAL
@@ -58,7 +59,7 @@ class Client:
         poll_s: float = POLL_S,
         rate_limit_retries: int = 3,
     ) -> None:
-        self.url = config.check_url(url)
+        self._apis = Endpoints(url)
         self.poll_s = poll_s
         self.rate_limit_retries = rate_limit_retries
         self._timeout = timeout
@@ -68,6 +69,11 @@ class Client:
         self._auth = {"Authorization": f"Bearer {token}"} if token else {}
         self._subscriptions: Subscriptions[EventHandler] = Subscriptions()
         self._stop = threading.Event()
+
+    @property
+    def url(self) -> str:
+        """The base URL of the api requests go to now (of those given, the last to answer)."""
+        return self._apis.url
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **options: Any) -> Self:
@@ -374,7 +380,9 @@ class Client:
                     calls.result(response)
                 yield EventStream(response.iter_lines())
         except httpx.TransportError as exc:
-            raise calls.unreachable(self.url, exc) from exc
+            url = self.url
+            self._apis.next()  # the next attempt (`follow` reconnecting) goes to the next api
+            raise calls.unreachable(url, exc) from exc
 
     def events(
         self,
@@ -476,12 +484,22 @@ class Client:
 
     # -- sending ------------------------------------------------------------------------------
 
+    def _request(self, call: Call) -> httpx.Response:
+        """Send `call` to the current api, else to the next ones in turn while it may be sent
+        again (`endpoints.may_resend`); `Unreachable` from the last one tried."""
+        for tried in itertools.count(1):
+            url = self._apis.url
+            try:
+                return self._http.request(**call.request_args(url, self._auth))
+            except httpx.TransportError as exc:
+                if tried >= len(self._apis.urls) or not endpoints.may_resend(call, exc):
+                    raise calls.unreachable(url, exc) from exc
+                logger.warning("%s; trying %s", calls.unreachable(url, exc), self._apis.next())
+        raise AssertionError("unreachable")
+
     def _send(self, call: Call) -> Any:
         for attempt in itertools.count(1):
-            try:
-                response = self._http.request(**call.request_args(self.url, self._auth))
-            except httpx.TransportError as exc:
-                raise calls.unreachable(self.url, exc) from exc
+            response = self._request(call)
             delay = calls.retry_after(response)
             if delay is None or attempt > self.rate_limit_retries or delay > MAX_RETRY_WAIT_S:
                 break

@@ -1,8 +1,10 @@
 """Where the client finds the API and its token: the environment first, then a config file.
 
-`VIGIL_URL` and `VIGIL_TOKEN` win, each on its own, over `url` and `token` in the TOML file
-named by `VIGIL_CONFIG`, else `$XDG_CONFIG_HOME/vigil/config.toml` (`~/.config/vigil/config.toml`).
-The default file may be missing; a file named by `VIGIL_CONFIG` must exist.
+`VIGIL_URL` (one URL, or the apis of one installation separated by commas: a request goes to
+the next when one does not answer, `vigil.endpoints`) and `VIGIL_TOKEN` win, each on its own,
+over `url` and `token` in the TOML file named by `VIGIL_CONFIG`, else
+`$XDG_CONFIG_HOME/vigil/config.toml` (`~/.config/vigil/config.toml`). The default file may
+be missing; a file named by `VIGIL_CONFIG` must exist.
 """
 
 import os
@@ -59,12 +61,22 @@ def load(env: Mapping[str, str] | None = None) -> Config:
 
 
 def check_url(url: str) -> str:
-    """`url` without a trailing slash; raises `ConfigError` unless it is an http(s) URL."""
-    url = url.strip()
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"the API URL {url!r} is not an http:// or https:// URL")
-    return url.rstrip("/")
+    """`url` without a trailing slash, or several separated by commas (the apis of one
+    installation, `check_urls`); raises `ConfigError` unless each is an http(s) URL."""
+    return ",".join(check_urls(url))
+
+
+def check_urls(url: str) -> tuple[str, ...]:
+    """The API URLs in `url` (one, or several separated by commas), each without a trailing
+    slash; raises `ConfigError` for none, or for one that is not an http(s) URL."""
+    urls = tuple(part.strip().rstrip("/") for part in url.split(",") if part.strip())
+    if not urls:
+        raise ConfigError(f"the API URL {url!r} names no address")
+    for each in urls:
+        parts = urlsplit(each)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(f"the API URL {each!r} is not an http:// or https:// URL")
+    return urls
 
 
 def check_token(token: str | None) -> str | None:
