@@ -9,11 +9,14 @@ a database of its own, created and migrated here, and each test in a namespace o
 import asyncio
 import os
 import socket
+import subprocess
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
+import aio_pika
 import asyncpg
 import pytest
 
@@ -108,7 +111,64 @@ async def pool(session_database_url: str) -> AsyncIterator[db.Pool]:
         yield p
 
 
+#: Every broker namespace this test session made (`new_namespace`): what it declared there is
+#: deleted at the session's end (`_sweep_the_broker`).
+_NAMESPACES: set[str] = set()
+
+
+def new_namespace(prefix: str, digits: int = 12) -> str:
+    """A namespace of its own (`<prefix><random hex>`), swept from the broker at the end."""
+    made = f"{prefix}{uuid.uuid4().hex[:digits]}"
+    _NAMESPACES.add(made)
+    return made
+
+
 @pytest.fixture
 def namespace() -> str:
     """A namespace of this test's own, for exchanges, queues and Redis keys."""
-    return f"t{uuid.uuid4().hex[:12]}"
+    return new_namespace("t")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sweep_the_broker() -> Iterator[None]:
+    """At the session's end, delete every queue and exchange of its namespaces (and of those
+    made from them: `<namespace>-...`). Hundreds of quorum queues left over, run after run,
+    once wedged the local RabbitMQ (a channel stuck declaring a queue)."""
+    yield
+    if not _NAMESPACES or not _reachable(AMQP_URL, 5672):
+        return
+    queues, exchanges = (_broker_names(kind) for kind in ("queues", "exchanges"))
+    mine = tuple(_NAMESPACES)
+    asyncio.run(
+        _delete(
+            [q for q in queues if q.startswith(mine)], [x for x in exchanges if x.startswith(mine)]
+        )
+    )
+
+
+def _broker_names(kind: str) -> list[str]:
+    """The names of the broker's queues or exchanges (`rabbitmqctl`: AMQP cannot list them)."""
+    try:
+        listed = subprocess.run(
+            ["rabbitmqctl", f"list_{kind}", "-q", "--no-table-headers", "name"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        warnings.warn(f"cannot list RabbitMQ's {kind} to delete them: {exc}", stacklevel=1)
+        return []
+    return listed.stdout.split()
+
+
+async def _delete(queues: list[str], exchanges: list[str]) -> None:
+    connection = await aio_pika.connect(AMQP_URL, timeout=10)
+    try:
+        channel = await connection.channel()
+        for queue in queues:
+            await channel.queue_delete(queue)
+        for exchange in exchanges:
+            await channel.exchange_delete(exchange)
+    finally:
+        await connection.close()

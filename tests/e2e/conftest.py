@@ -4,7 +4,6 @@ import asyncio
 import json
 import os
 import sys
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ import pytest
 from redis.asyncio import Redis
 
 from shared.messaging.topology import Topology, delete_all
-from tests.conftest import AMQP_URL, REDIS_URL, fresh_database
+from tests.conftest import AMQP_URL, REDIS_URL, fresh_database, new_namespace
 from tests.e2e.stack import E2E_ENV, Stack
 
 pytestmark = pytest.mark.e2e
@@ -53,7 +52,7 @@ def e2e_namespace() -> Iterator[str]:
     the stacks of one session share their queues; each stack still has a database of its own,
     which makes any message left over from an earlier test a stale no-op.
     """
-    namespace = f"e2e-{uuid.uuid4().hex[:10]}"
+    namespace = new_namespace("e2e-", 10)
     yield namespace
     asyncio.run(_delete_namespace(namespace))
 

@@ -8,14 +8,13 @@ The "nodes" here are the one real broker, reached directly and through a link th
 import asyncio
 from collections.abc import Iterator
 
-import aio_pika
 import pytest
 from yarl import URL
 
+from bench.cluster import free_port
 from shared.messaging.amqp import connect, open_broker
 from shared.messaging.topology import Topology
 from tests.conftest import AMQP_URL, require_servers
-from bench.cluster import free_port
 from tests.e2e.links import Link, link_loop
 
 pytestmark = pytest.mark.integration
@@ -30,13 +29,6 @@ def link() -> Iterator[Link]:
             yield opened
         finally:
             opened.close()
-
-
-async def _wait_for(predicate: object, timeout_s: float = 15.0) -> None:
-    assert callable(predicate)
-    async with asyncio.timeout(timeout_s):
-        while not predicate():
-            await asyncio.sleep(0.05)
 
 
 async def test_a_node_that_does_not_answer_is_passed_over() -> None:
@@ -69,17 +61,11 @@ async def test_a_connection_whose_node_goes_is_made_again_on_the_next(
         async with asyncio.timeout(15):
             await reconnected.wait()
         assert URL(str(broker.connection)).port == URL(AMQP_URL).port
-        await _wait_for(lambda: not broker.channel.is_closed)
+        assert not broker.channel.is_closed  # channels are restored before the callbacks run
 
         await broker.publish(broker.events, "log.info.job-1", b"{}", mandatory=False)
-        async with asyncio.timeout(10):
-            message = await _first(queue)
+        async with asyncio.timeout(10), queue.iterator(no_ack=True) as delivered:
+            message = await anext(delivered)
         assert message.routing_key == "log.info.job-1"
         await broker.events.delete()
         await broker.work.delete()
-
-
-async def _first(queue: aio_pika.abc.AbstractQueue) -> aio_pika.abc.AbstractIncomingMessage:
-    while (message := await queue.get(fail=False, no_ack=True)) is None:
-        await asyncio.sleep(0.05)
-    return message

@@ -17,7 +17,7 @@ from shared.domain.states import TaskState
 from shared.messaging.amqp import Broker, open_broker
 from shared.messaging.topology import Topology
 from shared.store import db, outbox
-from tests.conftest import AMQP_URL, fresh_database
+from tests.conftest import AMQP_URL, fresh_database, new_namespace
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,7 @@ async def rpool(relay_database_url: str) -> AsyncIterator[db.Pool]:
 
 @pytest.fixture
 async def broker() -> AsyncIterator[Broker]:
-    topology = Topology(f"relay-{uuid.uuid4().hex[:8]}")
+    topology = Topology(new_namespace("relay-", 8))
     async with open_broker(AMQP_URL, topology, name="test-relay") as opened:
         yield opened
 
