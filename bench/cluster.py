@@ -1,7 +1,9 @@
-"""A Vigil installation of its own for benchmarks: api, scheduler, and N hosts (a worker and a
+"""A Vigil installation of its own for benchmarks: apis, schedulers, and N hosts (a worker and a
 supervisor each) as real processes on this machine, in a namespace and database of their own.
 
-Used by `bench.chaos` (and its end-to-end test), which kills and restarts these processes.
+Used by `bench.chaos` (and its end-to-end test), which kills and restarts these processes, and
+by `bench.local_cluster` (`scripts/cluster`), which runs it on clustered servers. Each process
+runs in a session of its own and leaves its pid in `<root>/<name>.pid`.
 """
 
 import os
@@ -52,7 +54,8 @@ async def drop_database(admin_url: str, name: str) -> None:
 
 @dataclass
 class Cluster:
-    """The processes of one installation; `name` is `api`, `scheduler`, `worker@<host>`..."""
+    """The processes of one installation; `name` is `api`, `scheduler`, `worker@<host>`...;
+    with several apis or schedulers, the second is `api-2`, `scheduler-2` and so on."""
 
     database_url: str
     amqp_url: str
@@ -61,30 +64,41 @@ class Cluster:
     root: Path
     hosts: list[str]
     slots: int = 4
+    apis: int = 1
+    schedulers: int = 1
     extra_env: dict[str, str] = field(default_factory=dict)
     #: Settings of one host's worker and supervisor only (e.g. its own server URLs).
     host_env: dict[str, dict[str, str]] = field(default_factory=dict)
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     port: int = field(default_factory=free_port)
+    #: The ports of the second api and on (the first is `port`).
+    more_ports: list[int] = field(default_factory=list)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _logs: dict[str, IO[bytes]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.more_ports += [free_port() for _ in range(self.apis - 1 - len(self.more_ports))]
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def api_urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{port}" for port in [self.port, *self.more_ports]]
+
+    @property
     def work_root(self) -> Path:
         return self.root / "work"
 
-    def _env(self, host: str | None) -> dict[str, str]:
+    def _env(self, host: str | None, port: int) -> dict[str, str]:
         env = {
             **os.environ,
             "VIGIL_DATABASE_URL": self.database_url,
             "VIGIL_AMQP_URL": self.amqp_url,
             "VIGIL_REDIS_URL": self.redis_url,
             "VIGIL_NAMESPACE": self.namespace,
-            "VIGIL_API_PORT": str(self.port),
+            "VIGIL_API_PORT": str(port),
             "VIGIL_BOOTSTRAP_TOKEN": self.token,
             "VIGIL_WORK_ROOT": str(self.work_root),
             "VIGIL_WORKER_SLOTS": str(self.slots),
@@ -100,7 +114,9 @@ class Cluster:
 
         With a single host, its worker and supervisor are simply `worker` and `supervisor`.
         """
-        service, _, host = name.partition("@")
+        process, _, host = name.partition("@")
+        service, _, nth = process.partition("-")
+        port = self.api_urls[int(nth or 1) - 1].rsplit(":", 1)[1] if service == "api" else "0"
         if not host and service in _PER_HOST:
             [host] = self.hosts
         if name in self._logs:
@@ -109,17 +125,21 @@ class Cluster:
         self._logs[name] = log
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", f"services.{service}"],
-            env=self._env(host or None),
+            env=self._env(host or None, int(port)),
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=ROOT,
+            start_new_session=True,  # ^C in the terminal that started it does not reach it
         )
+        (self.root / f"{name}.pid").write_text(str(self.procs[name].pid))
 
     def names(self) -> list[str]:
+        apis = ["api", *(f"api-{n}" for n in range(2, self.apis + 1))]
+        schedulers = ["scheduler", *(f"scheduler-{n}" for n in range(2, self.schedulers + 1))]
         if len(self.hosts) == 1:
-            return ["api", "scheduler", *_PER_HOST]
+            return [*apis, *schedulers, *_PER_HOST]
         per_host = [f"{s}@{h}" for h in self.hosts for s in _PER_HOST]
-        return ["api", "scheduler", *per_host]
+        return [*apis, *schedulers, *per_host]
 
     def start_all(self, timeout_s: float = 60.0) -> None:
         self.work_root.mkdir(parents=True, exist_ok=True)
@@ -128,15 +148,19 @@ class Cluster:
         self.wait_healthy(timeout_s)
 
     def wait_healthy(self, timeout_s: float = 30.0) -> None:
-        """Until the api answers /healthz; raises with the log of a process that died."""
+        """Until every api answers /healthz; raises with the log of a process that died."""
         deadline = time.monotonic() + timeout_s
+        waiting = list(self.api_urls)
         while time.monotonic() < deadline:
             for name, proc in self.procs.items():
                 if proc.poll() is not None:
                     raise RuntimeError(f"{name} exited early:\n{self.log(name)}")
             try:
-                if httpx.get(self.base_url + "/healthz", timeout=1).status_code == 200:
-                    return
+                if httpx.get(waiting[0] + "/healthz", timeout=1).status_code == 200:
+                    waiting.pop(0)
+                    if not waiting:
+                        return
+                    continue
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)

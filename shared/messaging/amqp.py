@@ -8,6 +8,7 @@ One `Broker` per service. Publishing uses a channel with publisher confirms and
 import asyncio
 import itertools
 import logging
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -112,7 +113,8 @@ async def connect(
     deadline = None if give_up_after_s is None else loop.time() + give_up_after_s
     pause = 0.2
     nodes = len(node_urls(url))
-    for attempt in itertools.count():
+    first = random.randrange(nodes)  # a cluster's clients spread over its nodes
+    for attempt in itertools.count(first):
         try:
             return await connect_to_a_node(url, name, 10, first=attempt)
         except (aiormq.exceptions.AMQPConnectionError, ConnectionError, OSError) as exc:
@@ -122,7 +124,7 @@ async def connect(
                     f"RabbitMQ at {node} did not answer: {exc}"
                 ) from exc
             logger.warning("waiting for RabbitMQ (%s): %s", node, exc)
-            if (attempt + 1) % nodes == 0:  # every node tried once: pause
+            if (attempt + 1 - first) % nodes == 0:  # every node tried once: pause
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, CONNECT_PAUSE_MAX_S)
     raise AssertionError("unreachable")

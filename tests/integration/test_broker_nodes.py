@@ -6,6 +6,7 @@ The "nodes" here are the one real broker, reached directly and through a link th
 """
 
 import asyncio
+import random
 from collections.abc import Iterator
 
 import pytest
@@ -43,10 +44,11 @@ async def test_a_node_that_does_not_answer_is_passed_over() -> None:
 
 
 async def test_a_connection_whose_node_goes_is_made_again_on_the_next(
-    link: Link, namespace: str
+    link: Link, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Cut the first node's link under a live broker: the connection is made again on the
     other node, the channel with it, and a publish there is confirmed and consumed."""
+    monkeypatch.setattr(random, "randrange", lambda _: 0)  # the first node first
     through_link = link.urls["amqp"]
     topology = Topology(namespace)
     async with open_broker(f"{through_link},{AMQP_URL}", topology, "test-nodes") as broker:
