@@ -48,6 +48,7 @@ class LocalCluster:
     base_port: int = DEFAULT_BASE_PORT
     redis_url: str = os.environ.get("VIGIL_REDIS_URL", "redis://127.0.0.1:6379/0")
     extra_env: dict[str, str] | None = None
+    namespace: str = NAMESPACE
 
     def __post_init__(self) -> None:
         self.mq = RabbitCluster(self.root / "rabbitmq", self.base_port)
@@ -56,7 +57,7 @@ class LocalCluster:
             database_url=self.pg.url,
             amqp_url=self.mq.url,
             redis_url=self.redis_url,
-            namespace=NAMESPACE,
+            namespace=self.namespace,
             root=self.root / "services",
             hosts=[f"host-{n}" for n in range(1, self.hosts + 1)],
             slots=self.slots,
@@ -97,6 +98,7 @@ class LocalCluster:
             "api_urls": self.services.api_urls,
             "amqp_url": self.mq.url,
             "database_url": self.pg.url,
+            "namespace": self.namespace,
         }
         self.state_file.write_text(json.dumps(state, indent=2))
         self.state_file.chmod(0o600)
@@ -105,7 +107,9 @@ class LocalCluster:
     def load(cls, root: Path) -> "LocalCluster":
         """The cluster described by `root`'s state file (raises if there is none)."""
         state = json.loads((root / STATE_FILE).read_text())
-        cluster = cls(root, state["hosts"], state["slots"], state["base_port"])
+        cluster = cls(
+            root, state["hosts"], state["slots"], state["base_port"], namespace=state["namespace"]
+        )
         cluster.services.token = state["token"]
         return cluster
 
@@ -122,7 +126,7 @@ class LocalCluster:
         self.mq.stop()
         client = redis.Redis.from_url(self.redis_url)
         try:
-            for key in client.scan_iter(match=f"{NAMESPACE}:*", count=1000):
+            for key in client.scan_iter(match=f"{self.namespace}:*", count=1000):
                 client.delete(key)
         finally:
             client.close()

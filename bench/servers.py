@@ -84,7 +84,7 @@ class RabbitCluster:
     def _dir(self, n: int) -> Path:
         return self.root / f"mq{n}"
 
-    def _env(self, n: int) -> dict[str, str]:
+    def ctl_env(self, n: int) -> dict[str, str]:
         where = self._dir(n)
         return {
             **os.environ,
@@ -101,7 +101,7 @@ class RabbitCluster:
         }
 
     def _ctl(self, n: int, *args: str, timeout: float = 120) -> str:
-        return _run(["rabbitmqctl", "-n", self.name(n), *args], self._env(n), timeout)
+        return _run(["rabbitmqctl", "-n", self.name(n), *args], self.ctl_env(n), timeout)
 
     def start(self) -> None:
         """Start the nodes, then join the second and third to the first."""
@@ -127,7 +127,7 @@ class RabbitCluster:
 
     def start_node(self, n: int) -> None:
         """Start node n (again) and wait until it runs."""
-        _run(["rabbitmq-server", "-detached"], self._env(n))
+        _run(["rabbitmq-server", "-detached"], self.ctl_env(n))
         deadline = time.monotonic() + 60
         while not (self._dir(n) / "pid").exists():
             if time.monotonic() > deadline:
