@@ -1,7 +1,7 @@
 """A whole Vigil cluster on this machine, from one command: `scripts/cluster up --hosts 4`.
 
 It starts, in a directory of its own (`--root`, /tmp/vigil-cluster by default):
-- a RabbitMQ cluster of three nodes (`vigil-mq1..3@localhost`, ports base+1..3);
+- a RabbitMQ cluster of three nodes (`vigil<base>-mq1..3@localhost`, ports base+1..3);
 - a PostgreSQL primary (base+11) and its synchronous streaming standby (base+12);
 - two apis (base+3001, base+3002), two schedulers (one leads, the other waits for the lock);
 - N hosts, each a worker and a supervisor with its own host id (`host-1`...) and work root,

@@ -2,7 +2,7 @@
 nodes (`RabbitCluster`) and a PostgreSQL primary with a synchronous streaming standby
 (`PostgresPair`). For `bench.local_cluster`; the machine's own servers are not touched.
 
-The node names, ports and data directories are their own (`vigil-mq1@localhost` on
+The node names, ports and data directories are their own (`vigil5710-mq1@localhost` on
 `base_port + 1`...). Run as root, the servers' processes run as the `rabbitmq` and `postgres`
 users (PostgreSQL refuses root), so `root` must be a directory they can reach (`/tmp/...`).
 """
@@ -68,7 +68,8 @@ class RabbitCluster:
     nodes: int = 3
 
     def name(self, n: int) -> str:
-        return f"vigil-mq{n}@localhost"
+        """Node n's Erlang name (with the base port: two clusters on one machine differ)."""
+        return f"vigil{self.base_port}-mq{n}@localhost"
 
     def port(self, n: int) -> int:
         return self.base_port + n
