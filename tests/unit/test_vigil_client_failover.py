@@ -36,9 +36,7 @@ def test_a_request_that_reached_no_api_goes_to_the_next_which_then_keeps_the_req
     assert client.url == "http://b"
 
 
-def test_a_submission_that_may_have_arrived_is_not_sent_again_without_an_idempotency_key() -> (
-    None
-):
+def test_a_submission_that_may_have_arrived_is_not_sent_again_without_a_key() -> None:
     apis = Apis(httpx.ReadError)
     with pytest.raises(Unreachable, match="http://a"):
         _client(apis).submit({"command": "true"})
