@@ -25,7 +25,7 @@ def test_a_password_is_masked() -> None:
     assert hidden("amqp://mq1/") == "amqp://mq1/"
 
 
-def test_each_attempt_to_connect_reads_the_next_node_in_turn() -> None:
+async def test_each_attempt_to_connect_reads_the_next_node_in_turn() -> None:
     connection = NodeConnection([A, B], first=1)
     assert [connection.url.host for _ in range(3)] == ["mq2", "mq1", "mq2"]
     assert connection.node.host == "mq2"

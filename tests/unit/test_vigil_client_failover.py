@@ -5,7 +5,8 @@ import httpx
 import pytest
 
 from vigil import AsyncClient, Client, Unreachable
-from vigil.config import ConfigError, check_urls
+from vigil.config import check_urls
+from vigil.errors import ConfigError
 
 
 class Apis:
