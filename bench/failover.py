@@ -234,10 +234,10 @@ FAULTS: Final[dict[str, Callable[[LocalCluster, Report], Awaitable[None]]]] = {
 async def run(scenario: str, tasks: int, sleep_s: float, cluster: LocalCluster) -> Report:
     """Bring `cluster` up, run the scenario on it, take it down; the report."""
     report = Report(scenario)
-    await asyncio.to_thread(cluster.up)
     try:
+        await asyncio.to_thread(cluster.up)
         await _scenario(cluster, report, tasks, sleep_s)
-    finally:
+    finally:  # even when it did not come up whole
         await asyncio.to_thread(cluster.down)
     return report
 

@@ -99,6 +99,7 @@ class LocalCluster:
             "amqp_url": self.mq.url,
             "database_url": self.pg.url,
             "namespace": self.namespace,
+            "redis_url": self.redis_url,
         }
         self.state_file.write_text(json.dumps(state, indent=2))
         self.state_file.chmod(0o600)
@@ -108,7 +109,12 @@ class LocalCluster:
         """The cluster described by `root`'s state file (raises if there is none)."""
         state = json.loads((root / STATE_FILE).read_text())
         cluster = cls(
-            root, state["hosts"], state["slots"], state["base_port"], namespace=state["namespace"]
+            root,
+            state["hosts"],
+            state["slots"],
+            state["base_port"],
+            redis_url=state["redis_url"],
+            namespace=state["namespace"],
         )
         cluster.services.token = state["token"]
         return cluster

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.failover import SCENARIOS, run
-from bench.local_cluster import LocalCluster
+from bench.local_cluster import STATE_FILE, LocalCluster
 from tests.conftest import REDIS_URL, new_namespace, require_servers
 
 pytestmark = pytest.mark.e2e
@@ -21,13 +21,22 @@ pytestmark = pytest.mark.e2e
 #: Ports of their own (and the RabbitMQ nodes' distribution ports, 20000 above), apart from
 #: `scripts/cluster`'s, so that a cluster a developer has up does not clash with the tests'.
 BASE_PORT = 6710
+_ROOT_PREFIX = "vigil-failover-"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_cluster_left_over() -> None:
+    """A run cut off (a timeout, ^C) leaves its cluster up on these ports and node names: take
+    it down before starting another."""
+    for state in Path("/tmp").glob(f"{_ROOT_PREFIX}*/{STATE_FILE}"):
+        LocalCluster.load(state.parent).down()
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 async def test_a_fault_loses_nothing_and_runs_nothing_twice(scenario: str) -> None:
     require_servers()
     cluster = LocalCluster(
-        Path(f"/tmp/vigil-failover-{uuid.uuid4().hex[:8]}"),
+        Path("/tmp") / f"{_ROOT_PREFIX}{uuid.uuid4().hex[:8]}",
         hosts=2,
         slots=4,
         base_port=BASE_PORT,
