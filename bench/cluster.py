@@ -84,8 +84,12 @@ class Cluster:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def api_ports(self) -> list[int]:
+        return [self.port, *self.more_ports]
+
+    @property
     def api_urls(self) -> list[str]:
-        return [f"http://127.0.0.1:{port}" for port in [self.port, *self.more_ports]]
+        return [f"http://127.0.0.1:{port}" for port in self.api_ports]
 
     @property
     def work_root(self) -> Path:
@@ -116,7 +120,7 @@ class Cluster:
         """
         process, _, host = name.partition("@")
         service, _, nth = process.partition("-")
-        port = self.api_urls[int(nth or 1) - 1].rsplit(":", 1)[1] if service == "api" else "0"
+        port = self.api_ports[int(nth or 1) - 1] if service == "api" else 0
         if not host and service in _PER_HOST:
             [host] = self.hosts
         if name in self._logs:
@@ -125,7 +129,7 @@ class Cluster:
         self._logs[name] = log
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", f"services.{service}"],
-            env=self._env(host or None, int(port)),
+            env=self._env(host or None, port),
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=ROOT,

@@ -162,13 +162,13 @@ async def _until(predicate: Callable[[], Awaitable[bool]], within_s: float, what
 
 
 def _leader(cluster: LocalCluster) -> str:
-    """The scheduler that leads: the last of them to have logged "leading"."""
-    leaders = [
-        (path.stat().st_mtime, path.stem)
+    """The scheduler that leads: the one whose log says so (raises unless exactly one does)."""
+    [leader] = [
+        path.stem
         for path in cluster.services.root.glob("scheduler*.log")
         if "leading" in path.read_text(errors="replace")
     ]
-    return max(leaders)[1]
+    return leader
 
 
 async def kill_the_leading_scheduler(cluster: LocalCluster, report: Report) -> None:

@@ -5,6 +5,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from shared.store import emergency_repo
 from shared.store.db import SCHEDULER_LOCK_KEY, Connection
 
 
@@ -175,5 +176,4 @@ async def host_quarantines(conn: Connection, limit: int) -> dict[str, tuple[bool
 
 async def emergency_stop_in_force(conn: Connection) -> bool:
     """True while an emergency stop is in force."""
-    found = await conn.fetchval("SELECT 1 FROM emergency_stops WHERE resumed_at IS NULL")
-    return found is not None
+    return await emergency_repo.in_force_id(conn) is not None

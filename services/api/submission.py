@@ -24,7 +24,7 @@ from services.api.rate_limit import TaskQuota
 from services.api.schemas.jobs import JobCreate
 from shared.operations import datasets, harvest, stop_guard
 from shared.operations.datasets import UPSTREAM_KEY
-from shared.store import jobs_repo, outbox, release_round
+from shared.store import emergency_repo, jobs_repo, outbox, release_round
 from shared.store.db import Connection, Pool
 from shared.store.jobs_repo import Job
 from shared.store.users_repo import User
@@ -80,7 +80,7 @@ async def submit(
                 done = await release_round.release_job(conn, job.id, release.pool_key, None)
                 released, stop_id = done.released, done.stop_id
             else:
-                released, stop_id = 0, await stop_guard.in_force(conn)
+                released, stop_id = 0, await emergency_repo.in_force_id(conn)
             if await stop_guard.hold_under(conn, stop_id, job.id):  # made during a stop
                 job = await _read(conn, job.id)
             if released < sum(job.counts.values()):  # what it left is the rounds' to release

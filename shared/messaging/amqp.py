@@ -112,13 +112,14 @@ async def connect(
     loop = asyncio.get_running_loop()
     deadline = None if give_up_after_s is None else loop.time() + give_up_after_s
     pause = 0.2
-    nodes = len(node_urls(url))
+    urls = node_urls(url)
+    nodes = len(urls)
     first = random.randrange(nodes)  # a cluster's clients spread over its nodes
     for attempt in itertools.count(first):
         try:
             return await connect_to_a_node(url, name, 10, first=attempt)
         except (aiormq.exceptions.AMQPConnectionError, ConnectionError, OSError) as exc:
-            node = hidden(node_urls(url)[attempt % nodes])
+            node = hidden(urls[attempt % nodes])
             if deadline is not None and loop.time() + pause > deadline:
                 raise aiormq.exceptions.AMQPConnectionError(
                     f"RabbitMQ at {node} did not answer: {exc}"

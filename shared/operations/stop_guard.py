@@ -30,19 +30,14 @@ async def hold_if_stopped(conn: Connection, job_id: str, *, shared: bool = False
     transaction took the lock first already (`share`)."""
     if not shared:
         await share(conn)
-    return await hold_under(conn, await in_force(conn), job_id)
-
-
-async def in_force(conn: Connection) -> int | None:
-    """The id of the emergency stop in force, or None. Under the lock (`share`), it stays
-    so until the transaction ends."""
-    return await emergency_repo.in_force_id(conn)
+    return await hold_under(conn, await emergency_repo.in_force_id(conn), job_id)
 
 
 async def hold_under(conn: Connection, stop_id: int | None, job_id: str) -> bool:
     """Suspend `job_id`, just made active, as the stop `stop_id`'s (None: no stop, nothing
     to do); True if there was a stop. The caller holds the lock (`share`) and read `stop_id`
-    under it (`in_force`, or a statement that read it too: `release_round.release_job`)."""
+    under it (`emergency_repo.in_force_id`, or a statement that read it too:
+    `release_round.release_job`)."""
     if stop_id is None:
         return False
     await emergency_repo.hold_job(conn, stop_id, job_id)
