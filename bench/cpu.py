@@ -51,6 +51,12 @@ def snapshot() -> dict[str, float]:
     return seconds
 
 
+def _machine_busy() -> float:
+    """CPU seconds the whole machine has been busy (every core, the kernel's threads too)."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the command to run")
@@ -58,15 +64,20 @@ def main() -> None:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command to measure after --")
-    before, started = snapshot(), time.monotonic()
+    before, started, machine = snapshot(), time.monotonic(), _machine_busy()
     returncode = subprocess.run(command, check=False).returncode
     after, wall = snapshot(), time.monotonic() - started
+    machine = _machine_busy() - machine
     total = 0.0
     for kind in sorted(after):
         used = after[kind] - before.get(kind, 0.0)
         total += used
         print(f"{kind:20s} {used:8.2f} s  {100 * used / wall:5.1f} % of a core")
     print(f"{'all':20s} {total:8.2f} s over {wall:.2f} s: {100 * total / wall:.0f} % of a core")
+    print(
+        f"{'machine':20s} {machine:8.2f} s busy, {100 * machine / wall:.0f} % of a core"
+        f" ({machine - total:.2f} s elsewhere: the client, the kernel's threads, ...)"
+    )
     sys.exit(returncode)
 
 
