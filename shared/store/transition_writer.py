@@ -1,12 +1,20 @@
-"""Group commit for a process's task moves: the moves callers ask for while a commit is under
-way go together into the next one.
+"""Group commit for a process's task moves: the moves callers ask for while every commit slot
+is busy go together into the next one.
 
 A worker makes four moves per task (`tasks_repo.advance`), each one commit, and each commit one
 WAL flush. With several tasks in flight their moves overlap: `TransitionWriter.advance()` queues
-a move, and one flusher commits what is queued, up to `max_batch` moves in one transaction
-(each still its own claim-fenced compare-and-set with its events), then the next lot. A lone
-move is committed at once, as one statement: nothing waits for a batch to fill, so an idle
-system pays nothing for this, and a busy one pays one commit for many moves.
+a move, and a flusher commits what is queued, up to `max_batch` moves in one transaction (each
+still its own claim-fenced compare-and-set with its events), then the next lot. A lone move is
+committed at once, as one statement: nothing waits for a batch to fill, so an idle system pays
+nothing for this, and a busy one pays one commit for many moves.
+
+Up to `max_commits` flushers commit at once, each a batch on a connection of its own: a move
+asked for while one batch is under way starts the next flusher rather than wait for that
+batch's statements, one round trip each through a busy event loop (with 32 slots, a move
+waited 89 ms for its commit with one flusher, 63 ms with four: `docs/performance.md`, step
+31). A new flusher starts only when none is still gathering, so what is asked for meanwhile
+goes into its batch. Batches hold disjoint tasks (a task has one move in flight at a time),
+each locked in id order, so two batches at once cannot deadlock on task rows.
 
 The events of moves that end in a quiet state (`shared.domain.states.QUIET`: `setting_up`,
 `on_cpu`...)
@@ -23,12 +31,14 @@ match (nothing of it written). A move that fails the batch (an error, not a miss
 with another writer, a bug) makes the flusher try each move of that batch again alone, so it
 fails only its own caller.
 
-A lost connection (PostgreSQL restarting: issue 13) leaves a batch's outcome unknown. The
-writer rides it out: it waits for the database, up to `ride_out_s`, and makes each move again.
+A lost connection (PostgreSQL restarting: issue 13) leaves a batch's outcome unknown. Its
+flusher rides it out: it waits for the database, up to `ride_out_s`, and makes each move again.
 A move's guard (its claim, its source states) makes doing it twice impossible: one that
 misses and finds the task where the move leads, still under the move's claim, had landed
 before the connection went, and its caller gets the task as it is. Only past `ride_out_s`
-does a caller get the error. Moves asked for meanwhile wait behind, in order.
+does a caller get the error. Moves asked for meanwhile go to the other flushers, which meet
+the same lost connection and ride it out too; a task's own moves stay in order (its driver
+awaits each).
 """
 
 import asyncio
@@ -49,6 +59,9 @@ logger = logging.getLogger(__name__)
 #: Moves per transaction at most: enough for every slot of a big host, few enough that one
 #: transaction's row locks stay brief.
 MAX_BATCH: Final = 64
+
+#: Batches committed at once at most, each on a connection of its own (module doc).
+MAX_COMMITS: Final = 4
 
 #: How often at most a worker nudges the relay, and how long after the commit (module doc).
 NUDGE_EVERY_S: Final = 0.5
@@ -113,16 +126,18 @@ class TransitionWriter:
         pool: Pool,
         *,
         max_batch: int = MAX_BATCH,
+        max_commits: int = MAX_COMMITS,
         nudge_every_s: float | None = None,
         nudge_delay_s: float = NUDGE_DELAY_S,
         ride_out_s: float = RIDE_OUT_S,
     ) -> None:
         self.pool = pool
         self.ride_out_s = ride_out_s
-        self.max_batch = max_batch
+        self.max_batch, self.max_commits = max_batch, max_commits
         self.nudge_every_s, self.nudge_delay_s = nudge_every_s, nudge_delay_s
         self._queue: list[_Queued] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._flushers: set[asyncio.Task[None]] = set()
+        self._gathering = 0  # flushers started that have not taken their batch yet
         self._nudged_at = float("-inf")  # when the last nudge went, or will go, out
         self._nudging: set[asyncio.Task[None]] = set()
         #: Batches committed and moves in them, and nudges tried, for benchmarks and tests.
@@ -131,33 +146,52 @@ class TransitionWriter:
         self.nudges = 0
         self.ridden_out = 0  # moves made again after a lost connection
 
+    @property
+    def waiting(self) -> int:
+        """Moves asked for that no batch holds yet."""
+        return len(self._queue)
+
     async def advance(self, move: Move) -> tasks_repo.Task | None:
         """Do `move` in the next commit; the task as it is then, or None if it did not match."""
         queued = _Queued(move)
         self._queue.append(queued)
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush(), name="transition-writer")
+        if not self._gathering and len(self._flushers) < self.max_commits:
+            self._gathering += 1  # it takes whatever is queued when it first runs
+            flusher = asyncio.create_task(self._flush(), name="transition-writer")
+            self._flushers.add(flusher)
+            flusher.add_done_callback(self._flushers.discard)
         # The caller may give up waiting; the move itself is done or not as a whole.
         return await asyncio.shield(queued.done)
 
     async def _flush(self) -> None:
-        while self._queue:
-            batch = self._queue[: self.max_batch]
-            del self._queue[: self.max_batch]
-            try:
-                unknown = await self._commit(batch)
-                if unknown:
-                    await self._ride_out(unknown)
-                if all(queued.move.path[-1] in QUIET for queued in batch):
-                    await self.nudge()
-            except BaseException as exc:  # the pool itself failed, or this task was cancelled
-                for queued in batch:
+        gathering = True
+        try:
+            while self._queue:
+                batch = self._queue[: self.max_batch]
+                del self._queue[: self.max_batch]
+                if gathering:
+                    self._gathering, gathering = self._gathering - 1, False
+                await self._commit_settled(batch)
+        finally:
+            if gathering:  # it found nothing left (or was cancelled before it ran)
+                self._gathering -= 1
+
+    async def _commit_settled(self, batch: list[_Queued]) -> None:
+        """Commit `batch`, riding out a lost connection; every caller of it is answered."""
+        try:
+            unknown = await self._commit(batch)
+            if unknown:
+                await self._ride_out(unknown)
+            if all(queued.move.path[-1] in QUIET for queued in batch):
+                await self.nudge()
+        except BaseException as exc:  # the pool itself failed, or this task was cancelled
+            for queued in batch:
+                _settle(queued, exc=exc)
+            if isinstance(exc, asyncio.CancelledError):
+                for queued in self._queue:
                     _settle(queued, exc=exc)
-                if isinstance(exc, asyncio.CancelledError):
-                    for queued in self._queue:
-                        _settle(queued, exc=exc)
-                    self._queue.clear()
-                    raise
+                self._queue.clear()
+                raise
 
     async def nudge(self) -> None:
         """Wake the relay (a `NOTIFY` of its own) `nudge_delay_s` from now, unless this writer

@@ -88,6 +88,49 @@ async def test_a_batch_larger_than_the_cap_is_committed_in_several(pool: db.Pool
     assert (writer.commits, writer.moves) == (3, 5)
 
 
+@contextlib.asynccontextmanager
+async def _row_locked(pool: db.Pool, task: tasks_repo.Task) -> AsyncIterator[None]:
+    """Given-step: another transaction holds `task`'s row, so a move of it waits."""
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE", task.id)
+        yield
+
+
+async def test_a_move_asked_for_while_a_batch_waits_is_committed_beside_it(
+    pool: db.Pool,
+) -> None:
+    slow, quick = await _held_tasks(pool, 2)
+    writer = TransitionWriter(pool, max_commits=2)
+
+    async with _row_locked(pool, slow):
+        waiting = asyncio.ensure_future(writer.advance(_finish(slow)))
+        await _until(lambda: writer.commits == 1)  # its batch is under way, and waits
+        async with asyncio.timeout(10):
+            moved = await writer.advance(_finish(quick))
+        assert moved is not None and moved.state is S.DATA_READY
+        assert not waiting.done()
+    assert (await waiting) is not None
+    assert (writer.commits, writer.moves) == (2, 2)
+
+
+async def test_with_every_commit_under_way_the_moves_asked_for_go_together_into_the_next(
+    pool: db.Pool,
+) -> None:
+    slow, *others = await _held_tasks(pool, 3)
+    writer = TransitionWriter(pool, max_commits=1)
+
+    async with _row_locked(pool, slow):
+        waiting = asyncio.ensure_future(writer.advance(_finish(slow)))
+        await _until(lambda: writer.commits == 1)
+        later = asyncio.gather(*(writer.advance(_finish(t)) for t in others))
+        await _until(lambda: writer.waiting == 2)
+    moved = await asyncio.gather(waiting, later)
+
+    assert moved[0] is not None and all(m is not None for m in moved[1])
+    assert (writer.commits, writer.moves) == (2, 3)
+    assert await _states(pool, [slow, *others]) == [S.DATA_READY] * 3
+
+
 async def test_a_move_whose_guard_misses_gets_none_and_the_others_of_its_batch_go_through(
     pool: db.Pool,
 ) -> None:
