@@ -69,6 +69,23 @@ class _Suspended(Exception):
     """The job was suspended between setup and the command's start."""
 
 
+class _Slot:
+    """One of the host's execution slots for one command: taken just before its spawn, and
+    given back once, as soon as its main process has ended (or it never ran)."""
+
+    def __init__(self, slots: asyncio.Semaphore) -> None:
+        self._slots, self._held = slots, False
+
+    async def take(self) -> None:
+        await self._slots.acquire()
+        self._held = True
+
+    def free(self) -> None:
+        if self._held:
+            self._held = False
+            self._slots.release()
+
+
 def _dump(status: StatusReport | None) -> dict[str, Any] | None:
     return status.model_dump(mode="json") if status else None
 
@@ -144,8 +161,9 @@ class StageRunner:
             Path(self.settings.work_root),
             self.writer,
         )
-        #: The host's execution slots: one is held from a command's spawn to its exit; the
-        #: bookkeeping around it (taking, setup, post-processing) runs outside them.
+        #: The host's execution slots: one is held from a command's spawn to its exit (`_Slot`);
+        #: the bookkeeping around it (taking, setup, the work dir and cgroup made ready, the
+        #: output drained, post-processing) runs outside them.
         self.slots = asyncio.Semaphore(self.settings.worker_slots)
         self._pending: set[asyncio.Task[None]] = set()
         self._job_uids: dict[str, int] = {}  # owner -> users.job_uid (never changes)
@@ -298,8 +316,7 @@ class StageRunner:
     async def _cluster(self, held: Held, intake: Releasable | None) -> bool:
         """Run the command in one of the host's slots (held from its spawn to its exit); True
         when the task went on to data_ready (or post-processing)."""
-        async with self.slots:
-            ran = await self._run_command(held)
+        ran = await self._run_command(held)
         if intake is not None:
             intake.release()
         if ran is None:
@@ -353,23 +370,8 @@ class StageRunner:
         # folded into that move)
         attempt = held.task.attempt + (1 if held.taken else 2)
         ctx = self._context(held, attempt)
-        ctx.safe_mkdir(".vigil")
-        script, failure = await self._run_hook(
-            "cluster_commands",
-            S.FAILED_ON_CLUSTER,
-            lambda: self._type(held).cluster_commands(ctx),
-            held,
-        )
-        if failure is not None or not isinstance(script, str):
-            if held.set_up is not None:
-                await self._queue(held)
-            attempt = await self._start_attempt(held, Stage.CLUSTER.value)
-            await self._finish(
-                held,
-                S.QUEUED,
-                attempt,
-                failure or hook_failed(S.FAILED_ON_CLUSTER, "cluster_commands", None, None),
-            )
+        script = await self._cluster_script(held, ctx)
+        if script is None:
             return None
         # A diagnosis is about this attempt only.
         job_files.remove_file(ctx.workdir, ctx.status_file.relative_to(ctx.workdir))
@@ -378,21 +380,8 @@ class StageRunner:
         bounds = limits.resolve(
             policy.limits, self._memory_mb, settings.job_cpus, settings.job_pids
         )
-        cgroup, limiters = None, []
-        if self.cgroups is not None:
-            cgroup = self.cgroups.create(held.task.id, held.claim, bounds)
-            limiters = self.cgroups.limiter_paths(held.task.id, held.claim) if cgroup else []
-        env = ctx.environment() | {
-            "HOME": str(ctx.workdir),
-            marks.VARIABLE: marks.mark(
-                self.settings.namespace, self.settings.host_id, held.task.id, held.claim
-            ),
-        }
-        prefix = await self._confine(held, ctx, policy)
-        # Held at its gate until on_cpu is durable.
-        running = await process.spawn(
-            script, ctx.workdir, env, cgroup, prefix=prefix, limiters=limiters
-        )
+        slot = _Slot(self.slots)
+        running = await self._spawn_in_slot(held, ctx, script, policy, bounds, slot)
         try:  # the gate opens once the process is in its cgroup and the task durably on_cpu
             _, on_cpu = await asyncio.gather(
                 running.join_cgroup(), self._mark_on_cpu(held, attempt, running)
@@ -402,6 +391,7 @@ class StageRunner:
         except BaseException as exc:  # not ours any more (or we stop): never run the script
             running.close_gate()
             signal_tree(running.pid, running.create_time, running.cgroup, signal.SIGKILL)
+            slot.free()
             await running.process.wait()
             if self.cgroups is not None:
                 self.cgroups.remove(held.task.id, held.claim)
@@ -412,14 +402,80 @@ class StageRunner:
         running.open_gate()
         over_memory = None
         try:
-            returncode, failing = await self._watch_output(held, attempt, ctx, running, policy)
+            returncode, failing = await self._watch_output(
+                held, attempt, ctx, running, policy, slot.free
+            )
         finally:
+            slot.free()
             if self.cgroups is not None:
                 if running.cgroup and self.cgroups.over_memory(held.task.id, held.claim):
                     over_memory = bounds
                 self.cgroups.remove(held.task.id, held.claim)
         status = await _read_status(ctx)
         return _Ran(attempt, returncode, failing, running.exited_at, status, over_memory)
+
+    async def _cluster_script(self, held: Held, ctx: TaskContext) -> str | None:
+        """The command's script from its type's `cluster_commands`, or None when that hook
+        failed (the task has then ended `failed_on_cluster`, or is retried)."""
+        ctx.safe_mkdir(".vigil")
+        script, failure = await self._run_hook(
+            "cluster_commands",
+            S.FAILED_ON_CLUSTER,
+            lambda: self._type(held).cluster_commands(ctx),
+            held,
+        )
+        if failure is None and isinstance(script, str):
+            return script
+        if held.set_up is not None:
+            await self._queue(held)
+        attempt = await self._start_attempt(held, Stage.CLUSTER.value)
+        await self._finish(
+            held,
+            S.QUEUED,
+            attempt,
+            failure or hook_failed(S.FAILED_ON_CLUSTER, "cluster_commands", None, None),
+        )
+        return None
+
+    async def _spawn_in_slot(
+        self,
+        held: Held,
+        ctx: TaskContext,
+        script: str,
+        policy: Policy,
+        bounds: TaskLimits,
+        slot: _Slot,
+    ) -> process.Running:
+        """Make the command's cgroup and work dir ready, then take `slot` and spawn it, held
+        at its gate until on_cpu is durable (on failure, the slot and cgroup are given back)."""
+        cgroup, limiters = None, []
+        if self.cgroups is not None:
+            cgroup = self.cgroups.create(held.task.id, held.claim, bounds)
+            limiters = self.cgroups.limiter_paths(held.task.id, held.claim) if cgroup else []
+        env = ctx.environment() | {
+            "HOME": str(ctx.workdir),
+            marks.VARIABLE: marks.mark(
+                self.settings.namespace, self.settings.host_id, held.task.id, held.claim
+            ),
+        }
+        try:
+            prefix = await self._confine(held, ctx, policy)
+            await self._take_slot(held, slot)
+            return await process.spawn(
+                script, ctx.workdir, env, cgroup, prefix=prefix, limiters=limiters
+            )
+        except BaseException:
+            slot.free()
+            if self.cgroups is not None:
+                self.cgroups.remove(held.task.id, held.claim)
+            raise
+
+    async def _take_slot(self, held: Held, slot: _Slot) -> None:
+        """Wait for a slot for the command about to be spawned; a task just set up that must
+        wait for one waits durably `queued` (as `_setup` makes it when none is free then)."""
+        if self.slots.locked() and held.set_up is not None:
+            await self._queue(held)
+        await slot.take()
 
     async def _confine(self, held: Held, ctx: TaskContext, policy: Policy) -> list[str]:
         """Give the work dir to the job's uid; what the command is started through."""
@@ -532,9 +588,11 @@ class StageRunner:
         ctx: TaskContext,
         running: process.Running,
         policy: Policy,
+        exited: Callable[[], None],
     ) -> tuple[int, LogRecord | None]:
         """Ship the output until the command exits: (its exit status, its first line with a
-        severity in `fail_on_log`, if any)."""
+        severity in `fail_on_log`, if any). `exited` is called as soon as the command's main
+        process has ended, before its output is drained."""
         shipper = LogShipper(
             pool=self.pool,
             broker=self.broker,
@@ -551,7 +609,13 @@ class StageRunner:
         )
         flusher = asyncio.create_task(self._flush_every(shipper), name=f"logs-{held.task.id}")
         try:
-            returncode = await process.wait(running, shipper.add, self._exit_noter(held))
+            note = self._exit_noter(held)
+
+            async def on_exit(returncode: int) -> None:
+                exited()
+                await note(returncode)
+
+            returncode = await process.wait(running, shipper.add, on_exit)
         finally:
             flusher.cancel()
             await asyncio.gather(flusher, return_exceptions=True)

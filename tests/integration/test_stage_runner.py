@@ -348,3 +348,41 @@ async def test_with_no_slot_free_a_setup_is_taken_the_general_way(
     assert (await _task(pool, message.task_id))["state"] == "setting_up"
     await runner.drive(held)
     assert (await _task(pool, message.task_id))["state"] == "completed"
+
+
+async def test_a_command_whose_slots_went_while_it_was_made_ready_waits_durably_queued(
+    runner: StageRunner, pool: db.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A slot is taken just before the spawn: the work dir, cgroup and confinement are made
+    # ready without one, and other commands may take every slot meanwhile.
+    message, held = await _folded(runner, pool, "true")
+    slots = runner.settings.worker_slots
+    confine = runner._confine
+
+    async def while_others_take_every_slot(*args: Any) -> list[str]:
+        for _ in range(slots):
+            await runner.slots.acquire()
+        return await confine(*args)
+
+    monkeypatch.setattr(runner, "_confine", while_others_take_every_slot)
+    driving = asyncio.ensure_future(runner.drive(held))
+    try:
+        async with asyncio.timeout(10):
+            while (await _task(pool, message.task_id))["state"] != "queued":  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        assert not driving.done()
+    finally:
+        for _ in range(slots):
+            runner.slots.release()
+
+    async with asyncio.timeout(10):
+        await driving
+    assert (await _task(pool, message.task_id))["state"] == "completed"
+    assert await _attempts(pool, message.task_id) == [
+        ("setup", "queued"),
+        ("cluster", "data_ready"),
+        ("post_processing", "completed"),
+    ]
+    async with asyncio.timeout(1):  # every slot was given back
+        for _ in range(slots):
+            await runner.slots.acquire()
