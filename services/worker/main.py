@@ -6,7 +6,7 @@ import os
 import secrets
 from contextlib import AsyncExitStack
 
-from services.worker import confinement, limits, process
+from services.worker import confinement, limits
 from services.worker.consumer import Consumer
 from services.worker.registration import Presence, heartbeat, register, unregister
 from services.worker.settings import WorkerSettings
@@ -27,7 +27,6 @@ logger = logging.getLogger(__name__)
 
 async def main(settings: WorkerSettings) -> None:
     """Run until SIGTERM, then stop intake, drain up to the graceful timeout, and close."""
-    process.watch_children()
     instance = f"{settings.host_id}-{os.getpid()}-{secrets.token_hex(3)}"
     presence = Presence(settings.host_id, instance, settings.worker_slots)
     keys = RedisKeys(settings.namespace)

@@ -1,4 +1,10 @@
-"""Running a command: bash in its own session, output read line by line, exit awaited."""
+"""Running a command: bash in its own session, output read line by line, exit awaited.
+
+The command is started off the event loop (`subprocess.Popen` in a thread): the loop does not
+stand still while the kernel makes the process (a vfork waits for the child's exec, and under
+load that took a millisecond or more of every spawn, with every slot's bookkeeping behind it).
+Its pipes are then read by the loop, and its exit seen through a pidfd.
+"""
 
 import asyncio
 import atexit
@@ -7,20 +13,18 @@ import functools
 import os
 import shutil
 import signal
-import sys
+import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import IO, Final, Literal
 
 from shared.host import cgroups
-from shared.host.processes import create_time, exit_waiter, signal_tree
+from shared.host.processes import create_time, signal_tree
 
 _CHUNK: Final = 65536
-_REAP_POLL_S: Final = 0.001
-_REAP_SPINS: Final = 8
 #: Variables of the worker that a command must not see (credentials, service wiring).
 _HIDDEN_PREFIX: Final = "VIGIL_"
 
@@ -49,13 +53,64 @@ def _gate_file() -> Path:
     return path
 
 
-def watch_children() -> None:
-    """Have exits of our children noticed through pidfds by the running loop (Python 3.11
-    defaults to a thread per child); 3.12 and later do so by themselves."""
-    if sys.version_info < (3, 12) and hasattr(asyncio, "PidfdChildWatcher"):
-        watcher = asyncio.PidfdChildWatcher()
-        watcher.attach_loop(asyncio.get_running_loop())
-        asyncio.set_child_watcher(watcher)
+class Child:
+    """A child process started off the loop: its output pipes as stream readers, its exit
+    awaited through a pidfd, then reaped (the shape of `asyncio.subprocess.Process` we use)."""
+
+    def __init__(
+        self,
+        popen: "subprocess.Popen[bytes]",
+        stdout: asyncio.StreamReader,
+        stderr: asyncio.StreamReader,
+    ) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self.stdout, self.stderr = stdout, stderr
+        self._exited: asyncio.Future[None] | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once reaped (negative: the signal that killed it)."""
+        return self._popen.returncode
+
+    async def wait(self) -> int:
+        """Wait for the process to end and reap it; its exit status."""
+        if self._popen.returncode is not None:
+            return self._popen.returncode
+        if self._exited is None:
+            self._exited = asyncio.ensure_future(_ended(self.pid))
+        await asyncio.shield(self._exited)
+        return self._popen.wait()  # it has ended: reaping does not block
+
+
+async def _ended(pid: int) -> None:
+    """Once process `pid`, our child, has ended (pidfd; a thread where there is none)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:  # reaped already
+        return
+    except OSError:  # no pidfd (an old kernel): wait in a thread
+        await asyncio.to_thread(os.waitid, os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        return
+    loop = asyncio.get_running_loop()
+    readable: asyncio.Future[None] = loop.create_future()
+
+    def on_readable() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(fd, on_readable)
+    try:
+        await readable
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+async def _reader(loop: asyncio.AbstractEventLoop, pipe: IO[bytes]) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader(limit=_CHUNK, loop=loop)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe)
+    return reader
 
 
 @dataclass
@@ -63,7 +118,7 @@ class Running:
     """A started command: its process, identity and cgroup (if any), and the write end of
     its gate until the gate is opened or closed."""
 
-    process: asyncio.subprocess.Process
+    process: Child
     pid: int
     create_time: float
     cgroup: Path | None = None
@@ -116,19 +171,17 @@ async def spawn(
     never interpolated into another shell line. `prefix` is what bash is started through
     (`services/worker/confinement.py`: each execs the next, so the pid stays the command's).
     """
-    base = {k: v for k, v in os.environ.items() if not k.startswith(_HIDDEN_PREFIX)}
+    loop = asyncio.get_running_loop()
     gate_read, gate_write = os.pipe()
     try:
-        process = await asyncio.create_subprocess_exec(
-            *prefix,
-            "bash",
-            "-c",
-            script,
+        popen = await asyncio.to_thread(
+            subprocess.Popen,
+            [*prefix, "bash", "-c", script],
             cwd=workdir,
-            env={**base, **env, "BASH_ENV": str(_gate_file())},
+            env={**_inherited(), **env, "BASH_ENV": str(_gate_file())},
             stdin=gate_read,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             start_new_session=True,
         )
     except BaseException:
@@ -136,8 +189,16 @@ async def spawn(
         raise
     finally:
         os.close(gate_read)
-    created = create_time(process.pid) or 0.0
-    return Running(process, process.pid, created, cgroup, gate=gate_write, limiters=tuple(limiters))
+    assert popen.stdout is not None and popen.stderr is not None
+    child = Child(popen, await _reader(loop, popen.stdout), await _reader(loop, popen.stderr))
+    created = create_time(child.pid) or 0.0
+    return Running(child, child.pid, created, cgroup, gate=gate_write, limiters=tuple(limiters))
+
+
+@functools.cache
+def _inherited() -> dict[str, str]:
+    """This process's environment without what a command must not see (read once)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(_HIDDEN_PREFIX)}
 
 
 async def _pump(
@@ -156,35 +217,19 @@ async def _pump(
         sink(name, partial.decode("utf-8", errors="replace"))
 
 
-async def _reaped(proc: asyncio.subprocess.Process) -> int:
-    """Its exit status, once the child watcher has reaped `proc` (it saw the same exit as our
-    pidfd): the pidfd watcher does so within a loop iteration or two, a threaded one later."""
-    for _ in range(_REAP_SPINS):
-        if proc.returncode is not None:
-            return proc.returncode
-        await asyncio.sleep(0)
-    while proc.returncode is None:  # noqa: ASYNC110  (nothing to await: the watcher sets it)
-        await asyncio.sleep(_REAP_POLL_S)
-    return proc.returncode
-
-
 async def wait(running: Running, sink: LineSink, on_exit: ExitNote) -> int:
     """Feed every output line to `sink` and return the exit status (negative: killed by signal).
 
     `on_exit` is told the status as soon as the process ends, before the output is drained.
     When the command's main process ends, whatever it left behind in its process group and
     cgroup is killed, so that a stray background child cannot keep the pipes (and the task)
-    open. The exit is seen by pidfd: asyncio's `Process.wait()` (Python 3.11) returns only
-    once the pipes are closed, which a surviving child would delay.
+    open. The exit is seen by pidfd (`Child.wait`), not by the pipes' end, which a surviving
+    child would delay.
     """
     proc = running.process
-    assert proc.stdout is not None and proc.stderr is not None
     pumps = asyncio.gather(_pump(proc.stdout, "stdout", sink), _pump(proc.stderr, "stderr", sink))
     try:
-        exited = exit_waiter(running.pid, running.create_time)
-        if exited is not None:
-            await exited
-        returncode = await _reaped(proc)
+        returncode = await proc.wait()
         running.exited_at = time.time()
         await on_exit(returncode)
         signal_tree(running.pid, running.create_time, running.cgroup, signal.SIGKILL)
