@@ -741,10 +741,10 @@ class StageRunner:
         unless_waits: str | None = None,
         first: tasks_repo.OpenAttempt | None = None,
     ) -> tasks_repo.Task | None:
-        """A successful move in one statement (`tasks_repo.advance`, committed with the moves
-        of other tasks that overlap it); the task as it is now, or None when it did not match
-        (the caller then takes its general path). A folded take is made durable first, unless
-        this move is the one it rides on (`first`)."""
+        """A successful move in one statement (`tasks_repo.advance_statement`, committed with
+        the moves of other tasks that overlap it); the task as it is now, or None when it did
+        not match (the caller then takes its general path). A folded take is made durable
+        first, unless this move is the one it rides on (`first`)."""
         if first is None:
             await self._taken(held)
         opening = (

@@ -230,8 +230,20 @@ class OpenAttempt:
     outcome: TaskState | None = None
 
 
-async def advance(
-    conn: Connection,
+async def lock_in_order(conn: Connection, task_ids: Sequence[str]) -> None:
+    """Lock the rows of `task_ids` in id order (the order of every writer of several tasks),
+    until the caller's transaction ends. Locks: those task rows."""
+    await conn.execute(
+        "SELECT 1 FROM tasks WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE", list(task_ids)
+    )
+
+
+def moved_task(record: Any) -> Task | None:
+    """The task an `advance_statement` returned: its one row, all NULL when nothing moved."""
+    return Task.from_record(record) if record is not None and record["id"] is not None else None
+
+
+def advance_statement(
     task: Task,
     claim: UUID,
     path: Sequence[TaskState],
@@ -242,14 +254,15 @@ async def advance(
     unless_suspended: bool = False,
     unless_waits: str | None = None,
     first: OpenAttempt | None = None,
-) -> Task | None:
-    """The worker's successful moves, in one statement (one round trip, one commit when the
-    caller is not in a transaction): move `task` held by `claim` from `path[0]` through every
-    state of `path` to the last, with one `task.<state>` event per state passed, close the
-    attempt `close` (its outcome: `path[1]`, where its stage led) and open `open_`, numbered
-    `task.attempt + 1`. `first` (`done`) is an attempt opened and ended by the move before
-    `open_`: a stage the worker did before its task was durably its own (`services/worker/
-    stages.py`, the folded take), numbered `task.attempt + 1`, `open_` then `+ 2`.
+) -> tuple[str, list[Any]]:
+    """(query, arguments) of one of the worker's successful moves, in one statement (one
+    round trip, one commit when the caller is not in a transaction): move `task` held by
+    `claim` from `path[0]` through every state of `path` to the last, with one `task.<state>`
+    event per state passed, close the attempt `close` (its outcome: `path[1]`, where its
+    stage led) and open `open_`, numbered `task.attempt + 1`. `first` (`done`) is an attempt
+    opened and ended by the move before `open_`: a stage the worker did before its task was
+    durably its own (`services/worker/stages.py`, the folded take), numbered
+    `task.attempt + 1`, `open_` then `+ 2`.
 
     The guard is the claim and the exact source state (a compare-and-set, like
     `transition()`), plus, if asked, that the job is not suspended (`unless_suspended`) and that
@@ -259,6 +272,10 @@ async def advance(
 
     The events are made here from `task` (the row this claim holds, so nobody else changed
     what they carry), not read back: the statement writes them only if the row moved.
+
+    The statement returns exactly one row (all NULL when nothing moved: `moved_task`), so that
+    moves of the same shape (the same query text) can be sent together, pipelined, with
+    `Connection.fetchmany` (`shared/store/transition_writer.py`).
     """
     for previous, state in itertools.pairwise(path):
         sources_for(state, frozenset({previous}))  # every step is one the table allows
@@ -327,8 +344,8 @@ async def advance(
             "opened AS (INSERT INTO attempts (task_id, attempt, run_number, stage, host, worker,"
             " claim, pid, ended_at, outcome, status) " + " UNION ALL ".join(selects) + ")"
         )
-    record = await conn.fetchrow(f"WITH {', '.join(ctes)} SELECT * FROM moved", *args)
-    return Task.from_record(record) if record is not None else None
+    # exactly one row, moved or not (a LEFT JOIN from a row of no columns)
+    return f"WITH {', '.join(ctes)} SELECT m.* FROM (SELECT) AS one LEFT JOIN moved m ON true", args
 
 
 #: Cancelling tasks in one statement: `{pick}` locks (or, for tasks the caller locked, reads)

@@ -1,12 +1,16 @@
 """Group commit for a process's task moves: the moves callers ask for while every commit slot
 is busy go together into the next one.
 
-A worker makes four moves per task (`tasks_repo.advance`), each one commit, and each commit one
-WAL flush. With several tasks in flight their moves overlap: `TransitionWriter.advance()` queues
-a move, and a flusher commits what is queued, up to `max_batch` moves in one transaction (each
-still its own claim-fenced compare-and-set with its events), then the next lot. A lone move is
+A worker makes four moves per task (`tasks_repo.advance_statement`), each one commit, and
+each commit one WAL flush. With several tasks in flight their moves overlap:
+`TransitionWriter.advance()` queues a move, and a flusher commits what is queued, up to
+`max_batch` moves in one transaction (each still its own claim-fenced compare-and-set with
+its events), then the next lot. A lone move is
 committed at once, as one statement: nothing waits for a batch to fill, so an idle system pays
-nothing for this, and a busy one pays one commit for many moves.
+nothing for this, and a busy one pays one commit for many moves. In a batch, the tasks' rows
+are locked first, in id order (one statement), then the moves of each shape (one query text:
+a fold of the take into `on_cpu`, a command's end...) go to PostgreSQL together, pipelined
+(`Connection.fetchmany`): a round trip per shape, not per move.
 
 Up to `max_commits` flushers commit at once, each a batch on a connection of its own: a move
 asked for while one batch is under way starts the next flusher rather than wait for that
@@ -14,7 +18,7 @@ batch's statements, one round trip each through a busy event loop (with 32 slots
 waited 89 ms for its commit with one flusher, 63 ms with four: `docs/performance.md`, step
 31). A new flusher starts only when none is still gathering, so what is asked for meanwhile
 goes into its batch. Batches hold disjoint tasks (a task has one move in flight at a time),
-each locked in id order, so two batches at once cannot deadlock on task rows.
+each locked in id order first, so two batches at once cannot deadlock on task rows.
 
 The events of moves that end in a quiet state (`shared.domain.states.QUIET`: `setting_up`,
 `on_cpu`...)
@@ -70,7 +74,7 @@ NUDGE_DELAY_S: Final = 0.1
 
 @dataclass(frozen=True)
 class Move:
-    """What `tasks_repo.advance` takes, to be done in some batch."""
+    """What `tasks_repo.advance_statement` takes, to be done in some batch."""
 
     task: tasks_repo.Task
     claim: UUID
@@ -82,9 +86,9 @@ class Move:
     unless_waits: str | None = None
     first: tasks_repo.OpenAttempt | None = None
 
-    async def apply(self, conn: Connection) -> tasks_repo.Task | None:
-        return await tasks_repo.advance(
-            conn,
+    def statement(self) -> tuple[str, list[Any]]:
+        """(query, arguments): moves of the same shape share the query text."""
+        return tasks_repo.advance_statement(
             self.task,
             self.claim,
             self.path,
@@ -95,6 +99,10 @@ class Move:
             unless_waits=self.unless_waits,
             first=self.first,
         )
+
+    async def apply(self, conn: Connection) -> tasks_repo.Task | None:
+        query, args = self.statement()
+        return tasks_repo.moved_task(await conn.fetchrow(query, *args))
 
     async def again(self, conn: Connection) -> tasks_repo.Task | None:
         """This move once more, after a lost connection left unknown whether it landed: the
@@ -224,11 +232,9 @@ class TransitionWriter:
             async with self.pool.acquire() as conn:
                 if len(batch) == 1:
                     return await _alone(conn, batch[0])
-                # Task rows locked in one order, the order other writers of several tasks use.
-                batch.sort(key=lambda queued: queued.move.task.id)
                 try:
                     async with conn.transaction():
-                        moved = [await queued.move.apply(conn) for queued in batch]
+                        moved = await _apply_together(conn, [queued.move for queued in batch])
                 except Exception as exc:
                     if conn.is_closed() or connection_lost(exc):
                         return batch
@@ -272,6 +278,23 @@ class TransitionWriter:
                     for queued in batch:
                         _settle(queued, exc=exc)
                     return
+
+
+async def _apply_together(conn: Connection, moves: Sequence[Move]) -> list[tasks_repo.Task | None]:
+    """The moves of a batch, in the caller's transaction: their task rows locked first, in the
+    order other writers of several tasks use, then the moves of each shape (one query text)
+    sent together, pipelined (`fetchmany`): a round trip per shape, not per move."""
+    await tasks_repo.lock_in_order(conn, sorted(move.task.id for move in moves))
+    statements = [move.statement() for move in moves]
+    shapes: dict[str, list[int]] = {}
+    for i, (query, _) in enumerate(statements):
+        shapes.setdefault(query, []).append(i)
+    moved: list[tasks_repo.Task | None] = [None] * len(moves)
+    for query, indexes in shapes.items():
+        records = await conn.fetchmany(query, [statements[i][1] for i in indexes])
+        for i, record in zip(indexes, records, strict=True):
+            moved[i] = tasks_repo.moved_task(record)
+    return moved
 
 
 async def _alone(conn: Connection, queued: _Queued) -> list[_Queued]:

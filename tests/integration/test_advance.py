@@ -1,8 +1,10 @@
-"""The worker's one-statement moves (`tasks_repo.advance`): states passed with one event each,
-attempts closed and opened with the move, and nothing written when the guard does not match."""
+"""The worker's one-statement moves (`tasks_repo.advance_statement`): states passed with one
+event each, attempts closed and opened with the move, and nothing written when the guard does
+not match."""
 
 import uuid
 from typing import Any
+from uuid import UUID
 
 import pytest
 
@@ -11,8 +13,21 @@ from shared.domain.states import Stage, TaskState
 from shared.store import attempts_repo, db, jobs_repo, tasks_repo, users_repo
 from shared.store.jobs_repo import NewJob
 from shared.store.tasks_repo import CloseAttempt, OpenAttempt
+from shared.store.transition_writer import Move
 
 pytestmark = pytest.mark.integration
+
+
+async def _advance(
+    conn: db.Connection,
+    task: tasks_repo.Task,
+    claim: UUID,
+    path: list[TaskState],
+    **options: Any,
+) -> tasks_repo.Task | None:
+    """One move alone, as the writer makes a lone one (`Move.apply`)."""
+    return await Move(task, claim, path, **options).apply(conn)
+
 
 S = TaskState
 
@@ -56,7 +71,7 @@ async def test_a_move_through_two_states_writes_one_event_per_state_and_swaps_at
         task = await _running(conn)
         assert task.claim is not None
 
-        moved = await tasks_repo.advance(
+        moved = await _advance(
             conn,
             task,
             task.claim,
@@ -89,7 +104,7 @@ async def test_a_move_through_a_stage_with_nothing_to_do__records_its_attempt_en
         task = await _running(conn)
         assert task.claim is not None
 
-        moved = await tasks_repo.advance(
+        moved = await _advance(
             conn,
             task,
             task.claim,
@@ -121,7 +136,7 @@ async def test_a_move_under_another_claim_writes_nothing(pool: db.Pool) -> None:
     async with pool.acquire() as conn:
         task = await _held(conn, S.QUEUED)
 
-        moved = await tasks_repo.advance(
+        moved = await _advance(
             conn,
             task,
             uuid.uuid4(),  # not the task's claim
@@ -141,7 +156,7 @@ async def test_a_move_from_a_state_the_task_has_left_writes_nothing(pool: db.Poo
         assert task.claim is not None
         await conn.execute("UPDATE tasks SET state = 'terminated' WHERE id = $1", task.id)
 
-        moved = await tasks_repo.advance(conn, task, task.claim, [S.QUEUED, S.ON_CPU])
+        moved = await _advance(conn, task, task.claim, [S.QUEUED, S.ON_CPU])
 
         assert moved is None
         assert await _events(conn, task) == []
@@ -153,10 +168,10 @@ async def test_a_move_of_a_suspended_job_is_refused_when_asked(pool: db.Pool) ->
         assert task.claim is not None
         await conn.execute("UPDATE jobs SET state = 'suspended' WHERE id = $1", task.job_id)
 
-        refused = await tasks_repo.advance(
+        refused = await _advance(
             conn, task, task.claim, [S.QUEUED, S.ON_CPU], unless_suspended=True
         )
-        moved = await tasks_repo.advance(conn, task, task.claim, [S.QUEUED, S.ON_CPU])
+        moved = await _advance(conn, task, task.claim, [S.QUEUED, S.ON_CPU])
 
         assert refused is None
         assert moved is not None and moved.state is S.ON_CPU
@@ -170,4 +185,4 @@ async def test_a_move_that_skips_a_step_of_the_table_is_a_programming_error(
         assert task.claim is not None
 
         with pytest.raises(InvalidTransition):
-            await tasks_repo.advance(conn, task, task.claim, [S.QUEUED, S.COMPLETED])
+            await _advance(conn, task, task.claim, [S.QUEUED, S.COMPLETED])

@@ -78,6 +78,31 @@ async def test_moves_asked_for_together_share_one_commit_and_each_caller_gets_it
     assert await _event_count(pool, tasks) == 5
 
 
+async def test_a_batch_of_moves_of_several_shapes_answers_each_caller_with_its_own_task(
+    pool: db.Pool,
+) -> None:
+    tasks = await _held_tasks(pool, 6)
+    writer = TransitionWriter(pool)
+    # three shapes (query texts), interleaved: the moves of each are sent together
+    moves = [
+        _finish(t, exit_code=i)
+        if i % 3 == 1
+        else _finish(t, error_brief=f"b{i}")
+        if i % 3 == 2
+        else _finish(t)
+        for i, t in enumerate(tasks)
+    ]
+    assert len({move.statement()[0] for move in moves}) == 3
+
+    moved = await asyncio.gather(*(writer.advance(m) for m in moves))
+
+    assert writer.commits == 1
+    assert [m.id if m else None for m in moved] == [t.id for t in tasks]
+    assert [m.exit_code if m else None for m in moved] == [None, 1, None, None, 4, None]
+    assert [m.error_brief if m else None for m in moved] == [None, None, "b2", None, None, "b5"]
+    assert await _states(pool, tasks) == [S.DATA_READY] * 6
+
+
 async def test_a_batch_larger_than_the_cap_is_committed_in_several(pool: db.Pool) -> None:
     tasks = await _held_tasks(pool, 5)
     writer = TransitionWriter(pool, max_batch=2)
