@@ -173,26 +173,37 @@ async def spawn(
     """
     loop = asyncio.get_running_loop()
     gate_read, gate_write = os.pipe()
+    environment = {**_inherited(), **env, "BASH_ENV": str(_gate_file())}
     try:
         popen = await asyncio.to_thread(
-            subprocess.Popen,
-            [*prefix, "bash", "-c", script],
+            _popen, [*prefix, "bash", "-c", script], workdir, environment, gate_read
+        )
+        assert popen.stdout is not None and popen.stderr is not None
+        child = Child(popen, await _reader(loop, popen.stdout), await _reader(loop, popen.stderr))
+    except BaseException:  # (cancelled, say): a process started meanwhile ends at its gate
+        os.close(gate_write)
+        raise
+    created = create_time(child.pid) or 0.0
+    return Running(child, child.pid, created, cgroup, gate=gate_write, limiters=tuple(limiters))
+
+
+def _popen(
+    argv: list[str], workdir: Path, env: dict[str, str], gate_read: int
+) -> "subprocess.Popen[bytes]":
+    """(In a thread.) Start `argv` in a session of its own, its stdin the gate's read end,
+    which is closed here once the child has it (never while another thread may pass it on)."""
+    try:
+        return subprocess.Popen(
+            argv,
             cwd=workdir,
-            env={**_inherited(), **env, "BASH_ENV": str(_gate_file())},
+            env=env,
             stdin=gate_read,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
-    except BaseException:
-        os.close(gate_write)
-        raise
     finally:
         os.close(gate_read)
-    assert popen.stdout is not None and popen.stderr is not None
-    child = Child(popen, await _reader(loop, popen.stdout), await _reader(loop, popen.stderr))
-    created = create_time(child.pid) or 0.0
-    return Running(child, child.pid, created, cgroup, gate=gate_write, limiters=tuple(limiters))
 
 
 @functools.cache
