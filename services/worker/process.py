@@ -165,9 +165,10 @@ async def spawn(
     `Running.join_cgroup()` before opening the gate (it joins `limiters` too: the v1 cgroups
     holding its limits).
 
-    No code runs in the child between fork and exec (so the fork is a cheap vfork that never
-    blocks the event loop); the process joins its cgroup afterwards, from the worker, while it
-    waits at the gate, where it cannot fork. The script is one argument to bash: user text is
+    No code runs in the child between fork and exec (so the fork is a cheap vfork, and it is
+    made in a thread: the loop goes on while the kernel waits for the child's exec); the
+    process joins its cgroup afterwards, from the worker, while it waits at the gate, where it
+    cannot fork. The script is one argument to bash: user text is
     never interpolated into another shell line. `prefix` is what bash is started through
     (`services/worker/confinement.py`: each execs the next, so the pid stays the command's).
     """
