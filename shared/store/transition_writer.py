@@ -5,10 +5,9 @@ A worker makes four moves per task (`tasks_repo.advance_statement`), each one co
 each commit one WAL flush. With several tasks in flight their moves overlap:
 `TransitionWriter.advance()` queues a move, and a flusher commits what is queued, up to
 `max_batch` moves in one transaction (each still its own claim-fenced compare-and-set with
-its events), then the next lot. A lone move is
-committed at once, as one statement: nothing waits for a batch to fill, so an idle system pays
-nothing for this, and a busy one pays one commit for many moves. In a batch, the tasks' rows
-are locked first, in id order (one statement), then the moves of each shape (one query text:
+its events), then the next lot. A lone move is committed at once, as one statement: nothing
+waits for a batch to fill, so an idle system pays nothing for this, and a busy one pays one
+commit for many moves. In a batch, the tasks' rows are locked first, in id order (one statement), then the moves of each shape (one query text:
 a fold of the take into `on_cpu`, a command's end...) go to PostgreSQL together, pipelined
 (`Connection.fetchmany`): a round trip per shape, not per move.
 
