@@ -7,9 +7,10 @@ each commit one WAL flush. With several tasks in flight their moves overlap:
 `max_batch` moves in one transaction (each still its own claim-fenced compare-and-set with
 its events), then the next lot. A lone move is committed at once, as one statement: nothing
 waits for a batch to fill, so an idle system pays nothing for this, and a busy one pays one
-commit for many moves. In a batch, the tasks' rows are locked first, in id order (one statement), then the moves of each shape (one query text:
-a fold of the take into `on_cpu`, a command's end...) go to PostgreSQL together, pipelined
-(`Connection.fetchmany`): a round trip per shape, not per move.
+commit for many moves. In a batch, the tasks' rows are locked first, in id order (one
+statement), then the moves of each shape (one query text: a fold of the take into `on_cpu`,
+a command's end...) go to PostgreSQL together, pipelined (`Connection.fetchmany`): a round
+trip per shape, not per move.
 
 Up to `max_commits` flushers commit at once, each a batch on a connection of its own: a move
 asked for while one batch is under way starts the next flusher rather than wait for that
