@@ -246,7 +246,6 @@ async def wait(running: Running, sink: LineSink, on_exit: ExitNote) -> int:
         await on_exit(returncode)
         signal_tree(running.pid, running.create_time, running.cgroup, signal.SIGKILL)
         await pumps
-        await proc.wait()
     except asyncio.CancelledError:
         signal_tree(running.pid, running.create_time, running.cgroup, signal.SIGKILL)
         pumps.cancel()
