@@ -27,7 +27,8 @@ REPURGE_AFTER_S = 15.0
 #: On start, cancelled jobs this far back are purged too (the keys expire on their own anyway).
 CANCELLED_LOOKBACK_S = 86_400.0
 #: Every active job is looked at this often (and on the first round); in between, only the
-#: jobs the relay saw a task end in (`touch`). The sweep is an index probe per active job.
+#: jobs a task ended in (`touch`: told by the notification of its commit) or was decided in.
+#: The sweep is an index probe per active job.
 SWEEP_EVERY_S = 2.0
 
 _CANCELLED_SINCE = (

@@ -4,14 +4,15 @@ and reaps hosts; the other relays the outbox to the broker.
 Both wake on outbox inserts (LISTEN `vigil_outbox`: not for the events of a task's normal path
 on its worker, migration 0012; the relay alone for work messages and a job's end, 0014; the
 round for a job made active or throttled and a claim given back, 0018; the relay alone for
-`task.new`, the round for tasks added, unless their submission released them, 0027; the
-relay alone for a task's terminal event, which wakes the round once published, 0028; the
-relay for a worker's nudge). The relay also polls every `relay_poll_s` while it heard from
-the system lately, every 2 s after a quiet spell (`due.relay_wait`); the round runs every
-tick while busy and, idle, waits twice as long each time up to the sweep's 2 s
-(`due.Pace`), woken sooner for a resubmission's backoff or any event the relay publishes.
-The relay also tells the finaliser which jobs a published event may have finished, the
-triage of failures and the waiters of ended tasks (`due.py`), and wakes the round.
+`task.new`, the round for tasks added, unless their submission released them, 0027; a
+task's terminal event names its job, 0030: the relay, and the round, whose finaliser looks at
+the job at once, and the dispatcher and the waiters if tasks wait; the relay for a worker's
+nudge). The relay also polls every `relay_poll_s` while it heard from the system lately,
+every 2 s after a quiet spell (`due.relay_wait`); the round runs every tick while busy and,
+idle, waits twice as long each time up to the sweep's 2 s (`due.Pace`), woken sooner for a
+resubmission's backoff or any event the relay publishes. The relay also tells the triage of
+failures, the finaliser of triage decisions and of cancelled jobs (`due.py`), and wakes the
+round.
 """
 
 import asyncio
@@ -38,7 +39,7 @@ from services.scheduler.waiters import Waiters
 from shared.domain.analysers import load_analysers
 from shared.domain.errors import UNAVAILABLE
 from shared.domain.messages import JobOutcome
-from shared.domain.states import FAILED, TERMINAL
+from shared.domain.states import FAILED
 from shared.messaging.amqp import Broker, open_broker
 from shared.messaging.redis_client import open_redis
 from shared.messaging.redis_keys import RedisKeys
@@ -169,20 +170,38 @@ class Scheduler:
             more |= failed > 0
         return Round(done, more)
 
+    def ended_while(self, leadership: Leadership) -> Callable[[str], None]:
+        """What the notification of a task's end tells (migration 0030), while leading: the
+        finaliser, of its job; the dispatcher and the waiters, if tasks wait (what waited on
+        the task may be releasable, or out of reach). A standby keeps nothing: its first
+        round as the leader sweeps."""
+
+        def ended(job_id: str) -> None:
+            if leadership.held:
+                self.finaliser.touch(job_id)
+                if self.waiting:
+                    self.release_due.tell()
+                    self.waiters_due.tell()
+
+        return ended
+
     def _on_published(self, row: outbox.OutboxRow, wake: asyncio.Event) -> None:
-        """A task event that may end its job (a terminal state, a triage decision: the waiters
-        look too, and the triage if it is a failure), or a job someone cancelled (its keys are
-        purged). While the round sleeps long (idle), any event wakes it: a task moved, and what
-        waited on it may be releasable."""
+        """A task's failure (for the triage), a triage decision (which may end its job: the
+        finaliser looks, and the waiters and the dispatcher if tasks wait), or a job someone
+        cancelled (its keys are purged). What else a task's end sets off was told by the
+        notification of its commit, before the relay read it (`ended_while`). While the round
+        sleeps long (idle), any event wakes it: a task moved, and what waited on it may be
+        releasable."""
         if row.exchange != "events":
             return
         self.tally.count(row.routing_key, row.body, row.created_at)
         if self.pace.slowed:
             wake.set()
-        if _may_finish(row.routing_key):
-            if _failed(row.routing_key):
-                self.triage_due.tell()
-            if self.waiting:  # what waited on this task may be releasable, or out of reach
+        if _failed(row.routing_key):
+            self.triage_due.tell()
+            wake.set()
+        elif _decided(row.routing_key):
+            if self.waiting:
                 self.release_due.tell()
                 self.waiters_due.tell()
             self.finaliser.touch(row.routing_key.rsplit(".", 1)[-1])
@@ -265,27 +284,40 @@ def _failed(routing_key: str) -> bool:
     return kind == "task" and word in _FAILED_WORDS
 
 
-def _may_finish(routing_key: str) -> bool:
-    """`task.<terminal state or triage verdict>.<job id>`."""
+def _decided(routing_key: str) -> bool:
+    """`task.<triage verdict>.<job id>`."""
     kind, word, _ = routing_key.split(".", 2)
-    return kind == "task" and (word in _TERMINAL_WORDS or word in _VERDICTS)
+    return kind == "task" and word in _VERDICTS
 
 
 _CANCELLED = f"job.{JobOutcome.CANCELLED.value}."
-_TERMINAL_WORDS = frozenset(s.value for s in TERMINAL)
 _FAILED_WORDS = frozenset(s.value for s in FAILED)
 _VERDICTS = frozenset({"recovered", "resubmitted", "abandoned"})
 
 
+#: The notification of a task's end: this prefix, then its jobs' ids, comma-separated.
+_ENDED = "ended "
+
+
 def _on_notify(
-    round_wake: asyncio.Event, relay_wake: asyncio.Event, release: Due, payload: object
+    round_wake: asyncio.Event,
+    relay_wake: asyncio.Event,
+    release: Due,
+    ended: Callable[[str], None],
+    payload: object,
 ) -> None:
-    """'relay': rows only the relay has to act on (migrations 0014, 0027, 0028); anything else
-    ('round'): the round and its dispatcher (`release`), which wakes the relay once it has
-    run, so that the `task.new` events of added tasks and the `RunStage` messages the round
-    writes for them go out in one batch."""
+    """'relay': rows only the relay has to act on (migrations 0014, 0027, 0028); 'ended <job
+    ids>': tasks of these jobs ended (0030): the relay, and the round, whose finaliser is told
+    of each job (`ended`) at once; anything else ('round'): the round and its dispatcher
+    (`release`), which wakes the relay once it has run, so that the `task.new` events of
+    added tasks and the `RunStage` messages the round writes for them go out in one batch."""
     if payload == "relay":
         relay_wake.set()
+    elif isinstance(payload, str) and payload.startswith(_ENDED):
+        for job_id in payload.removeprefix(_ENDED).split(","):
+            ended(job_id)
+        relay_wake.set()
+        round_wake.set()
     else:
         release.tell()
         round_wake.set()
@@ -296,10 +328,11 @@ async def _listen(
     round_wake: asyncio.Event,
     relay_wake: asyncio.Event,
     release: Due,
+    ended: Callable[[str], None],
     stop: asyncio.Event,
 ) -> None:
-    """Wake the round and the relay on outbox inserts (as the notification says); reconnect
-    when the database comes back."""
+    """Wake the round and the relay on outbox inserts (as the notification says; `ended` is
+    told of each job a task ended in); reconnect when the database comes back."""
     while not stop.is_set():
         try:
             conn = await asyncpg.connect(dsn)
@@ -311,7 +344,7 @@ async def _listen(
             await conn.add_listener(
                 "vigil_outbox",
                 lambda _conn, _pid, _channel, payload: _on_notify(
-                    round_wake, relay_wake, release, payload
+                    round_wake, relay_wake, release, ended, payload
                 ),
             )
             while not stop.is_set() and not conn.is_closed():
@@ -345,7 +378,14 @@ async def main(settings: SchedulerSettings) -> None:
         scheduler.wake_relay = relay_wake.set
         async with asyncio.TaskGroup() as tg:
             tg.create_task(
-                _listen(settings.database_url, wake, relay_wake, scheduler.release_due, stop),
+                _listen(
+                    settings.database_url,
+                    wake,
+                    relay_wake,
+                    scheduler.release_due,
+                    scheduler.ended_while(leadership),
+                    stop,
+                ),
                 name="listen",
             )
             tg.create_task(scheduler.run(stop, wake, leadership), name="loop")

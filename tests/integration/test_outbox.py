@@ -212,8 +212,33 @@ async def test_the_notification_says_whether_only_the_relay_has_something_to_do(
             await outbox.add_task_event(writer, _task_event(TaskState.RESTART_CLUSTER))
             async with asyncio.timeout(5):
                 got = [await payloads.get() for _ in range(4)]
-        # a task's end too: the round acts on it once the relay has published it (0028)
-        assert got == ["relay", "relay", "relay", "round"]
+        # a task's end names its job, for the round's finaliser (0030)
+        assert got == ["relay", "relay", "ended j-1", "round"]
+
+
+async def test_the_ends_of_tasks_name_each_of_their_jobs_once_two_hundred_to_a_notification(
+    opool: db.Pool,
+) -> None:
+    jobs = [f"j-{n:04d}" for n in range(450)]
+    async with opool.acquire() as listener, opool.acquire() as writer:
+        async with _payloads(listener) as payloads:
+            # when: one statement ends two tasks of every job, and moves others on the way
+            await writer.execute(
+                "INSERT INTO outbox (exchange, routing_key, body)"
+                " SELECT 'events', 'task.' || s || '.' || j, '{}'::jsonb"
+                " FROM unnest($1::text[]) AS j, unnest($2::text[]) AS s",
+                jobs,
+                ["completed", "failed_on_cluster", "on_cpu"],
+            )
+            # then
+            async with asyncio.timeout(5):
+                got = [str(await payloads.get()) for _ in range(3)]
+            await listener.execute("SELECT 1")  # any notification sent before is read by now
+        assert payloads.empty()
+        assert all(payload.startswith("ended ") for payload in got)
+        named = [payload.removeprefix("ended ").split(",") for payload in got]
+        assert sorted(len(ids) for ids in named) == [50, 200, 200]
+        assert sorted(job_id for ids in named for job_id in ids) == jobs
 
 
 async def test_when_a_row_is_rolled_back__no_notification_is_sent(opool: db.Pool) -> None:
@@ -304,7 +329,7 @@ async def test_changes_that_make_tasks_releasable_without_an_event_wake_the_roun
         assert await conn.fetchval("SELECT claim FROM tasks WHERE id = $1", task_id) is None
 
 
-async def test_quiet_states_notify_nobody_and_new_or_ended_tasks_only_the_relay(
+async def test_quiet_states_notify_nobody_new_tasks_the_relay_and_ended_ones_name_their_job(
     opool: db.Pool,
 ) -> None:
     async with (
@@ -318,8 +343,15 @@ async def test_quiet_states_notify_nobody_and_new_or_ended_tasks_only_the_relay(
             await listener.execute("SELECT 1")  # a notification sent is read by now
             # then
             payloads = [notified.get_nowait() for _ in range(notified.qsize())]
-            relay_only = state is TaskState.NEW or state in TERMINAL
-            expected = ["relay"] if relay_only else [] if state in QUIET else ["round"]
+            expected = (
+                ["ended j-1"]
+                if state in TERMINAL
+                else ["relay"]
+                if state is TaskState.NEW
+                else []
+                if state in QUIET
+                else ["round"]
+            )
             assert payloads == expected, state
 
 
