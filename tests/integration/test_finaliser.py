@@ -3,6 +3,7 @@
 import asyncio
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,10 +15,10 @@ from shared.domain.messages import JobEvent, to_jsonable
 from shared.domain.states import JobState, TaskState, job_outcome
 from shared.messaging.redis_keys import RedisKeys
 from shared.operations import datasets, task_actions
-from shared.store import jobs_repo, users_repo
+from shared.store import db, jobs_repo, users_repo
 from shared.store.db import Connection, Pool
 from shared.store.jobs_repo import NewJob
-from tests.conftest import REDIS_URL
+from tests.conftest import REDIS_URL, fresh_database
 from tests.integration.waiting import until_someone_blocked
 
 pytestmark = pytest.mark.integration
@@ -183,3 +184,54 @@ async def test_the_end_event_made_in_sql_reads_as_the_model_would_have_written_i
     assert event == written.model_copy(
         update={"message_id": event.message_id, "sent_at": event.sent_at}
     )
+
+
+@pytest.fixture
+def young_database_url() -> Iterator[str]:
+    """A migrated database of this test's own, its tables empty."""
+    with fresh_database("vigil_young") as url:
+        yield url
+
+
+async def test_plans_the_finaliser_made_on_young_tables_still_probe_once_they_have_grown(
+    young_database_url: str,
+) -> None:
+    async with db.open_pool(young_database_url, max_size=1) as pool, pool.acquire() as conn:
+        # given the finaliser's plans made while the tables were empty (kept by the connection)
+        for _ in range(6):
+            assert await conn.fetch("SELECT * FROM end_finished_jobs($1::text[])", ["j-0"]) == []
+        # and, never analysed since, thousands of active jobs, each with a task that completed
+        user = await users_repo.ensure_user(conn, "u-young", "user", "x")
+        await conn.execute(
+            "INSERT INTO jobs (id, owner_id, name, type, command)"
+            " SELECT 'j-' || g, $1, 'n', 'shell', 'true' FROM generate_series(1, 3000) g",
+            user.id,
+        )
+        await conn.execute(
+            "INSERT INTO tasks (id, job_id, index, state, decided, input)"
+            " SELECT 't-' || g, 'j-' || g, 0, 'completed', true, '{}'"
+            " FROM generate_series(1, 3000) g"
+        )
+        # when the finaliser ends one of them, each of its statements' plans told to us
+        plans: list[str] = []
+
+        def told_plan(_conn: object, message: object) -> None:
+            plans.append(str(message))
+
+        conn.add_log_listener(told_plan)
+        for setting in (
+            "LOAD 'auto_explain'",
+            "SET auto_explain.log_min_duration = 0",
+            "SET auto_explain.log_nested_statements = on",
+            "SET auto_explain.log_level = notice",
+        ):
+            await conn.execute(setting)
+        ended = await conn.fetch("SELECT * FROM end_finished_jobs($1::text[])", ["j-5"])
+        await conn.execute("LOAD 'auto_explain'")  # any notice sent before is read by now
+        conn.remove_log_listener(told_plan)
+    # then it ended that job, reading neither every task nor every active job to do so
+    assert [tuple(row) for row in ended] == [("j-5", "completed", False)]
+    told = "\n".join(plans)
+    assert "Seq Scan" not in told
+    assert "jobs_active" not in told
+    assert "tasks_unfinished" in told  # the plans were told: its tasks were probed
