@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import asyncpg
 from redis.asyncio import Redis
 
-from services.scheduler import breaker, dead_letters, pruning
+from services.scheduler import breaker, dead_letters, pruning, statistics
 from services.scheduler.dispatcher import Dispatcher
 from services.scheduler.due import Due, Pace, relay_wait
 from services.scheduler.finaliser import SWEEP_EVERY_S, Finaliser
@@ -115,6 +115,7 @@ class Scheduler:
         #: Per-minute counts of the published task events, for the dashboard's charts.
         self.tally = activity.Tally()
         self._last_tally = 0.0
+        self._last_analysis = 0.0
 
     async def run_once(self) -> Round:
         """One round of every step: how much it did, and whether a step left work it could
@@ -139,6 +140,10 @@ class Scheduler:
             self._last_tally = now
             async with self.pool.acquire() as conn:
                 await self.tally.flush(conn)
+        if now - self._last_analysis >= statistics.EVERY_S:
+            self._last_analysis = now
+            async with self.pool.acquire() as conn:
+                await statistics.analyse_due(conn)
         if now - self._last_prune >= self.settings.prune_every_s:
             self._last_prune = now
             await pruning.prune(self.pool, self.settings)
