@@ -275,8 +275,8 @@ async def test_after_quiet_moves_a_writer_nudges_the_relay_at_most_once_a_period
 
     # then: the first quiet move nudged the relay (after its delay), the second was within
     # the period, and the last one's event notified by itself (the trigger: a task's end
-    # wakes the relay, which wakes the round once it published it, migration 0028)
-    assert sorted(map(str, got)) == ["relay", "relay"]
+    # names its job, for the relay and the round's finaliser, migration 0030)
+    assert sorted(map(str, got)) == [f"ended {tasks[2].job_id}", "relay"]
     assert payloads.empty() and writer.nudges == 1
 
 
