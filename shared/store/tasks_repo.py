@@ -7,9 +7,10 @@ Their guard is the source state from the transition table, optionally narrowed a
 the claim token; no row back means someone else moved the task first, and nothing is written.
 """
 
+import functools
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, Final
 from uuid import UUID
@@ -199,7 +200,7 @@ async def transition(
             now = await conn.fetchval("SELECT state FROM tasks WHERE id = $1", task_id)
             raise StaleState(f"task {task_id} is {now or 'missing'}, not movable to {dst}")
         task = Task.from_record(record)
-        await outbox.add_task_event(conn, _event(task, TaskState(record["previous"])))
+        await outbox.add_task_event(conn, _event(task, previous=TaskState(record["previous"])))
         if job_event is not None:
             await outbox.add_job_event(conn, job_event)
     return task
@@ -277,39 +278,73 @@ def advance_statement(
     moves of the same shape (the same query text) can be sent together, pipelined, with
     `Connection.fetchmany` (`shared/store/transition_writer.py`).
     """
-    for previous, state in itertools.pairwise(path):
-        sources_for(state, frozenset({previous}))  # every step is one the table allows
-    dst = path[-1]
+    _check_path(tuple(path))
     changes = {"decided": True} | (changes or {})
     unknown = set(changes) - SETTABLE
     if unknown:
         raise ValueError(f"cannot set {sorted(unknown)} in a transition")
-    after = replace(task, **{k: v for k, v in changes.items() if k in _EVENT_FIELDS})
+    carried = {k: v for k, v in changes.items() if k in _EVENT_FIELDS}
     events = [
-        _event(replace(after, state=state), previous)
-        for previous, state in itertools.pairwise(path)
+        _event(task, state, previous, carried) for previous, state in itertools.pairwise(path)
     ]
+    opens = [a for a in (first, open_) if a is not None]
     args: list[Any] = [
         task.id,
         path[0].value,
-        dst.value,
+        path[-1].value,
         claim,
-        len([a for a in (first, open_) if a is not None]),
+        len(opens),
         [event_key("task", e.state.value, e.job_id) for e in events],
         [to_jsonable(e) for e in events],
     ]
+    args += [
+        value.value if isinstance(value, FailureClass) else value for value in changes.values()
+    ]
+    if unless_waits is not None:
+        args.extend(met_arrays())
+    if close is not None:  # its outcome: the state the task reached on leaving the stage
+        args += [close.attempt, close.status, close.exit_code, path[1].value]
+    for opening in opens:
+        outcome = (opening.outcome or path[-1]).value
+        args += [opening.stage, opening.host, opening.worker, opening.pid, opening.done]
+        args += [opening.status, outcome]
+    query = _advance_query(
+        tuple(changes), unless_suspended, unless_waits, close is not None, len(opens)
+    )
+    return query, args
+
+
+@functools.cache
+def _check_path(path: tuple[TaskState, ...]) -> None:
+    """Raise unless every step of `path` is one the state table allows (once per path)."""
+    for previous, state in itertools.pairwise(path):
+        sources_for(state, frozenset({previous}))
+
+
+@functools.cache
+def _advance_query(
+    changed: tuple[str, ...],
+    unless_suspended: bool,
+    unless_waits: str | None,
+    closes: bool,
+    opens: int,
+) -> str:
+    """The query text of `advance_statement`'s moves of one shape (made once per shape): its
+    arguments are the seven of every move, a value per `changed` column, the met arrays of
+    `unless_waits`, four of the attempt it `closes`, then seven per attempt it `opens`."""
     sets = ["state = $3", "updated_at = now()", "attempt = t.attempt + $5"]
-    for name, value in changes.items():
-        args.append(value.value if isinstance(value, FailureClass) else value)
-        sets.append(f"{name} = ${len(args)}")
+    n = 7
+    for name in changed:
+        n += 1
+        sets.append(f"{name} = ${n}")
     guards = ""
     if unless_suspended:
         guards += (
             " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = t.job_id AND j.state = 'suspended')"
         )
     if unless_waits is not None:
-        guards += f" AND NOT {unmet_sql(unless_waits, 't.id', len(args) + 1)}"
-        args.extend(met_arrays())
+        guards += f" AND NOT {unmet_sql(unless_waits, 't.id', n + 1)}"
+        n += len(met_arrays())
     ctes = [
         f"moved AS (UPDATE tasks t SET {', '.join(sets)}"
         f" WHERE t.id = $1 AND t.state = $2 AND t.claim = $4{guards} RETURNING t.*)",
@@ -317,22 +352,17 @@ def advance_statement(
         " SELECT 'events', e.key, e.body FROM moved,"
         " unnest($6::text[], $7::jsonb[]) WITH ORDINALITY AS e(key, body, n) ORDER BY e.n)",
     ]
-    if close is not None:  # its outcome: the state the task reached on leaving the stage
-        args += [close.attempt, close.status, close.exit_code, path[1].value]
-        n = len(args)
+    if closes:
+        n += 4
         ctes.append(
             f"closed AS (UPDATE attempts a SET ended_at = now(), outcome = ${n},"
             f" status = ${n - 2}, exit_code = ${n - 1} FROM moved"
             f" WHERE a.task_id = moved.id AND a.attempt = ${n - 3} AND a.ended_at IS NULL)"
         )
-    opens = [a for a in (first, open_) if a is not None]
     selects = []
-    for i, opening in enumerate(opens):
-        before = len(opens) - 1 - i  # the last one opened is numbered as the task's attempt
-        outcome = (opening.outcome or dst).value
-        args += [opening.stage, opening.host, opening.worker, opening.pid, opening.done]
-        args += [opening.status, outcome]
-        n = len(args)
+    for i in range(opens):
+        before = opens - 1 - i  # the last one opened is numbered as the task's attempt
+        n += 7
         selects.append(
             f"SELECT id, attempt - {before}, run_number,"
             f" ${n - 6}, ${n - 5}, ${n - 4}, $4, ${n - 3}::integer,"
@@ -345,7 +375,7 @@ def advance_statement(
             " claim, pid, ended_at, outcome, status) " + " UNION ALL ".join(selects) + ")"
         )
     # exactly one row, moved or not (a LEFT JOIN from a row of no columns)
-    return f"WITH {', '.join(ctes)} SELECT m.* FROM (SELECT) AS one LEFT JOIN moved m ON true", args
+    return f"WITH {', '.join(ctes)} SELECT m.* FROM (SELECT) AS one LEFT JOIN moved m ON true"
 
 
 #: Cancelling tasks in one statement: `{pick}` locks (or, for tasks the caller locked, reads)
@@ -566,18 +596,21 @@ _EVENT_FIELDS: Final = frozenset(
 )
 
 
-def _event(task: Task, previous: TaskState) -> TaskEvent:
+def _event(
+    task: Task,
+    state: TaskState | None = None,
+    previous: TaskState | None = None,
+    carried: dict[str, Any] | None = None,
+) -> TaskEvent:
+    """The event of `task` reaching `state` (its own, if not given) from `previous`, with the
+    `carried` fields (`_EVENT_FIELDS`) as a move sets them (the task's own, if not)."""
+    fields = {name: getattr(task, name) for name in _EVENT_FIELDS} | (carried or {})
     return TaskEvent(
         job_id=task.job_id,
         task_id=task.id,
-        state=task.state,
+        state=task.state if state is None else state,
         previous=previous,
-        run_number=task.run_number,
-        host=task.host,
-        failure_class=task.failure_class,
-        exit_code=task.exit_code,
-        signal=task.signal,
-        error_brief=task.error_brief,
+        **fields,
     )
 
 
