@@ -1,15 +1,20 @@
 """Who a job runs as, and what it can reach (issue 17).
 
-A worker running as root starts each command through one `unshare` (util-linux): `--net` (a
-network namespace of its own, with not even a loopback up: no PostgreSQL, RabbitMQ, Redis or
-anything else, unless the job's policy says `network: host`), then `--setgid`/`--setuid` (uid
-and gid `VIGIL_JOB_UID_BASE` + the owner's `users.job_uid`; setting the gid drops the
-supplementary groups). No new privileges: the worker sets `no_new_privs` on itself once, when it
-decides to confine, and every process it starts inherits it (it can never be unset), so a job
-cannot gain any through a setuid program. One exec before bash, not two (`setpriv` cost 1.5 ms
-of CPU a task). The task's work dir is given to that uid (mode 0700) before the command
-starts; the dirs above it stay root's, only traversable (0711). Numeric ids need no account on
-the host.
+A worker running as root starts each command through one `nsenter` (util-linux): `--net` (the
+network namespace of the job's owner on this worker, with not even a loopback up: no
+PostgreSQL, RabbitMQ, Redis or anything else, unless the job's policy says `network: host`),
+then `--setgid`/`--setuid` (uid and gid `VIGIL_JOB_UID_BASE` + the owner's `users.job_uid`;
+setting the gid drops the supplementary groups). An owner's namespace is made once, the first
+time one of their jobs runs here, and held by the worker (an open file of it: it goes with the
+worker); each command enters it. Jobs of one owner share it, as they share a uid; another
+owner's jobs are in another. Making and tearing down a namespace per command cost about
+0.6 ms of CPU a task, much of it in the kernel's threads (`docs/performance.md`, step 32). A
+job whose policy says `network: host` starts through `unshare`, which sets the ids alone. No
+new privileges: the worker sets `no_new_privs` on itself once, when it decides to confine, and
+every process it starts inherits it (it can never be unset), so a job cannot gain any through a
+setuid program. One exec before bash, not two (`setpriv` cost 1.5 ms of CPU a task). The
+task's work dir is given to that uid (mode 0700) before the command starts; the dirs above it
+stay root's, only traversable (0711). Numeric ids need no account on the host.
 
 A worker that is not root cannot do this: with `VIGIL_JOB_ISOLATION=auto` (the default) it
 then runs jobs as itself and says so at start; `on` makes that an error, `off` never confines.
@@ -20,7 +25,8 @@ import logging
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
@@ -29,10 +35,12 @@ logger = logging.getLogger(__name__)
 Isolation = Literal["auto", "on", "off"]
 Network = Literal["none", "host"]
 
-#: The tool (util-linux) the confinement runs through.
-TOOLS: Final = ("unshare",)
+#: The tools (util-linux) the confinement runs through.
+TOOLS: Final = ("nsenter", "unshare")
 #: prctl(2) option: no execve of this process or its descendants grants privileges.
 _PR_SET_NO_NEW_PRIVS: Final = 38
+#: unshare(2) flag: a new network namespace.
+_CLONE_NEWNET: Final = 0x40000000
 
 
 class CannotConfine(Exception):
@@ -44,15 +52,27 @@ class Confinement:
     """How this worker confines its jobs: the uid of owner `n` is `uid_base + n`."""
 
     uid_base: int
+    #: The network namespace of each owner's jobs (by `job_uid`): an open file of it.
+    _networks: dict[int, int] = field(default_factory=dict, compare=False, repr=False)
 
     def uid_of(self, job_uid: int) -> int:
         return self.uid_base + job_uid
 
     def argv(self, job_uid: int, network: Network) -> list[str]:
-        """What goes before `bash -c script` for a job of the owner whose `job_uid` is given."""
+        """What goes before `bash -c script` for a job of the owner whose `job_uid` is given
+        (`OSError` if their network namespace cannot be made)."""
         uid = self.uid_of(job_uid)
-        net = ["--net"] if network == "none" else []
-        return ["unshare", *net, f"--setgid={uid}", f"--setuid={uid}", "--"]
+        ids = [f"--setgid={uid}", f"--setuid={uid}"]
+        if network == "host":
+            return ["unshare", *ids, "--"]
+        return ["nsenter", f"--net={self.network_of(job_uid)}", *ids, "--"]
+
+    def network_of(self, job_uid: int) -> str:
+        """The path of the network namespace of this owner's jobs (made at the first call)."""
+        held = self._networks.get(job_uid)
+        if held is None:
+            held = self._networks[job_uid] = _new_network()
+        return f"/proc/{os.getpid()}/fd/{held}"
 
     def hand_over(self, work_root: Path, workdir: Path, job_uid: int) -> None:
         """Give the work dir (and what setup put in it) to the job's uid, mode 0700; the work
@@ -84,6 +104,31 @@ def decide(isolation: Isolation, uid_base: int) -> Confinement | None:
         "jobs run confined: uid %d + their owner's number, a network namespace each", uid_base
     )
     return confinement
+
+
+def _new_network() -> int:
+    """A new network namespace, with nothing up, held by the file returned (open, not inherited
+    by children). Made by a thread of its own, which ends with it (the namespace is a thread's,
+    not the process's: no other thread of the worker ever enters it)."""
+    made: list[int] = []
+    failed: list[OSError] = []
+
+    def make() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(_CLONE_NEWNET) != 0:
+            errno = ctypes.get_errno()
+            failed.append(OSError(errno, f"unshare(CLONE_NEWNET): {os.strerror(errno)}"))
+            return
+        made.append(os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC))
+
+    maker = threading.Thread(target=make, name="vigil-netns", daemon=True)
+    maker.start()
+    maker.join()
+    if failed:
+        raise failed[0]
+    if not made:
+        raise OSError("no network namespace was made (the thread making it failed)")
+    return made[0]
 
 
 def forbid_new_privileges() -> str | None:

@@ -2,6 +2,7 @@
 running as root, a job now runs as an unprivileged uid of its owner's own, in a network
 namespace with nothing up, in a work dir only that uid can enter."""
 
+import os
 import shutil
 import tempfile
 import uuid
@@ -39,8 +40,8 @@ if touch "$(dirname "$(dirname "$VIGIL_WORKDIR")")/planted" 2>/dev/null; then
 
 @pytest.fixture
 def stack(e2e_namespace: str) -> Iterator[Stack]:
-    if shutil.which("unshare") is None:
-        pytest.fail("unshare (util-linux) is needed: apt-get install util-linux")
+    if shutil.which("unshare") is None or shutil.which("nsenter") is None:
+        pytest.fail("unshare and nsenter (util-linux) are needed: apt-get install util-linux")
     # The path to the work root must be traversable by the jobs' uids (pytest's own tmp dir
     # is private to root).
     root = Path(tempfile.mkdtemp(prefix="vigil-confined-", dir="/tmp"))
@@ -136,3 +137,18 @@ async def test_the_hosts_network_is_for_operators_only(
     assert refused.status_code == 403
     assert "only an operator" in refused.json()["detail"]
     assert lines == ["open"]
+
+
+async def test_an_owners_jobs_share_a_network_of_their_own_and_anothers_are_in_another(
+    client: httpx.AsyncClient, plain_user: tuple[str, httpx.AsyncClient], events: Events
+) -> None:
+    _, theirs = plain_user
+    probe = {"command": "readlink /proc/self/ns/net"}
+
+    [mine], [mine_again], [their] = [
+        await _lines(owner, events, probe) for owner in (client, client, theirs)
+    ]
+
+    assert mine == mine_again  # made once for the owner, entered by each of their commands
+    assert their != mine
+    assert os.readlink("/proc/self/ns/net") not in (mine, their)  # neither is the host's
