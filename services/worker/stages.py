@@ -7,6 +7,7 @@ the step fails with `StaleState` and the worker lets go, killing what it started
 """
 
 import asyncio
+import functools
 import logging
 import signal
 import time
@@ -459,10 +460,16 @@ class StageRunner:
             ),
         }
         try:
-            prefix = await self._confine(held, ctx, policy)
+            prefix, hand_over = await self._confine(held, ctx, policy)
             await self._take_slot(held, slot)
             return await process.spawn(
-                script, ctx.workdir, env, cgroup, prefix=prefix, limiters=limiters
+                script,
+                ctx.workdir,
+                env,
+                cgroup,
+                prefix=prefix,
+                limiters=limiters,
+                prepare=hand_over,
             )
         except BaseException:
             slot.free()
@@ -477,18 +484,22 @@ class StageRunner:
             await self._queue(held)
         await slot.take()
 
-    async def _confine(self, held: Held, ctx: TaskContext, policy: Policy) -> list[str]:
-        """Give the work dir to the job's uid; what the command is started through."""
+    async def _confine(
+        self, held: Held, ctx: TaskContext, policy: Policy
+    ) -> tuple[list[str], Callable[[], None] | None]:
+        """What the command is started through, and what gives the work dir to the job's uid
+        (done in the spawn's thread, `process.spawn`)."""
         if self.confinement is None:
-            return []
+            return [], None
         owner = held.job.owner_id
         if owner not in self._job_uids:
             async with self.pool.acquire() as conn:
                 self._job_uids[owner] = await users_repo.job_uid(conn, owner)
         job_uid = self._job_uids[owner]
-        work_root = Path(self.settings.work_root)
-        await asyncio.to_thread(self.confinement.hand_over, work_root, ctx.workdir, job_uid)
-        return self.confinement.argv(job_uid, policy.network)
+        hand_over = functools.partial(
+            self.confinement.hand_over, Path(self.settings.work_root), ctx.workdir, job_uid
+        )
+        return self.confinement.argv(job_uid, policy.network), hand_over
 
     async def _suspended(self, held: Held) -> bool:
         async with self.pool.acquire() as conn:

@@ -16,6 +16,7 @@ killed from outside by the cgroup's own counts (`over_memory`).
 """
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -58,6 +59,13 @@ def slow_moves_hint(mounts: str | None = None) -> str | None:
                 f"mount -o remount,favordynmods {fields[1]} (scripts/up does)"
             )
     return None
+
+
+@functools.cache
+def moves_are_quick() -> bool:
+    """Whether moving a process into a cgroup is quick here (`slow_moves_hint`; looked at
+    once): the worker then moves a command on its event loop, not in a thread."""
+    return slow_moves_hint() is None
 
 
 def _own_v2_path() -> str:

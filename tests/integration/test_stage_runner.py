@@ -9,7 +9,7 @@ message; what it asserts is what the database holds afterwards.
 import asyncio
 import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -359,7 +359,9 @@ async def test_a_command_whose_slots_went_while_it_was_made_ready_waits_durably_
     slots = runner.settings.worker_slots
     confine = runner._confine
 
-    async def while_others_take_every_slot(*args: Any) -> list[str]:
+    async def while_others_take_every_slot(
+        *args: Any,
+    ) -> tuple[list[str], Callable[[], None] | None]:
         for _ in range(slots):
             await runner.slots.acquire()
         return await confine(*args)

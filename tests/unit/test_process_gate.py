@@ -4,6 +4,7 @@ import asyncio
 from pathlib import Path
 
 import psutil
+import pytest
 
 from services.worker import process
 
@@ -55,3 +56,23 @@ async def test_a_closed_gate_ends_the_process_without_running_the_script(tmp_pat
 
     assert code == 125
     assert not (tmp_path / "ran.txt").exists()
+
+
+async def test_what_prepares_the_work_dir_runs_before_the_process_and_its_failure_starts_none(
+    tmp_path: Path,
+) -> None:
+    def prepare() -> None:
+        (tmp_path / "ready").write_text("yes")
+
+    def fail() -> None:
+        raise PermissionError("cannot give the work dir away")
+
+    running = await process.spawn("cat ready > seen.txt", tmp_path, {}, prepare=prepare)
+    running.open_gate()
+    assert await running.process.wait() == 0
+    before = set(psutil.Process().children())
+    with pytest.raises(PermissionError):
+        await process.spawn(SCRIPT, tmp_path, {}, prepare=fail)
+
+    assert (tmp_path / "seen.txt").read_text() == "yes"
+    assert set(psutil.Process().children()) == before  # nothing was started
