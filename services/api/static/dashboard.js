@@ -499,11 +499,16 @@
 
   // The newest lines as stored, in order: what the log shows once the stream (re)opens and
   // once the job or task ends, so that a line the stream missed (it was closed for a while,
-  // or the broker dropped the oldest of a flood) is never missing for good.
+  // or the broker dropped the oldest of a flood) is never missing for good. Only the answer
+  // to the latest reload is shown: on a busy server an earlier one (asked when the stream
+  // opened, before the lines were stored) can come back after it, and would empty the log.
+  let logReloads = 0;
   async function reloadLogTail() {
+    const asked = ++logReloads;
     let path = "/jobs/" + encodeURIComponent(page.job_id) + "/logs?tail=" + LOG_MAX;
     if (page.page === "task") path += "&task=" + encodeURIComponent(page.task_id) + "&run=" + page.run;
     const data = await api("GET", path);
+    if (asked !== logReloads) return; // a later reload's answer is the newer
     const box = document.getElementById("logs");
     if (!box) return;
     const atBottom = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
