@@ -140,7 +140,7 @@ class Scheduler:
             self._last_tally = now
             async with self.pool.acquire() as conn:
                 await self.tally.flush(conn)
-        if now - self._last_analysis >= statistics.EVERY_S:
+        if not self.pace.slowed and now - self._last_analysis >= statistics.EVERY_S:
             self._last_analysis = now
             async with self.pool.acquire() as conn:
                 await statistics.analyse_due(conn)
