@@ -31,7 +31,9 @@ async def main(settings: WorkerSettings) -> None:
     presence = Presence(settings.host_id, instance, settings.worker_slots)
     keys = RedisKeys(settings.namespace)
     async with stop_on_signals() as stop, AsyncExitStack() as stack:
-        pool = await stack.enter_async_context(open_pool(settings.database_url, max_size=20))
+        pool = await stack.enter_async_context(
+            open_pool(settings.database_url, max_size=20, generic_plans=True)
+        )
         await check_schema(pool)
         broker = await stack.enter_async_context(
             open_broker(settings.amqp_url, Topology(settings.namespace), f"worker-{instance}")

@@ -13,15 +13,18 @@ from typing import Final
 
 from shared.domain.errors import Conflict
 from shared.store import emergency_repo
-from shared.store.db import Connection
+from shared.store.db import GENERIC_PLANS, Connection
 
 #: Advisory lock: exclusive for a stop or a resume, shared for anything that activates a job.
 LOCK_KEY: Final = 0x56494745  # "VIGE"
 
 
-async def share(conn: Connection) -> None:
-    """Hold the stop lock shared until the transaction ends."""
-    await conn.execute("SELECT pg_advisory_xact_lock_shared($1)", LOCK_KEY)
+async def share(conn: Connection, *, generic_plans: bool = False) -> None:
+    """Hold the stop lock shared until the transaction ends; with `generic_plans`, the
+    transaction's statements keep one plan each (`db.GENERIC_PLANS`), in the same round
+    trip."""
+    also = f", {GENERIC_PLANS}" if generic_plans else ""
+    await conn.execute(f"SELECT pg_advisory_xact_lock_shared($1){also}", LOCK_KEY)
 
 
 async def hold_if_stopped(conn: Connection, job_id: str, *, shared: bool = False) -> bool:
