@@ -12,7 +12,7 @@ from typing import Final
 from shared.domain.prerequisites import met_arrays, unmet_sql
 from shared.domain.states import ACTIONS, Stage, TaskState
 from shared.store import emergency_repo, sql_states
-from shared.store.db import Connection
+from shared.store.db import GENERIC_PLANS, Connection
 
 #: An emergency stop suspends active jobs; a configuring job has no suspended state, so its
 #: test tasks are simply not released while a stop is in force.
@@ -209,9 +209,12 @@ class Released:
 async def release(
     conn: Connection, query: str, batch: int, pool_key: str, per_user: int | None
 ) -> Released:
-    """Run the round (`statement()`). Locks: the row of each task it claims, until the
-    transaction ends."""
-    row = await conn.fetchrow(query, batch, *met_arrays(), _ACTION_STATES, pool_key, per_user)
+    """Run the round (`statement()`), with one plan per connection (`db.GENERIC_PLANS`: it
+    was planned anew at one round in four, 0.9 ms of planning for 0.6 ms of work). Locks: the
+    row of each task it claims, until the transaction ends."""
+    async with conn.transaction():
+        await conn.execute(f"SELECT {GENERIC_PLANS}")
+        row = await conn.fetchrow(query, batch, *met_arrays(), _ACTION_STATES, pool_key, per_user)
     assert row is not None  # an aggregate: one row
     return Released(int(row[0]), bool(row[1]))
 

@@ -3,8 +3,9 @@
 PostgreSQL plans a prepared statement anew at each of its first five calls, and at every later
 call while it judges that the parameters may change the plan: under W1 the submission's release
 statement was planned at every other call (1.4 ms of planning for 0.4 ms of work). The worker's
-pool and the submission's transaction ask for generic plans; the counts are PostgreSQL's own
-(`pg_prepared_statements`, per connection, so each test reads every connection of its pool).
+pool, the submission's transaction and the scheduler's round ask for generic plans; the counts
+are PostgreSQL's own (`pg_prepared_statements`, per connection: each test reads every
+connection of its pool).
 """
 
 from collections.abc import AsyncIterator
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from services.scheduler.dispatcher import Dispatcher
 from shared.store import db
 from tests.integration.test_api_harness import Api, running_api
 
@@ -77,3 +79,13 @@ async def test_a_submission_plans_its_release_once_per_connection(api: Api) -> N
     made = await _plans(api.pool, "WITH job AS (INSERT INTO jobs")
     assert release.custom == 0 and release.generic >= 8
     assert made.custom == 0 and made.generic >= 8
+
+
+async def test_the_scheduler_plans_its_round_once_per_connection(session_database_url: str) -> None:
+    async with db.open_pool(session_database_url, max_size=1) as pool:
+        dispatcher = Dispatcher(pool, batch=10, worker_pool="default")
+        for _ in range(8):
+            await dispatcher.run_once()
+        plans = await _plans(pool, "WITH owner_load")
+
+    assert plans == Plans(generic=8, custom=0)
