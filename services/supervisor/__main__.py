@@ -1,16 +1,15 @@
 """`python -m services.supervisor`."""
 
-import asyncio
-
 from services.supervisor.main import main
 from services.supervisor.settings import SupervisorSettings
+from shared.runtime import event_loop
 from shared.runtime.logs import configure_logging
 
 
 def run() -> None:
     settings = SupervisorSettings()
     configure_logging("supervisor", settings.log_level)
-    asyncio.run(main(settings))
+    event_loop.run(main(settings))
 
 
 if __name__ == "__main__":
