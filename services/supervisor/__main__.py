@@ -1,15 +1,16 @@
 """`python -m services.supervisor`."""
 
+import asyncio
+
 from services.supervisor.main import main
 from services.supervisor.settings import SupervisorSettings
-from shared.runtime import event_loop
 from shared.runtime.logs import configure_logging
 
 
 def run() -> None:
     settings = SupervisorSettings()
     configure_logging("supervisor", settings.log_level)
-    event_loop.run(main(settings))
+    asyncio.run(main(settings))
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
 """`python -m services.worker`."""
 
+import asyncio
+
 from services.worker.main import main
 from services.worker.settings import WorkerSettings
-from shared.runtime import event_loop
 from shared.runtime.logs import configure_logging
 
 
 def run() -> None:
     settings = WorkerSettings()
     configure_logging("worker", settings.log_level)
-    event_loop.run(main(settings))
+    asyncio.run(main(settings))
 
 
 if __name__ == "__main__":
