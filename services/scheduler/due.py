@@ -99,5 +99,17 @@ def relay_wait(quiet_s: float, poll_s: float, nudge_every_s: float) -> float:
 
 _RELAY_SLOW_S = 2.0
 
+
+def gather_wait(relayed: int, before: int, gather_s: float) -> float:
+    """How long the relay waits before its next read, after a read that published `relayed`
+    rows and one before it that published `before`: two busy reads in a row say the system
+    is busy, and what it writes for `gather_s` more goes out together (fewer and fuller
+    batches, each one statement). After a read that followed a quiet moment, nothing waits:
+    the quiet path's moves come milliseconds apart, and the next one (a submission's
+    `RunStage`) is not held back. (A threshold on the batch's size instead held busy runs
+    at small batches half the time: batches fill only once the relay gathers.)"""
+    return gather_s if relayed and before else 0.0
+
+
 #: A backoff ends at PostgreSQL's `now()`; the round looks that much after it, not before.
 _CLOCK_SLACK_S = 0.01

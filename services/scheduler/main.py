@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 
 from services.scheduler import breaker, dead_letters, pruning, statistics
 from services.scheduler.dispatcher import Dispatcher
-from services.scheduler.due import Due, Pace, relay_wait
+from services.scheduler.due import Due, Pace, gather_wait, relay_wait
 from services.scheduler.finaliser import SWEEP_EVERY_S, Finaliser
 from services.scheduler.leader import Leadership
 from services.scheduler.reaper import Reaper
@@ -222,6 +222,7 @@ class Scheduler:
         self.relay.on_published = lambda row: self._on_published(row, rounds)
         polling = False  # woken by the clock, not by an insert or a busy batch
         heard = time.monotonic()  # the last notification or batch
+        before = 0  # what the read before this one published
         while not stop.is_set():
             if not lead.held:
                 await self.relay.drain()
@@ -238,8 +239,10 @@ class Scheduler:
             if relayed or not polling:
                 heard = now
             polling = False
-            if relayed and self.settings.relay_gather_s:  # let the next batch fill a little
-                await wait_or_stop(stop, self.settings.relay_gather_s)
+            gather = gather_wait(relayed, before, self.settings.relay_gather_s)
+            before = relayed
+            if gather:  # busy: let the next batch fill a little
+                await wait_or_stop(stop, gather)
             if not relayed:
                 wait = relay_wait(now - heard, self.settings.relay_poll_s, NUDGE_EVERY_S)
                 await _wait_any(stop, wake, wait)

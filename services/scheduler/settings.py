@@ -15,11 +15,11 @@ class SchedulerSettings(CommonSettings):
     #: (they would serialize the commits; the worker nudges the relay at most every 0.5 s
     #: instead), so this bounds how late a follower can see them (`VIGIL_RELAY_POLL_S`).
     relay_poll_s: float = Field(default=0.25, gt=0, le=60)
-    #: After a batch, the relay waits this long before it reads the next, so that what the
-    #: system writes meanwhile goes out together (group publish: under load, fewer and fuller
-    #: batches, each one statement); the first read after a quiet moment waits for nothing
-    #: (`VIGIL_RELAY_GATHER_S`, 0: read again at once).
-    relay_gather_s: float = Field(default=0.002, ge=0, le=1)
+    #: After two busy reads in a row, the relay waits this long before it reads the next,
+    #: so that what the system writes meanwhile goes out together (group publish: fewer and
+    #: fuller batches, each one statement); after a read that followed a quiet moment,
+    #: nothing waits (`due.gather_wait`; `VIGIL_RELAY_GATHER_S`, 0: read again at once).
+    relay_gather_s: float = Field(default=0.006, ge=0, le=1)
     #: A lost task whose process may still run is resubmitted once its supervisor killed it,
     #: or after its host has been unreachable this long.
     fence_timeout_s: float = Field(default=60.0, gt=0)

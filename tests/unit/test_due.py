@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.scheduler.due import Due, Pace, relay_wait
+from services.scheduler.due import Due, Pace, gather_wait, relay_wait
 
 
 def test_the_first_round_looks_then_only_when_told_or_at_the_sweep() -> None:
@@ -101,3 +101,10 @@ def test_the_relay_polls_quickly_while_a_worker_may_have_written_quiet_events() 
     assert relay_wait(1.2, poll_s=0.25, nudge_every_s=0.5) == 0.25
     assert relay_wait(1.25, poll_s=0.25, nudge_every_s=0.5) == 2.0
     assert relay_wait(60.0, poll_s=5.0, nudge_every_s=0.5) == 5.0  # never faster than asked
+
+
+def test_the_relay_gathers_after_two_busy_reads_and_not_after_a_quiet_moment() -> None:
+    assert gather_wait(9, before=3, gather_s=0.006) == 0.006
+    assert gather_wait(1, before=1, gather_s=0.006) == 0.006
+    assert gather_wait(9, before=0, gather_s=0.006) == 0.0  # the first after a quiet moment
+    assert gather_wait(0, before=9, gather_s=0.006) == 0.0  # nothing left: wait for a wake
