@@ -31,7 +31,7 @@ def main() -> None:
         log_config=None,  # keep the records in our one-line format (configure_logging)
         timeout_graceful_shutdown=math.ceil(settings.graceful_timeout_s),
         server_header=False,
-        loop="uvloop",  # as the other services (shared.runtime.event_loop)
+        loop="uvloop",  # as the scheduler (shared.runtime.event_loop)
         http="httptools",  # C's HTTP parser, not h11's Python
     )
     _Server(config, app.state.events).run()

@@ -27,8 +27,9 @@ class Dispatcher:
         self._query = release_round.statement()
 
     async def run_once(self) -> release_round.Released:
-        """Release one batch of new tasks and one of resting tasks (one statement, one round
-        trip, with nothing to release too): how many, and whether any task was waiting."""
+        """Release one batch of new tasks and one of resting tasks (one statement, with
+        nothing to release too, in a transaction that keeps its plan: `release_round.release`):
+        how many, and whether any task was waiting."""
         async with self._pool.acquire() as conn:
             return await release_round.release(
                 conn, self._query, self._batch, self._pool_key, self._per_user
