@@ -1,4 +1,5 @@
-"""The scheduler analysing Vigil's tables where autovacuum does not (real PostgreSQL)."""
+"""The scheduler analysing Vigil's tables as they grow, whether autovacuum runs or not (real
+PostgreSQL)."""
 
 from collections.abc import Iterator
 
@@ -38,11 +39,14 @@ async def _analysed(conn: db.Connection, table: str) -> int:
     )
 
 
-async def test_a_table_autovacuum_leaves_alone_is_analysed_as_it_doubles_and_not_in_between(
+async def test_a_table_is_analysed_as_it_doubles_and_not_in_between(
     young_database_url: str,
 ) -> None:
+    """The scheduler does not wait for autovacuum, where it runs (its next look comes up to a
+    minute later). Autovacuum is kept off this table here, so that it cannot analyse it
+    between the steps of the test."""
     async with db.open_pool(young_database_url, max_size=1) as pool, pool.acquire() as conn:
-        # given a table autovacuum does not analyse, under its first analysis's size
+        # given a table, under its first analysis's size
         await conn.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
         await _add_jobs(conn, 1, statistics.FIRST_ROWS - 1)
         assert await statistics.analyse_due(conn) == []
