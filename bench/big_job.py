@@ -105,8 +105,7 @@ async def _history(conn: db.Connection, job_id: str) -> None:
     numbered = time.perf_counter()
     while await outbox.pending(conn, 5000):  # numbered and logged; never published here
         if not await conn.fetchval(
-            "SELECT EXISTS (SELECT 1 FROM outbox WHERE published_at IS NULL AND seq IS NULL"
-            " AND exchange = 'events')"
+            "SELECT EXISTS (SELECT 1 FROM outbox WHERE seq IS NULL AND exchange = 'events')"
         ):
             break
     count = await conn.fetchval("SELECT count(*) FROM events WHERE job_id = $1", job_id)

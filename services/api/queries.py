@@ -120,9 +120,7 @@ async def detection_latencies(conn: Connection, bounds: Sequence[float]) -> dict
 
 async def outbox_pending(conn: Connection) -> dict[str, int]:
     """Outbox rows not yet relayed to the broker, per exchange (`events`, `work`)."""
-    rows = await conn.fetch(
-        "SELECT exchange, count(*) AS n FROM outbox WHERE published_at IS NULL GROUP BY exchange"
-    )
+    rows = await conn.fetch("SELECT exchange, count(*) AS n FROM outbox GROUP BY exchange")
     return {row["exchange"]: int(row["n"]) for row in rows}
 
 
@@ -152,7 +150,7 @@ async def outbox_oldest_age(conn: Connection) -> float | None:
     """Seconds the oldest unpublished outbox row has waited (None: nothing waits)."""
     age = await conn.fetchval(
         "SELECT extract(epoch FROM now() - o.created_at)::float8"
-        " FROM outbox o WHERE o.published_at IS NULL ORDER BY o.id LIMIT 1"
+        " FROM outbox o ORDER BY o.id LIMIT 1"
     )
     return None if age is None else max(float(age), 0.0)
 

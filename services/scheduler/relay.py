@@ -5,13 +5,13 @@ body (`seq`), in the header `seq` and as its `message_id`. A row published again
 publish keeps its position, so after broker trouble positions may arrive out of order: a
 consumer that sees a gap fills it from the history (`GET /events?after=`).
 
-A row is marked published only after its confirm; a row whose publish failed stays pending and
-is tried again on the next round (so delivery is at-least-once: consumers are idempotent).
-Only the leading scheduler relays, one batch at a time, with no transaction or row lock held
-across the publishes: a batch costs one statement, which reads it and marks the batch before
-it (the rows confirmed since), so the mark of the last batch of a burst rides on the read that
-finds nothing more. Two leaders at once (the old one not yet aware it lost) may both publish a
-row: at-least-once already allows it.
+A row is deleted from the outbox only after its confirm (an event stays in the history); a row
+whose publish failed stays pending and is tried again on the next round (so delivery is
+at-least-once: consumers are idempotent). Only the leading scheduler relays, one batch at a
+time, with no transaction or row lock held across the publishes: a batch costs one statement,
+which reads it and deletes the batch before it (the rows confirmed since), so the delete of the
+last batch of a burst rides on the read that finds nothing more. Two leaders at once (the old
+one not yet aware it lost) may both publish a row: at-least-once already allows it.
 """
 
 import asyncio
@@ -34,28 +34,28 @@ class Relay:
         self._declared: set[str] = set()
         #: Told of every row once it is confirmed (the scheduler follows jobs that may end).
         self.on_published: Callable[[outbox.OutboxRow], None] | None = None
-        #: Rows confirmed, to be marked by the next read (which skips them meanwhile).
+        #: Rows confirmed, to be deleted by the next read.
         self._confirmed: list[int] = []
 
     @property
-    def unmarked(self) -> int:
-        """Rows confirmed whose mark has not committed yet."""
+    def undeleted(self) -> int:
+        """Rows confirmed whose delete has not committed yet."""
         return len(self._confirmed)
 
     async def run_once(self, *, look_first: bool = False) -> int:
-        """Mark what was confirmed since the last call and publish one batch; returns how many
-        rows were confirmed. `look_first`: an idle poll (nothing to mark), which most often
-        finds nothing: one index probe instead of a read of the batch.
+        """Delete what was confirmed since the last call and publish one batch; returns how
+        many rows were confirmed. `look_first`: an idle poll (nothing to delete), which most
+        often finds nothing: one index probe instead of a read of the batch.
 
         A call that confirmed rows must be followed by another (the relay loop does so at
-        once), or by `drain()`: until then, their mark is not written."""
+        once), or by `drain()`: until then, they are still in the outbox."""
         if look_first and not self._confirmed:
             async with self._pool.acquire() as conn:
                 if not await outbox.has_pending(conn):
                     return 0
         async with self._pool.acquire() as conn:
-            rows = await outbox.pending(conn, self._batch, mark=self._confirmed)
-        self._confirmed = []  # marked by that statement (on an error, they are kept)
+            rows = await outbox.pending(conn, self._batch, confirmed=self._confirmed)
+        self._confirmed = []  # deleted by that statement (on an error, they are kept)
         if not rows:
             return 0
         results = await asyncio.gather(
@@ -74,15 +74,17 @@ class Relay:
         return len(self._confirmed)
 
     async def drain(self) -> None:
-        """Mark what was confirmed (on the way out); on failure, those rows go out again."""
+        """Delete what was confirmed (on the way out); on failure, those rows go out again."""
         if not self._confirmed:
             return
         try:
             async with self._pool.acquire() as conn:
-                await outbox.mark_published(conn, self._confirmed)
+                await outbox.delete_confirmed(conn, self._confirmed)
             self._confirmed = []
         except Exception as exc:  # the rows stay pending and go out again
-            logger.warning("could not mark %d published outbox rows: %s", len(self._confirmed), exc)
+            logger.warning(
+                "could not delete %d published outbox rows: %s", len(self._confirmed), exc
+            )
 
     async def _publish(self, row: outbox.OutboxRow) -> None:
         body = row.body

@@ -33,11 +33,9 @@ class SchedulerSettings(CommonSettings):
     quarantine_probe_s: float = Field(default=30.0, gt=0)
     #: The logs of a job are deleted this long after it ended (centralised logs' retention).
     log_retention_s: float = Field(default=30 * 86400.0, gt=0)
-    #: How often published outbox rows, old events and old logs are pruned, and jobs whose
-    #: `retention_s` ran out are purged (`VIGIL_PRUNE_EVERY_S`).
+    #: How often old events and old logs are pruned, and jobs whose `retention_s` ran out
+    #: are purged (`VIGIL_PRUNE_EVERY_S`).
     prune_every_s: float = Field(default=60.0, gt=0, le=3600)
-    #: Published outbox rows are kept this long (for inspection), then pruned.
-    outbox_keep_s: float = Field(default=3600.0, gt=0)
     #: The event history (replay, resume: `GET /events?after=`) keeps an event this long
     #: (`VIGIL_EVENT_RETENTION_S`); a reader resuming from before it is told 410 Gone.
     event_retention_s: float = Field(default=7 * 86400.0, gt=0)

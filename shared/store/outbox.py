@@ -1,10 +1,11 @@
 """The transactional outbox: events and work messages written in the transaction of their change.
 
 Rows are relayed to the broker by the scheduler (`services/scheduler/relay.py`) with publisher
-confirms, in id order; a row is marked published only after the broker confirmed it. Events are
-numbered as the relay reads them: each gets its position (`seq`) in the one installation-wide
-sequence and a row in the event history (`shared/store/event_log.py`), both in the statement that
-reads the batch (migration 0019's `outbox_batch`).
+confirms, in id order; a row is deleted once the broker confirmed it, never before: the outbox
+holds what waits to be published, and nothing else (migration 0032). Events are numbered as the
+relay reads them: each gets its position (`seq`) in the one installation-wide sequence and a row
+in the event history (`shared/store/event_log.py`), which keeps them once they are published,
+both in the statement that reads the batch (`outbox_batch`).
 """
 
 from collections.abc import Sequence
@@ -142,20 +143,22 @@ async def wake_round(conn: Connection) -> None:
 
 
 async def has_pending(conn: Connection) -> bool:
-    """Whether any row waits to be published (one probe of `outbox_pending`)."""
+    """Whether any row waits to be published (one probe of the primary key)."""
     return bool(
-        await conn.fetchval("SELECT EXISTS (SELECT 1 FROM outbox WHERE published_at IS NULL)")
+        await conn.fetchval("SELECT (SELECT id FROM outbox ORDER BY id LIMIT 1) IS NOT NULL")
     )
 
 
-async def pending(conn: Connection, limit: int, *, mark: Sequence[int] = ()) -> list[OutboxRow]:
-    """The oldest unpublished rows, in one statement that also marks `mark` published (rows
-    the broker confirmed since the last read: the mark rides on the read, one round trip a
-    batch) and numbers the events among them. Locks: the marked outbox rows (their UPDATE)
-    and the `event_positions` row `FOR UPDATE` while numbering (`outbox_batch`); the rows read
-    are not locked: the one relay reads them (two relays for a moment may publish a row
-    twice, never number an event twice)."""
-    rows = await conn.fetch("SELECT * FROM outbox_batch($1, $2::bigint[])", limit, list(mark))
+async def pending(
+    conn: Connection, limit: int, *, confirmed: Sequence[int] = ()
+) -> list[OutboxRow]:
+    """The oldest rows waiting to be published, in one statement that also deletes
+    `confirmed` (rows the broker confirmed since the last read: the delete rides on the read,
+    one round trip a batch) and numbers the events among them. Locks: the confirmed outbox
+    rows (their DELETE) and the `event_positions` row `FOR UPDATE` while numbering
+    (`outbox_batch`); the rows read are not locked: the one relay reads them (two relays for
+    a moment may publish a row twice, never number an event twice)."""
+    rows = await conn.fetch("SELECT * FROM outbox_batch($1, $2::bigint[])", limit, list(confirmed))
     return [
         OutboxRow(
             r["id"], r["exchange"], r["routing_key"], r["body"].encode(), r["created_at"], r["seq"]
@@ -164,19 +167,7 @@ async def pending(conn: Connection, limit: int, *, mark: Sequence[int] = ()) -> 
     ]
 
 
-async def mark_published(conn: Connection, ids: list[int]) -> None:
-    """Record that the broker confirmed these rows. Locks: those outbox rows (its UPDATE)."""
-    await conn.execute("UPDATE outbox SET published_at = now() WHERE id = ANY($1)", ids)
-
-
-async def prune(conn: Connection, older_than_s: float, *, batch: int = 5000) -> int:
-    """Delete up to `batch` published rows older than `older_than_s`, in one short statement;
-    returns how many went (call again while it returns `batch`). Locks: the outbox rows it
-    deletes."""
-    status = await conn.execute(
-        "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE published_at IS NOT NULL"
-        " AND published_at < now() - make_interval(secs => $1) ORDER BY published_at LIMIT $2)",
-        older_than_s,
-        batch,
-    )
-    return int(status.split()[-1])
+async def delete_confirmed(conn: Connection, ids: list[int]) -> None:
+    """Forget rows the broker confirmed (what `pending` does with its `confirmed`). Locks:
+    those outbox rows (their DELETE)."""
+    await conn.execute("DELETE FROM outbox WHERE id = ANY($1)", ids)

@@ -155,7 +155,7 @@ async def test_twenty_job_processes_killed_by_hand_never_quarantine_the_only_hos
                 "SELECT count(*) FROM attempts WHERE failure_class = 'signal'"
             )
             events = await conn.fetchval(
-                "SELECT count(*) FROM outbox WHERE routing_key LIKE 'host.%'"
+                "SELECT count(*) FROM events WHERE routing_key LIKE 'host.%'"
             )
         finally:
             await conn.close()

@@ -269,7 +269,7 @@ async def test_the_pool_the_leader_the_outbox_lag_and_the_queues_are_exported(
             "INSERT INTO outbox (exchange, routing_key, body) VALUES ('work', 'pool.x', '{}')"
         )
         await api.pool.execute(  # nothing relays in this database: the backlog waited a minute
-            "UPDATE outbox SET created_at = now() - interval '1 minute' WHERE published_at IS NULL"
+            "UPDATE outbox SET created_at = now() - interval '1 minute'"
         )
         await api.pool.execute(
             "INSERT INTO hosts (id, slots, worker, heartbeat_at, pool)"

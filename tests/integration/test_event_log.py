@@ -55,7 +55,7 @@ async def _relay_all(pool: db.Pool) -> list[outbox.OutboxRow]:
     mark: list[int] = []
     async with pool.acquire() as conn:
         while True:
-            rows = await outbox.pending(conn, 7, mark=mark)
+            rows = await outbox.pending(conn, 7, confirmed=mark)
             if not rows:
                 return seen
             seen += rows
@@ -115,7 +115,7 @@ async def test_readers_see_positions_without_gaps_while_writers_and_two_relays_r
         async with epool.acquire() as conn:
             while True:
                 last_round = writers_done.is_set()  # looked at before the read
-                rows = await outbox.pending(conn, 5, mark=mark)
+                rows = await outbox.pending(conn, 5, confirmed=mark)
                 mark = [r.id for r in rows]
                 if not rows:
                     if last_round:
@@ -141,7 +141,7 @@ async def test_readers_see_positions_without_gaps_while_writers_and_two_relays_r
     assert results[3] == results[4] == list(range(1, total + 1))
     async with epool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM events") == total
-        assert await conn.fetchval("SELECT count(DISTINCT seq) FROM outbox") == total
+        assert await conn.fetchval("SELECT count(*) FROM outbox") == 0  # all went, each once
 
 
 async def test_a_read_by_topics_gives_only_matching_events(epool: db.Pool) -> None:

@@ -96,7 +96,7 @@ async def test_when_messages_are_added__pending_gives_them_back_in_order_with_th
         assert [r.seq for r in rows] == [1, 2, None]
 
 
-async def test_when_rows_are_marked_published__pending_skips_them_and_keeps_the_rest_in_order(
+async def test_when_confirmed_rows_are_deleted__pending_keeps_the_rest_in_order(
     opool: db.Pool,
 ) -> None:
     async with opool.acquire() as conn:
@@ -105,26 +105,25 @@ async def test_when_rows_are_marked_published__pending_skips_them_and_keeps_the_
         async with conn.transaction():
             first_two = await outbox.pending(conn, limit=2)
             # when
-            await outbox.mark_published(conn, [r.id for r in first_two])
+            await outbox.delete_confirmed(conn, [r.id for r in first_two])
         # then
         async with conn.transaction():
             rest = await outbox.pending(conn, limit=10)
         assert [r.id for r in first_two] == [1, 2]
         assert [r.id for r in rest] == [3, 4, 5]
+        assert await conn.fetchval("SELECT array_agg(id ORDER BY id) FROM outbox") == [3, 4, 5]
 
 
-async def test_a_read_that_marks_the_last_batch_returns_the_next_one(opool: db.Pool) -> None:
+async def test_a_read_that_deletes_the_last_batch_returns_the_next_one(opool: db.Pool) -> None:
     async with opool.acquire() as conn:
         # given five rows, the first two published
         await _add_rows(conn, 5)
         first_two = await outbox.pending(conn, limit=2)
-        # when the next read carries their mark
-        rest = await outbox.pending(conn, limit=10, mark=[r.id for r in first_two])
-        # then it reads the others, and the two are marked
+        # when the next read carries their confirms
+        rest = await outbox.pending(conn, limit=10, confirmed=[r.id for r in first_two])
+        # then it reads the others, and the two are gone from the outbox
         assert [r.id for r in rest] == [3, 4, 5]
-        assert await conn.fetchval(
-            "SELECT array_agg(id ORDER BY id) FROM outbox WHERE published_at IS NOT NULL"
-        ) == [1, 2]
+        assert await conn.fetchval("SELECT array_agg(id ORDER BY id) FROM outbox") == [3, 4, 5]
 
 
 async def test_when_a_relay_rolls_back__its_rows_are_pending_again(opool: db.Pool) -> None:
@@ -133,30 +132,11 @@ async def test_when_a_relay_rolls_back__its_rows_are_pending_again(opool: db.Poo
         transaction = conn.transaction()
         await transaction.start()
         taken = await outbox.pending(conn, limit=10)
-        await outbox.mark_published(conn, [r.id for r in taken])
+        await outbox.delete_confirmed(conn, [r.id for r in taken])
         await transaction.rollback()
         async with conn.transaction():
             again = await outbox.pending(conn, limit=10)
         assert [r.id for r in again] == [r.id for r in taken] == [1, 2]
-
-
-async def test_when_pruning__only_rows_published_long_enough_ago_are_deleted(
-    opool: db.Pool,
-) -> None:
-    async with opool.acquire() as conn:
-        # given: row 1 published an hour ago, row 2 just now, row 3 never
-        await _add_rows(conn, 3)
-        await outbox.mark_published(conn, [1, 2])
-        await conn.execute(
-            "UPDATE outbox SET published_at = now() - interval '1 hour' WHERE id = 1"
-        )
-        # when
-        deleted = await outbox.prune(conn, older_than_s=60)
-        # then
-        assert deleted == 1
-        remaining = await conn.fetch("SELECT id FROM outbox ORDER BY id")
-        assert [r["id"] for r in remaining] == [2, 3]
-        assert await outbox.prune(conn, older_than_s=60) == 0
 
 
 async def test_when_a_row_is_committed__listeners_on_vigil_outbox_are_notified(

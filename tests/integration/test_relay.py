@@ -42,7 +42,7 @@ async def broker() -> AsyncIterator[Broker]:
         yield opened
 
 
-async def test_a_batch_is_published_once_and_marked_by_the_next_read(
+async def test_a_batch_is_published_once_and_deleted_by_the_next_read(
     rpool: db.Pool, broker: Broker
 ) -> None:
     # given three task events, and a queue that receives them
@@ -60,22 +60,20 @@ async def test_a_batch_is_published_once_and_marked_by_the_next_read(
     # when a batch is published, then the relay reads again
     first = await relay.run_once()
     async with rpool.acquire() as conn:
-        pending_meanwhile = await conn.fetchval(
-            "SELECT count(*) FROM outbox WHERE published_at IS NULL"
-        )
+        pending_meanwhile = await conn.fetchval("SELECT count(*) FROM outbox")
     again = await relay.run_once()
 
-    # then the rows stayed pending until that read, which did not take them again but marked them
-    assert (first, pending_meanwhile, again, relay.unmarked) == (3, 3, 0, 0)
+    # then the rows stayed pending until that read, which did not take them again but deleted them
+    assert (first, pending_meanwhile, again, relay.undeleted) == (3, 3, 0, 0)
     async with rpool.acquire() as conn:
-        assert await conn.fetchval("SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0
+        assert await conn.fetchval("SELECT count(*) FROM outbox") == 0
 
     received = [body["task_id"] for body in await _receive(queue, 3)]
     assert len(set(received)) == 3
     assert await queue.get(fail=False, no_ack=True) is None  # nothing twice
 
 
-async def test_the_last_batch_is_marked_on_the_way_out(rpool: db.Pool, broker: Broker) -> None:
+async def test_the_last_batch_is_deleted_on_the_way_out(rpool: db.Pool, broker: Broker) -> None:
     # given a batch published, with no read after it
     job_id = f"j-{uuid.uuid4().hex[:8]}"
     async with rpool.acquire() as conn:
@@ -87,10 +85,10 @@ async def test_the_last_batch_is_marked_on_the_way_out(rpool: db.Pool, broker: B
     # when the relay stops
     await relay.drain()
 
-    # then its row is marked, and an idle poll finds nothing to publish
+    # then its row is deleted, and an idle poll finds nothing to publish
     async with rpool.acquire() as conn:
-        assert await conn.fetchval("SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0
-    assert relay.unmarked == 0
+        assert await conn.fetchval("SELECT count(*) FROM outbox") == 0
+    assert relay.undeleted == 0
     assert await relay.run_once(look_first=True) == 0
 
 
