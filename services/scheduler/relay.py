@@ -12,11 +12,16 @@ time, with no transaction or row lock held across the publishes: a batch costs o
 which reads it and deletes the batch before it (the rows confirmed since), so the delete of the
 last batch of a burst rides on the read that finds nothing more. Two leaders at once (the old
 one not yet aware it lost) may both publish a row: at-least-once already allows it.
+
+Every row ends deleted, so the relay vacuums the outbox itself every `VACUUM_EVERY` rows it
+deleted (`outbox.vacuum`, a few ms): autovacuum's next look may be a minute away, and the
+table then held a minute of traffic that each read walked through.
 """
 
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Final
 
 from shared.messaging.amqp import Broker
 from shared.messaging.topology import declare_work_queue
@@ -25,12 +30,20 @@ from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
 
+#: Rows deleted between two vacuums of the outbox (a few dozen pages of dead rows at most).
+VACUUM_EVERY: Final = 10_000
+
 
 class Relay:
     """Moves pending outbox rows to the events and work exchanges."""
 
-    def __init__(self, pool: Pool, broker: Broker, batch: int) -> None:
+    def __init__(
+        self, pool: Pool, broker: Broker, batch: int, *, vacuum_every: int = VACUUM_EVERY
+    ) -> None:
         self._pool, self._broker, self._batch = pool, broker, batch
+        self._vacuum_every = vacuum_every
+        #: Rows deleted since the last vacuum.
+        self._deleted = 0
         self._declared: set[str] = set()
         #: Told of every row once it is confirmed (the scheduler follows jobs that may end).
         self.on_published: Callable[[outbox.OutboxRow], None] | None = None
@@ -55,8 +68,10 @@ class Relay:
                     return 0
         async with self._pool.acquire() as conn:
             rows = await outbox.pending(conn, self._batch, confirmed=self._confirmed)
+        self._deleted += len(self._confirmed)
         self._confirmed = []  # deleted by that statement (on an error, they are kept)
         if not rows:
+            await self._vacuum_if_due()
             return 0
         results = await asyncio.gather(
             *(self._publish(row) for row in rows), return_exceptions=True
@@ -71,7 +86,14 @@ class Relay:
             for row, result in zip(rows, results, strict=True):
                 if result is None:
                     self.on_published(row)
+        await self._vacuum_if_due()  # after the publishes: they do not wait for it
         return len(self._confirmed)
+
+    async def _vacuum_if_due(self) -> None:
+        if self._deleted >= self._vacuum_every:
+            self._deleted = 0
+            async with self._pool.acquire() as conn:
+                await outbox.vacuum(conn)
 
     async def drain(self) -> None:
         """Delete what was confirmed (on the way out); on failure, those rows go out again."""

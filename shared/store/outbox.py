@@ -171,3 +171,13 @@ async def delete_confirmed(conn: Connection, ids: list[int]) -> None:
     """Forget rows the broker confirmed (what `pending` does with its `confirmed`). Locks:
     those outbox rows (their DELETE)."""
     await conn.execute("DELETE FROM outbox WHERE id = ANY($1)", ids)
+
+
+async def vacuum(conn: Connection) -> None:
+    """Reclaim the space of deleted rows, and tell the planner the table's true size. A queue
+    table's rows all end deleted: unvacuumed, its heap and indexes grow with every row it
+    ever held, and a read of the few waiting rows walks through all of them (a sequential
+    scan of 800 pages at each batch, 3.4 ms a call, before autovacuum came by). Skipped if
+    autovacuum is at it already (`SKIP_LOCKED`). Not in a transaction. Locks: the table's
+    `SHARE UPDATE EXCLUSIVE` lock, which writers and readers do not conflict with."""
+    await conn.execute("VACUUM (SKIP_LOCKED, TRUNCATE false) outbox")

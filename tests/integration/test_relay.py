@@ -1,5 +1,5 @@
-"""The relay on the real PostgreSQL and RabbitMQ: each row published once, marked after its
-confirm without the next batch waiting for the mark, and never read again meanwhile."""
+"""The relay on the real PostgreSQL and RabbitMQ: each row published once, deleted after its
+confirm without the next batch waiting for the delete, and never read again meanwhile."""
 
 import asyncio
 import json
@@ -139,3 +139,43 @@ async def _receive(queue: aio_pika.abc.AbstractQueue, count: int) -> list[dict[s
             if len(received) == count:
                 break
     return received
+
+
+async def test_the_relay_vacuums_the_outbox_every_so_many_rows_it_deleted(
+    rpool: db.Pool, broker: Broker
+) -> None:
+    # given a relay that vacuums every 4 deleted rows, and 3 rows published and deleted
+    job_id = f"j-{uuid.uuid4().hex[:8]}"
+
+    async def add(n: int) -> None:
+        async with rpool.acquire() as conn:
+            for _ in range(n):
+                task_id = f"t-{uuid.uuid4().hex[:8]}"
+                await outbox.add_task_event(
+                    conn, TaskEvent(job_id=job_id, task_id=task_id, state=TaskState.NEW)
+                )
+
+    async def vacuums() -> int:
+        async with rpool.acquire() as conn:
+            await conn.execute("SELECT pg_stat_force_next_flush()")
+            return int(
+                await conn.fetchval(
+                    "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'outbox'"
+                )
+            )
+
+    relay = Relay(rpool, broker, batch=100, vacuum_every=4)
+    await add(3)
+    await relay.run_once()
+    await relay.run_once()  # deletes the 3
+    before = await vacuums()
+
+    # when a fourth row is published and deleted
+    await add(1)
+    await relay.run_once()
+    after_three_reads = await vacuums()
+    await relay.run_once()  # deletes it: 4 since the last vacuum
+
+    # then the outbox was vacuumed once, after the read that deleted the fourth
+    assert after_three_reads == before
+    assert await vacuums() == before + 1
