@@ -19,11 +19,13 @@ from shared.store.db import GENERIC_PLANS, Connection
 _NOT_STOPPED: Final = "NOT EXISTS (SELECT 1 FROM emergency_stops WHERE resumed_at IS NULL)"
 
 #: A job's new tasks to release now, within its throttles; `{jobs}` picks the jobs. Jobs are
-#: read oldest first through `jobs_active` / `jobs_configuring`; each is probed for one
+#: read oldest first through `jobs_active` / `jobs_configuring`; each is probed for its first
 #: unclaimed new task (`tasks_new`, an index scan per job: the LATERAL keeps the planner from
-#: reading the whole index, dead entries of finished big jobs included, into a hash), and only
-#: those that have one are opened, their tasks in flight counted on `tasks_in_flight`. A round
-#: costs a probe per active job plus what it releases, not the size of the jobs.
+#: reading the whole index, dead entries of finished big jobs included, into a hash, and the
+#: order from reading the table from its start, through every task the job already ran, where
+#: the statistics say that most of a big job's tasks are new), and only those that have one
+#: are opened, their tasks in flight counted on `tasks_in_flight`. A round costs a probe per
+#: active job plus what it releases, not the size of the jobs.
 #:
 #: Fair share (issue 17): each job with new tasks offers at most its share of the batch ($1
 #: over the number of such jobs, so that a round numbers about a batch of candidates, not
@@ -41,7 +43,7 @@ SELECT r.id FROM (
         FROM jobs j
         CROSS JOIN LATERAL (
             SELECT 1 FROM tasks n WHERE n.job_id = j.id AND n.claim IS NULL AND n.state = 'new'
-            LIMIT 1) has_new
+            ORDER BY n.index LIMIT 1) has_new
         WHERE {{jobs}} AND ({{cap}}::bigint IS NULL OR {{cap}}::bigint > coalesce(
             (SELECT l.n FROM owner_load l WHERE l.owner_id = j.owner_id), 0))
     ) j CROSS JOIN LATERAL (
@@ -149,12 +151,14 @@ def statement() -> str:
     )
 
 
-def _waiting_in(job_state: str, tasks: str) -> str:
+def _waiting_in(job_state: str, tasks: str, order: str) -> str:
     """Whether a job in `job_state` has a task matching `tasks`: a probe per job (LIMIT 1 in a
-    LATERAL, so that the planner never hashes the whole index instead)."""
+    LATERAL, so that the planner never hashes the whole index instead), the first in `order`
+    (the order of the index that answers it, so that no plan reads the table from its start
+    instead: see `_NEW_OF`)."""
     return (
         f"EXISTS (SELECT 1 FROM jobs j CROSS JOIN LATERAL (SELECT 1 FROM tasks t"
-        f" WHERE t.job_id = j.id AND t.claim IS NULL AND {tasks} LIMIT 1) x"
+        f" WHERE t.job_id = j.id AND t.claim IS NULL AND {tasks} ORDER BY {order} LIMIT 1) x"
         f" WHERE j.state = '{job_state}')"
     )
 
@@ -167,9 +171,12 @@ def _waiting_in(job_state: str, tasks: str) -> str:
 _WAITING: Final = (
     "("
     + " OR ".join(
-        _waiting_in(job_state, tasks)
+        _waiting_in(job_state, tasks, order)
         for job_state in ("active", "configuring")
-        for tasks in ("t.state = 'new'", f"t.state IN ({_RESTING_LIST})")
+        for tasks, order in (
+            ("t.state = 'new'", "t.index"),  # tasks_new: (job_id, index)
+            (f"t.state IN ({_RESTING_LIST})", "t.job_id"),  # tasks_resting: (job_id)
+        )
     )
     + ")"
 )
