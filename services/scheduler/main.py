@@ -116,6 +116,8 @@ class Scheduler:
         self.tally = activity.Tally()
         self._last_tally = 0.0
         self._last_analysis = 0.0
+        #: When the round is to wake for the finaliser's next look (`_look_again`).
+        self._finaliser_wake = 0.0
 
     async def run_once(self) -> Round:
         """One round of every step: how much it did, and whether a step left work it could
@@ -128,6 +130,7 @@ class Scheduler:
             self.wake_relay()
         ran = ran.plus(ended, self.finaliser.pending)
         now = time.monotonic()
+        self._look_again(now)
         if now - self._last_reap >= _REAP_EVERY_S:
             self._last_reap = now
             ran = ran.plus(await self.reaper.run_once())
@@ -149,6 +152,14 @@ class Scheduler:
             await pruning.prune(self.pool, self.settings)
             ran = ran.plus(await self.retention.run_once())
         return ran
+
+    def _look_again(self, now: float) -> None:
+        """Wake the round when a job the finaliser found unfinished lately is due another look
+        (once per such moment: the round's idle wait never passes it)."""
+        at = self.finaliser.next_look()
+        if at is not None and not now < self._finaliser_wake <= at:
+            self._finaliser_wake = at
+            self.pace.due_in(at - now, now)
 
     async def _release_and_decide(self, now: float) -> Round:
         """The dispatcher, the triage and the waiters, each when due (`Due`)."""

@@ -1,6 +1,7 @@
 """The finaliser against concurrent additions of work (real PostgreSQL and Redis)."""
 
 import asyncio
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -235,3 +236,35 @@ async def test_plans_the_finaliser_made_on_young_tables_still_probe_once_they_ha
     assert "Seq Scan" not in told
     assert "jobs_active" not in told
     assert "tasks_unfinished" in told  # the plans were told: its tasks were probed
+
+
+async def test_a_job_found_unfinished_is_looked_at_again_only_once_its_relook_is_due(
+    pool: Pool, namespace: str
+) -> None:
+    redis = Redis.from_url(REDIS_URL, decode_responses=True)
+    waits = Finaliser(pool, redis, RedisKeys(namespace), batch=10_000, relook_after_s=3600)
+    at_once = Finaliser(pool, redis, RedisKeys(namespace), batch=10_000, relook_after_s=0)
+    try:
+        async with pool.acquire() as conn:
+            # given two jobs of two tasks, one ended and one running each, told of and found
+            # unfinished (after each finaliser's first round, a sweep)
+            jobs = [await _job_with_tasks(conn, ["completed", "on_cpu"]) for _ in range(2)]
+            for finaliser, job_id in zip((waits, at_once), jobs, strict=True):
+                await finaliser.run_once()
+                finaliser.touch(job_id)
+                assert await finaliser.run_once() == 0
+
+            # when their last tasks end, and each finaliser is told of its job again
+            for finaliser, job_id in zip((waits, at_once), jobs, strict=True):
+                await conn.execute("UPDATE tasks SET state = 'completed' WHERE job_id = $1", job_id)
+                finaliser.touch(job_id)
+                await finaliser.run_once()
+
+            # then the one looked at lately waits for its relook, said when, and not pending
+            states = [(await jobs_repo.get(conn, job_id)).state for job_id in jobs]  # type: ignore[union-attr]
+            assert states == [JobState.ACTIVE, JobState.COMPLETED]
+            at = waits.next_look()
+            assert at is not None and at > time.monotonic() + 3000 and not waits.pending
+            assert at_once.next_look() is None
+    finally:
+        await redis.aclose()
