@@ -90,10 +90,16 @@ class Relay:
         return len(self._confirmed)
 
     async def _vacuum_if_due(self) -> None:
-        if self._deleted >= self._vacuum_every:
-            self._deleted = 0
+        """Vacuum the outbox once `vacuum_every` rows went; best effort: a vacuum that fails
+        is left to the next one (or to autovacuum), never to the relay's publishing."""
+        if self._deleted < self._vacuum_every:
+            return
+        self._deleted = 0
+        try:
             async with self._pool.acquire() as conn:
                 await outbox.vacuum(conn)
+        except Exception as exc:  # an optimisation: whatever went wrong, the relay goes on
+            logger.warning("could not vacuum the outbox: %s", exc)
 
     async def drain(self) -> None:
         """Delete what was confirmed (on the way out); on failure, those rows go out again."""

@@ -8,7 +8,7 @@ every active job, 1.3 ms a job after 1,000 jobs and growing with the history
 (`docs/performance.md`, step 32). Autovacuum, where it runs, analyses a table once `50 + 10 %`
 of its rows changed since its last analysis, but only at its next look (`autovacuum_naptime`,
 a minute by default): a plan made meanwhile sees a big job's thousands of new tasks as none,
-and the waiters' statement drove from them, up to 4.4 ms a task's end (step 34). So the
+and the waiters' statement drove from them, 4.6 ms a task's end (step 34). So the
 leading scheduler analyses the tables below itself, whether autovacuum runs or not, each once
 it holds twice the rows it held at its last analysis (and at least `FIRST_ROWS`: a plan's
 choices hardly matter on fewer): about a dozen times on a table's way to a million rows, and

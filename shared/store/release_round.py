@@ -151,14 +151,15 @@ def statement() -> str:
     )
 
 
-def _waiting_in(job_state: str, tasks: str, order: str) -> str:
+def _waiting_in(job_state: str, tasks: str, order: str | None = None) -> str:
     """Whether a job in `job_state` has a task matching `tasks`: a probe per job (LIMIT 1 in a
     LATERAL, so that the planner never hashes the whole index instead), the first in `order`
-    (the order of the index that answers it, so that no plan reads the table from its start
-    instead: see `_NEW_OF`)."""
+    if given (the order of the index that answers it, so that no plan reads the table from
+    its start instead: see `_NEW_OF`)."""
+    ordered = f" ORDER BY {order}" if order else ""
     return (
         f"EXISTS (SELECT 1 FROM jobs j CROSS JOIN LATERAL (SELECT 1 FROM tasks t"
-        f" WHERE t.job_id = j.id AND t.claim IS NULL AND {tasks} ORDER BY {order} LIMIT 1) x"
+        f" WHERE t.job_id = j.id AND t.claim IS NULL AND {tasks}{ordered} LIMIT 1) x"
         f" WHERE j.state = '{job_state}')"
     )
 
@@ -174,8 +175,8 @@ _WAITING: Final = (
         _waiting_in(job_state, tasks, order)
         for job_state in ("active", "configuring")
         for tasks, order in (
-            ("t.state = 'new'", "t.index"),  # tasks_new: (job_id, index)
-            (f"t.state IN ({_RESTING_LIST})", "t.job_id"),  # tasks_resting: (job_id)
+            ("t.state = 'new'", "t.index"),  # tasks_new: (job_id, index), most of a big job
+            (f"t.state IN ({_RESTING_LIST})", None),  # tasks_resting: few, by job
         )
     )
     + ")"
