@@ -3,6 +3,11 @@
 Lines are numbered in the order they are read (both streams together), persisted in batches
 (so a task's terminal state implies its lines are stored) and published as
 `log.<severity>.<job id>` for live followers and the supervisor.
+
+A stream's run file is made at its first line, and the periodic flush starts with the first
+line: a silent command costs no file and no timer. Making a file is not free (on the ext4 of
+our 2-core VMs, 0.5-0.8 ms of kernel CPU each: `docs/performance.md`, step 35), and most
+short commands print nothing on one stream or both.
 """
 
 import asyncio
@@ -48,15 +53,17 @@ class LogShipper:
         files: dict[Stream, Path],
         fail_on: frozenset[Severity] = frozenset(),
         quota_bytes: int = DEFAULT_QUOTA_BYTES,
+        flush_every_s: float | None = None,
     ) -> None:
         self._pool, self._broker, self._redis, self._keys = pool, broker, redis, keys
         self._job_id, self._task_id = job_id, task_id
         self._run_number, self._attempt = run_number, attempt
-        # Opened through no link: the job owns the work dir and may have left one there.
-        self._files: dict[Stream, IO[str]] = {
-            stream: job_files.open_append(workdir, path.relative_to(workdir))
-            for stream, path in files.items()
-        }
+        self._workdir, self._paths = workdir, files
+        #: The run files opened so far (at their stream's first line kept).
+        self._files: dict[Stream, IO[str]] = {}
+        self._unwritable: set[Stream] = set()  # streams whose run file could not be opened
+        self._flush_every_s = flush_every_s
+        self._flusher: asyncio.Task[None] | None = None
         self._pending: list[LogRecord] = []
         self._line_no = 0
         self._progress: int | None = None
@@ -119,9 +126,36 @@ class LogShipper:
             progress=progress,
         )
         if keep:
-            self._files[stream].write(line + "\n")
+            handle = self._file(stream)
+            if handle is not None:
+                handle.write(line + "\n")
             self._pending.append(record)
+            if self._flusher is None and self._flush_every_s is not None:
+                self._flusher = asyncio.create_task(self._flush_every(self._flush_every_s))
         return record
+
+    def _file(self, stream: Stream) -> IO[str] | None:
+        """The stream's run file, opened (made if missing) at its first line, through no link:
+        the job owns the work dir and may have left one there. None if it cannot be (what
+        the job put there is never followed; the lines still go to PostgreSQL)."""
+        if stream in self._unwritable:
+            return None
+        handle = self._files.get(stream)
+        if handle is None:
+            path = self._paths[stream]
+            try:
+                handle = job_files.open_append(self._workdir, path.relative_to(self._workdir))
+            except (job_files.UnsafeFile, OSError) as exc:
+                logger.warning("task %s: no run file for %s: %s", self._task_id, stream, exc)
+                self._unwritable.add(stream)
+                return None
+            self._files[stream] = handle
+        return handle
+
+    async def _flush_every(self, period_s: float) -> None:
+        while True:
+            await asyncio.sleep(period_s)
+            await self.flush()
 
     async def flush(self) -> None:
         """Persist and publish what is pending. A database error keeps the lines for later."""
@@ -166,7 +200,10 @@ class LogShipper:
             )
 
     async def close(self) -> None:
-        """Flush everything and close the run files."""
+        """Stop the periodic flush, flush everything and close the run files."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+            await asyncio.gather(self._flusher, return_exceptions=True)
         await self.flush()
         if self._pending:  # one more try for lines kept back by a database error
             await self.flush()

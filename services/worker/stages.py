@@ -618,8 +618,8 @@ class StageRunner:
             files={"stdout": ctx.run_file("stdout"), "stderr": ctx.run_file("stderr")},
             fail_on=frozenset(policy.fail_on_log),
             quota_bytes=self.settings.log_quota_bytes,
+            flush_every_s=self.settings.log_flush_s,
         )
-        flusher = asyncio.create_task(self._flush_every(shipper), name=f"logs-{held.task.id}")
         try:
             note = self._exit_noter(held)
 
@@ -630,8 +630,6 @@ class StageRunner:
 
             returncode = await process.wait(running, shipper.add, on_exit)
         finally:
-            flusher.cancel()
-            await asyncio.gather(flusher, return_exceptions=True)
             await shipper.close()
         return returncode, shipper.failing
 
@@ -653,11 +651,6 @@ class StageRunner:
                 logger.warning("could not note the exit of task %s: %s", held.task.id, exc)
 
         return note
-
-    async def _flush_every(self, shipper: LogShipper) -> None:
-        while True:
-            await asyncio.sleep(self.settings.log_flush_s)
-            await shipper.flush()
 
     # -- post-processing ---------------------------------------------------------------------
 

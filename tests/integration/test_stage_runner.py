@@ -394,3 +394,39 @@ async def test_a_command_whose_slots_went_while_it_was_made_ready_waits_durably_
     async with asyncio.timeout(1):  # every slot was given back
         for _ in range(slots):
             await runner.slots.acquire()
+
+
+async def test_a_streams_run_file_is_made_at_its_first_line_only(
+    runner: StageRunner, pool: db.Pool, tmp_path: Path
+) -> None:
+    silent, chatty = await _claimed(pool, "true"), await _claimed(pool, "echo out; echo out2")
+    for message in (silent, chatty):
+        held = await runner.take(message)
+        assert held is not None
+        await runner.drive(held)
+
+    def run_files(message: RunStage) -> list[str]:
+        found = (tmp_path / message.job_id / message.task_id / ".vigil").glob("run*")
+        return sorted(path.name for path in found)
+
+    assert run_files(silent) == []
+    assert run_files(chatty) == ["run1.stdout"]
+    run_file = tmp_path / chatty.job_id / chatty.task_id / ".vigil" / "run1.stdout"
+    assert run_file.read_text() == "out\nout2\n"
+
+
+async def test_a_run_file_the_job_made_a_link_is_not_followed_and_its_lines_are_kept(
+    runner: StageRunner, pool: db.Pool, tmp_path: Path
+) -> None:
+    target = tmp_path / "not-the-jobs"
+    target.write_text("")
+    message = await _claimed(pool, f"ln -s {target} .vigil/run1.stdout; echo planted")
+
+    held = await runner.take(message)
+    assert held is not None
+    await runner.drive(held)
+
+    assert target.read_text() == ""  # nothing written through the link
+    assert (await _task(pool, message.task_id))["state"] == "completed"
+    line = await pool.fetchval("SELECT line FROM logs WHERE task_id = $1", message.task_id)
+    assert line == "planted"
