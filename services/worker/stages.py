@@ -409,7 +409,9 @@ class StageRunner:
         finally:
             slot.free()
             if self.cgroups is not None:
-                if running.cgroup and self.cgroups.over_memory(held.task.id, held.claim):
+                # what the kernel's counts tell matters only for a command that failed
+                failed = running.process.returncode not in (None, 0)
+                if failed and running.cgroup and self.cgroups.over_memory(held.task.id, held.claim):
                     over_memory = bounds
                 self.cgroups.remove(held.task.id, held.claim)
         status = await _read_status(ctx)

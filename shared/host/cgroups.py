@@ -18,6 +18,7 @@ killed from outside by the cgroup's own counts (`over_memory`).
 import contextlib
 import functools
 import logging
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,10 +260,11 @@ class Cgroups:
             self.v1_roots, self.limiter_paths(task_id, claim), strict=True
         ):
             if controller == "memory":
-                killed = _count(where / "memory.oom_control", "oom_kill") > 0
+                if _count(where / "memory.oom_control", "oom_kill") == 0:
+                    return False
                 # its peak reached its limit (the kernel keeps `failcnt` at 0 here)
                 peak = _read_int(where / "memory.max_usage_in_bytes")
-                return killed and peak >= _read_int(where / "memory.limit_in_bytes")
+                return peak >= _read_int(where / "memory.limit_in_bytes")
         return False
 
     def kill(self, task_id: str, claim: UUID) -> bool:
@@ -291,10 +293,20 @@ def procs(path: Path) -> list[int]:
         return []
 
 
+def _put(path: Path, value: str) -> None:
+    """Write `value` to the cgroup file `path`, which must exist (a cgroup's files are made
+    with it: no `O_CREAT`); `FileNotFoundError` if it does not. One open, write and close."""
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
 def _set(path: Path, value: str) -> None:
     """Write a limit; a file this kernel lacks (no swap accounting, say) is skipped."""
-    if path.exists():
-        path.write_text(value)
+    with contextlib.suppress(FileNotFoundError):
+        _put(path, value)
 
 
 def _count(path: Path, key: str) -> int:
@@ -319,7 +331,7 @@ def _read_int(path: Path) -> int:
 
 def _write(path: Path, value: str) -> bool:
     try:
-        path.write_text(value)
+        _put(path, value)
     except OSError:
         return False
     return True
@@ -329,10 +341,10 @@ def join(path: Path, pid: int, limiters: Iterable[Path] = ()) -> bool:
     """Move process `pid` into cgroup `path` and the v1 cgroups of its limits (those that
     exist); False (logged) if that fails."""
     try:
-        (path / "cgroup.procs").write_text(str(pid))
+        _put(path / "cgroup.procs", str(pid))
         for where in limiters:
-            if where.is_dir():
-                (where / "cgroup.procs").write_text(str(pid))
+            with contextlib.suppress(FileNotFoundError):  # no limit of that controller
+                _put(where / "cgroup.procs", str(pid))
     except OSError as exc:
         logger.warning("cannot move pid %d into cgroup %s: %s", pid, path, exc)
         return False
