@@ -277,6 +277,11 @@ ensure_tool() {
     return 0
 }
 
+# BusyBox (Debian's busybox-static): a confining worker enters a job's namespace through its
+# static nsenter, 0.5 ms of CPU a command less than util-linux's (services/worker/confinement.py);
+# without it the worker uses util-linux's.
+ensure_busybox() { ensure_tool "a confined command's cheaper start" busybox-static busybox; }
+
 # Debian's chromium, for the browser tests.
 ensure_chromium() { ensure_tool "the browser tests" chromium chromium chromium-browser google-chrome; }
 

@@ -1,20 +1,26 @@
 """Who a job runs as, and what it can reach (issue 17).
 
-A worker running as root starts each command through one `nsenter` (util-linux): `--net` (the
-network namespace of the job's owner on this worker, with not even a loopback up: no
-PostgreSQL, RabbitMQ, Redis or anything else, unless the job's policy says `network: host`),
-then `--setgid`/`--setuid` (uid and gid `VIGIL_JOB_UID_BASE` + the owner's `users.job_uid`;
-setting the gid drops the supplementary groups). An owner's namespace is made once, the first
-time one of their jobs runs here, and held by the worker (an open file of it: it goes with the
-worker); each command enters it. Jobs of one owner share it, as they share a uid; another
-owner's jobs are in another. Making and tearing down a namespace per command cost about
-0.6 ms of CPU a task, much of it in the kernel's threads (`docs/performance.md`, step 32). A
-job whose policy says `network: host` starts through `unshare`, which sets the ids alone. No
-new privileges: the worker sets `no_new_privs` on itself once, when it decides to confine, and
-every process it starts inherits it (it can never be unset), so a job cannot gain any through a
-setuid program. One exec before bash, not two (`setpriv` cost 1.5 ms of CPU a task). The
-task's work dir is given to that uid (mode 0700) before the command starts; the dirs above it
-stay root's, only traversable (0711). Numeric ids need no account on the host.
+A worker running as root starts each command through one `nsenter`: `--net` (the network
+namespace of the job's owner on this worker, with not even a loopback up: no PostgreSQL,
+RabbitMQ, Redis or anything else, unless the job's policy says `network: host`), then the gid
+and the uid (`VIGIL_JOB_UID_BASE` + the owner's `users.job_uid`; setting the gid drops the
+supplementary groups). BusyBox's `nsenter` where there is a `busybox` (Debian's
+busybox-static: one static binary, no dynamic loader to run; 0.5 ms of CPU a command less
+than util-linux's, which loads libselinux and libpcre2: `docs/performance.md`, step 35), else
+util-linux's; the worker tries the one it picks before it uses it, and checks the ids the
+command gets.
+
+An owner's namespace is made once, the first time one of their jobs runs here, and held by the
+worker (an open file of it: it goes with the worker); each command enters it. Jobs of one
+owner share it, as they share a uid; another owner's jobs are in another. Making and tearing
+down a namespace per command cost about 0.6 ms of CPU a task, much of it in the kernel's
+threads (`docs/performance.md`, step 32). A job whose policy says `network: host` starts
+through util-linux's `unshare`, which sets the ids alone. No new privileges: the worker sets
+`no_new_privs` on itself once, when it decides to confine, and every process it starts
+inherits it (it can never be unset), so a job cannot gain any through a setuid program. One
+exec before bash, not two (`setpriv` cost 1.5 ms of CPU a task). The task's work dir is given
+to that uid (mode 0700) before the command starts; the dirs above it stay root's, only
+traversable (0711). Numeric ids need no account on the host.
 
 A worker that is not root cannot do this: with `VIGIL_JOB_ISOLATION=auto` (the default) it
 then runs jobs as itself and says so at start; `on` makes that an error, `off` never confines.
@@ -35,8 +41,11 @@ logger = logging.getLogger(__name__)
 Isolation = Literal["auto", "on", "off"]
 Network = Literal["none", "host"]
 
-#: The tools (util-linux) the confinement runs through.
+#: The tools (util-linux) the confinement runs through where there is no BusyBox (`unshare`
+#: for `network: host` in any case).
 TOOLS: Final = ("nsenter", "unshare")
+#: Where the BusyBox applet is looked for (`PATH`).
+BUSYBOX: Final = "busybox"
 #: prctl(2) option: no execve of this process or its descendants grants privileges.
 _PR_SET_NO_NEW_PRIVS: Final = 38
 #: unshare(2) flag: a new network namespace.
@@ -54,6 +63,8 @@ class Confinement:
     uid_base: int
     #: The network namespace of each owner's jobs (by `job_uid`): an open file of it.
     _networks: dict[int, int] = field(default_factory=dict, compare=False, repr=False)
+    #: The `busybox` whose `nsenter` enters the namespace (None: util-linux's).
+    busybox: str | None = None
 
     def uid_of(self, job_uid: int) -> int:
         return self.uid_base + job_uid
@@ -65,7 +76,10 @@ class Confinement:
         ids = [f"--setgid={uid}", f"--setuid={uid}"]
         if network == "host":
             return ["unshare", *ids, "--"]
-        return ["nsenter", f"--net={self.network_of(job_uid)}", *ids, "--"]
+        net = f"--net={self.network_of(job_uid)}"
+        if self.busybox is not None:  # the same, in BusyBox's words
+            return [self.busybox, "nsenter", net, f"-G{uid}", f"-S{uid}", "--"]
+        return ["nsenter", net, *ids, "--"]
 
     def network_of(self, job_uid: int) -> str:
         """The path of the network namespace of this owner's jobs (made at the first call)."""
@@ -93,15 +107,22 @@ def decide(isolation: Isolation, uid_base: int) -> Confinement | None:
     if isolation == "off":
         logger.warning("VIGIL_JOB_ISOLATION=off: jobs run as the worker's own user")
         return None
-    confinement = Confinement(uid_base)
+    busybox = shutil.which(BUSYBOX)
+    confinement = Confinement(uid_base, busybox=busybox)
     why = _why_not(confinement)  # after no_new_privs: it tries the very argv jobs get
+    if why is not None and busybox is not None:  # util-linux's, then
+        logger.warning("BusyBox's nsenter (%s) cannot confine jobs: %s", busybox, why)
+        confinement = Confinement(uid_base)
+        why = _why_not(confinement)
     if why is not None:
         if isolation == "on":
             raise CannotConfine(f"VIGIL_JOB_ISOLATION=on, but {why}")
         logger.warning("jobs run as the worker's own user, unconfined: %s", why)
         return None
     logger.info(
-        "jobs run confined: uid %d + their owner's number, a network namespace each", uid_base
+        "jobs run confined: uid %d + their owner's number, a network namespace each (%s)",
+        uid_base,
+        f"BusyBox's nsenter, {busybox}" if confinement.busybox else "util-linux's nsenter",
     )
     return confinement
 
@@ -143,7 +164,8 @@ def forbid_new_privileges() -> str | None:
 
 def _why_not(confinement: Confinement) -> str | None:
     """Why this worker cannot confine jobs (None: it can). Besides root and the tools, it tries
-    once: a container without CAP_SYS_ADMIN, for one, may not make network namespaces."""
+    once, and checks the ids the command gets (uid, gid, no other group): a container without
+    CAP_SYS_ADMIN, for one, may not make network namespaces."""
     if os.geteuid() != 0:
         return "the worker is not root"
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
@@ -154,11 +176,25 @@ def _why_not(confinement: Confinement) -> str | None:
         return why
     try:
         tried = subprocess.run(
-            [*confinement.argv(0, "none"), "true"], capture_output=True, timeout=10, check=False
+            [*confinement.argv(0, "none"), "cat", "/proc/self/status"],
+            capture_output=True,
+            timeout=10,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"a confined test command failed: {exc}"
     if tried.returncode != 0:
         error = tried.stderr.decode(errors="replace").strip()
         return f"a confined test command failed ({error or tried.returncode})"
-    return None
+    return _wrong_ids(tried.stdout.decode(errors="replace"), confinement.uid_of(0))
+
+
+def _wrong_ids(status: str, uid: int) -> str | None:
+    """What is wrong with the ids of a process whose `/proc/<pid>/status` is `status`, meant to
+    be `uid` (real, effective, saved and file system uid and gid) and in no other group; None
+    when nothing is."""
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    seen = {name: fields.get(name, "").split() for name in ("Uid", "Gid", "Groups")}
+    if seen == {"Uid": [str(uid)] * 4, "Gid": [str(uid)] * 4, "Groups": []}:
+        return None
+    return f"a confined test command ran as {seen}, not as uid and gid {uid} alone"
