@@ -126,9 +126,6 @@ class Running:
     gate: int | None = None
     #: The v1 cgroups of its limits, joined with `cgroup` (`shared.host.cgroups`).
     limiters: tuple[Path, ...] = ()
-    #: Whether it was handed to the supervisor (only a command that outlives
-    #: `follow_after_s` is): its exit is then noted for it.
-    followed: bool = False
 
     def open_gate(self) -> None:
         """Let the script run (once the task is durably `on_cpu` under our claim)."""

@@ -571,7 +571,6 @@ class StageRunner:
         await asyncio.sleep(self.settings.follow_after_s)
         if running.exited_at is not None:
             return
-        running.followed = True  # its exit is noted for the supervisor from now on
         watch = WatchProcess(
             job_id=held.task.job_id,
             task_id=held.task.id,
@@ -627,8 +626,7 @@ class StageRunner:
 
             async def on_exit(returncode: int) -> None:
                 exited()
-                if running.followed:  # else the supervisor never heard of it
-                    await note(returncode)
+                await note(returncode)
 
             returncode = await process.wait(running, shipper.add, on_exit)
         finally:
@@ -636,12 +634,6 @@ class StageRunner:
         return returncode, shipper.failing
 
     def _exit_noter(self, held: Held) -> process.ExitNote:
-        """Notes the exit of a command handed to the supervisor (`_hand_over`), which then
-        leaves its report to this worker (`services/supervisor/watchers.py`). One that exited
-        before it was handed over needs none: the supervisor follows it only if its periodic
-        reconcile finds the task `on_cpu`, and then waits for this worker's report (its grace)
-        before it judges the exit, as it does for any process whose exit it finds unnoted."""
-
         async def note(returncode: int) -> None:
             try:
                 key = self.keys.job_exits(held.task.job_id)
