@@ -131,7 +131,9 @@ class LogShipper:
                 handle.write(line + "\n")
             self._pending.append(record)
             if self._flusher is None and self._flush_every_s is not None:
-                self._flusher = asyncio.create_task(self._flush_every(self._flush_every_s))
+                self._flusher = asyncio.create_task(
+                    self._flush_every(self._flush_every_s), name=f"logs-{self._task_id}"
+                )
         return record
 
     def _file(self, stream: Stream) -> IO[str] | None:

@@ -41,18 +41,18 @@ def open_regular(root: Path, relative: str | Path) -> Iterator[BinaryIO]:
 
 def open_append(root: Path, relative: str | Path) -> TextIO:
     """The regular file `relative` under `root` opened for appending text (made, mode 0644, if
-    missing; its missing directories too), through no link: a job cannot point a file the
-    worker writes at anything outside its work dir. The caller closes it."""
+    missing; its missing directories too), through no link, symbolic or hard: a job cannot
+    point a file the worker writes at anything outside its work dir. The caller closes it."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = _open_file(root, relative, flags, create_dirs=True)
+    fd = _open_file(root, relative, flags, create_dirs=True, one_name=True)
     return os.fdopen(fd, "a", encoding="utf-8")
 
 
 def write_file(root: Path, relative: str | Path, data: bytes) -> None:
     """Replace the contents of the regular file `relative` under `root` (made if missing, its
-    directories too), through no link."""
+    directories too), through no link, symbolic or hard."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = _open_file(root, relative, flags, create_dirs=True)
+    fd = _open_file(root, relative, flags, create_dirs=True, one_name=True)
     with os.fdopen(fd, "wb") as handle:
         handle.truncate()
         handle.write(data)
@@ -102,8 +102,18 @@ def _open_dir(root: Path, parts: Sequence[str], *, create: bool) -> int:
     return fd
 
 
-def _open_file(root: Path, relative: str | Path, flags: int, *, create_dirs: bool = False) -> int:
-    """A descriptor of the regular file `relative` under `root` (see `open_regular`)."""
+def _open_file(
+    root: Path,
+    relative: str | Path,
+    flags: int,
+    *,
+    create_dirs: bool = False,
+    one_name: bool = False,
+) -> int:
+    """A descriptor of the regular file `relative` under `root` (see `open_regular`); with
+    `one_name`, only of a file that has no other name (a hard link the job made to a file of
+    its own elsewhere would have the worker write there: where the kernel lets it link files
+    it does not own, `fs.protected_hardlinks` 0, one of anybody's)."""
     parts = _parts(relative)
     dir_fd = _open_dir(root, parts[:-1], create=create_dirs)
     try:
@@ -111,9 +121,12 @@ def _open_file(root: Path, relative: str | Path, flags: int, *, create_dirs: boo
     finally:
         os.close(dir_fd)
     try:
-        mode = os.fstat(fd).st_mode
+        seen = os.fstat(fd)
+        mode = seen.st_mode
         if not stat.S_ISREG(mode):
             raise UnsafeFile(f"{str(relative)!r} is not a regular file ({_kind(mode)})")
+        if one_name and seen.st_nlink > 1:
+            raise UnsafeFile(f"{str(relative)!r} has other names (hard links): not written")
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)

@@ -206,3 +206,20 @@ def test_the_workers_writes_follow_no_link_the_job_left(workdir: Path, tmp_path:
     with pytest.raises(UnsafeFile):
         open_append(workdir, ".vigil/run1.stdout")
     assert list(elsewhere.iterdir()) == []
+
+
+def test_the_workers_writes_refuse_a_file_the_job_hard_linked(
+    workdir: Path, tmp_path: Path
+) -> None:
+    # A job that links a run file or its input to a file elsewhere (its own, or anybody's where
+    # fs.protected_hardlinks is off) must not have the worker write there.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("untouched\n")
+    for name in ("run1.stdout", "input"):
+        os.link(elsewhere, workdir / ".vigil" / name)
+
+    with pytest.raises(UnsafeFile, match="other names"):
+        open_append(workdir, ".vigil/run1.stdout")
+    with pytest.raises(UnsafeFile, match="other names"):
+        write_file(workdir, ".vigil/input", b"x")
+    assert elsewhere.read_text() == "untouched\n"
