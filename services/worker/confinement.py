@@ -109,11 +109,13 @@ def decide(isolation: Isolation, uid_base: int) -> Confinement | None:
         return None
     busybox = shutil.which(BUSYBOX)
     confinement = Confinement(uid_base, busybox=busybox)
-    why = _why_not(confinement)  # after no_new_privs: it tries the very argv jobs get
-    if why is not None and busybox is not None:  # util-linux's, then
-        logger.warning("BusyBox's nsenter (%s) cannot confine jobs: %s", busybox, why)
-        confinement = Confinement(uid_base)
-        why = _why_not(confinement)
+    why = _why_not_here()
+    if why is None:  # after no_new_privs: it tries the very argv jobs get
+        why = _tried(confinement)
+        if why is not None and busybox is not None:  # util-linux's, then
+            logger.warning("BusyBox's nsenter (%s) cannot confine jobs: %s", busybox, why)
+            confinement = Confinement(uid_base)
+            why = _tried(confinement)
     if why is not None:
         if isolation == "on":
             raise CannotConfine(f"VIGIL_JOB_ISOLATION=on, but {why}")
@@ -162,18 +164,21 @@ def forbid_new_privileges() -> str | None:
     return None
 
 
-def _why_not(confinement: Confinement) -> str | None:
-    """Why this worker cannot confine jobs (None: it can). Besides root and the tools, it tries
-    once, and checks the ids the command gets (uid, gid, no other group): a container without
-    CAP_SYS_ADMIN, for one, may not make network namespaces."""
+def _why_not_here() -> str | None:
+    """Why this worker cannot confine jobs whatever it starts them through (None: it may):
+    it is not root, util-linux is missing, or `no_new_privs` cannot be set (it is set here)."""
     if os.geteuid() != 0:
         return "the worker is not root"
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
         return f"{' and '.join(missing)} not found (util-linux)"
-    why = forbid_new_privileges()
-    if why is not None:
-        return why
+    return forbid_new_privileges()
+
+
+def _tried(confinement: Confinement) -> str | None:
+    """Why `confinement` cannot confine jobs (None: it can), from one command started the way
+    jobs are, whose ids are checked (uid, gid, no other group): a container without
+    CAP_SYS_ADMIN, for one, may not make network namespaces."""
     try:
         tried = subprocess.run(
             [*confinement.argv(0, "none"), "cat", "/proc/self/status"],

@@ -37,6 +37,15 @@ def test_with_a_busybox_the_command_enters_through_its_nsenter() -> None:
     assert held.argv(7, "host") == ["unshare", "--setgid=2000007", "--setuid=2000007", "--"]
 
 
+def test_a_worker_that_is_not_root_tries_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    monkeypatch.setattr(confinement, "_tried", lambda _held: pytest.fail("nothing is tried"))
+
+    assert confinement.decide("auto", 2_000_000) is None
+    with pytest.raises(CannotConfine, match="not root"):
+        confinement.decide("on", 2_000_000)
+
+
 def test_without_the_tools__auto_runs_unconfined_and_on_refuses(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -54,12 +63,13 @@ def test_a_busybox_that_cannot_confine_leaves_it_to_util_linux(
 ) -> None:
     tried: list[str | None] = []
 
-    def why_not(held: Confinement) -> str | None:
+    def trial(held: Confinement) -> str | None:
         tried.append(held.busybox)
         return "no nsenter applet" if held.busybox else None
 
     monkeypatch.setattr("shutil.which", lambda tool: f"/usr/bin/{tool}")
-    monkeypatch.setattr(confinement, "_why_not", why_not)
+    monkeypatch.setattr(confinement, "_why_not_here", lambda: None)
+    monkeypatch.setattr(confinement, "_tried", trial)
 
     held = confinement.decide("on", 2_000_000)
 
