@@ -177,11 +177,13 @@ def _why_not_here() -> str | None:
 
 def _tried(confinement: Confinement) -> str | None:
     """Why `confinement` cannot confine jobs (None: it can), from one command started the way
-    jobs are, whose ids are checked (uid, gid, no other group): a container without
+    jobs are (`bash -c`, which must be bash: a BusyBox built to run its own shell for `bash`
+    would not do), whose ids are checked (uid, gid, no other group): a container without
     CAP_SYS_ADMIN, for one, may not make network namespaces."""
+    script = 'test -n "$BASH_VERSION" && exec cat /proc/self/status'
     try:
         tried = subprocess.run(
-            [*confinement.argv(0, "none"), "cat", "/proc/self/status"],
+            [*confinement.argv(0, "none"), "bash", "-c", script],
             capture_output=True,
             timeout=10,
             check=False,
