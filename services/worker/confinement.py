@@ -184,6 +184,7 @@ def _tried(confinement: Confinement) -> str | None:
     try:
         tried = subprocess.run(
             [*confinement.argv(0, "none"), "bash", "-c", script],
+            cwd="/",  # somewhere the job's uid may be (the worker's own dir may be closed)
             capture_output=True,
             timeout=10,
             check=False,
