@@ -22,7 +22,6 @@ quiet disk. Give `--work-root` a directory there to see it.
 import argparse
 import asyncio
 import cProfile
-import os
 import pstats
 import resource
 import tempfile
@@ -44,10 +43,6 @@ from shared.messaging.topology import Topology
 from shared.store import db, jobs_repo, users_repo
 from shared.store.jobs_repo import NewJob
 from shared.task_types.registry import load_task_types
-
-_DATABASE = os.environ.get("VIGIL_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
-_AMQP = os.environ.get("VIGIL_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
-_REDIS = os.environ.get("VIGIL_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 def _cpu() -> tuple[float, float]:
@@ -89,10 +84,7 @@ async def _drive_all(runner: StageRunner, messages: list[RunStage], slots: int) 
 
 async def _run(args: argparse.Namespace, work_root: Path) -> None:
     namespace = f"bench{uuid.uuid4().hex[:6]}"
-    settings = WorkerSettings(
-        database_url=_DATABASE,
-        amqp_url=_AMQP,
-        redis_url=_REDIS,
+    settings = WorkerSettings(  # the servers' URLs from VIGIL_* as every service reads them
         namespace=namespace,
         host_id=f"h-{namespace}",
         work_root=str(work_root),
@@ -100,10 +92,10 @@ async def _run(args: argparse.Namespace, work_root: Path) -> None:
         job_isolation=args.isolation,
         cgroup_root="" if args.cgroups else "off",
     )
-    redis = Redis.from_url(_REDIS)
+    redis = Redis.from_url(settings.redis_url)
     async with (
-        db.open_pool(_DATABASE, max_size=20, generic_plans=True) as pool,
-        open_broker(_AMQP, Topology(namespace), name="bench-worker-path") as broker,
+        db.open_pool(settings.database_url, max_size=20, generic_plans=True) as pool,
+        open_broker(settings.amqp_url, Topology(namespace), name="bench-worker-path") as broker,
     ):
         runner = StageRunner(
             settings,
