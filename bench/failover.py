@@ -61,7 +61,7 @@ class Recorder:
     def __init__(self, amqp_url: str, namespace: str) -> None:
         self._url = amqp_url
         self._namespace = namespace
-        self._queue = f"{namespace}.failover.events"
+        self.queue = f"{namespace}.failover.events"
         self.seqs: set[int] = set()
         self._connection: aio_pika.abc.AbstractRobustConnection | None = None
 
@@ -73,7 +73,7 @@ class Recorder:
             Topology(self._namespace).events_exchange, aio_pika.ExchangeType.TOPIC, durable=True
         )
         queue = await channel.declare_queue(
-            self._queue, durable=True, arguments={"x-queue-type": "quorum"}
+            self.queue, durable=True, arguments={"x-queue-type": "quorum"}
         )
         for key in ("job.#", "task.#"):
             await queue.bind(exchange, key)
@@ -99,7 +99,7 @@ class Recorder:
         found = 0
         try:
             channel = await connection.channel()
-            queue = await channel.declare_queue(self._queue, passive=True)
+            queue = await channel.declare_queue(self.queue, passive=True)
             while (message := await queue.get(no_ack=True, fail=False)) is not None:
                 seq = (message.headers or {}).get("seq")
                 if isinstance(seq, int):
@@ -293,6 +293,7 @@ async def _scenario(cluster: LocalCluster, report: Report, tasks: int, sleep_s: 
 
         await _until(a_third_done, 600, "a third of the tasks completed")
         fault_at = time.time()
+        report.figures["events received before the fault"] = len(recorder.seqs)
         await FAULTS[report.scenario](cluster, report)
         await db.close()
         db = await _db(cluster)  # the server may have changed (postgresql)
@@ -309,6 +310,11 @@ async def _scenario(cluster: LocalCluster, report: Report, tasks: int, sleep_s: 
         await _until(ended, 900, "the job's end")
         report.figures["run (s)"] = round(time.monotonic() - begun, 1)
         await _check(db, report, job_id, tasks, effects, fault_at, recorder)
+        if report.problems:
+            report.figures["the recorder's queue"] = await asyncio.to_thread(
+                _queue_state, cluster, recorder.queue
+            )
+            report.figures["the schedulers' warnings"] = _warnings(cluster)
     finally:
         await db.close()
         await client.aclose()
@@ -377,8 +383,47 @@ async def _check(
     )
     if missing:
         report.problems.append(f"{len(missing)} events never received: {sorted(missing)[:10]}")
+        # Not confirmed by the broker yet (the relay still holds them), or confirmed and lost.
+        report.figures["events still in the outbox"] = await db.fetchval(
+            "SELECT count(*) FROM outbox WHERE exchange = 'events'"
+        )
     if unknown:
         report.problems.append(f"{len(unknown)} events received but not held (lost commits)")
+
+
+def _queue_state(cluster: LocalCluster, queue: str) -> str:
+    """What a running node says of `queue` (ready, unacked, consumers, leader): events the
+    broker holds for no consumer show here."""
+    for n in range(1, cluster.mq.nodes + 1):
+        listed = _capture(
+            [
+                "rabbitmqctl",
+                "-n",
+                cluster.mq.name(n),
+                "list_queues",
+                "--no-table-headers",
+                "name",
+                "messages_ready",
+                "messages_unacknowledged",
+                "consumers",
+                "leader",
+            ],
+            cluster.mq.ctl_env(n),
+        )
+        if listed.returncode == 0:
+            return " ".join(line for line in listed.stdout.splitlines() if queue in line)
+    return "no node answered"
+
+
+def _warnings(cluster: LocalCluster) -> list[str]:
+    """The last warnings and errors of the schedulers' logs (what a failed check shows)."""
+    lines = [
+        f"{path.stem}: {line}"
+        for path in sorted(cluster.services.root.glob("scheduler*.log"))
+        for line in path.read_text(errors="replace").splitlines()
+        if "WARNING" in line or "ERROR" in line
+    ]
+    return [line[:300] for line in lines[-20:]]
 
 
 def main() -> None:

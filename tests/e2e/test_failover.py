@@ -45,7 +45,7 @@ async def test_a_fault_loses_nothing_and_runs_nothing_twice(scenario: str) -> No
     )
     report = await run(scenario, tasks=48, sleep_s=0.5, cluster=cluster)
 
-    assert report.problems == [], report
+    assert report.problems == [], f"{report}"  # a string: shown whole, not cut short
     assert report.figures["tasks by state"] == {"completed": 48}
     assert report.figures["inputs run twice"] == 0
     if scenario == "scheduler":
