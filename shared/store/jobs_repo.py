@@ -345,14 +345,18 @@ async def transition(
     return Job.from_record(record)
 
 
-#: The anti-join first (an index probe per job, `tasks_unfinished`), materialized so that the
-#: planner never counts a job's tasks before it knows the job has finished: counting first made
-#: every round of a big job read all its tasks (quadratic over the job's life).
+#: The unfinished tasks first (an index probe per job, `tasks_unfinished`), materialized so
+#: that the planner never counts a job's tasks before it knows the job has finished: counting
+#: first made every round of a big job read all its tasks (quadratic over the job's life).
+#: `OFFSET 0` keeps the probe a subplan, run per job with the job's id as its index condition:
+#: pulled up into an anti-join and planned from statistics taken when no job was active, it
+#: scanned the whole index for each job (180 ms a sweep over 1,000 active jobs; migration 0033).
 _FINISHED_COUNTS = (
     "WITH done AS MATERIALIZED (SELECT j.id FROM jobs j"
     " WHERE j.state = 'active' AND {which} AND NOT EXISTS (SELECT 1 FROM tasks t"
     "   WHERE t.job_id = j.id AND NOT t.test"
-    f"   AND (NOT t.decided OR t.state NOT IN {sql_states.TERMINAL_LIST}))"  # tasks_unfinished
+    f"   AND (NOT t.decided OR t.state NOT IN {sql_states.TERMINAL_LIST})"  # tasks_unfinished
+    "   OFFSET 0)"
     " LIMIT $1)"
     " SELECT d.id, jsonb_object_agg(c.state, c.n) AS counts FROM done d"
     " JOIN LATERAL (SELECT state::text AS state, count(*) AS n FROM tasks t"
