@@ -93,6 +93,17 @@ SETTABLE: Final = frozenset(
     }
 )
 
+
+def _held_by(param: str) -> str:
+    """The fencing guard of a move of task `t`: its claim is the one in `param` (never true for
+    None), the same test as `t.claim = param`, written so that it does not imply
+    `claim IS NOT NULL`: that let the planner read the task through the partial index
+    `tasks_in_flight` instead of its primary key, and from statistics taken when little was in
+    flight it did, scanning that index whole with the id as a filter (a move's cost grew with
+    the tasks in flight: 100 entries read a move under a W1 of 300 jobs)."""
+    return f"(t.claim IS NOT DISTINCT FROM {param} AND {param} IS NOT NULL)"
+
+
 #: Pass as `claim=` to skip the fencing check (operators' and the scheduler's own moves).
 ANY_CLAIM: Final = object()
 #: Pass as `claim=` to require an unclaimed task.
@@ -186,7 +197,7 @@ async def transition(
         guard = " AND t.claim IS NULL"
     elif claim is not ANY_CLAIM:
         args.append(claim)
-        guard = f" AND t.claim = ${len(args)}"
+        guard = f" AND {_held_by(f'${len(args)}')}"
     async with conn.transaction():
         # One round trip: lock the row, read the state it is leaving, and move it if it may.
         record = await conn.fetchrow(
@@ -347,7 +358,7 @@ def _advance_query(
         n += len(met_arrays())
     ctes = [
         f"moved AS (UPDATE tasks t SET {', '.join(sets)}"
-        f" WHERE t.id = $1 AND t.state = $2 AND t.claim = $4{guards} RETURNING t.*)",
+        f" WHERE t.id = $1 AND t.state = $2 AND {_held_by('$4')}{guards} RETURNING t.*)",
         "events AS (INSERT INTO outbox (exchange, routing_key, body)"  # in the path's order
         " SELECT 'events', e.key, e.body FROM moved,"
         " unnest($6::text[], $7::jsonb[]) WITH ORDINALITY AS e(key, body, n) ORDER BY e.n)",
