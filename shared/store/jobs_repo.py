@@ -345,6 +345,14 @@ async def transition(
     return Job.from_record(record)
 
 
+#: "The job is active", for a statement that finds the job by its id: compared as text, which
+#: the partial index `jobs_active` cannot answer. With `state = 'active'`, the planner may read
+#: the job through that index instead of the primary key, and from statistics taken when few
+#: jobs were active it did, scanning it whole with the id as a filter (a cost that grew with
+#: the jobs active: a submission's release, a finaliser's look at one job; migration 0031 does
+#: the same in `end_finished_jobs`).
+BY_ID_ACTIVE: Final = "j.state::text = 'active'"
+
 #: The unfinished tasks first (an index probe per job, `tasks_unfinished`), materialized so
 #: that the planner never counts a job's tasks before it knows the job has finished: counting
 #: first made every round of a big job read all its tasks (quadratic over the job's life).
@@ -353,7 +361,7 @@ async def transition(
 #: scanned the whole index for each job (180 ms a sweep over 1,000 active jobs; migration 0033).
 _FINISHED_COUNTS = (
     "WITH done AS MATERIALIZED (SELECT j.id FROM jobs j"
-    " WHERE j.state = 'active' AND {which} AND NOT EXISTS (SELECT 1 FROM tasks t"
+    " WHERE {which} AND NOT EXISTS (SELECT 1 FROM tasks t"
     "   WHERE t.job_id = j.id AND NOT t.test"
     f"   AND (NOT t.decided OR t.state NOT IN {sql_states.TERMINAL_LIST})"  # tasks_unfinished
     "   OFFSET 0)"
@@ -369,7 +377,7 @@ async def finished_candidates(conn: Connection, limit: int) -> list[tuple[str, d
     """Active jobs whose tasks are all terminal and decided (no failure awaits triage), with
     the counts per state of the tasks that decide the outcome (a task superseded by its
     resubmitted clone does not)."""
-    rows = await conn.fetch(_FINISHED_COUNTS.format(which="true"), limit)
+    rows = await conn.fetch(_FINISHED_COUNTS.format(which="j.state = 'active'"), limit)
     return [(r["id"], {k: int(v) for k, v in r["counts"].items()}) for r in rows]
 
 
@@ -383,7 +391,9 @@ async def lock_finished(conn: Connection, job_id: str) -> dict[str, int] | None:
     state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", job_id)
     if state != JobState.ACTIVE.value:
         return None
-    rows = await conn.fetch(_FINISHED_COUNTS.format(which="j.id = $2"), 1, job_id)
+    rows = await conn.fetch(
+        _FINISHED_COUNTS.format(which=f"j.id = $2 AND {BY_ID_ACTIVE}"), 1, job_id
+    )
     return {k: int(v) for k, v in rows[0]["counts"].items()} if rows else None
 
 

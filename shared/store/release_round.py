@@ -11,7 +11,7 @@ from typing import Final
 
 from shared.domain.prerequisites import met_arrays, unmet_sql
 from shared.domain.states import ACTIONS, Stage, TaskState
-from shared.store import emergency_repo, sql_states
+from shared.store import emergency_repo, jobs_repo, sql_states
 from shared.store.db import GENERIC_PLANS, Connection
 
 #: An emergency stop suspends active jobs; a configuring job has no suspended state, so its
@@ -189,7 +189,9 @@ def job_statement() -> str:
     owner's cap (which a caller racing other releases cannot keep: `submission.submit`), an
     emergency stop (nothing is released while one is in force; the statement says which)."""
     n = 1 + len(met_arrays())
-    jobs = f"j.id = ${n + 4} AND j.state = 'active' AND {_NOT_STOPPED}"
+    # The state as text: `j.state = 'active'` would let the planner read the job through the
+    # partial index `jobs_active`, whole, the id a filter (see `jobs_repo.BY_ID_ACTIVE`).
+    jobs = f"j.id = ${n + 4} AND {jobs_repo.BY_ID_ACTIVE} AND {_NOT_STOPPED}"
     picked = _NEW_OF.format(jobs=jobs, cap=f"${n + 3}")
     return _ROUND.format(
         picked=picked,
