@@ -156,6 +156,18 @@ async def test_when_the_claim_does_not_match__stale_state_is_raised(pool: db.Poo
         assert moved.state is S.QUEUED
 
 
+async def test_when_the_claim_to_match_is_none__not_even_an_unclaimed_task_moves(
+    pool: db.Pool,
+) -> None:
+    # A claim read as None (a task nobody held) fences like any other claim: it matches
+    # nothing, as `claim = NULL` would (`tasks_repo._held_by`); UNCLAIMED says "unclaimed".
+    async with pool.acquire() as conn:
+        task = await _task(conn, S.SETTING_UP)
+        with pytest.raises(StaleState):
+            await tasks_repo.transition(conn, task.id, S.QUEUED, claim=None)
+        assert await _state_of(conn, task.id) is S.SETTING_UP
+
+
 async def test_when_a_fenced_move_finds_the_task_moved_on__stale_state_is_raised(
     pool: db.Pool,
 ) -> None:
