@@ -634,6 +634,11 @@ class StageRunner:
         return returncode, shipper.failing
 
     def _exit_noter(self, held: Held) -> process.ExitNote:
+        """Notes every command's exit for the supervisor, handed over or not: its reconcile
+        follows any task it finds `on_cpu`, and judges an exit it finds unnoted by its grace
+        (a command whose many lines took longer to store than that was failed as `signal`:
+        `docs/performance.md`, step 35, tried and dropped)."""
+
         async def note(returncode: int) -> None:
             try:
                 key = self.keys.job_exits(held.task.job_id)

@@ -180,7 +180,7 @@ async def test_a_report_that_comes_after_the_task_was_taken_away_is_kept_not_app
     assert "is failed_on_cluster, not movable to data_ready" in late["rejected_because"]
 
 
-async def test_only_a_command_that_outlives_follow_after_is_handed_to_the_supervisor(
+async def test_only_a_command_that_outlives_follow_after_is_handed_over_but_every_exit_noted(
     pool: db.Pool, session_database_url: str, namespace: str, tmp_path: Path
 ) -> None:
     settings = _settings(session_database_url, namespace, tmp_path, follow_after_s=0.3)
@@ -205,6 +205,10 @@ async def test_only_a_command_that_outlives_follow_after_is_handed_to_the_superv
         while (incoming := await queue.get(fail=False, no_ack=True)) is not None:
             handed.append(decode(incoming.body))
         await channel.close()
+        notes = [
+            await redis.hget(RedisKeys(namespace).job_exits(m.job_id), m.task_id)
+            for m in (short, long)
+        ]
     await redis.aclose()
 
     assert [(m.task_id, m.ran_s) for m in handed if isinstance(m, WatchProcess)] == [
@@ -212,6 +216,8 @@ async def test_only_a_command_that_outlives_follow_after_is_handed_to_the_superv
     ]
     assert len(handed) == 1
     assert (await _task(pool, short.task_id))["state"] == "completed"
+    # the short one's too: the supervisor's reconcile may find any task on_cpu
+    assert notes == [f"{short.claim} 0".encode(), f"{long.claim} 0".encode()]
 
 
 class _ThreadsSeen(ShellTaskType):
