@@ -37,6 +37,22 @@ def encoded_size(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
 
 
+#: The most bytes one character of a string takes in JSON (`\u001f`; UTF-8 needs at most 4).
+_MOST_BYTES_A_CHAR: Final = 6
+
+
+def size_over(value: Any, limit: int) -> int | None:
+    """`encoded_size(value)` when it is over `limit`, else None. A string that could not be
+    over it even if every character took the most bytes one can (and a bool, None or float)
+    is not encoded: a job's 100,000 short inputs are checked without 100,000 encodings."""
+    if value is None or isinstance(value, bool | float):
+        return None
+    if isinstance(value, str) and _MOST_BYTES_A_CHAR * len(value) + 2 <= limit:
+        return None
+    size = encoded_size(value)
+    return size if size > limit else None
+
+
 def _problem(value: Any, depth: int) -> str | None:
     if value is None or isinstance(value, bool | int):
         return None

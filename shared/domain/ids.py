@@ -1,6 +1,5 @@
 """Server-made identifiers: short, lowercase, safe in URLs and AMQP routing keys."""
 
-import base64
 import re
 import secrets
 from typing import Final
@@ -18,17 +17,17 @@ def new_id(prefix: str) -> str:
     return prefix + "-" + "".join(secrets.choice(_ALPHABET) for _ in range(_RANDOM_CHARS))
 
 
-#: base32's alphabet -> ours, symbol for symbol (both have 32: a bijection keeps ids uniform).
-_FROM_B32: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _ALPHABET)
-_B32_CHARS_PER_10_BYTES: Final = 16
+#: A random byte -> one of our 32 symbols (its low five bits: 256 is a multiple of 32, so every
+#: symbol is as likely as any other).
+_SYMBOL_OF_BYTE: Final = bytes(_ALPHABET.encode()[b % 32] for b in range(256))
 
 
 def new_ids(prefix: str, count: int) -> list[str]:
     """`count` fresh ids like `new_id(prefix)`'s, made in bulk (a job's tasks: 100,000 at
-    once): 10 random bytes encode as 16 base32 symbols, of which the first 12 are kept."""
-    symbols = base64.b32encode(secrets.token_bytes(10 * count)).decode().translate(_FROM_B32)
-    step = _B32_CHARS_PER_10_BYTES
-    return [f"{prefix}-{symbols[i : i + _RANDOM_CHARS]}" for i in range(0, step * count, step)]
+    once, about 20 ms): one random byte a symbol, mapped in one call."""
+    symbols = secrets.token_bytes(_RANDOM_CHARS * count).translate(_SYMBOL_OF_BYTE).decode()
+    head, step = prefix + "-", _RANDOM_CHARS
+    return [head + symbols[i : i + step] for i in range(0, step * count, step)]
 
 
 def is_safe_id(value: str) -> bool:

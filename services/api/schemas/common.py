@@ -71,8 +71,8 @@ def _check_output(name: str) -> str:
 
 def _check_input(value: Any) -> Any:
     json_values.check(value, "input")
-    size = json_values.encoded_size(value)
-    if size > MAX_INPUT_BYTES:
+    size = json_values.size_over(value, MAX_INPUT_BYTES)
+    if size is not None:
         raise ValueError(f"input is {size} bytes as JSON; the limit is {MAX_INPUT_BYTES}")
     return value
 
