@@ -1,5 +1,8 @@
 """Relaying the outbox to the broker, in order, with publisher confirms.
 
+In order within each kind: events go out in outbox order, and so do work messages, but a work
+message does not wait for the events written before it (a batch holds the oldest of each).
+
 Events are numbered as a batch is read (`outbox.pending`): each carries its position in its
 body (`seq`), in the header `seq` and as its `message_id`. A row published again after a failed
 publish keeps its position, so after broker trouble positions may arrive out of order: a

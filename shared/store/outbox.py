@@ -152,7 +152,9 @@ async def has_pending(conn: Connection) -> bool:
 async def pending(
     conn: Connection, limit: int, *, confirmed: Sequence[int] = ()
 ) -> list[OutboxRow]:
-    """The oldest rows waiting to be published, in one statement that also deletes
+    """The oldest work messages and the oldest events waiting to be published, up to
+    `limit` of each, in outbox order (a backlog of events, say the `task.new` of a job of
+    100,000 tasks, holds up no work message: migration 0034), in one statement that also deletes
     `confirmed` (rows the broker confirmed since the last read: the delete rides on the read,
     one round trip a batch) and numbers the events among them. Locks: the confirmed outbox
     rows (their DELETE) and the `event_positions` row `FOR UPDATE` while numbering

@@ -96,6 +96,63 @@ async def test_when_messages_are_added__pending_gives_them_back_in_order_with_th
         assert [r.seq for r in rows] == [1, 2, None]
 
 
+async def test_a_work_message_is_read_with_the_first_batch_whatever_events_came_before_it(
+    opool: db.Pool,
+) -> None:
+    async with opool.acquire() as conn:
+        # given five events, then a work message, then two more events
+        await _add_rows(conn, 5)
+        work = RunStage(job_id="j-1", task_id="t-1", stage=Stage.SETUP, claim=uuid.uuid4())
+        await outbox.add_work(conn, host_key("h-1"), work)
+        await _add_rows(conn, 2)
+        # when a batch of two is read, then the rest once those are confirmed
+        first = await outbox.pending(conn, limit=2)
+        rest = await outbox.pending(conn, limit=10, confirmed=[r.id for r in first])
+        # then the work message goes with the first batch (the oldest of its kind), after the
+        # two oldest events, and the events keep their order and positions
+        assert [(r.id, r.exchange, r.seq) for r in first] == [
+            (1, "events", 1),
+            (2, "events", 2),
+            (6, "work", None),
+        ]
+        assert [(r.id, r.seq) for r in rest] == [(3, 3), (4, 4), (5, 5), (7, 6), (8, 7)]
+
+
+async def _outbox_entries_read(conn: db.Connection) -> int:
+    """Index entries of the outbox read so far (this session's counts flushed first)."""
+    await conn.execute("SELECT pg_stat_force_next_flush()")
+    await conn.execute("SELECT pg_stat_clear_snapshot()")
+    return int(
+        await conn.fetchval(
+            "SELECT sum(idx_tup_read) FROM pg_stat_user_indexes WHERE relname = 'outbox'"
+        )
+    )
+
+
+async def test_a_batch_reads_its_rows_by_their_ids_whatever_the_statistics_say(
+    opool: db.Pool,
+) -> None:
+    async with opool.acquire() as conn:
+        # given an outbox vacuumed when its rows were all gone (as the relay's own vacuum
+        # finds it after a burst: pages, but no rows, say its statistics), then 5,000 events
+        insert = (
+            "INSERT INTO outbox (exchange, routing_key, body)"
+            " SELECT 'events', 'task.new.j-1', jsonb_build_object('n', n)"
+            " FROM generate_series(1, 5000) n"
+        )
+        await conn.execute(insert)
+        await conn.execute("DELETE FROM outbox")
+        await outbox.vacuum(conn)
+        await conn.execute(insert)
+        before = await _outbox_entries_read(conn)
+        # when a batch of ten is read (and numbered)
+        rows = await outbox.pending(conn, limit=10)
+        # then it read about that many entries, not the whole outbox for each one
+        read = await _outbox_entries_read(conn) - before
+        assert [r.seq for r in rows] == list(range(1, 11))
+        assert read < 100, f"{read} outbox index entries read for a batch of 10"
+
+
 async def test_when_confirmed_rows_are_deleted__pending_keeps_the_rest_in_order(
     opool: db.Pool,
 ) -> None:
