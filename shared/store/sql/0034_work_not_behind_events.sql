@@ -37,6 +37,8 @@ BEGIN
         WITH moved AS (
             UPDATE outbox o SET seq = base + t.k
             FROM unnest(batch) WITH ORDINALITY AS t(id, k)
+            -- `ANY(batch)` says no more than the join, but it is an index condition on the
+            -- outbox whatever join the planner picks: no plan reads past the batch's rows
             WHERE o.id = ANY(batch) AND o.id = t.id
             RETURNING o.seq, o.routing_key, o.body, o.created_at
         ), logged AS (
