@@ -91,9 +91,8 @@ KINDS = [
 WEIGHTS = [40, 20, 10, 15, 8, 7]
 
 CLUSTER_ENV = {
-    # The jobs share the effects file and the lock files under the run's own (private) dir,
-    # which a confined job could not write to: the overlap check would see nothing.
-    "VIGIL_JOB_ISOLATION": "off",
+    # Jobs run confined, as they do for users: they share the effects file and the lock files
+    # through the cluster's shared dir (`Cluster.shared_dir`).
     "VIGIL_VITALS_S": "0.2",
     "VIGIL_KILL_GRACE_S": "1",
     "VIGIL_DEAD_WORKER_S": "3",
@@ -160,6 +159,7 @@ async def submit(
 ) -> dict[str, Kind]:
     """Submit `n` jobs of random kinds (1-2 inputs each); returns job id -> kind."""
     (root / "locks").mkdir(parents=True, exist_ok=True)
+    (root / "locks").chmod(0o1777)  # the jobs make their lock files here, as their uid
     prologue = _prologue(root)
     jobs: dict[str, Kind] = {}
     for i in range(n):
@@ -373,7 +373,7 @@ async def check(
     report.failure_classes = Counter(t["failure_class"] for t in tasks if t["failure_class"])
     report.resubmissions = sum(t["resubmitted_from"] is not None for t in tasks)
     _check_lineages(tasks, jobs, problems)
-    effects = _effects(cluster.root)
+    effects = _effects(cluster.shared_dir("chaos"))
     overlaps = [line for line in effects if line.startswith("OVERLAP")]
     problems += [f"two executions at once: {line}" for line in overlaps]
     completed = sum(t["state"] == "completed" for t in tasks)
@@ -487,7 +487,7 @@ async def run(
     db: asyncpg.Connection | None = None
     try:
         async with httpx.AsyncClient(base_url=cluster.base_url, headers=headers, timeout=30) as c:
-            submitted = await submit(c, cluster.root, jobs, rng)
+            submitted = await submit(c, cluster.shared_dir("chaos"), jobs, rng)
         chaos = await make_chaos(cluster, duration_s, rng, restarts)
         db = await connect(cluster.database_url)
         report.chaos = chaos.counts
@@ -538,6 +538,7 @@ async def _main(args: argparse.Namespace) -> int:
             print(f"kept: {tmp} and database {db_url}")
         else:
             await drop_database(admin_url, name)
+            cluster.remove_work_root()
             shutil.rmtree(tmp, ignore_errors=True)
     print(report.render())
     return 1 if report.problems else 0

@@ -7,10 +7,12 @@ runs in a session of its own and leaves its pid in `<root>/<name>.pid`.
 """
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ from typing import IO
 import asyncpg
 import httpx
 
+from shared.host import work_root as work_roots
 from shared.store.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,7 +96,27 @@ class Cluster:
 
     @property
     def work_root(self) -> Path:
-        return self.root / "work"
+        """`<root>/work`, or, where a confined job could not reach it (a root that others may
+        not traverse, as pytest's tmp dir), a dir of this cluster's own under the system's
+        temporary dir (`shared/host/work_root.py`; removed by `remove_work_root`)."""
+        return work_roots.choose(
+            self.root / "work",
+            Path(tempfile.gettempdir()) / f"vigil-{self.namespace}-{self.port}" / "work",
+        )
+
+    def shared_dir(self, name: str) -> Path:
+        """A dir that the caller and this cluster's jobs share (markers, locks, effects), made
+        if missing: beside the work root, which a confined job can reach, and writable by all
+        (sticky, as /tmp), as the jobs run as their owners' uids."""
+        shared = self.work_root.parent / f"shared-{name}"
+        shared.mkdir(parents=True, exist_ok=True)
+        shared.chmod(0o1777)
+        return shared
+
+    def remove_work_root(self) -> None:
+        """Remove the work root's dir if it is not under `root` (which its owner removes)."""
+        if not self.work_root.is_relative_to(self.root):
+            shutil.rmtree(self.work_root.parent, ignore_errors=True)
 
     def _env(self, host: str | None, port: int) -> dict[str, str]:
         env = {

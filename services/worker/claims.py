@@ -8,8 +8,9 @@ worker that dies from then on is the supervisor's business.
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 from uuid import UUID
@@ -17,6 +18,7 @@ from uuid import UUID
 from shared.domain.errors import UNAVAILABLE, StaleState
 from shared.domain.messages import RunStage
 from shared.domain.outcomes import worker_failed
+from shared.domain.outputs import UpstreamOutput
 from shared.domain.states import ACTIONS, QUIET, JobState, Stage, TaskState, failure_state_for
 from shared.operations import loss
 from shared.operations.datasets import UPSTREAM_KEY
@@ -80,6 +82,8 @@ class Held:
     taken: bool = True
     #: Called once the take is durable (the consumer acks the message then).
     on_taken: Callable[[], Awaitable[None]] | None = None
+    #: A chained task's upstream outputs, by name (what setup places in its work dir).
+    upstream: dict[str, UpstreamOutput] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -138,11 +142,15 @@ class Taker:
         elif message.stage is Stage.SETUP and job.state is not JobState.SUSPENDED:
             taken = await self._take_setup(task, message.claim)
             if taken is not None:
-                value = task.input
+                value: Any = task.input
+                upstream: dict[str, UpstreamOutput] = {}
                 if _promised(value):
                     async with self.pool.acquire() as conn:
-                        value = await _resolve_input(conn, value, job.owner_id)
+                        value, upstream = await _resolve_input(
+                            conn, value, job.owner_id, self.workdir(task.job_id, task.id)
+                        )
                 held = Held(taken, job, message.claim, S.SETTING_UP, value, taken.attempt)
+                held.upstream = upstream
         if held is None:
             async with self.pool.acquire() as conn, conn.transaction():
                 held = await self._take(conn, task, job, message)
@@ -221,8 +229,14 @@ class Taker:
             state = await self._enter(conn, task, message)
         except StaleState:
             return None
-        value = await _resolve_input(conn, task.input, job.owner_id)
-        return Held(task, job, message.claim, state, value) if state is not None else None
+        if state is None:
+            return None
+        value, upstream = await _resolve_input(
+            conn, task.input, job.owner_id, self.workdir(task.job_id, task.id)
+        )
+        held = Held(task, job, message.claim, state, value)
+        held.upstream = upstream
+        return held
 
     async def _enter(
         self, conn: Connection, task: tasks_repo.Task, message: RunStage
@@ -298,18 +312,44 @@ def _promised(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get(UPSTREAM_KEY), str)
 
 
-async def _resolve_input(conn: Connection, value: Any, owner_id: str) -> Any:
-    """A promised input `{"upstream_task": id}` gets the upstream task's outputs: name -> path,
-    only if that task is of a job of the same owner (the api refuses any other; this is the
-    last line): another user's outputs are never linked in. Any `outputs` the input itself
-    carried are replaced."""
+def _not_on_this_host(outputs: dict[str, UpstreamOutput]) -> list[str]:
+    """The names of the outputs whose file is not here (one stat each: cheap, never waits on
+    the job: the paths are the worker's own record, under its work root)."""
+    return [name for name, output in outputs.items() if not os.path.lexists(output.path)]
+
+
+async def _resolve_input(
+    conn: Connection, value: Any, owner_id: str, workdir: Path
+) -> tuple[Any, dict[str, UpstreamOutput]]:
+    """A promised input `{"upstream_task": id}` gets the upstream task's outputs: the input the
+    command sees names them by their place in its own work dir (`workdir`), and the records say
+    where they come from (with their kept bytes when the file is not on this host). Only if
+    that task is of a job of the same owner (the api refuses any other; this is the last line):
+    another user's outputs are never placed. Any `outputs` the input itself carried are
+    replaced."""
     if not _promised(value):
-        return value
+        return value, {}
     upstream = value[UPSTREAM_KEY]
-    owner = await conn.fetchval(
-        "SELECT j.owner_id FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE t.id = $1", upstream
+    of = await conn.fetchrow(
+        "SELECT j.id, j.owner_id, j.purged_at FROM tasks t JOIN jobs j ON j.id = t.job_id"
+        " WHERE t.id = $1",
+        upstream,
     )
-    found = await outputs_repo.latest(conn, upstream) if owner == owner_id else {}
+    owner = of["owner_id"] if of is not None else None
     if owner is not None and owner != owner_id:
         logger.warning("input names task %s of another owner: none of its outputs linked", upstream)
-    return {**value, "outputs": {name: out["path"] for name, out in found.items()}}
+    records = await outputs_repo.latest(conn, upstream) if owner == owner_id else {}
+    found = {
+        name: UpstreamOutput(upstream, name, r["path"], r["host"], r["size"], r["sha256"])
+        for name, r in records.items()
+    }
+    away = _not_on_this_host(found)
+    if away:  # from another host, or purged: the bytes kept in the database, if they were
+        kept = await outputs_repo.kept(conn, upstream, away)
+        for name in away:
+            why = records[name]["not_kept"]
+            if of is not None and of["purged_at"] is not None:
+                why = f"job {of['id']} was purged at {of['purged_at']:%Y-%m-%d %H:%M:%S %Z}"
+            found[name] = replace(found[name], content=kept.get(name), not_kept=why)
+    local = {name: str(workdir / name) for name in found}
+    return {**value, "outputs": local}, found

@@ -30,11 +30,14 @@ import ctypes
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
+
+from shared.host import work_root as work_root_of_host
 
 logger = logging.getLogger(__name__)
 
@@ -95,10 +98,22 @@ class Confinement:
             directory.chmod(0o711)
         uid = self.uid_of(job_uid)
         for parent, dirs, files in os.walk(workdir, followlinks=False):
-            for name in (*dirs, *files):
+            for name in dirs:
                 os.chown(os.path.join(parent, name), uid, uid, follow_symlinks=False)
+            for name in files:
+                path = os.path.join(parent, name)
+                if not _shared_file(os.lstat(path)):
+                    os.chown(path, uid, uid, follow_symlinks=False)
         os.chown(workdir, uid, uid, follow_symlinks=False)
         workdir.chmod(0o700)
+
+
+def _shared_file(seen: os.stat_result) -> bool:
+    """Whether a file of a work dir is root's and has other names: a recorded output frozen
+    and placed in a chained task's dir (`shared/host/chained_inputs.py`), or whatever the job
+    hard-linked there. It stays as it is: giving it to the job would let it change the other
+    names' file."""
+    return stat.S_ISREG(seen.st_mode) and seen.st_uid == 0 and seen.st_nlink > 1
 
 
 def decide(isolation: Isolation, uid_base: int) -> Confinement | None:
@@ -127,6 +142,18 @@ def decide(isolation: Isolation, uid_base: int) -> Confinement | None:
         f"BusyBox's nsenter, {busybox}" if confinement.busybox else "util-linux's nsenter",
     )
     return confinement
+
+
+def check_reach(confinement: Confinement | None, work_root: Path) -> None:
+    """`CannotConfine` when jobs are confined and could not reach their work dirs under
+    `work_root` by their absolute paths (`shared/host/work_root.py`): their status files and
+    chained inputs would be refused them. The work root is made here if missing."""
+    if confinement is None:
+        return
+    work_root.mkdir(parents=True, exist_ok=True)
+    why = work_root_of_host.unreachable(work_root)
+    if why is not None:
+        raise CannotConfine(why)
 
 
 def _new_network() -> int:

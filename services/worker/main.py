@@ -5,6 +5,7 @@ import logging
 import os
 import secrets
 from contextlib import AsyncExitStack
+from pathlib import Path
 
 from services.worker import confinement, limits
 from services.worker.consumer import Consumer
@@ -30,6 +31,8 @@ async def main(settings: WorkerSettings) -> None:
     instance = f"{settings.host_id}-{os.getpid()}-{secrets.token_hex(3)}"
     presence = Presence(settings.host_id, instance, settings.worker_slots)
     keys = RedisKeys(settings.namespace)
+    confined = confinement.decide(settings.job_isolation, settings.job_uid_base)
+    confinement.check_reach(confined, Path(settings.work_root))
     async with stop_on_signals() as stop, AsyncExitStack() as stack:
         pool = await stack.enter_async_context(
             open_pool(settings.database_url, max_size=20, generic_plans=True)
@@ -52,7 +55,7 @@ async def main(settings: WorkerSettings) -> None:
             load_task_types(),
             instance,
             cgroups,
-            confinement.decide(settings.job_isolation, settings.job_uid_base),
+            confined,
         )
         admission = await register(pool, redis, keys, presence, settings.worker_pool)
         consumer = Consumer(runner, settings.worker_slots, settings.worker_prefetch)

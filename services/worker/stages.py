@@ -735,6 +735,7 @@ class StageRunner:
             resume=task.resume,
             keep_bytes=self.settings.output_keep_bytes,
             keep_total_bytes=self.settings.output_keep_total_bytes,
+            upstream=held.upstream,
         )
 
     async def _advance(
@@ -810,7 +811,8 @@ class StageRunner:
 
         A hook that raises or returns something false fails; only a raise carries a detail.
         """
-        inline = held is not None and hook in self._type(held).inline_hooks
+        # a chained task's setup may hash or copy its upstream outputs: never on the loop
+        inline = held is not None and hook in self._type(held).inline_hooks and not held.upstream
         try:
             result = call() if inline else await asyncio.to_thread(call)
         except Exception as exc:

@@ -15,3 +15,20 @@ class OutputRecord:
     content: bytes | None = None
     #: Why the bytes were not kept (e.g. "over the 1 MiB download limit").
     not_kept: str | None = None
+
+
+@dataclass(frozen=True)
+class UpstreamOutput:
+    """One recorded output of an upstream task, as a chained task of the same owner gets it:
+    the record, and the kept bytes when the file is not on the chained task's host."""
+
+    task_id: str
+    name: str
+    path: str
+    host: str | None
+    size: int
+    sha256: str
+    #: The bytes kept in the database, fetched only when the file is not on this host.
+    content: bytes | None = None
+    #: Why the bytes were not kept, if they were not.
+    not_kept: str | None = None

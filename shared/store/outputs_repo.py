@@ -31,12 +31,25 @@ async def save(
 async def latest(conn: Connection, task_id: str) -> dict[str, dict[str, Any]]:
     """The outputs of the task's latest run that recorded any, by name."""
     rows = await conn.fetch(
-        "SELECT name, path, host, size, sha256 FROM task_outputs WHERE task_id = $1"
+        "SELECT name, path, host, size, sha256, not_kept FROM task_outputs WHERE task_id = $1"
         " AND run_number = (SELECT max(run_number) FROM task_outputs WHERE task_id = $1)"
         " ORDER BY name",
         task_id,
     )
     return {r["name"]: dict(r) for r in rows}
+
+
+async def kept(conn: Connection, task_id: str, names: list[str]) -> dict[str, bytes]:
+    """The bytes kept of the named outputs of the task's latest run that recorded any (an
+    output whose bytes were not kept is absent)."""
+    rows = await conn.fetch(
+        "SELECT name, content FROM task_outputs WHERE task_id = $1 AND name = ANY($2)"
+        " AND content IS NOT NULL"
+        " AND run_number = (SELECT max(run_number) FROM task_outputs WHERE task_id = $1)",
+        task_id,
+        names,
+    )
+    return {r["name"]: r["content"] for r in rows}
 
 
 @dataclass(frozen=True)

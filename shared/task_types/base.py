@@ -10,10 +10,11 @@ from typing import Any, ClassVar, Final
 from pydantic import BaseModel
 
 from shared.domain.outputs import OutputRecord as OutputRecord  # task types import it from here
+from shared.domain.outputs import UpstreamOutput
 from shared.domain.sizes import human_size
 from shared.domain.states import TaskState
 from shared.domain.status_report import StatusReport
-from shared.host import job_files
+from shared.host import chained_inputs, job_files
 
 
 @dataclass
@@ -45,6 +46,8 @@ class TaskContext:
     #: as long as the kept bytes of the task's outputs stay within `keep_total_bytes`.
     keep_bytes: int = 0
     keep_total_bytes: int = 0
+    #: A chained task's upstream outputs by name (`place_upstream_outputs` puts them in).
+    upstream: dict[str, UpstreamOutput] = field(default_factory=dict)
 
     @property
     def status_file(self) -> Path:
@@ -98,6 +101,7 @@ class TaskContext:
                     kept = None  # too large to keep: hash the rest only
                 if kept is not None:
                     kept.append(chunk)
+            chained_inputs.freeze(handle.fileno())  # recorded: no job may change it now
         content = b"".join(kept) if kept is not None else None
         record = OutputRecord(
             name,
@@ -123,6 +127,14 @@ class TaskContext:
             f"over what was left of the {human_size(self.keep_total_bytes)} the task's"
             " outputs may keep for download"
         )
+
+    def place_upstream_outputs(self) -> None:
+        """Put a chained task's upstream outputs in its work dir, each by its name, read-only
+        (`shared/host/chained_inputs.py`: a hard link, a copy, or the bytes kept in the
+        database). `InputUnavailable` when one cannot be had, saying why."""
+        work_root = self.workdir.parent.parent  # <work root>/<job>/<task>
+        for name, output in self.upstream.items():
+            chained_inputs.place(work_root, self.workdir, name, output)
 
     def safe_symlink(self, source: Path | str, name: Path | str) -> Path:
         """Point `name` (a plain file name of the work dir) at `source` (a file under the

@@ -4,7 +4,6 @@ import json
 import os
 
 from shared.host import job_files
-from shared.operations.datasets import UPSTREAM_KEY
 from shared.task_types.base import TaskContext, TaskType
 
 
@@ -19,10 +18,8 @@ class ShellTaskType(TaskType):
         ctx.safe_mkdir(".vigil")
         value = ctx.input if isinstance(ctx.input, str) else json.dumps(ctx.input)
         job_files.write_file(ctx.workdir, ".vigil/input", value.encode())
-        if isinstance(ctx.input, dict) and UPSTREAM_KEY in ctx.input:
-            # A chained input, resolved by the worker: link the upstream outputs in.
-            for name, path in (ctx.input.get("outputs") or {}).items():
-                ctx.safe_symlink(path, name)
+        # A chained input, resolved by the worker: its upstream outputs, read-only.
+        ctx.place_upstream_outputs()
         return True
 
     def cluster_commands(self, ctx: TaskContext) -> str:

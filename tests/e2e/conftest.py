@@ -4,6 +4,7 @@ import asyncio
 import json
 import os
 import sys
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -84,6 +85,7 @@ def started(s: Stack) -> Iterator[Stack]:
         yield s
     finally:
         s.stop_all()
+        s.remove_work_root()
         for service in s.names():
             # pytest shows what teardown prints only when the test failed
             print(f"----- {service} -----\n{s.log(service)}")  # noqa: T201
@@ -94,6 +96,13 @@ def stack(tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
     """The four services, up and healthy, on a fresh database."""
     with running_stack(tmp_path, e2e_namespace) as s:
         yield s
+
+
+@pytest.fixture
+def shared_dir(stack: Stack) -> Path:
+    """A dir that the test and its jobs share (markers, gates, effects): the jobs run confined,
+    as their owner's uid, and could not reach the test's private tmp dir."""
+    return stack.shared_dir(uuid.uuid4().hex[:8])
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ Stack = Cluster
 #: Settings of every end-to-end stack (on top of the cluster's own).
 E2E_ENV: Final = {
     "VIGIL_WORKER_SLOTS": "4",
-    # The lifecycle tests' jobs share marker files with the test (under its private tmp dir);
-    # confinement has tests of its own (tests/security/test_confinement.py).
-    "VIGIL_JOB_ISOLATION": "off",
+    # Jobs run as a user gets them from the README: confined (the services run as root here),
+    # as their owner's uid, with the default limits. A test shares files with its jobs through
+    # `shared_dir` (tests/e2e/conftest.py), never its private tmp dir.
     "VIGIL_LOG_LEVEL": "DEBUG",
     "VIGIL_GRACEFUL_TIMEOUT_S": "5",
     # detection scaled down for tests: a silent worker or host is judged in 3 s

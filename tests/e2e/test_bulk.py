@@ -41,10 +41,14 @@ async def _ended_twice(events: Events, job_id: str) -> None:
 
 
 async def test_when_tasks_of_two_jobs_failed_for_one_cause__one_fix_recovers_them_all(
-    stack: Stack, client: httpx.AsyncClient, events: Events, tmp_path: Path
+    stack: Stack,
+    client: httpx.AsyncClient,
+    events: Events,
+    tmp_path: Path,
+    shared_dir: Path,
 ) -> None:
     # given: two jobs whose command fails until a marker exists, and a third one left alone
-    marker = tmp_path / "marker"
+    marker = shared_dir / "marker"
     command = f"test -e {marker}"
     tag = uuid.uuid4().hex[:8]
     jobs = [await _failed_job(client, events, f"fixme-{tag}-{n}", command) for n in ("a", "b")]

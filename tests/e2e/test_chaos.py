@@ -43,6 +43,7 @@ def cluster(tmp_path: Path, e2e_namespace: str) -> Iterator[Cluster]:
             yield c
         finally:
             c.stop_all()
+            c.remove_work_root()
             asyncio.run(_delete_topology(c.namespace))
             for name in c.names():
                 print(f"----- {name} -----\n{c.log(name)}")  # noqa: T201

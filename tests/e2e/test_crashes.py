@@ -108,11 +108,11 @@ async def test_when_the_worker_is_killed__its_processes_are_killed_and_its_tasks
 
 
 async def test_when_the_worker_fails_on_a_task__the_task_fails_explained_instead_of_hanging(
-    stack: Stack, client: httpx.AsyncClient, events: Events, tmp_path: Path
+    stack: Stack, client: httpx.AsyncClient, events: Events, shared_dir: Path
 ) -> None:
     # given a held task whose job names a task type this worker does not have (it waits for a
     # task that runs until the test lets it end, so it is still new when it is held)
-    gate = tmp_path / "go"
+    gate = shared_dir / "go"
     blocker_job = await client.post(
         "/jobs", json={"command": f"while [ ! -e {gate} ]; do sleep 0.05; done"}
     )

@@ -354,10 +354,10 @@ async def test_an_operator_drains_quarantines_and_releases_a_host_from_the_hosts
 
 
 async def test_the_task_page_follows_its_log_live_filters_it_and_shows_the_attempts(
-    tab: Tab, client: httpx.AsyncClient, events: Events, tmp_path: Path
+    tab: Tab, client: httpx.AsyncClient, events: Events, shared_dir: Path
 ) -> None:
     # given: a task that prints a line, then waits for the test before printing more
-    go = tmp_path / f"go-{uuid.uuid4().hex[:6]}"
+    go = shared_dir / f"go-{uuid.uuid4().hex[:6]}"
     command = f'echo first; while [ ! -e "{go}" ]; do sleep 0.05; done; echo "needle here";'
     command += f" echo second; echo {HOSTILE_LINE!r}"
     job_id = await _submit(client, command=command, inputs=["a"])

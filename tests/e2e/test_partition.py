@@ -77,12 +77,12 @@ async def test_a_host_cut_off_fences_itself_before_its_task_runs_elsewhere(
     client: httpx.AsyncClient,
     events: Events,
     links: tuple[str, dict[str, Link]],
-    tmp_path: Path,
+    shared_dir: Path,
 ) -> None:
-    effects = tmp_path / "effects"
+    effects = shared_dir / "effects"
     # Every execution stamps the effects file every 50 ms; the first one runs until killed,
     # a later one (the clone) ends after 20 stamps.
-    marker = tmp_path / "first"
+    marker = shared_dir / "first"
     script = (
         'IFS=/ read -r _ host _ claim <<< "$VIGIL_MARK"; n=0; '
         f"if mkdir {marker} 2>/dev/null; then n=-1000000; fi; "

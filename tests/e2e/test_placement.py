@@ -41,6 +41,7 @@ def stack(tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
             yield s
         finally:
             s.stop_all()
+            s.remove_work_root()
             for name in s.procs:
                 print(f"----- {name} -----\n{s.log(name)}")  # noqa: T201
 

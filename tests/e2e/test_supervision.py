@@ -148,10 +148,10 @@ async def test_when_a_task_leaves_its_process_group__its_whole_tree_is_still_kil
 
 
 async def test_when_a_restartable_task_is_killed_by_a_signal__a_clone_runs_and_completes(
-    stack: Stack, client: httpx.AsyncClient, events: Events, tmp_path: Path
+    stack: Stack, client: httpx.AsyncClient, events: Events, shared_dir: Path
 ) -> None:
     # given a restartable task whose first execution dies of SIGKILL from nobody in Vigil
-    marker = tmp_path / f"first-{uuid.uuid4().hex}"
+    marker = shared_dir / f"first-{uuid.uuid4().hex}"
     command = (
         f'if mkdir {marker} 2>/dev/null; then kill -9 $$; fi; echo "second run, try $VIGIL_TRY"'
     )
@@ -229,9 +229,9 @@ async def test_with_fail_fast__the_first_failure_fails_the_job_and_revokes_the_r
 # -- lost workers and hosts: never two executions at once -----------------------------------------
 
 
-def _sleeps_once(tmp_path: Path) -> str:
+def _sleeps_once(shared_dir: Path) -> str:
     """A command that sleeps a minute on its first run only, then ends at once."""
-    marker = tmp_path / f"first-{uuid.uuid4().hex}"
+    marker = shared_dir / f"first-{uuid.uuid4().hex}"
     return f"if mkdir {marker} 2>/dev/null; then sleep 60; fi; echo done"
 
 
@@ -253,10 +253,10 @@ async def _no_overlap(stack: Stack, job_id: str) -> None:
 
 
 async def test_when_the_worker_is_killed__its_restartable_tasks_are_resubmitted_once(
-    stack: Stack, client: httpx.AsyncClient, events: Events, tmp_path: Path
+    stack: Stack, client: httpx.AsyncClient, events: Events, shared_dir: Path
 ) -> None:
     # given a restartable task running (it sleeps only on its first run)
-    job_id = await _submit(client, {"command": _sleeps_once(tmp_path), "policy": FAST_RETRY})
+    job_id = await _submit(client, {"command": _sleeps_once(shared_dir), "policy": FAST_RETRY})
     task = await _on_cpu(client, events, job_id)
 
     # when the worker dies, and comes back
@@ -273,10 +273,10 @@ async def test_when_the_worker_is_killed__its_restartable_tasks_are_resubmitted_
 
 
 async def test_when_the_worker_freezes__its_tasks_are_lost_and_its_late_report_is_recorded(
-    stack: Stack, client: httpx.AsyncClient, events: Events, tmp_path: Path
+    stack: Stack, client: httpx.AsyncClient, events: Events, shared_dir: Path
 ) -> None:
     # given a restartable task whose first run ends by itself after 4 s
-    job_id = await _submit(client, {"command": _sleeps_once(tmp_path), "policy": FAST_RETRY})
+    job_id = await _submit(client, {"command": _sleeps_once(shared_dir), "policy": FAST_RETRY})
     task = await _on_cpu(client, events, job_id)
 
     # when the worker is stopped past its heartbeat deadline, then resumed
@@ -327,10 +327,10 @@ async def test_when_the_supervisor_restarts__it_reattaches_to_running_processes(
 
 
 async def test_when_the_whole_host_goes_silent__its_task_is_resubmitted_only_after_the_kill(
-    stack: Stack, client: httpx.AsyncClient, events: Events, tmp_path: Path
+    stack: Stack, client: httpx.AsyncClient, events: Events, shared_dir: Path
 ) -> None:
     # given a restartable task running on a host
-    job_id = await _submit(client, {"command": _sleeps_once(tmp_path), "policy": FAST_RETRY})
+    job_id = await _submit(client, {"command": _sleeps_once(shared_dir), "policy": FAST_RETRY})
     task = await _on_cpu(client, events, job_id)
 
     # when worker and supervisor both die: the scheduler declares the task lost (the supervisor

@@ -1,11 +1,16 @@
 """Finding 3 and 4 of issue 17, at the file level: what a job leaves in its work dir is read
 only as a plain regular file of that dir, never waited on, never followed."""
 
+import hashlib
 import os
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from shared.domain.outputs import UpstreamOutput
+from shared.host.chained_inputs import InputUnavailable
 from shared.host.job_files import (
     UnsafeFile,
     make_dirs,
@@ -147,6 +152,11 @@ def test_an_inputs_own_outputs_map_links_nothing(workdir: Path) -> None:
     assert sorted(p.name for p in workdir.iterdir()) == [".vigil"]
 
 
+def _upstream(name: str, path: str, data: bytes = b"data", **more: Any) -> UpstreamOutput:
+    digest = hashlib.sha256(data).hexdigest()
+    return UpstreamOutput("t-0", name, path, "h-1", len(data), digest, **more)
+
+
 @pytest.mark.parametrize(
     ("name", "source"),
     [
@@ -155,35 +165,112 @@ def test_an_inputs_own_outputs_map_links_nothing(workdir: Path) -> None:
         (".vigil", "{root}/j-0/t-0/out"),
         ("out", "/etc/hostname"),
         ("out", "{root}/../../etc/hostname"),
+        ("out", "{root}/j-0/link/out"),  # a directory link half-way down
     ],
 )
-def test_a_resolved_input_links_only_plain_names_to_files_under_the_work_root(
+def test_a_chained_input_places_only_plain_names_from_files_under_the_work_root(
     tmp_path: Path, name: str, source: str
 ) -> None:
+    (tmp_path / "root" / "j-0" / "t-0").mkdir(parents=True)
+    (tmp_path / "root" / "j-0" / "t-0" / "out").write_bytes(b"data")
+    (tmp_path / "root" / "j-0" / "link").symlink_to(tmp_path / "root" / "j-0" / "t-0")
     workdir = tmp_path / "root" / "j-1" / "t-1"
     workdir.mkdir(parents=True)
     ctx = _context(workdir, [])
-    target = source.format(root=tmp_path / "root")
-    ctx.input = {"upstream_task": "t-0", "outputs": {name: target}}
+    ctx.upstream = {name: _upstream(name, source.format(root=tmp_path / "root"))}
 
     with pytest.raises(UnsafeFile):
         ShellTaskType().setup(ctx)
 
-    assert not (tmp_path / "x").exists() and not (workdir / "out").is_symlink()
+    assert not (tmp_path / "x").exists() and not (workdir / "out").exists()
 
 
-def test_a_resolved_input_links_the_upstream_outputs_in(tmp_path: Path) -> None:
+def _upstream_file(tmp_path: Path, data: bytes = b"data") -> tuple[Path, Path]:
+    """(the upstream output, the chained task's work dir) under one work root."""
     upstream = tmp_path / "root" / "j-0" / "t-0"
     upstream.mkdir(parents=True)
-    (upstream / "out").write_text("data")
+    (upstream / "out").write_bytes(data)
     workdir = tmp_path / "root" / "j-1" / "t-1"
     workdir.mkdir(parents=True)
+    return upstream / "out", workdir
+
+
+def test_a_chained_input_is_the_upstream_file_itself_read_only(tmp_path: Path) -> None:
+    source, workdir = _upstream_file(tmp_path)
     ctx = _context(workdir, [])
-    ctx.input = {"upstream_task": "t-0", "outputs": {"out": str(upstream / "out")}}
+    ctx.upstream = {"out": _upstream("out", str(source))}
 
     assert ShellTaskType().setup(ctx)
 
-    assert (workdir / "out").read_text() == "data"
+    placed = (workdir / "out").lstat()
+    assert (workdir / "out").read_bytes() == b"data"
+    assert not (workdir / "out").is_symlink() and placed.st_ino == source.stat().st_ino
+    assert (placed.st_uid, placed.st_mode & 0o777) == (0, 0o444)  # the tests run as root
+
+
+def test_a_chained_input_stays_when_the_upstream_work_dir_goes(tmp_path: Path) -> None:
+    source, workdir = _upstream_file(tmp_path)
+    ctx = _context(workdir, [])
+    ctx.upstream = {"out": _upstream("out", str(source))}
+    assert ShellTaskType().setup(ctx)
+
+    shutil.rmtree(source.parent)
+
+    assert (workdir / "out").read_bytes() == b"data"
+
+
+def test_a_chained_input_not_on_this_host_comes_from_its_kept_bytes(tmp_path: Path) -> None:
+    workdir = tmp_path / "root" / "j-1" / "t-1"
+    workdir.mkdir(parents=True)
+    gone = str(tmp_path / "root" / "j-0" / "t-0" / "out")
+    ctx = _context(workdir, [])
+    ctx.upstream = {"out": _upstream("out", gone, content=b"data")}
+
+    assert ShellTaskType().setup(ctx)
+
+    assert (workdir / "out").read_bytes() == b"data"
+    assert ((workdir / "out").stat().st_mode & 0o777) == 0o444
+
+
+def test_a_chained_input_that_cannot_be_had_fails_setup_saying_why(tmp_path: Path) -> None:
+    workdir = tmp_path / "root" / "j-1" / "t-1"
+    workdir.mkdir(parents=True)
+    gone = str(tmp_path / "root" / "j-0" / "t-0" / "out")
+    ctx = _context(workdir, [])
+    ctx.upstream = {"out": _upstream("out", gone, not_kept="over the 1 MiB download limit")}
+
+    with pytest.raises(InputUnavailable) as raised:
+        ShellTaskType().setup(ctx)
+
+    assert str(raised.value) == (
+        f"output 'out' of task t-0 ({gone} on host h-1) cannot be used: it is not on this host,"
+        " and its bytes were not kept in the database (over the 1 MiB download limit);"
+        " recover or restart task t-0 to make it again"
+    )
+
+
+def test_an_upstream_file_changed_since_it_was_recorded_is_not_passed_on(tmp_path: Path) -> None:
+    # The upstream job was given its work dir back (a restart) and rewrote its output: the
+    # record no longer says what the file holds.
+    source, workdir = _upstream_file(tmp_path, b"forged")
+    ctx = _context(workdir, [])
+    ctx.upstream = {"out": _upstream("out", str(source), b"recorded")}
+
+    with pytest.raises(InputUnavailable, match="it changed since it was recorded"):
+        ShellTaskType().setup(ctx)
+
+    assert not (workdir / "out").exists()
+    assert source.read_bytes() == b"forged"
+
+
+def test_a_recorded_output_is_frozen(workdir: Path) -> None:
+    (workdir / "out").write_bytes(b"result")
+    ctx = _context(workdir, ["out"])
+
+    ctx.record_output("out")
+
+    seen = (workdir / "out").stat()
+    assert (seen.st_uid, seen.st_mode & 0o777) == (0, 0o444)
 
 
 def test_make_dirs_makes_nested_dirs_and_accepts_the_work_dir_itself(workdir: Path) -> None:

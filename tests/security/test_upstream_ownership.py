@@ -3,6 +3,7 @@ task's outputs into the attacker's work dir. Every route that takes inputs now a
 id as it answers an unknown one (422), and the worker links nothing of another owner's task."""
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -78,10 +79,18 @@ async def test_the_worker_links_nothing_of_another_owners_task(api: Api) -> None
         theirs,
     )
     async with api.pool.acquire() as conn:
-        as_theirs = await claims._resolve_input(conn, {"upstream_task": theirs}, api.other.user.id)
-        as_mine = await claims._resolve_input(
-            conn, {"upstream_task": theirs, "outputs": {"x": "/etc/passwd"}}, api.user.user.id
+        as_theirs, theirs_placed = await claims._resolve_input(
+            conn, {"upstream_task": theirs}, api.other.user.id, Path("/work/j-1/t-1")
+        )
+        as_mine, mine_placed = await claims._resolve_input(
+            conn,
+            {"upstream_task": theirs, "outputs": {"x": "/etc/passwd"}},
+            api.user.user.id,
+            Path("/work/j-2/t-2"),
         )
 
-    assert as_theirs["outputs"] == {"secret.txt": "/work/other/secret.txt"}
+    assert as_theirs["outputs"] == {"secret.txt": "/work/j-1/t-1/secret.txt"}
+    assert list(theirs_placed) == ["secret.txt"]
+    assert theirs_placed["secret.txt"].path == "/work/other/secret.txt"
     assert as_mine["outputs"] == {}
+    assert mine_placed == {}
