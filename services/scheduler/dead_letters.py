@@ -7,8 +7,11 @@ back (the task is released again, with a new message), and after `MAX_DEAD_LETTE
 deaths of one task it holds a new task instead (`on_hold`, its brief saying why) and fails one
 further on as `platform`, so that a message no worker can take does not loop. Every dead
 letter is kept with its job as a `job_errors` row of severity `dead_letter` (what
-`vigil_dead_letters` counts), whatever its type: a dead `KillTask` is a kill never done, and an
-operator must know.
+`vigil_dead_letters` counts), whatever its type, so that an operator knows. A dead `KillTask`
+needs nothing more: the kill it carried is owed by its attempt (closed, not reaped), which the
+supervisor of its host does at its next reconcile all the same
+(`services/supervisor/owed_kills.py`); a host whose supervisor cannot be reached at all is
+the reaper's and the fence's.
 """
 
 import json
@@ -18,7 +21,7 @@ from typing import Final
 from aio_pika.abc import AbstractIncomingMessage
 
 from shared.domain.errors import InvalidMessage, StaleState
-from shared.domain.messages import Message, RemoveWorkdirs, RunStage, decode
+from shared.domain.messages import KillTask, Message, RemoveWorkdirs, RunStage, decode
 from shared.domain.outcomes import Outcome
 from shared.domain.states import FailureClass, TaskState, failure_state_for
 from shared.messaging.amqp import Broker, settle
@@ -66,6 +69,11 @@ async def handle(pool: Pool, message: Message) -> None:
         what = f"its {message.type} message was dead-lettered ({deaths} time(s))"
         if isinstance(message, RunStage):
             what += f": no worker could take it; {await _settle_task(conn, message, deaths)}"
+        elif isinstance(message, KillTask):
+            what += (
+                ": the supervisor of its host kills what is left of the command at its next"
+                " reconcile all the same (a kill owed: its attempt is not recorded reaped)"
+            )
         else:
             what += ": see the services' logs"
         await job_errors_repo.record(

@@ -2,8 +2,10 @@
 
 On start and every `reconcile_s`: every `on_cpu` task of this host is watched (re-attached if
 its process lives, judged at once if not), tasks held by a worker instance that is no longer
-the registered one are reaped as orphans, and stray processes (marked as a task's, but no
-task runs them any more) are killed.
+the registered one are reaped as orphans, stray processes (marked as a task's, but no
+task runs them any more) are killed, and so is whatever still runs of a command whose attempt
+someone else ended (a cancel, a task declared lost) without anyone seeing it gone: its kill is
+owed whatever became of the `KillTask` sent for it (`owed_kills.py`).
 """
 
 import logging
@@ -11,6 +13,7 @@ import logging
 from redis.asyncio import Redis
 
 from services.supervisor.orphans import reap_worker, stale_instances
+from services.supervisor.owed_kills import kill_owed
 from services.supervisor.strays import kill_strays
 from services.supervisor.watchers import Watchers
 from shared.host.cgroups import Cgroups
@@ -44,6 +47,7 @@ async def reconcile(
             )
     await _reap_stale(pool, redis, keys, host_id, cgroups)
     await kill_strays(pool, namespace, host_id, cgroups)
+    await kill_owed(pool, namespace, host_id, cgroups)
 
 
 async def _reap_stale(

@@ -59,6 +59,17 @@ def is_alive(pid: int, created: float) -> bool:
     return abs(started - created) < _CREATE_TIME_TOLERANCE_S and state not in ("Z", "X")
 
 
+def names(pid: int, created: float | None) -> bool | None:
+    """Whether `pid` names the process created at `created`, alive or a zombie not yet reaped
+    by its parent (True), another process or one of unknown create time (False), or no
+    process at all (None: then a process group of that id can only be what is left of it,
+    since the kernel gives no process the id of a group that still exists)."""
+    found = create_time(pid)
+    if found is None:
+        return None
+    return created is not None and abs(found - created) < _CREATE_TIME_TOLERANCE_S
+
+
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
     """Signal the whole process group `pgid`; False when the group is already gone."""
     try:

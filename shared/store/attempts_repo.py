@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 from shared.domain.errors import StaleState
@@ -165,6 +165,59 @@ async def mark_reaped(conn: Connection, task_id: str, pid: int) -> None:
         task_id,
         pid,
     )
+
+
+#: The failure classes an attempt is closed with by someone who is not its command's parent,
+#: and who therefore does not know that the command is gone: a cancel (by hand, a job's, an
+#: emergency stop's, `fail_fast`), a task declared lost (the reaper, a worker that stopped with
+#: it in hand or stopped driving it), a worker's own failure while it drove the task (its
+#: bookkeeping, or the database under it). Every other class of a cluster attempt is written by
+#: whoever saw the command end (its worker, the parent) or killed it (the supervisor's
+#: verdicts, which record `reaped_at` with it). Migration 0035's index names the same list.
+KILL_OWED_CLASSES: Final = tuple(
+    c.value
+    for c in (
+        FailureClass.CANCELLED,
+        FailureClass.LOST,
+        FailureClass.HOOK,
+        FailureClass.HOST,
+        FailureClass.PLATFORM,
+    )
+)
+
+_KILLS_OWED: Final = f"""
+SELECT a.task_id, a.claim, a.pid, a.failure_class::text AS failure_class,
+       CASE WHEN t.pid = a.pid THEN t.pid_create_time END AS created
+FROM attempts a JOIN tasks t ON t.id = a.task_id
+WHERE a.host = $1 AND a.pid IS NOT NULL AND a.reaped_at IS NULL AND a.ended_at IS NOT NULL
+  AND a.failure_class IN ({", ".join(f"'{c}'" for c in KILL_OWED_CLASSES)})
+ORDER BY a.id
+"""
+
+
+@dataclass(frozen=True)
+class OwedKill:
+    """A command of this host whose attempt was closed by someone not its parent and that is
+    not known gone: its task, the claim it ran under (its cgroup and `VIGIL_MARK` name it),
+    its pid, its create time when the task's row still names that pid (else None), and the
+    class its attempt was closed with."""
+
+    task_id: str
+    claim: UUID | None
+    pid: int
+    created: float | None
+    failure_class: str
+
+
+async def kills_owed(conn: Connection, host: str) -> list[OwedKill]:
+    """The commands on `host` that nobody runs any more and nobody has seen gone: attempts
+    with a pid, closed with a class of `KILL_OWED_CLASSES`, not reaped (through the partial
+    index `attempts_kill_owed`, migration 0035: the few rows owed, whatever the history)."""
+    records = await conn.fetch(_KILLS_OWED, host)
+    return [
+        OwedKill(r["task_id"], r["claim"], r["pid"], r["created"], r["failure_class"])
+        for r in records
+    ]
 
 
 async def record_late_report(
