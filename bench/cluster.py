@@ -77,6 +77,9 @@ class Cluster:
     #: The ports of the second api and on (the first is `port`).
     more_ports: list[int] = field(default_factory=list)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    #: The health port of each process but the apis (which answer on their own port), kept
+    #: across its restarts.
+    health_ports: dict[str, int] = field(default_factory=dict)
     _logs: dict[str, IO[bytes]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -150,9 +153,13 @@ class Cluster:
             self._logs[name].close()
         log = (self.root / f"{name}.log").open("ab")
         self._logs[name] = log
+        env = self._env(host or None, port)
+        if service != "api":
+            health_port = self.health_ports.setdefault(name, free_port())
+            env[f"VIGIL_{service.upper()}_HEALTH_PORT"] = str(health_port)
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", f"services.{service}"],
-            env=self._env(host or None, port),
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=ROOT,
@@ -174,24 +181,33 @@ class Cluster:
             self.start(name)
         self.wait_healthy(timeout_s)
 
+    def health_url(self, name: str) -> str:
+        """Where process `name` answers its health probe."""
+        service, _, nth = name.partition("@")[0].partition("-")
+        port = self.api_ports[int(nth or 1) - 1] if service == "api" else self.health_ports[name]
+        return f"http://127.0.0.1:{port}/healthz"
+
     def wait_healthy(self, timeout_s: float = 30.0) -> None:
-        """Until every api answers /healthz; raises with the log of a process that died."""
+        """Until every process answers its health probe with 200 (ok or degraded); raises
+        with the log of a process that died, or of the first one that did not answer so."""
         deadline = time.monotonic() + timeout_s
-        waiting = list(self.api_urls)
-        while time.monotonic() < deadline:
+        waiting, last = list(self.procs), "no answer"
+        while waiting and time.monotonic() < deadline:
             for name, proc in self.procs.items():
                 if proc.poll() is not None:
                     raise RuntimeError(f"{name} exited early:\n{self.log(name)}")
             try:
-                if httpx.get(waiting[0] + "/healthz", timeout=1).status_code == 200:
+                response = httpx.get(self.health_url(waiting[0]), timeout=1)
+                if response.status_code == 200:
                     waiting.pop(0)
-                    if not waiting:
-                        return
                     continue
-            except httpx.HTTPError:
-                pass
+                last = response.text
+            except httpx.HTTPError as exc:
+                last = repr(exc)
             time.sleep(0.1)
-        raise RuntimeError(f"api not healthy in {timeout_s}s:\n{self.log('api')}")
+        if waiting:
+            name = waiting[0]
+            raise RuntimeError(f"{name} not healthy in {timeout_s}s ({last}):\n{self.log(name)}")
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc = self.procs[name]

@@ -2,22 +2,17 @@
 does not — no live worker or supervisor in the pool, every host quarantined, no scheduler
 leading, events not going out, Redis away. Each reason says what is wrong, in words."""
 
-import asyncio
-import logging
 from typing import Final
 
 from redis.asyncio import Redis
 
 from services.api import queries
-from shared.domain.errors import UNAVAILABLE
+from shared.messaging import redis_client
 from shared.operations import pool_status
 from shared.store.db import Connection
 
-logger = logging.getLogger(__name__)
-
 #: Events waiting longer than this to go out mean the relay is stuck (broker or scheduler).
 STUCK_OUTBOX_S: Final = 30.0
-REDIS_TIMEOUT_S: Final = 1.0
 
 
 async def reasons(conn: Connection, redis: Redis, pool: str, dead_host_s: float) -> list[str]:
@@ -30,10 +25,6 @@ async def reasons(conn: Connection, redis: Redis, pool: str, dead_host_s: float)
         found.append(
             f"events wait {age:.0f} s to be published: is RabbitMQ reachable by the scheduler?"
         )
-    try:
-        async with asyncio.timeout(REDIS_TIMEOUT_S):
-            await redis.ping()
-    except (*UNAVAILABLE, TimeoutError) as exc:
-        logger.warning("health: Redis does not answer: %s", exc)
+    if not (await redis_client.health(redis)).ok:
         found.append("reconnecting to Redis: rate limits and live process notes are off")
     return found

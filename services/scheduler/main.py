@@ -26,6 +26,7 @@ import asyncpg
 from redis.asyncio import Redis
 
 from services.scheduler import breaker, dead_letters, pruning, statistics
+from services.scheduler import health as scheduler_health
 from services.scheduler.dispatcher import Dispatcher
 from services.scheduler.due import Due, Pace, gather_wait, relay_wait
 from services.scheduler.finaliser import SWEEP_EVERY_S, Finaliser
@@ -44,6 +45,7 @@ from shared.messaging.amqp import Broker, open_broker
 from shared.messaging.redis_client import open_redis
 from shared.messaging.redis_keys import RedisKeys
 from shared.messaging.topology import Topology, declare_work_queue, pool_key
+from shared.runtime.health import Health
 from shared.runtime.lifecycle import stop_on_signals, wait_or_stop
 from shared.store import activity, outbox
 from shared.store.db import Pool, check_schema, open_pool
@@ -375,10 +377,16 @@ async def _listen(
 
 async def main(settings: SchedulerSettings) -> None:
     """Wait for leadership, then run the loop until SIGTERM."""
+    health = Health("scheduler")
     async with stop_on_signals() as stop, AsyncExitStack() as stack:
+        await stack.enter_async_context(
+            health.serve(settings.health_host, settings.scheduler_health_port)
+        )
+        health.starting("connecting to PostgreSQL")
         pool = await stack.enter_async_context(open_pool(settings.database_url))
         await check_schema(pool)
         topology = Topology(settings.namespace)
+        health.starting("connecting to RabbitMQ")
         broker = await stack.enter_async_context(
             open_broker(settings.amqp_url, topology, "scheduler")
         )
@@ -389,9 +397,11 @@ async def main(settings: SchedulerSettings) -> None:
             pool_key(settings.worker_pool),
         )
         await dead_letters.start(broker, pool)
+        health.starting("connecting to Redis")
         redis = await stack.enter_async_context(open_redis(settings.redis_url))
         leadership = Leadership(settings.database_url)
         stack.push_async_callback(leadership.release)
+        health.up(scheduler_health.probe(pool, broker, redis, leadership))
         scheduler = Scheduler(settings, pool, broker, redis)
         wake, relay_wake = asyncio.Event(), asyncio.Event()
         scheduler.wake_relay = relay_wake.set

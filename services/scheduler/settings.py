@@ -39,3 +39,5 @@ class SchedulerSettings(CommonSettings):
     #: The event history (replay, resume: `GET /events?after=`) keeps an event this long
     #: (`VIGIL_EVENT_RETENTION_S`); a reader resuming from before it is told 410 Gone.
     event_retention_s: float = Field(default=7 * 86400.0, gt=0)
+    #: The port of `GET /healthz` (`VIGIL_SCHEDULER_HEALTH_PORT`, on `VIGIL_HEALTH_HOST`; 0: none).
+    scheduler_health_port: int = Field(default=0, ge=0, le=65535)

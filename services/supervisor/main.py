@@ -22,6 +22,7 @@ from services.supervisor.worker_watch import WorkerWatch
 from shared.domain.errors import UNAVAILABLE, InvalidMessage
 from shared.domain.messages import FreezeTask, KillTask, Message, WatchProcess
 from shared.host import fence
+from shared.host import health as host_health
 from shared.host.cgroups import Cgroups
 from shared.host.fence import Lease
 from shared.host.processes import signal_tree
@@ -29,6 +30,7 @@ from shared.messaging.amqp import Handler, deliver, open_broker
 from shared.messaging.redis_client import open_redis
 from shared.messaging.redis_keys import RedisKeys
 from shared.messaging.topology import Topology, declare_all_work_queues
+from shared.runtime.health import Health
 from shared.runtime.lifecycle import stop_on_signals, wait_or_stop
 from shared.store import attempts_repo
 from shared.store.db import Pool, check_schema, open_pool
@@ -98,13 +100,21 @@ def _handler(pool: Pool, watchers: Watchers, cgroups: Cgroups | None) -> Handler
 async def main(settings: SupervisorSettings) -> None:
     """Run until SIGTERM."""
     topology = Topology(settings.namespace)
+    health = Health("supervisor")
     async with stop_on_signals() as stop, AsyncExitStack() as stack:
+        await stack.enter_async_context(
+            health.serve(settings.health_host, settings.supervisor_health_port)
+        )
+        health.starting("connecting to PostgreSQL")
         pool = await stack.enter_async_context(open_pool(settings.database_url))
         await check_schema(pool)
+        health.starting("connecting to RabbitMQ")
         broker = await stack.enter_async_context(
             open_broker(settings.amqp_url, topology, f"supervisor-{settings.host_id}")
         )
+        health.starting("connecting to Redis")
         redis = await stack.enter_async_context(open_redis(settings.redis_url))
+        health.starting("consuming its queues")
         instance = f"{settings.host_id}-{os.getpid()}-{secrets.token_hex(3)}"
         cgroups = Cgroups.detect(settings.namespace, settings.cgroup_root)
         error_logs = ErrorLogs()
@@ -147,6 +157,8 @@ async def main(settings: SupervisorSettings) -> None:
             f"cgroups under {cgroups.root}" if cgroups else "process groups only",
         )
         lease = Lease()
+        watched = lambda: {"worker": worker_watch.health()}  # noqa: E731
+        health.up(host_health.probe(settings, lease, broker, redis, watched))
         async with asyncio.TaskGroup() as tg:
             tg.create_task(
                 heartbeat(pool, settings.host_id, instance, settings.heartbeat_s, stop, lease),

@@ -23,3 +23,5 @@ class SupervisorSettings(HostSettings):
     #: A live worker that has not heartbeated for this long is judged frozen: its processes
     #: are killed and its tasks lost.
     dead_worker_s: float = Field(default=10.0, gt=0)
+    #: The port of `GET /healthz` (`VIGIL_SUPERVISOR_HEALTH_PORT`, on `VIGIL_HEALTH_HOST`; 0: none).
+    supervisor_health_port: int = Field(default=0, ge=0, le=65535)

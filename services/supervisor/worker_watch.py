@@ -25,6 +25,7 @@ from shared.host.cgroups import Cgroups
 from shared.host.processes import exit_waiter
 from shared.messaging.presence import WorkerIdentity, registered
 from shared.messaging.redis_keys import RedisKeys
+from shared.runtime.health import Check
 from shared.runtime.lifecycle import wait_or_stop
 from shared.store.db import Pool
 
@@ -52,6 +53,13 @@ class WorkerWatch:
         self.current: WorkerIdentity | None = None
         self._exit: asyncio.Future[None] | None = None
         self._reaped: set[str] = set()
+
+    def health(self) -> Check:
+        """The worker this supervisor watches, for its health: a fact, not a fault of its own
+        (a host whose worker is gone shows in the api's health)."""
+        if self.current is None:
+            return Check(False, "no worker registered on this host", "none")
+        return Check(True, f"watching worker {self.current.instance} (pid {self.current.pid})")
 
     async def run(self, stop: asyncio.Event, poll_s: float) -> None:
         """Until `stop`: follow the registration and react to the worker's exit."""

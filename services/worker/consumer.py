@@ -24,6 +24,7 @@ from shared.domain.errors import InvalidMessage
 from shared.domain.messages import RemoveWorkdirs, RunStage, decode
 from shared.messaging.amqp import Broker, settle
 from shared.messaging.topology import declare_all_work_queues
+from shared.runtime.health import Check
 from shared.runtime.ride_out import ride_out
 
 logger = logging.getLogger(__name__)
@@ -243,3 +244,15 @@ class Consumer:
     @property
     def in_flight(self) -> int:
         return len(self._tasks)
+
+    def intake(self) -> Check:
+        """What this worker takes now, for its health: a fact, never a fault (a quarantined or
+        draining host, a worker stopping, are as they should be)."""
+        held = f"{self.in_flight} task(s) in hand"
+        if self._stopping:
+            return Check(False, f"intake stopped: draining, {held}", "none")
+        if self._admission is Admission.OPEN:
+            return Check(True, f"taking work from the pool queue, {held}")
+        if self._admission is Admission.PROBING:
+            return Check(False, f"host quarantined, probing: one task at a time, {held}", "none")
+        return Check(False, f"host quarantined or draining: its own queue only, {held}", "none")

@@ -13,12 +13,14 @@ from services.worker.registration import Presence, heartbeat, register, unregist
 from services.worker.settings import WorkerSettings
 from services.worker.stages import StageRunner
 from shared.host import fence
+from shared.host import health as host_health
 from shared.host.cgroups import Cgroups, slow_moves_hint
 from shared.host.fence import Lease
 from shared.messaging.amqp import open_broker
 from shared.messaging.redis_client import open_redis
 from shared.messaging.redis_keys import RedisKeys
 from shared.messaging.topology import Topology
+from shared.runtime.health import Health
 from shared.runtime.lifecycle import stop_on_signals
 from shared.store.db import check_schema, open_pool
 from shared.task_types import load_task_types
@@ -33,15 +35,23 @@ async def main(settings: WorkerSettings) -> None:
     keys = RedisKeys(settings.namespace)
     confined = confinement.decide(settings.job_isolation, settings.job_uid_base)
     confinement.check_reach(confined, Path(settings.work_root))
+    health = Health("worker")
     async with stop_on_signals() as stop, AsyncExitStack() as stack:
+        await stack.enter_async_context(
+            health.serve(settings.health_host, settings.worker_health_port)
+        )
+        health.starting("connecting to PostgreSQL")
         pool = await stack.enter_async_context(
             open_pool(settings.database_url, max_size=20, generic_plans=True)
         )
         await check_schema(pool)
+        health.starting("connecting to RabbitMQ")
         broker = await stack.enter_async_context(
             open_broker(settings.amqp_url, Topology(settings.namespace), f"worker-{instance}")
         )
+        health.starting("connecting to Redis")
         redis = await stack.enter_async_context(open_redis(settings.redis_url))
+        health.starting("registering")
         cgroups = Cgroups.detect(settings.namespace, settings.cgroup_root)
         if cgroups is not None and (hint := slow_moves_hint()) is not None:
             logger.warning(hint)
@@ -63,6 +73,8 @@ async def main(settings: WorkerSettings) -> None:
         logger.info("worker %s up with %d slots", instance, settings.worker_slots)
         drained = asyncio.Event()  # the heartbeat goes on while draining: the worker lives
         lease = Lease()
+        intake = lambda: {"intake": consumer.intake()}  # noqa: E731
+        health.up(host_health.probe(settings, lease, broker, redis, intake))
         async with asyncio.TaskGroup() as tg:
             tg.create_task(
                 heartbeat(

@@ -38,3 +38,5 @@ class WorkerSettings(HostSettings):
     #: the lines after are only read for their severity and progress.
     log_quota_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
     output_keep_total_bytes: int = Field(default=16 * 1024 * 1024, ge=0, le=1024 * 1024 * 1024)
+    #: The port of `GET /healthz` (`VIGIL_WORKER_HEALTH_PORT`, on `VIGIL_HEALTH_HOST`; 0: none).
+    worker_health_port: int = Field(default=0, ge=0, le=65535)

@@ -23,10 +23,12 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
+from typing import Final
 
 from shared.host.cgroups import Cgroups
 from shared.host.marks import Marked, marked_processes
 from shared.runtime.config import HostSettings
+from shared.runtime.health import Check
 from shared.runtime.lifecycle import wait_or_stop
 
 logger = logging.getLogger(__name__)
@@ -50,6 +52,32 @@ class Lease:
 
     def age(self) -> float:
         return time.monotonic() - self.renewed_at
+
+
+#: A lease older than this many heartbeat periods: PostgreSQL has not heard this service lately.
+STALE_BEATS: Final = 5
+
+
+def health(lease: Lease, heartbeat_s: float, fence_timeout_s: float) -> dict[str, Check]:
+    """What the lease says of a per-host service (`shared/runtime/health.py`): `database`,
+    whether its heartbeats reach PostgreSQL (degraded once none has for `STALE_BEATS`
+    periods: its commands run on, but nothing it reports lands), and `fence`, whether the lease
+    has lapsed (unavailable: the service kills this host's commands, `fence_if_expired`)."""
+    age, limit = lease.age(), fence_after(fence_timeout_s)
+    if age <= STALE_BEATS * heartbeat_s:
+        database = Check(True, f"last heartbeat landed {age:.1f} s ago")
+    else:
+        database = Check(False, f"no heartbeat has reached PostgreSQL for {age:.0f} s")
+    if age <= limit:
+        fence = Check(True, f"lease {age:.1f} s old; this host fences itself at {limit:g} s")
+    else:
+        fence = Check(
+            False,
+            f"fenced: cut off from PostgreSQL for {age:.0f} s (over {limit:g} s):"
+            " this host's commands are killed",
+            "unavailable",
+        )
+    return {"database": database, "fence": fence}
 
 
 def kill_all(namespace: str, host_id: str, cgroups: Cgroups | None) -> list[Marked]:

@@ -29,6 +29,7 @@ from shared.domain.messages import _Message as WireMessage
 from shared.messaging import frame_batching
 from shared.messaging.nodes import connect_to_a_node, hidden, node_urls
 from shared.messaging.topology import Topology, declare_exchanges
+from shared.runtime.health import Check
 from shared.runtime.ride_out import ride_out
 
 logger = logging.getLogger(__name__)
@@ -94,6 +95,13 @@ class Broker:
     async def publish_work(self, routing_key: str, message: WireMessage) -> None:
         """Publish a work message that must reach a queue (raises if unroutable)."""
         await self.publish(self.work, routing_key, encode(message), mandatory=True)
+
+    def health(self) -> Check:
+        """Whether the connection is up now (lost, it is made again by itself, on the next node
+        of a cluster): the robust connection's own state, no round trip."""
+        if self.connection.connected.is_set():
+            return Check(True, f"connected to {self.connection}")
+        return Check(False, f"reconnecting to RabbitMQ ({self.connection})")
 
     async def channel_for_consuming(self, prefetch: int) -> AbstractRobustChannel:
         """A new channel for a consumer, with `prefetch` unacked deliveries at most."""

@@ -1,9 +1,20 @@
-"""Opening Redis: string replies, bounded timeouts, closed on exit."""
+"""Opening Redis: string replies, bounded timeouts, closed on exit; whether it answers."""
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Final
 
 from redis.asyncio import Redis
+
+from shared.domain.errors import UNAVAILABLE
+from shared.runtime.health import Check
+
+logger = logging.getLogger(__name__)
+
+#: A Redis slower than this to answer a ping counts as away (health).
+PING_TIMEOUT_S: Final = 1.0
 
 
 @asynccontextmanager
@@ -26,3 +37,14 @@ async def open_redis(url: str, *, check: bool = True) -> AsyncIterator[Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+async def health(redis: Redis) -> Check:
+    """Whether Redis answers a ping within `PING_TIMEOUT_S` (degraded if not)."""
+    try:
+        async with asyncio.timeout(PING_TIMEOUT_S):
+            await redis.ping()
+    except (*UNAVAILABLE, TimeoutError) as exc:
+        logger.warning("health: Redis does not answer: %s", exc or "timed out")
+        return Check(False, "reconnecting to Redis")
+    return Check(True, "answers")

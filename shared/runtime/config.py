@@ -58,6 +58,10 @@ class CommonSettings(BaseSettings):
     #: A host whose worker and supervisor have not heartbeated for this long is dead: its
     #: tasks are lost (the scheduler), and it counts as gone (the api's `waiting_on`, health).
     dead_host_s: float = Field(default=10.0, gt=0)
+    #: Where the scheduler, the worker and the supervisor serve `GET /healthz`
+    #: (`VIGIL_HEALTH_HOST`), each on a port of its own (`VIGIL_SCHEDULER_HEALTH_PORT`,
+    #: `VIGIL_WORKER_HEALTH_PORT`, `VIGIL_SUPERVISOR_HEALTH_PORT`; `shared/runtime/health.py`).
+    health_host: str = "127.0.0.1"
 
 
 class HostSettings(CommonSettings):

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from shared.domain.errors import CONNECTION_LOST, SchemaOutOfDate
+from shared.domain.errors import CONNECTION_LOST, UNAVAILABLE, SchemaOutOfDate
+from shared.runtime.health import Check
 from shared.store.migrate import latest_version
 
 logger = logging.getLogger(__name__)
@@ -156,6 +157,22 @@ async def read(pool: Pool, query: Callable[[Connection], Awaitable[T]]) -> T:
     await pool.expire_connections()
     async with pool.acquire() as conn:
         return await query(conn)
+
+
+#: A database slower than this to answer `SELECT 1` counts as away (health).
+PING_TIMEOUT_S: Final = 2.0
+
+
+async def health(pool: Pool) -> Check:
+    """Whether PostgreSQL answers `SELECT 1` on a pooled connection within `PING_TIMEOUT_S`
+    (unavailable if not: for a service that can do nothing without it)."""
+    try:
+        async with asyncio.timeout(PING_TIMEOUT_S), pool.acquire() as conn:
+            await conn.fetchval("SELECT 1")
+    except (*UNAVAILABLE, TimeoutError) as exc:
+        logger.warning("health: PostgreSQL does not answer: %s", exc or "timed out")
+        return Check(False, "reconnecting to PostgreSQL", "unavailable")
+    return Check(True, "answers")
 
 
 async def check_schema(pool: Pool) -> None:

@@ -12,9 +12,7 @@ from shared.domain.errors import SchemaOutOfDate
 from shared.store.db import SCHEDULER_LOCK_KEY
 from tests.conftest import (
     ADMIN_DATABASE_URL,
-    create_database,
     database_url,
-    drop_database,
     require_servers,
 )
 from tests.integration.test_api_harness import Api, running_api
@@ -26,18 +24,6 @@ pytestmark = pytest.mark.integration
 async def api(session_database_url: str) -> AsyncIterator[Api]:
     async with running_api(session_database_url) as running:
         yield running
-
-
-@pytest.fixture
-async def fresh_url() -> AsyncIterator[str]:
-    """A database of this test's own (health reads the whole outbox and every lock)."""
-    require_servers()
-    name = f"vigil_test_health_{uuid.uuid4().hex[:8]}"
-    url = await create_database(name)
-    try:
-        yield url
-    finally:
-        await drop_database(name)
 
 
 async def _live_host(api: Api) -> str:

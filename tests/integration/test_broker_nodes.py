@@ -7,7 +7,6 @@ The "nodes" here are the one real broker, reached directly and through a link th
 
 import asyncio
 import random
-from collections.abc import Iterator
 
 import pytest
 from yarl import URL
@@ -16,20 +15,9 @@ from bench.cluster import free_port
 from shared.messaging.amqp import connect, open_broker
 from shared.messaging.topology import Topology
 from tests.conftest import AMQP_URL, require_servers
-from tests.e2e.links import Link, link_loop
+from tests.e2e.links import Link
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def link() -> Iterator[Link]:
-    require_servers()
-    with link_loop() as loop:
-        opened = Link(loop, {"amqp": AMQP_URL})
-        try:
-            yield opened
-        finally:
-            opened.close()
 
 
 async def test_a_node_that_does_not_answer_is_passed_over() -> None:
@@ -44,12 +32,12 @@ async def test_a_node_that_does_not_answer_is_passed_over() -> None:
 
 
 async def test_a_connection_whose_node_goes_is_made_again_on_the_next(
-    link: Link, namespace: str, monkeypatch: pytest.MonkeyPatch
+    broker_link: Link, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Cut the first node's link under a live broker: the connection is made again on the
     other node, the channel with it, and a publish there is confirmed and consumed."""
     monkeypatch.setattr(random, "randrange", lambda _: 0)  # the first node first
-    through_link = link.urls["amqp"]
+    through_link = broker_link.urls["amqp"]
     topology = Topology(namespace)
     async with open_broker(f"{through_link},{AMQP_URL}", topology, "test-nodes") as broker:
         assert URL(str(broker.connection)).port == URL(through_link).port
@@ -59,7 +47,7 @@ async def test_a_connection_whose_node_goes_is_made_again_on_the_next(
         queue = await consumer.declare_queue(f"{namespace}.nodes", exclusive=True)
         await queue.bind(broker.events, routing_key="log.info.#")
 
-        link.cut()
+        broker_link.cut()
         async with asyncio.timeout(15):
             await reconnected.wait()
         assert URL(str(broker.connection)).port == URL(AMQP_URL).port

@@ -1,0 +1,34 @@
+"""Fixtures of the integration tier, beside those of every tier (`tests/conftest.py`)."""
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from tests.conftest import AMQP_URL, create_database, drop_database, require_servers
+from tests.e2e.links import Link, link_loop
+
+
+@pytest.fixture
+async def fresh_url() -> AsyncIterator[str]:
+    """A migrated database of this test's own, dropped after it: for a test that reads a whole
+    table (the outbox), or takes the leader's lock, which the session's database shares."""
+    require_servers()
+    name = f"vigil_test_own_{uuid.uuid4().hex[:8]}"
+    url = await create_database(name)
+    try:
+        yield url
+    finally:
+        await drop_database(name)
+
+
+@pytest.fixture
+def broker_link() -> Iterator[Link]:
+    """The real RabbitMQ, reached through a link the test can cut (`tests.e2e.links`)."""
+    require_servers()
+    with link_loop() as loop:
+        opened = Link(loop, {"amqp": AMQP_URL})
+        try:
+            yield opened
+        finally:
+            opened.close()
