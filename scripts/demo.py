@@ -1,8 +1,8 @@
-"""HTTP side of scripts/up: wait for the api, run a demo job, print where to look.
+"""HTTP side of scripts/up: run a demo job, print where to look (scripts/up waits for each
+service with `python -m shared.runtime.health`).
 
 Stdlib only. Reads VIGIL_API_URL (default http://127.0.0.1:8000) and VIGIL_TOKEN.
 
-    python scripts/demo.py wait --timeout 30 [--pid PID]
     python scripts/demo.py run --timeout 60 [--token-source file|env]
     python scripts/demo.py where [--token-source file|env]
 """
@@ -60,36 +60,6 @@ def items(payload: Any) -> list[dict[str, Any]]:
     if isinstance(payload, dict):
         payload = payload.get("items", [])
     return [item for item in payload or [] if isinstance(item, dict)]
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def cmd_wait(args: argparse.Namespace) -> int:
-    deadline = time.monotonic() + args.timeout
-    last = "no answer yet"
-    while time.monotonic() < deadline:
-        if args.pid and not pid_alive(args.pid):
-            sys.stderr.write(f"the api process (pid {args.pid}) exited\n")
-            return 1
-        try:
-            call("GET", "/healthz", timeout=2)
-            out(f"    ok  api healthy at {API}")
-            return 0
-        except ApiError as exc:
-            last = str(exc)
-        except OSError as exc:
-            last = str(getattr(exc, "reason", exc))
-        time.sleep(0.5)
-    sys.stderr.write(f"{API}/healthz not ready after {args.timeout:.0f} s ({last})\n")
-    return 1
 
 
 def print_where(job_id: str | None, token_source: str) -> None:
@@ -202,10 +172,6 @@ def cmd_where(args: argparse.Namespace) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    wait = sub.add_parser("wait", help="wait for GET /healthz")
-    wait.add_argument("--timeout", type=float, default=30.0)
-    wait.add_argument("--pid", type=int, default=0, help="give up when this process exits")
-    wait.set_defaults(func=cmd_wait)
     run = sub.add_parser("run", help="submit the demo job and wait for it")
     run.add_argument("--timeout", type=float, default=60.0)
     run.add_argument("--token-source", choices=["file", "env"], default="file")
