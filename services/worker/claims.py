@@ -3,7 +3,8 @@
 `take()` makes a work message's claim this worker's: setup and hooks move the task into their
 running state (`setting_up`, `recovering_*`, `restarting_*`); the cluster and post-processing
 stages adopt a task resting in `queued` / `data_ready`. After it the message can be acked: a
-worker that dies from then on is the supervisor's business.
+worker that dies from then on is the supervisor's business. `resume()` holds again a task this
+worker holds but drives no more (the consumer's reconcile), where that is safe.
 """
 
 import asyncio
@@ -123,8 +124,7 @@ class Taker:
             row = await conn.fetchrow(_TASK_AND_JOB, message.task_id, message.job_id)
         if row is None:
             return None
-        task = tasks_repo.Task.from_record({k: v for k, v in row.items() if k[:4] != "job."})
-        job = jobs_repo.Job.from_record({k[4:]: v for k, v in row.items() if k[:4] == "job."})
+        task, job = _task_and_job(row)
         if task.claim != message.claim:
             return None
         held: Held | None = None
@@ -231,10 +231,22 @@ class Taker:
             return None
         if state is None:
             return None
+        return await self._held(conn, task, job, message.claim, state)
+
+    async def _held(
+        self,
+        conn: Connection,
+        task: tasks_repo.Task,
+        job: jobs_repo.Job,
+        claim: UUID,
+        state: TaskState,
+        opened: int | None = None,
+    ) -> Held:
+        """The task held under `claim` in `state`, its input resolved."""
         value, upstream = await _resolve_input(
             conn, task.input, job.owner_id, self.workdir(task.job_id, task.id)
         )
-        held = Held(task, job, message.claim, state, value)
+        held = Held(task, job, claim, state, value, opened)
         held.upstream = upstream
         return held
 
@@ -296,10 +308,78 @@ class Taker:
 
     async def abandon(self, held: Held, why: str) -> None:
         """The worker is stopping with this task in its hands: fail it as lost."""
+        await self.lose(held.task.id, held.claim, why)
+
+    async def lose(self, task_id: str, claim: UUID, why: str) -> bool:
+        """Fail the task as lost if this worker instance still holds it under `claim`."""
         async with self.pool.acquire() as conn:
-            task = await tasks_repo.get(conn, held.task.id)
-            if task is not None and task.claim == held.claim and task.worker == self.instance:
-                await loss.declare(conn, task, why=why)
+            task = await tasks_repo.get(conn, task_id)
+            if task is not None and task.claim == claim and task.worker == self.instance:
+                return await loss.declare(conn, task, why=why)
+        return False
+
+    async def resume(self, task_id: str, job_id: str, claim: UUID) -> Held | None:
+        """Hold again, to drive it, a task this worker instance holds in PostgreSQL under
+        `claim` but drives no more (the reply of its take was lost after it committed, or its
+        driver failed without recording why), as it rests, when no step after the take had
+        started (`resumed_attempt`); None when it is not so held any more, or was further on.
+
+        Safe only for a caller that no other handling of this claim can run beside (the
+        consumer's reconcile: `services/worker/consumer.py`)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            if not await tasks_repo.lock_held(conn, task_id, claim, self.instance):
+                return None
+            row = await conn.fetchrow(_TASK_AND_JOB, task_id, job_id)
+            if row is None:
+                return None
+            task, job = _task_and_job(row)
+            attempts = await attempts_repo.list_for_task(conn, task_id)
+            opened = [(a.attempt, a.stage) for a in attempts if a.ended_at is None]
+            resumable, carried_on = resumed_attempt(task.state, opened, task.attempt)
+            if not resumable:
+                return None
+            held = await self._held(conn, task, job, claim, task.state, carried_on)
+        held.cluster_starts = int(row["cluster_starts"])
+        return held
+
+
+def _task_and_job(row: Any) -> tuple[tasks_repo.Task, jobs_repo.Job]:
+    """A row of `_TASK_AND_JOB` as the task and its job."""
+    task = tasks_repo.Task.from_record({k: v for k, v in row.items() if k[:4] != "job."})
+    job = jobs_repo.Job.from_record({k[4:]: v for k, v in row.items() if k[:4] == "job."})
+    return task, job
+
+
+#: States a take leads to (and `post_processing`), from which a worker that lost track of a
+#: task it holds may drive it again, and the stage whose attempt may be open there: the one
+#: the take (or the move into it) opened, none else.
+_RESUMABLE: Final[dict[TaskState, str | None]] = {
+    S.SETTING_UP: Stage.SETUP.value,  # a general take opens none: then `_setup` opens it
+    S.QUEUED: None,
+    S.DATA_READY: None,
+    S.POST_PROCESSING: Stage.POST_PROCESSING.value,
+    **{running: None for running, _ok, _failed in ACTIONS.values()},
+}
+
+
+def resumed_attempt(
+    state: TaskState, opened: list[tuple[int, str]], latest: int
+) -> tuple[bool, int | None]:
+    """Whether a held task that nobody drives may be driven again from `state`, its open
+    attempts being `opened` ((number, stage)) and its latest attempt `latest`, and the
+    attempt it carries on (None: its stage opens one). Not when a command may have run
+    (`on_cpu`), nor when a step after the take had started (another attempt is open).
+
+    Running again what a take leads to is what a task type's hooks are written for: a stage
+    cut off is run again in the same work dir (`docs/task-types.md`); a command never is."""
+    if state not in _RESUMABLE:
+        return False, None
+    stage = _RESUMABLE[state]
+    if not opened:  # post-processing opens its attempt with the move into it
+        return state is not S.POST_PROCESSING, None
+    if stage is not None and opened == [(latest, stage)]:
+        return True, latest
+    return False, None
 
 
 async def release(conn: Connection, held: Held, state: TaskState) -> None:

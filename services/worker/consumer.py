@@ -7,6 +7,13 @@ its command's exit: what follows (post-processing, bookkeeping) overlaps the nex
 `slots` commands run at once (the runner's slots); with `prefetch`, that many more tasks are
 taken and set up meanwhile, each waiting `queued` for a slot. Messages beyond that stay
 unacked, so the broker hands them to someone else if this worker dies.
+
+Every `reconcile_s` the consumer compares what PostgreSQL says this worker instance holds
+with what its handlings drive (`reconcile`): a task held but driven by none (the reply of its
+take was lost after the take committed, so the take made again found it taken and did
+nothing; or its driver failed and could not record why) is driven again from where it rests
+when nothing after its take had started (`Taker.resume`), and failed as `lost` otherwise,
+which the triage then recovers or resubmits.
 """
 
 import asyncio
@@ -25,7 +32,9 @@ from shared.domain.messages import RemoveWorkdirs, RunStage, decode
 from shared.messaging.amqp import Broker, settle
 from shared.messaging.topology import declare_all_work_queues
 from shared.runtime.health import Check
+from shared.runtime.lifecycle import wait_or_stop
 from shared.runtime.ride_out import ride_out
+from shared.store import tasks_repo
 
 logger = logging.getLogger(__name__)
 
@@ -72,10 +81,13 @@ class Consumer:
         self._probe = asyncio.Lock()
         self._stopping = False
         self._admission = Admission.SHUT
-        #: The (task, claim) of every message this worker is handling: the broker delivers a
-        #: message again when its ack was lost (a channel that closed), and a second handling
-        #: of the same claim must never start a second run of its task.
+        #: The (task, claim) of every message this worker is handling, and of every task its
+        #: reconcile drives again: the broker delivers a message again when its ack was lost (a
+        #: channel that closed), and a second handling of the same claim must never start a
+        #: second run of its task.
         self._handling: set[tuple[str, UUID]] = set()
+        self._reconciling: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
 
     async def start(
         self, broker: Broker, host_id: str, pool_name: str, admission: Admission
@@ -93,6 +105,9 @@ class Consumer:
         self._consuming.append((host_q, await host_q.consume(self._on_message)))
         await self.admit(admission)
         logger.info("consuming %s", ", ".join(q.name for q, _ in self._consuming))
+        self._reconciling = asyncio.create_task(
+            self._reconcile_every(self._runner.settings.reconcile_s), name="reconcile"
+        )
 
     async def admit(self, admission: Admission) -> None:
         """Consume the pool queue as the host's quarantine allows: fully when open, one task
@@ -221,9 +236,76 @@ class Consumer:
         under the message's claim)."""
         return await ride_out(lambda: self._runner.take(message), f"taking task {message.task_id}")
 
+    async def _reconcile_every(self, every_s: float) -> None:
+        while True:
+            try:
+                await self.reconcile()
+            except Exception as exc:  # the database away, most likely: the next round
+                logger.warning("reconcile failed, will retry: %s", exc)
+            if await wait_or_stop(self._stopped, every_s):
+                return
+
+    async def reconcile(self) -> int:
+        """One comparison of what PostgreSQL says this worker instance holds with what its
+        handlings drive; each task held but driven by none is driven again (or failed as lost,
+        `_drive_again`) in a tracked task of its own. Returns how many were found."""
+        runner = self._runner
+        async with runner.pool.acquire() as conn:
+            held = await tasks_repo.held_by(conn, runner.instance)
+        found = 0
+        for task in held:
+            claim = task.claim
+            if claim is None or (task.id, claim) in self._handling or self._stopping:
+                continue
+            # held from here on: a delivery of its claim is acked and dropped meanwhile
+            self._handling.add((task.id, claim))
+            found += 1
+            driving = asyncio.create_task(self._drive_again(task, claim), name=f"resume-{task.id}")
+            self._tasks.add(driving)
+            driving.add_done_callback(self._tasks.discard)
+        return found
+
+    async def _drive_again(self, task: tasks_repo.Task, claim: UUID) -> None:
+        """Drive a held task that no handling drives from where it rests, within the intake;
+        fail it as lost at once when that is not safe (a command may have run)."""
+        taker = self._runner.taker
+        try:
+            held = await taker.resume(task.id, task.job_id, claim)
+            if held is None:  # not ours any more (then this is a no-op), or not safe to resume
+                why = (
+                    f"its worker {self._runner.instance} held it {task.state} but drove it no"
+                    " more (a take whose reply was lost, or a driver that failed without"
+                    " recording why): not run again from there"
+                )
+                if await taker.lose(task.id, claim, why):
+                    logger.warning("task %s: held but driven by none: lost", task.id)
+                return
+            logger.warning(
+                "task %s: held but driven by none (its take's reply lost?): driving it again"
+                " from %s",
+                task.id,
+                held.state,
+                extra={"task_id": task.id},
+            )
+            await self._intake.acquire()
+            permit = Permit(self._intake)
+            try:
+                if not self._stopping:  # else its worker goes: the supervisor reaps its tasks
+                    await self._runner.drive(held, permit)
+            finally:
+                permit.release()
+        except Exception:
+            logger.exception("task %s: could not drive it again", task.id)
+        finally:
+            self._handling.discard((task.id, claim))
+
     async def stop_intake(self) -> None:
         """Stop receiving new messages; those running go on, those waiting for a slot go back."""
         self._stopping = True
+        self._stopped.set()
+        if self._reconciling is not None:
+            self._reconciling.cancel()
+            await asyncio.gather(self._reconciling, return_exceptions=True)
         for queue, tag in self._consuming:
             try:
                 await queue.cancel(tag)

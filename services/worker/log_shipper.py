@@ -64,6 +64,7 @@ class LogShipper:
         self._unwritable: set[Stream] = set()  # streams whose run file could not be opened
         self._flush_every_s = flush_every_s
         self._flusher: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()  # set by `close()`: the periodic flush ends
         self._pending: list[LogRecord] = []
         self._line_no = 0
         self._progress: int | None = None
@@ -155,9 +156,15 @@ class LogShipper:
         return handle
 
     async def _flush_every(self, period_s: float) -> None:
-        while True:
-            await asyncio.sleep(period_s)
-            await self.flush()
+        """Flush every `period_s` until `close()`, which lets a flush under way end: one
+        cancelled halfway could leave its lines stored (the logs say `PROGRESS: 100`) and the
+        task's progress not (it showed 50), or drop its lines. Flushes never overlap: the
+        progress a task shows is the last one it printed."""
+        while not self._closing.is_set():
+            try:
+                await asyncio.wait_for(self._closing.wait(), period_s)
+            except TimeoutError:
+                await self.flush()
 
     async def flush(self) -> None:
         """Persist and publish what is pending. A database error keeps the lines for later."""
@@ -175,6 +182,8 @@ class LogShipper:
         except UNAVAILABLE as exc:
             logger.warning("could not persist %d log lines, will retry: %s", len(batch), exc)
             self._pending = batch + self._pending
+            if self._progress is None:  # unless a later line said more, it is still the last
+                self._progress = progress
             return
         if progress is not None:
             await self._record_progress(progress)
@@ -202,9 +211,10 @@ class LogShipper:
             )
 
     async def close(self) -> None:
-        """Stop the periodic flush, flush everything and close the run files."""
+        """Stop the periodic flush (a flush under way ends first), flush everything and
+        close the run files."""
         if self._flusher is not None:
-            self._flusher.cancel()
+            self._closing.set()
             await asyncio.gather(self._flusher, return_exceptions=True)
         await self.flush()
         if self._pending:  # one more try for lines kept back by a database error

@@ -27,6 +27,9 @@ class WorkerSettings(HostSettings):
     job_memory_mb: int | None = Field(default=None, ge=0, le=64 * 1024 * 1024)
     job_cpus: float = Field(default=0.0, ge=0, le=4096)
     job_pids: int = Field(default=4096, ge=0, le=4_194_304)
+    #: Every this often (`VIGIL_RECONCILE_S`, the supervisor's too), compare the tasks
+    #: PostgreSQL says this worker holds with those it drives (`Consumer.reconcile`).
+    reconcile_s: float = Field(default=2.0, gt=0, le=300)
     #: Log lines are persisted and published in batches this often (seconds).
     log_flush_s: float = Field(default=0.1, gt=0, le=5)
     #: Output files up to this size are kept in PostgreSQL for download from the api

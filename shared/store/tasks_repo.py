@@ -673,6 +673,19 @@ async def adopt(conn: Connection, task_id: str, state: TaskState, claim: UUID, w
     return bool(status == "UPDATE 1")
 
 
+async def lock_held(conn: Connection, task_id: str, claim: UUID, worker: str) -> bool:
+    """Whether `worker` holds the task under `claim`, locking its row until the caller's
+    transaction ends if so (a worker's look at a task it holds before it drives it again:
+    `services/worker/claims.py`, `Taker.resume`). Locks: the task's row if it matches."""
+    found = await conn.fetchval(
+        "SELECT 1 FROM tasks WHERE id = $1 AND claim = $2 AND worker = $3 FOR UPDATE",
+        task_id,
+        claim,
+        worker,
+    )
+    return found is not None
+
+
 async def give_back(
     conn: Connection, task_id: str, claim: UUID, state: TaskState | None = None
 ) -> None:
