@@ -24,7 +24,6 @@ from redis.asyncio import Redis
 
 from services.worker.admission import Admission
 from services.worker.consumer import Consumer
-from services.worker.settings import WorkerSettings
 from services.worker.stages import StageRunner
 from shared.domain.messages import RunStage
 from shared.domain.states import FailureClass, Stage, TaskState
@@ -35,6 +34,7 @@ from shared.store import db, jobs_repo, tasks_repo, users_repo
 from shared.store.jobs_repo import NewJob
 from shared.task_types.registry import load_task_types
 from tests.conftest import AMQP_URL, REDIS_URL
+from tests.integration.test_stage_runner import _settings as worker_settings
 
 pytestmark = pytest.mark.integration
 S = TaskState
@@ -125,18 +125,7 @@ async def _worker(
     """A worker of a host of its own, unconfined, without cgroups, its connections to
     PostgreSQL through `database_url`; consuming its queues (and reconciling every 0.1 s) if
     `consuming`, else its reconcile is called by the test."""
-    settings = WorkerSettings(
-        database_url=database_url,
-        amqp_url=AMQP_URL,
-        redis_url=REDIS_URL,
-        namespace=namespace,
-        host_id=f"h-{uuid.uuid4().hex[:8]}",
-        work_root=str(work_root),
-        job_isolation="off",
-        cgroup_root="off",
-        worker_slots=2,
-        reconcile_s=0.1,
-    )
+    settings = worker_settings(database_url, namespace, work_root, worker_slots=2, reconcile_s=0.1)
     redis = Redis.from_url(REDIS_URL)
     async with (
         db.open_pool(database_url, max_size=4, generic_plans=True) as pool,
