@@ -254,7 +254,8 @@ class Watchers:
                 conn, watched.task_id, watched.attempt, watched.policy.fail_on_log
             )
         if line is not None:
-            await self.end(watched, error_log_outcome("error", line), errors=True)
+            outcome = error_log_outcome("error", line, await self._noted_exit(watched))
+            await self.end(watched, outcome, errors=True)
 
     async def on_log(self, record: LogRecord) -> None:
         """A record from the error-log binding of a watched job."""
@@ -262,9 +263,12 @@ class Watchers:
         if watched is None or watched.ending or record.attempt != watched.attempt:
             return
         if record.severity in watched.policy.fail_on_log:
+            # a command that logged its error and exited is failed by whoever comes first,
+            # the worker at the exit or this verdict: the exit status its worker noted stays
+            returncode = await self._noted_exit(watched)
             await self.end(
                 watched,
-                error_log_outcome(record.severity.value, record.line),
+                error_log_outcome(record.severity.value, record.line, returncode),
                 errors=True,
                 since=record.ts.timestamp(),
             )
@@ -344,12 +348,29 @@ class Watchers:
 
     async def _noted(self, watched: Handed) -> bool:
         """Whether the worker noted this exit (it will report it); unknown counts as no."""
+        return await self._note(watched) is not None
+
+    async def _noted_exit(self, watched: Handed) -> int | None:
+        """The exit status the worker noted for this process (negative: the signal that
+        killed it), None when it noted none (or Redis cannot say)."""
+        note = await self._note(watched)
+        try:
+            return int(note) if note is not None else None
+        except ValueError:
+            return None
+
+    async def _note(self, watched: Handed) -> str | None:
+        """What the worker noted of this process's exit under its claim (the exit status),
+        None when it noted nothing; unknown counts as nothing."""
         try:
             note = await self._redis.hget(self._keys.job_exits(watched.job_id), watched.task_id)
         except UNAVAILABLE as exc:
             logger.warning("cannot read the exit note of task %s: %s", watched.task_id, exc)
-            return False
-        return isinstance(note, str) and note.split(" ")[0] == str(watched.claim)
+            return None
+        if not isinstance(note, str):
+            return None
+        claim, _, status = note.partition(" ")
+        return status if claim == str(watched.claim) else None
 
     async def close(self) -> None:
         """Stop watching (the processes go on; a new supervisor re-attaches to them)."""

@@ -325,7 +325,9 @@ class StageRunner:
         attempt, status = ran.attempt, ran.status
         outcome = command_outcome(ran.returncode, status)
         if ran.failing is not None:  # the supervisor may have been slower than the exit
-            outcome = error_log_outcome(ran.failing.severity.value, ran.failing.line)
+            outcome = error_log_outcome(
+                ran.failing.severity.value, ran.failing.line, ran.returncode
+            )
         if ran.over_memory is not None and ran.returncode != 0:  # the cause, whatever it logged
             outcome = limit_outcome(ran.returncode, ran.over_memory.memory_bytes)
         if outcome.state is S.DATA_READY:

@@ -128,11 +128,16 @@ def walltime_outcome(walltime_s: float) -> Outcome:
     )
 
 
-def error_log_outcome(severity: str, line: str) -> Outcome:
-    """The command logged a record whose severity is in the job's `fail_on_log`."""
+def error_log_outcome(severity: str, line: str, returncode: int | None = None) -> Outcome:
+    """The command logged a record whose severity is in the job's `fail_on_log`.
+
+    `returncode`: how the command had ended by then on its own, if it had (negative: the
+    signal that killed it); its exit code or signal is kept beside the class."""
     return Outcome(
         TaskState.FAILED_ON_CLUSTER,
         FailureClass.ERROR_LOG,
+        exit_code=returncode if returncode is not None and returncode >= 0 else None,
+        signal=-returncode if returncode is not None and returncode < 0 else None,
         brief=f"{severity} logged: {line[:500]}",
     )
 

@@ -134,6 +134,29 @@ async def test_a_command_that_exits_non_zero_fails_the_task_as_exit_and_lets_it_
     assert (await _attempts(pool, message.task_id))[-1] == ("cluster", "failed_on_cluster")
 
 
+async def test_a_command_that_logs_an_error_and_exits_keeps_its_exit_code_beside_error_log(
+    runner: StageRunner, pool: db.Pool
+) -> None:
+    message = await _claimed(pool, 'echo "ERROR: no input"; exit 3')
+
+    held = await runner.take(message)
+    assert held is not None
+    await runner.drive(held)
+
+    task = await _task(pool, message.task_id)
+    assert (task["state"], task["failure_class"], task["exit_code"]) == (
+        "failed_on_cluster",
+        "error_log",
+        3,
+    )
+    assert task["error_brief"] == "error logged: ERROR: no input"
+    exit_code = await pool.fetchval(
+        "SELECT exit_code FROM attempts WHERE task_id = $1 AND stage = 'cluster'",
+        message.task_id,
+    )
+    assert exit_code == 3
+
+
 async def test_a_message_whose_claim_is_not_the_tasks_any_more_is_a_no_op(
     runner: StageRunner, pool: db.Pool
 ) -> None:

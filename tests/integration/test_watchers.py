@@ -13,6 +13,7 @@ import pytest
 
 from services.supervisor.error_logs import ErrorLogs
 from services.supervisor.watchers import Watchers, WatchSettings
+from shared.domain.messages import LogRecord, Severity
 from shared.host.processes import create_time
 from shared.messaging.redis_client import open_redis
 from shared.messaging.redis_keys import RedisKeys
@@ -126,9 +127,8 @@ async def test_a_task_that_moved_on_meanwhile_is_left_alone(
     assert row is not None and (row["state"], row["failure_class"]) == ("data_ready", None)
 
 
-async def test_a_process_handed_over_after_follow_after_is_followed_at_once(
-    watchers: Watchers, running: Running
-) -> None:
+async def _handed_over_and_followed(watchers: Watchers, running: Running) -> None:
+    """Hand the process over as the worker does after `follow_after_s`; wait until followed."""
     watchers.watch(
         running.task_id,
         running.job_id,
@@ -137,7 +137,44 @@ async def test_a_process_handed_over_after_follow_after_is_followed_at_once(
         running.created,
         ran_s=SETTINGS.follow_after_s,  # the worker waited it out already
     )
-
     async with asyncio.timeout(5):  # not another follow_after_s (60 s) here
         while not watchers.is_following(running.task_id):  # noqa: ASYNC110
             await asyncio.sleep(0.02)  # (nothing to await: the watcher loads it)
+
+
+async def test_a_process_handed_over_after_follow_after_is_followed_at_once(
+    watchers: Watchers, running: Running
+) -> None:
+    await _handed_over_and_followed(watchers, running)
+
+
+async def test_an_error_logged_by_a_command_that_exited_keeps_the_exit_code_its_worker_noted(
+    watchers: Watchers, running: Running, pool: db.Pool, keys: RedisKeys
+) -> None:
+    # given: a followed command whose worker noted its exit with code 3
+    await _handed_over_and_followed(watchers, running)
+    async with open_redis(REDIS_URL) as redis:
+        await redis.hset(keys.job_exits(running.job_id), running.task_id, f"{running.claim} 3")
+
+    # when: its error record reaches the supervisor before the worker's report
+    await watchers.on_log(
+        LogRecord(
+            job_id=running.job_id,
+            task_id=running.task_id,
+            run_number=1,
+            attempt=0,  # no cluster attempt row in this test
+            line_no=1,
+            severity=Severity.ERROR,
+            stream="stdout",
+            line="ERROR: no input",
+        )
+    )
+
+    # then: the task fails on its error log, with the exit code beside the class
+    row = await pool.fetchrow("SELECT * FROM tasks WHERE id = $1", running.task_id)
+    assert row is not None
+    assert (row["state"], row["failure_class"], row["exit_code"]) == (
+        "failed_on_cluster",
+        "error_log",
+        3,
+    )

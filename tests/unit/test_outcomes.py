@@ -11,6 +11,7 @@ from shared.domain.analyser import BLAMES_HOST, INFRA
 from shared.domain.messages import JobOutcome
 from shared.domain.outcomes import (
     command_outcome,
+    error_log_outcome,
     hook_failed,
     lost_outcome,
     vanished_outcome,
@@ -42,6 +43,20 @@ def test_a_signal_is_class_signal_named_and_announced_as_a_crash() -> None:
     assert outcome.brief == "command killed by SIGSEGV"
     event = outcome.job_event("j-1", "t-1")
     assert event is not None and event.outcome is JobOutcome.CRASHED
+
+
+def test_an_error_log_keeps_how_the_command_ended_beside_its_class() -> None:
+    exited = error_log_outcome("error", "ERROR: no input", 3)
+    killed = error_log_outcome("fatal", "FATAL: bye", -signal.SIGABRT)
+    running = error_log_outcome("error", "ERROR: still going")
+
+    assert (exited.failure_class, exited.exit_code, exited.signal) == (
+        FailureClass.ERROR_LOG, 3, None,
+    )  # fmt: skip
+    assert exited.brief == "error logged: ERROR: no input"
+    assert (killed.exit_code, killed.signal) == (None, signal.SIGABRT)
+    assert (running.exit_code, running.signal) == (None, None)  # killed by its verdict
+    assert exited.changes()["exit_code"] == 3
 
 
 def test_a_lost_worker_fails_the_stage_it_held_and_crashes_the_job() -> None:
