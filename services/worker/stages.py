@@ -128,6 +128,8 @@ class _Ran:
     status: StatusReport | None
     #: Its memory limit, if the kernel killed one of its processes for going over it.
     over_memory: TaskLimits | None = None
+    #: The line bash wrote on stderr when it could not parse the script, if it wrote one.
+    syntax_error: str | None = None
 
 
 #: Running hook state -> its action state.
@@ -323,7 +325,7 @@ class StageRunner:
         if ran is None:
             return False
         attempt, status = ran.attempt, ran.status
-        outcome = command_outcome(ran.returncode, status)
+        outcome = command_outcome(ran.returncode, status, ran.syntax_error)
         if ran.failing is not None:  # the supervisor may have been slower than the exit
             outcome = error_log_outcome(
                 ran.failing.severity.value, ran.failing.line, ran.returncode
@@ -405,7 +407,7 @@ class StageRunner:
         running.open_gate()
         over_memory = None
         try:
-            returncode, failing = await self._watch_output(
+            returncode, failing, syntax_error = await self._watch_output(
                 held, attempt, ctx, running, policy, slot.free
             )
         finally:
@@ -417,7 +419,9 @@ class StageRunner:
                     over_memory = bounds
                 self.cgroups.remove(held.task.id, held.claim)
         status = await _read_status(ctx)
-        return _Ran(attempt, returncode, failing, running.exited_at, status, over_memory)
+        return _Ran(
+            attempt, returncode, failing, running.exited_at, status, over_memory, syntax_error
+        )
 
     async def _cluster_script(self, held: Held, ctx: TaskContext) -> str | None:
         """The command's script from its type's `cluster_commands`, or None when that hook
@@ -604,10 +608,11 @@ class StageRunner:
         running: process.Running,
         policy: Policy,
         exited: Callable[[], None],
-    ) -> tuple[int, LogRecord | None]:
+    ) -> tuple[int, LogRecord | None, str | None]:
         """Ship the output until the command exits: (its exit status, its first line with a
-        severity in `fail_on_log`, if any). `exited` is called as soon as the command's main
-        process has ended, before its output is drained."""
+        severity in `fail_on_log`, the stderr line of a shell syntax error; each if any).
+        `exited` is called as soon as the command's main process has ended, before its output
+        is drained."""
         shipper = LogShipper(
             pool=self.pool,
             broker=self.broker,
@@ -633,7 +638,7 @@ class StageRunner:
             returncode = await process.wait(running, shipper.add, on_exit)
         finally:
             await shipper.close()
-        return returncode, shipper.failing
+        return returncode, shipper.failing, shipper.syntax_error
 
     def _exit_noter(self, held: Held) -> process.ExitNote:
         """Notes every command's exit for the supervisor, handed over or not: its reconcile

@@ -8,6 +8,9 @@ from shared.domain.messages import Severity
 
 _LEVEL_RE: Final = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL|FATAL)(?::|\s)")
 _PROGRESS_RE: Final = re.compile(r"^PROGRESS:\s*(\d{1,3})\s*$")
+#: What bash writes on stderr when it cannot parse a script, before it exits 2 (`bash: -c:
+#: line 1: unexpected EOF while looking for matching ...`, `...: syntax error: ...`).
+_SHELL_SYNTAX_RE: Final = re.compile(r"syntax error|unexpected EOF while looking for matching")
 #: Longer lines are cut so that one runaway line cannot flood the broker or the database.
 MAX_LINE_CHARS: Final = 8192
 
@@ -38,3 +41,8 @@ def parse_line(raw: str, stream: Literal["stdout", "stderr"]) -> ParsedLine:
     if progress_match and int(progress_match.group(1)) <= 100:
         progress = int(progress_match.group(1))
     return ParsedLine(line=line, severity=severity, progress=progress)
+
+
+def shell_syntax_error(line: str) -> bool:
+    """Whether `line`, written on stderr, is bash saying that it cannot parse a script."""
+    return _SHELL_SYNTAX_RE.search(line) is not None

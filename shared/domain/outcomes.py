@@ -67,8 +67,17 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def command_outcome(returncode: int, status: StatusReport | None) -> Outcome:
-    """How the command's exit status (negative = killed by that signal) ends the cluster stage."""
+#: What bash exits with when it cannot parse the script (as for a misused builtin).
+SHELL_SYNTAX_EXIT: Final = 2
+
+
+def command_outcome(
+    returncode: int, status: StatusReport | None, syntax_error: str | None = None
+) -> Outcome:
+    """How the command's exit status (negative = killed by that signal) ends the cluster stage.
+
+    `syntax_error`: the stderr line in which bash said it could not parse the script
+    (`shared.domain.log_lines.shell_syntax_error`); with exit 2 the brief names it."""
     if returncode < 0:
         sig = -returncode
         return Outcome(
@@ -79,6 +88,8 @@ def command_outcome(returncode: int, status: StatusReport | None) -> Outcome:
         )
     if returncode > 0:
         brief = f"command exited with code {returncode}"
+        if returncode == SHELL_SYNTAX_EXIT and syntax_error is not None:
+            brief += f": a shell syntax error: {syntax_error[:500]}"
         if status is not None and status.message:
             brief += f": {status.message}"
         return Outcome(

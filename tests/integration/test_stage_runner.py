@@ -157,6 +157,23 @@ async def test_a_command_that_logs_an_error_and_exits_keeps_its_exit_code_beside
     assert exit_code == 3
 
 
+async def test_a_command_bash_cannot_parse_fails_with_a_brief_that_says_so(
+    runner: StageRunner, pool: db.Pool
+) -> None:
+    message = await _claimed(pool, 'echo "unterminated')
+
+    held = await runner.take(message)
+    assert held is not None
+    await runner.drive(held)
+
+    task = await _task(pool, message.task_id)
+    assert (task["failure_class"], task["exit_code"]) == ("exit", 2)
+    assert task["error_brief"] == (
+        "command exited with code 2: a shell syntax error:"
+        " bash: -c: line 1: unexpected EOF while looking for matching `\"'"
+    )
+
+
 async def test_a_message_whose_claim_is_not_the_tasks_any_more_is_a_no_op(
     runner: StageRunner, pool: db.Pool
 ) -> None:

@@ -1,10 +1,11 @@
 """Output lines: severity from a leading level word, stream defaults, progress, cleaning."""
 
+import subprocess
 from typing import Literal
 
 import pytest
 
-from shared.domain.log_lines import MAX_LINE_CHARS, parse_line
+from shared.domain.log_lines import MAX_LINE_CHARS, parse_line, shell_syntax_error
 from shared.domain.messages import Severity
 
 
@@ -95,3 +96,18 @@ def test_when_a_line_is_exactly_at_the_limit__it_is_kept_whole() -> None:
 
 def test_when_a_line_holds_a_nul__it_becomes_the_replacement_character() -> None:
     assert parse_line("a\x00b\n", "stdout").line == "a\ufffdb"
+
+
+@pytest.mark.parametrize("script", ['echo "unterminated', "if true; then echo x", "echo )"])
+def test_what_bash_says_of_a_script_it_cannot_parse_is_told_apart(script: str) -> None:
+    ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=10)
+
+    assert ran.returncode == 2
+    assert shell_syntax_error(ran.stderr.splitlines()[0])
+
+
+@pytest.mark.parametrize(
+    "line", ["ls: cannot access 'x': No such file or directory", "WARNING: syntax is fine"]
+)
+def test_other_stderr_lines_are_no_syntax_error(line: str) -> None:
+    assert not shell_syntax_error(line)

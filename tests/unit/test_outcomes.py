@@ -37,6 +37,18 @@ def test_a_non_zero_exit_is_class_exit_with_the_code_and_the_status_message() ->
     assert outcome.job_event("j-1", "t-1") is None
 
 
+def test_exit_2_with_bashs_syntax_error_line_is_named_a_shell_syntax_error() -> None:
+    said = "bash: -c: line 1: unexpected EOF while looking for matching `\"'"
+
+    parse_error = command_outcome(2, None, said)
+    other_code = command_outcome(1, None, said)  # a line of the command's own, then exit 1
+
+    assert (parse_error.failure_class, parse_error.exit_code) == (FailureClass.EXIT, 2)
+    assert parse_error.brief == f"command exited with code 2: a shell syntax error: {said}"
+    assert other_code.brief == "command exited with code 1"
+    assert command_outcome(2, None).brief == "command exited with code 2"
+
+
 def test_a_signal_is_class_signal_named_and_announced_as_a_crash() -> None:
     outcome = command_outcome(-signal.SIGSEGV, None)
     assert (outcome.failure_class, outcome.signal) == (FailureClass.SIGNAL, signal.SIGSEGV)
