@@ -6,9 +6,12 @@ refused with the place they were found, rather than failing later inside the HTT
 The API checks the fields themselves (its 422 names the one at fault).
 """
 
+import base64
 import json
 import math
-from pathlib import Path
+import os
+import stat
+from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
 import yaml
@@ -48,6 +51,48 @@ def parse(text: str, name: str, *, as_json: bool = False) -> dict[str, Any]:
         )
     check_json(data, "")
     return data
+
+
+def with_files(
+    body: dict[str, Any], base: Path, files: list[Path], dirs: list[Path]
+) -> dict[str, Any]:
+    """`body` with its `files` (a list of paths in the job file, relative to `base`, its
+    directory: a directory stands for every file under it) and the `--file`/`--dir` given
+    (each placed by its own name) read into the API's form: path -> base64 bytes and whether
+    it is executable. `JobFileError` for a path that is missing or not a file or dir."""
+    named = body.get("files", [])
+    if isinstance(named, dict):  # already in the API's form
+        return body
+    if not isinstance(named, list) or not all(isinstance(p, str) for p in named):
+        raise JobFileError("files: a list of paths, relative to the job file's directory")
+    found: dict[str, Path] = {}
+    for given in named:
+        _add(found, base / given, PurePosixPath(os.path.normpath(given)))
+    for path in [*files, *dirs]:
+        _add(found, path, PurePosixPath(path.resolve().name))
+    if not found:
+        return body
+    return body | {
+        "files": {
+            name: {
+                "content": base64.b64encode(path.read_bytes()).decode(),
+                "executable": bool(path.stat().st_mode & stat.S_IXUSR),
+            }
+            for name, path in sorted(found.items())
+        }
+    }
+
+
+def _add(found: dict[str, Path], path: Path, name: PurePosixPath) -> None:
+    if name.is_absolute() or ".." in name.parts:
+        raise JobFileError(f"{name}: files are named by paths inside the job's directory")
+    if path.is_file():
+        found[str(name)] = path
+    elif path.is_dir():
+        for inner in sorted(p for p in path.rglob("*") if p.is_file()):
+            found[str(name / inner.relative_to(path).as_posix())] = inner
+    else:
+        raise JobFileError(f"{path}: no such file or directory (named in files)")
 
 
 def check_json(value: Any, where: str) -> None:

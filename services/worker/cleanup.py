@@ -12,6 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
+from shared.domain.bundle import HOST_DIR
 from shared.domain.ids import is_safe_id
 from shared.domain.messages import RemoveWorkdirs
 
@@ -73,6 +74,11 @@ def _remove_all(work_root: Path, message: RemoveWorkdirs) -> int:
             continue
         removed += _remove(target)
     if is_safe_id(message.job_id):
+        job_dir = root / message.job_id
+        with contextlib.suppress(OSError):  # gone
+            if all(entry.startswith(HOST_DIR) for entry in os.listdir(job_dir)):
+                for entry in os.listdir(job_dir):  # the job's files: fetched again if needed
+                    shutil.rmtree(job_dir / entry, ignore_errors=True)
         with contextlib.suppress(OSError):  # not empty (another task's dir), or gone
-            os.rmdir(root / message.job_id)
+            os.rmdir(job_dir)
     return removed

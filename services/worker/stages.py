@@ -24,6 +24,7 @@ from services.worker.claims import Held, Taker, release
 from services.worker.confinement import Confinement
 from services.worker.log_shipper import LogShipper
 from services.worker.settings import WorkerSettings
+from shared.domain.bundle import BundleFile
 from shared.domain.errors import UNAVAILABLE, StaleState
 from shared.domain.messages import LogRecord, RunStage, Severity, WatchProcess
 from shared.domain.outcomes import (
@@ -36,7 +37,7 @@ from shared.domain.outcomes import (
 from shared.domain.policy import Policy
 from shared.domain.states import ACTIONS, QUIET, FailureClass, Stage, TaskState
 from shared.domain.status_report import StatusReport
-from shared.host import job_files, marks
+from shared.host import bundle, job_files, marks
 from shared.host.cgroups import Cgroups, TaskLimits
 from shared.host.processes import signal_tree
 from shared.host.status_file import read_status, surely_absent
@@ -45,6 +46,7 @@ from shared.messaging.redis_keys import JOB_TTL_S, RedisKeys
 from shared.messaging.topology import supervise_key
 from shared.store import (
     attempts_repo,
+    bundle_repo,
     job_errors_repo,
     jobs_repo,
     outputs_repo,
@@ -190,6 +192,7 @@ class StageRunner:
             task_type is not None
             and task_type.inline_hooks >= _FOLDED_HOOKS
             and not self.slots.locked()
+            and not job.files  # placed in a thread (and fetched once per host)
         )
 
     async def _taken(self, held: Held) -> None:
@@ -292,8 +295,9 @@ class StageRunner:
         attempt = held.opened or await self._start_attempt(held, Stage.SETUP.value)
         held.opened = None
         ctx = self._context(held, attempt)
+        contents = await self._bundle_contents(held)
         _, failure = await self._run_hook(
-            "setup", S.FAILED_TO_SETUP, lambda: self._type(held).setup(ctx), held
+            "setup", S.FAILED_TO_SETUP, lambda: self._set_up(held, ctx, contents), held
         )
         if failure is not None:
             await self._finish(held, S.SETTING_UP, attempt, failure)
@@ -302,6 +306,23 @@ class StageRunner:
         if self.slots.locked():  # no slot free: the task waits `queued` for one
             await self._queue(held)
         return True
+
+    async def _bundle_contents(self, held: Held) -> dict[str, bytes] | None:
+        """The bytes of the job's files when they are not on this host yet (None: it has no
+        files, or they are here)."""
+        work_root = Path(self.settings.work_root)
+        if not held.job.files or bundle.on_host(work_root, held.job.id).is_dir():
+            return None
+        async with self.pool.acquire() as conn:
+            return await bundle_repo.contents(conn, held.job.id)
+
+    def _set_up(self, held: Held, ctx: TaskContext, contents: dict[str, bytes] | None) -> bool:
+        """The job's files in the work dir, then its type's setup."""
+        if held.job.files:
+            files = [BundleFile.from_json(f) for f in held.job.files]
+            work_root = Path(self.settings.work_root)
+            bundle.place(work_root, held.job.id, files, contents, ctx.workdir)
+        return self._type(held).setup(ctx)
 
     async def _queue(self, held: Held) -> None:
         """setting_up -> queued, closing the setup attempt (StaleState if not ours any more)."""
@@ -819,7 +840,12 @@ class StageRunner:
         A hook that raises or returns something false fails; only a raise carries a detail.
         """
         # a chained task's setup may hash or copy its upstream outputs: never on the loop
-        inline = held is not None and hook in self._type(held).inline_hooks and not held.upstream
+        inline = (
+            held is not None
+            and hook in self._type(held).inline_hooks
+            and not held.upstream
+            and not held.job.files  # nor its files
+        )
         try:
             result = call() if inline else await asyncio.to_thread(call)
         except Exception as exc:

@@ -60,7 +60,13 @@ def write_file(root: Path, relative: str | Path, data: bytes) -> None:
 
 def make_dirs(root: Path, relative: str | Path) -> None:
     """The directory `relative` under `root` and its parents, through no link (`.`: `root`)."""
-    os.close(_open_dir(root, _parts(relative, allow_root=True), create=True))
+    os.close(open_dir(root, relative))
+
+
+def open_dir(root: Path, relative: str | Path) -> int:
+    """A descriptor of the directory `relative` under `root` (made with its parents if
+    missing; `.`: `root`), reached through no link. The caller closes it."""
+    return _open_dir(root, _parts(relative, allow_root=True), create=True)
 
 
 def remove_file(root: Path, relative: str | Path) -> None:

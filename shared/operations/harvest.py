@@ -16,7 +16,7 @@ from shared.domain.messages import JobEvent, JobOutcome, RemoveWorkdirs
 from shared.domain.purge_rules import PURGEABLE
 from shared.domain.states import IN_FLIGHT, JobState
 from shared.messaging.topology import host_key
-from shared.store import jobs_repo, logs_repo, outbox, outputs_repo
+from shared.store import bundle_repo, jobs_repo, logs_repo, outbox, outputs_repo
 from shared.store.db import Connection
 from shared.store.tasks_repo import Task
 
@@ -102,10 +102,11 @@ async def mark_purged(conn: Connection, job_id: str, actor: str, reason: str) ->
 
 async def clear_purged(conn: Connection, job_id: str) -> Purged:
     """Clear the data of a job marked purged, in batches, each statement (or short
-    transaction) on its own so that no lock is held long: delete its log lines, drop the kept
-    bytes of its outputs (their records stay), queue the removal of its work dirs on their
-    hosts; then record that the purge is done (`purge_done_at`). Idempotent: a clearing cut
-    short is done again from the start by the next call. Call it outside a transaction."""
+    transaction) on its own so that no lock is held long: delete its log lines and the bytes
+    of its files, drop the kept bytes of its outputs (their records stay), queue the removal
+    of its work dirs on their hosts; then record that the purge is done (`purge_done_at`).
+    Idempotent: a clearing cut short is done again from the start by the next call. Call it
+    outside a transaction."""
     logs = 0
     after = 0
     while True:
@@ -114,15 +115,19 @@ async def clear_purged(conn: Connection, job_id: str) -> Purged:
         if len(gone) < PURGE_LOG_BATCH:
             break
         after = max(gone)
+    await bundle_repo.delete(conn, job_id)  # the bytes of its files (their list stays)
     contents = removals = 0
     index: int | None = None
+    task_id = ""
     while True:
         async with conn.transaction():
+            # by (index, id): the tasks of an input's lineage share its index
             rows = await conn.fetch(
-                "SELECT * FROM tasks WHERE job_id = $1 AND index > coalesce($2, -2147483648)"
-                " ORDER BY index LIMIT $3",
+                "SELECT * FROM tasks WHERE job_id = $1"
+                " AND (index, id) > (coalesce($2, -2147483648), $3) ORDER BY index, id LIMIT $4",
                 job_id,
                 index,
+                task_id,
                 PURGE_TASK_BATCH,
             )
             if not rows:
@@ -130,7 +135,7 @@ async def clear_purged(conn: Connection, job_id: str) -> Purged:
             tasks = [Task.from_record(r) for r in rows]
             contents += _count(await outputs_repo.drop_contents(conn, [t.id for t in tasks]))
             removals += await remove_workdirs(conn, tasks, reason=f"job {job_id} purged")
-        index = tasks[-1].index
+        index, task_id = tasks[-1].index, tasks[-1].id
     await jobs_repo.mark_purge_done(conn, job_id)
     return Purged(job_id, logs, contents, removals)
 

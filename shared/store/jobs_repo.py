@@ -12,12 +12,13 @@ from typing import Any, Final
 
 import asyncpg
 
+from shared.domain import bundle
 from shared.domain.errors import StaleState
 from shared.domain.ids import new_id, new_ids
 from shared.domain.messages import JobEvent, JobOutcome
 from shared.domain.states import JobState, TaskState, job_sources_for
 from shared.messaging.topology import event_key
-from shared.store import outbox, sql_states
+from shared.store import bundle_repo, outbox, sql_states
 from shared.store.db import Connection
 
 
@@ -41,6 +42,8 @@ class NewJob:
     #: Throttles given at submission (None: the table's defaults).
     max_in_flight: int | None = None
     release_per_tick: int | None = None
+    #: Its bundle: the files it was submitted with, path -> (bytes, executable).
+    files: dict[str, tuple[bytes, bool]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -73,10 +76,16 @@ class Job:
     purge_reason: str | None = None
     #: Since when it releases one task at a time (too many of its recent tasks failed).
     probing_since: datetime | None = None
-    #: Tasks per state, test tasks left out.
+    #: The files it was submitted with (`shared/domain/bundle.py`: path, size, sha256,
+    #: executable), as JSON.
+    files: list[dict[str, Any]] = field(default_factory=list)
+    #: Tasks per state, test tasks left out, and tasks superseded by their resubmitted clone
+    #: too: the last task of each lineage, one per input (what is done, what is wrong).
     counts: dict[str, int] = field(default_factory=dict)
-    #: Test tasks per state.
+    #: Test tasks per state (those superseded by their clone left out).
     test_counts: dict[str, int] = field(default_factory=dict)
+    #: Tasks (test tasks left out) superseded by their resubmitted clone: history, not work.
+    superseded: int = 0
 
     @classmethod
     def from_record(
@@ -84,16 +93,20 @@ class Job:
         record: Any,
         counts: dict[str, int] | None = None,
         test_counts: dict[str, int] | None = None,
+        superseded: int = 0,
     ) -> "Job":
         data = dict(record)
         data["state"] = JobState(data["state"])
         data["counts"] = counts or {}
         data["test_counts"] = test_counts or {}
+        data["superseded"] = superseded
         return cls(**{f.name: data[f.name] for f in fields(cls)})
 
 
+#: What `Job` holds beside its row: its task counts.
+_COUNTED: Final = ("counts", "test_counts", "superseded")
 #: The columns of a job's row (what `Job` holds but its task counts).
-COLUMNS: Final = tuple(f.name for f in fields(Job) if f.name not in ("counts", "test_counts"))
+COLUMNS: Final = tuple(f.name for f in fields(Job) if f.name not in _COUNTED)
 
 
 async def create(
@@ -159,6 +172,15 @@ async def create(
             *throttles.values(),
             *((task_ids, job.inputs) if with_tasks else ()),
         )
+        if record is not None and job.files:
+            listed = bundle.listed(job.files)
+            contents = {path: content for path, (content, _) in job.files.items()}
+            await bundle_repo.save(conn, job_id, listed, contents)
+            record = await conn.fetchrow(
+                "UPDATE jobs SET files = $2 WHERE id = $1 RETURNING *",
+                job_id,
+                [f.as_json() for f in listed],
+            )
         if record is None:
             existing = await conn.fetchrow(
                 "SELECT * FROM jobs WHERE owner_id = $1 AND idempotency_key = $2",
@@ -235,16 +257,40 @@ async def add_tasks(
     return ids
 
 
+async def add_clone(conn: Connection, job_id: str, original_id: str) -> str:
+    """Insert the `new` clone of task `original_id` (of `job_id`): its input, its index (the
+    input's: the lineage says which try it is), its test flag, `resubmitted_from` it; with
+    its `task.new` event and a wake of the scheduler's round, in one statement. Returns the
+    clone's id. Locks: none beyond the task and outbox rows it inserts, plus key-share locks
+    on the job's row and the original's (the foreign keys); the caller holds the original's
+    row `FOR UPDATE` (`shared.operations.lineage`)."""
+    [clone_id] = new_ids("t", 1)
+    event_key("task", "new", job_id)  # the job id is a safe routing key word
+    await conn.execute(
+        "WITH added AS (INSERT INTO tasks (id, job_id, index, input, test, resubmitted_from)"
+        "  SELECT $1, o.job_id, o.index, o.input, o.test, o.id FROM tasks o"
+        "  WHERE o.id = $2 AND o.job_id = $3)"
+        + _WAKE_ROUND
+        + outbox.new_task_events("$3", "ARRAY[$1::text]", joined="woke"),
+        clone_id,
+        original_id,
+        job_id,
+    )
+    return clone_id
+
+
 #: Times `append_tasks` tries again when a concurrent writer took the indexes it chose.
 _APPEND_TRIES = 20
+#: The key two tasks starting lineages of one job may not share an index by (migration 0036).
+INDEX_KEY: Final = "tasks_job_id_index_lineage_key"
 
 
 async def append_tasks(
     conn: Connection, job_id: str, inputs: list[Any], *, test: bool = False
 ) -> list[str]:
     """`add_tasks` after the job's last task (a test task: before its first), in a savepoint
-    tried again if a concurrent writer took the same indexes first (the unique index on
-    `(job_id, index)` says so). Locks: only what `add_tasks` takes (a key-share lock on the
+    tried again if a concurrent writer took the same indexes first (the unique key
+    `INDEX_KEY` says so). Locks: only what `add_tasks` takes (a key-share lock on the
     job's row, from the tasks' foreign key); no lock of its own: writers reach here holding
     the job row, a task row, or neither, and a lock here could only deadlock with them."""
     for tries_left in range(_APPEND_TRIES - 1, -1, -1):
@@ -253,7 +299,7 @@ async def append_tasks(
             async with conn.transaction():
                 return await add_tasks(conn, job_id, inputs, start, test=test)
         except asyncpg.UniqueViolationError as exc:
-            if exc.constraint_name != "tasks_job_id_index_key" or not tries_left:
+            if exc.constraint_name != INDEX_KEY or not tries_left:
                 raise
     raise AssertionError("unreachable")
 
@@ -285,18 +331,24 @@ async def _with_counts(conn: Connection, record: Any) -> Job:
     return Job.from_record(record, *await counts(conn, record["id"]))
 
 
-async def counts(conn: Connection, job_id: str) -> tuple[dict[str, int], dict[str, int]]:
+async def counts(conn: Connection, job_id: str) -> tuple[dict[str, int], dict[str, int], int]:
     """Number of tasks of `job_id` per state (states with none are left out): the job's own
-    tasks, and its test tasks."""
+    tasks, and its test tasks, those superseded by their resubmitted clone left out of both;
+    and how many of its own tasks were superseded so."""
     rows = await conn.fetch(
-        "SELECT test, state, count(*) AS n FROM tasks WHERE job_id = $1 GROUP BY test, state",
+        "SELECT test, state, superseded_by IS NOT NULL AS superseded, count(*) AS n FROM tasks"
+        " WHERE job_id = $1 GROUP BY 1, 2, 3",
         job_id,
     )
     own: dict[str, int] = {}
     tests: dict[str, int] = {}
+    superseded = 0
     for r in rows:
-        (tests if r["test"] else own)[str(r["state"])] = int(r["n"])
-    return own, tests
+        if not r["superseded"]:
+            (tests if r["test"] else own)[str(r["state"])] = int(r["n"])
+        elif not r["test"]:
+            superseded += int(r["n"])
+    return own, tests, superseded
 
 
 async def list_jobs(

@@ -7,6 +7,7 @@ Each feature a job reaches by an absolute path broke there: its status file
 (`$VIGIL_STATUS_FILE`, with `$VIGIL_RESUME` after it) and the outputs of its upstream task."""
 
 import asyncio
+import base64
 import json
 import shutil
 import uuid
@@ -21,6 +22,7 @@ import pytest
 from shared.store import users_repo
 from tests.e2e.conftest import Events, wait_job
 from tests.e2e.stack import Stack
+from tests.e2e.test_cli import vigil
 
 pytestmark = pytest.mark.e2e
 
@@ -262,3 +264,87 @@ async def test_outputs_are_recorded_and_downloadable_from_a_confined_job(
     got = await user.get(f"/tasks/{listed['task_id']}/outputs/r.txt")
     assert got.content == b"result of x\n"
     assert json.loads(json.dumps(listed))["downloadable"] is True
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+RENDER = '#!/bin/bash\necho "rendering $1 with $(cat conf/scene.txt)"\n'
+
+
+async def test_a_jobs_own_files_are_in_every_task_read_only(
+    user: httpx.AsyncClient, events: Events
+) -> None:
+    # given: a job that brings its script and its config (issue 42: `./render.sh` was exit 127)
+    files = {
+        "render.sh": {"content": _b64(RENDER), "executable": True},
+        "conf/scene.txt": {"content": _b64("a teapot\n")},
+    }
+    command = (
+        './render.sh "$VIGIL_INPUT"\n'
+        "if { echo forged >> conf/scene.txt; } 2>/dev/null; then echo changed; else echo"
+        " read-only; fi\n"
+    )
+
+    # when
+    job = await _run(user, events, {"command": command, "inputs": ["a", "b"], "files": files})
+
+    # then
+    assert job["state"] == "completed", job
+    assert sorted(job["lines"]) == [
+        "read-only",
+        "read-only",
+        "rendering a with a teapot",
+        "rendering b with a teapot",
+    ]
+    assert [(f["path"], f["size"], f["executable"]) for f in job["files"]] == [
+        ("conf/scene.txt", 9, False),
+        ("render.sh", len(RENDER), True),
+    ]
+
+
+async def test_a_bad_file_is_refused_whole_and_no_job_is_made(user: httpx.AsyncClient) -> None:
+    before = (await user.get("/jobs")).json()["items"]
+    bad = [
+        ({"../x": {"content": _b64("x")}}, "not a relative path"),
+        ({".vigil/status.run1.json": {"content": _b64("x")}}, "is in .vigil"),
+        ({"a": {"content": "not base64!"}}, "is not base64"),
+        ({"out.txt": {"content": _b64("x")}}, "also an output"),
+    ]
+
+    answers = [
+        await user.post("/jobs", json={"command": "true", "outputs": ["out.txt"], "files": f})
+        for f, _ in bad
+    ]
+
+    for answer, (_, why) in zip(answers, bad, strict=True):
+        assert answer.status_code == 422, answer.text
+        assert why in answer.text
+    assert (await user.get("/jobs")).json()["items"] == before
+
+
+def test_the_cli_sends_the_files_its_job_file_names(
+    stack: Stack, env: dict[str, str], tmp_path: Path
+) -> None:
+    # given: a campaign directory with its script and config, and a job file naming them
+    (tmp_path / "render.sh").write_text(RENDER)
+    (tmp_path / "render.sh").chmod(0o755)
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "scene.txt").write_text("a lamp\n")
+    (tmp_path / "extra.txt").write_text("more\n")
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(
+        'command: ./render.sh "$VIGIL_INPUT" && cat extra.txt\n'
+        "inputs: [x]\nfiles: [render.sh, conf]\n"
+    )
+
+    # when: submitted from elsewhere, with one more file on the command line
+    done = vigil(env, "submit", str(job_file), "--file", str(tmp_path / "extra.txt"), "--wait")
+    job_id = done.stdout.split()[0] if done.stdout else ""
+    logs = vigil(env, "logs", job_id)
+
+    # then
+    assert done.returncode == 0, done.stderr
+    assert logs.returncode == 0, logs.stderr
+    assert "rendering x with a lamp" in logs.stdout and "more" in logs.stdout, logs.stdout

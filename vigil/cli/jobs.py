@@ -9,6 +9,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from vigil import inputs_file as inputs_from_file
 from vigil import jobfile, render
 from vigil.cli.base import (
     JsonFlag,
@@ -24,9 +25,22 @@ from vigil.cli.base import (
 from vigil.client import Client
 from vigil.errors import UsageError
 from vigil.session import EXIT_BY_STATE
-from vigil.states import TASK_FAILED
 
 # -- submitting and watching ------------------------------------------------------------------
+
+#: `--inputs-file`: the job's inputs, one a line, from a file (not in the job file).
+InputsFileOption = Annotated[
+    str | None,
+    typer.Option(
+        "--inputs-file",
+        metavar="FILE",
+        help="The inputs, one a line (JSON lines for .jsonl or --jsonl; - for stdin).",
+    ),
+]
+#: `--jsonl`: each line of an inputs file is a JSON value, whatever the file's name.
+JsonLinesFlag = Annotated[
+    bool, typer.Option("--jsonl", help="Each line of the inputs file is a JSON value.")
+]
 
 
 @command()
@@ -40,25 +54,47 @@ def submit(
     idempotency_key: Annotated[
         str | None, typer.Option(help="Submitting again with the same key makes no new job.")
     ] = None,
+    inputs_file: InputsFileOption = None,
+    jsonl: JsonLinesFlag = False,
     configuring: Annotated[
         bool,
         typer.Option(
             "--configuring", help="Hold the inputs: only `vigil test` runs until `vigil activate`."
         ),
     ] = False,
+    files: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--file", help="A file of the job's own, placed read-only in each task's dir."
+        ),
+    ] = None,
+    dirs: Annotated[
+        list[Path] | None,
+        typer.Option("--dir", help="A dir of the job's own files, placed read-only by its name."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Submit the job in FILE and print its id (--json: the job; with --wait, as it ended)."""
+    """Submit the job in FILE and print its id (--json: the job; with --wait, as it ended).
+    The job's own files (its `files:` list, paths relative to FILE's dir, and each --file and
+    --dir) are sent with it and placed read-only in every task's work dir."""
     if configuring and wait:
         raise UsageError(
             "--wait with --configuring would wait for ever: nothing but tests runs"
             " until `vigil activate`"
         )
-    body = jobfile.load(file)
+    body = jobfile.with_files(jobfile.load(file), file.parent, files or [], dirs or [])
+    if inputs_file is not None:
+        if "inputs" in body:
+            raise UsageError(
+                f"{file} gives inputs already: give them there or with --inputs-file, not both"
+            )
+        body["inputs"] = inputs_from_file.load(inputs_file, jsonl=jsonl)
     if configuring:
         body["configuring"] = True
     with session(ctx).client() as client:
         job = client.submit(body, idempotency_key)
+        for warning in job.get("warnings", []):  # accepted, but told at once
+            print(f"vigil: warning: {render.printable(warning)}", file=sys.stderr, flush=True)
         if not as_json:
             print(render.printable(job["id"]), flush=True)
         elif not wait:
@@ -121,6 +157,34 @@ def edit(
     print(render.printable(f"job {job['id']}: edited ({', '.join(sorted(changes))})"))
 
 
+@command()
+def append(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="JOB")],
+    file: Annotated[
+        str, typer.Argument(metavar="FILE", help="One input a line (`-`: standard input).")
+    ],
+    jsonl: JsonLinesFlag = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Add a task to the job for each input in FILE (a finished job becomes active again).
+
+    FILE holds one input a line, its text; JSON values, one a line, when it ends in .jsonl
+    or with --jsonl. --json: the API's answer (the job and the new tasks' ids)."""
+    expect_id("job", job_id, "append")
+    inputs = inputs_from_file.load(file, jsonl=jsonl)
+    if not inputs:
+        raise UsageError(f"{file}: no inputs in it (blank lines are skipped)")
+    with session(ctx).client() as client:
+        added = client.append_inputs(job_id, inputs)
+    if as_json:
+        print_json(added)
+        return
+    job = added["job"]
+    line = f"job {job['id']}: {len(added['task_ids'])} input(s) appended, now {job['state']}"
+    print(render.printable(line))
+
+
 class JobState(StrEnum):
     """`--state` choices (the server's `JobState`)."""
 
@@ -141,7 +205,8 @@ def status(
     limit: Annotated[int, typer.Option(min=1, max=500, help="Most jobs listed.")] = 20,
     as_json: JsonFlag = False,
 ) -> None:
-    """List jobs; or show one job (tasks per state, failed tasks) or one task (attempts).
+    """List jobs; or show one job (tasks per state, failed tasks, tasks resubmitted as a
+    clone) or one task (its lineage, the triage's decision, attempts).
 
     --json: the list of jobs, or the job as `GET /jobs/{id}` gives it, or the task."""
     with session(ctx).client() as client:
@@ -159,8 +224,8 @@ def status(
             if as_json:
                 print_json(job)
                 return
-            failed = [t for t in client.tasks(some_id) if t["state"] in TASK_FAILED]
-            out.print(*render.job_detail(job, failed))
+            tasks = client.tasks(some_id)
+            out.print(*render.job_detail(job, render.failing(tasks), render.superseded(tasks)))
         elif as_json:
             print_json(client.task(some_id))
         else:
@@ -197,8 +262,7 @@ def _wait(client: Client, job_id: str, timeout: float | None, *, as_json: bool =
         raise typer.Exit(EXIT_BY_STATE[job["state"]])
     print(render.job_summary(job))
     if job["state"] == "failed":
-        failed = [t for t in client.tasks(job_id) if t["state"] in TASK_FAILED]
-        out.print(render.failed_table(failed))
+        out.print(render.failed_table(render.failing(client.tasks(job_id))))
     raise typer.Exit(EXIT_BY_STATE[job["state"]])
 
 

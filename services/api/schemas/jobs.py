@@ -6,6 +6,8 @@ depend on settings or on the database are done by `check_against` / `validated` 
 `services.api.submission`. Views are built from repository records by `from_…` constructors.
 """
 
+import base64
+import binascii
 from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
@@ -40,9 +42,11 @@ from services.api.schemas.common import (
     TaskId,
     ThrottleLimit,
 )
+from shared.domain import bundle
 from shared.domain.actions import JobAction
 from shared.domain.analysers import DEFAULT as DEFAULT_ANALYSER
 from shared.domain.policy import Policy
+from shared.domain.sizes import human_size
 from shared.domain.states import JobState
 from shared.operations.configuring import TrialInput
 from shared.operations.pool_status import PoolStatus, job_waiting_on
@@ -66,6 +70,37 @@ class Prerequisites(BaseModel):
         return set(self.setup) | set(self.post_processing)
 
 
+class FileIn(BaseModel):
+    """One file of a job's bundle, as submitted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = Field(description="The file's bytes, base64-encoded.")
+    executable: bool = Field(default=False, description="Placed with mode 0555, not 0444.")
+
+
+def decoded_files(files: Mapping[str, FileIn]) -> dict[str, tuple[bytes, bool]]:
+    """The bundle's files as bytes, or a `ValueError` naming the file at fault."""
+    found: dict[str, tuple[bytes, bool]] = {}
+    total = 0
+    for path, file in files.items():
+        problem = bundle.path_problem(path)
+        if problem is not None:
+            raise ValueError(problem)
+        try:
+            content = base64.b64decode(file.content, validate=True)
+        except binascii.Error as exc:
+            raise ValueError(f"the content of {path!r} is not base64 ({exc})") from None
+        total += len(content)
+        if total > bundle.MAX_BYTES:
+            raise ValueError(
+                f"the files are over {human_size(bundle.MAX_BYTES)} in all: put large data"
+                " where the hosts can read it (docs/security.md, 'A job's files')"
+            )
+        found[path] = (content, file.executable)
+    return found
+
+
 class JobCreate(BaseModel):
     """The body of `POST /jobs`."""
 
@@ -84,6 +119,13 @@ class JobCreate(BaseModel):
     policy: Policy = Field(default_factory=Policy)
     prerequisites: Prerequisites = Field(default_factory=Prerequisites)
     inputs_from: JobId | None = None
+    files: dict[str, FileIn] = Field(
+        default_factory=dict,
+        max_length=bundle.MAX_FILES,
+        description="The job's own files (scripts, configs, small data), by relative path:"
+        " placed read-only in every task's work dir, on any host (at most"
+        f" {bundle.MAX_FILES} files, {bundle.MAX_BYTES // (1024 * 1024)} MiB in all).",
+    )
     configuring: bool = Field(
         default=False,
         description="Create the job configuring: its inputs are held and only test runs"
@@ -130,6 +172,15 @@ class JobCreate(BaseModel):
             if name in seen:
                 raise ValueError(f"output {name!r} is listed twice")
             seen.add(name)
+        return value
+
+    @field_validator("files")
+    @classmethod
+    def _check_files(cls, value: dict[str, FileIn], info: ValidationInfo) -> dict[str, FileIn]:
+        decoded_files(value)
+        problems = bundle.conflicts(list(value), info.data.get("outputs") or [])
+        if problems:
+            raise ValueError("; ".join(problems))
         return value
 
     def check_against(
@@ -187,14 +238,20 @@ class JobCreate(BaseModel):
             configuring=self.configuring,
             max_in_flight=self.max_in_flight,
             release_per_tick=self.release_per_tick,
+            files=decoded_files(self.files),
         )
 
 
 def count_errors(inputs: list[Any], max_inputs: int) -> list[Any]:
-    """The 422 error (as a list of one, or empty) for more than `max_inputs` inputs."""
+    """The 422 error (as a list of one, or empty) for more than `max_inputs` inputs: it says
+    how to give the rest (they are added to the job, `max_inputs` at most a request)."""
     if len(inputs) <= max_inputs:
         return []
-    msg = f"{len(inputs)} inputs given; at most {max_inputs} are accepted"
+    msg = (
+        f"{len(inputs)} inputs given; at most {max_inputs} are accepted in one request:"
+        f" give the first {max_inputs}, then add the rest to the job, up to {max_inputs} a"
+        " request, with POST /jobs/{id}/inputs (`vigil append JOB FILE`)"
+    )
     return list(invalid(("body", "inputs"), msg).errors())
 
 
@@ -217,7 +274,15 @@ class JobPublic(BaseModel):
     name: str
     type: str
     state: JobState
-    counts: dict[str, int]
+    counts: dict[str, int] = Field(
+        description="Tasks per state: the last task of each input's lineage (test tasks, and"
+        " tasks superseded by their resubmitted clone, left out)."
+    )
+    superseded: int = Field(
+        default=0,
+        description="Tasks superseded by their resubmitted clone (test tasks left out): history,"
+        " not in `counts`; each names its clone in `superseded_by` (GET /jobs/{id}/tasks).",
+    )
     policy: dict[str, Any]
     created_at: datetime
     finished_at: datetime | None
@@ -243,6 +308,11 @@ class JobPublic(BaseModel):
     )
     purged_by: str | None = None
     purge_reason: str | None = None
+    files: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The job's own files: path, size, sha256, executable (their bytes are"
+        " deleted by a purge).",
+    )
     waiting_on: str | None = Field(
         default=None,
         description="Why its new tasks do not start now (every host of the pool quarantined,"
@@ -262,6 +332,16 @@ class JobPublic(BaseModel):
         return cls(
             **{name: getattr(job, name) for name in names}, held_inputs=held, waiting_on=waiting
         )
+
+
+class JobSubmitted(JobPublic):
+    """The answer to `POST /jobs`: the job, and what the submitter should know before it runs."""
+
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="Problems found without refusing the job: a `shell` command that `bash -n`"
+        " cannot parse (its tasks would fail with exit code 2), with what bash said.",
+    )
 
 
 class JobsPage(BaseModel):
