@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from services.api import errors
 from services.api.body_limit import BodyLimit
+from services.api.command_check import SyntaxCheck
 from services.api.event_hub import EventHub
 from services.api.metrics import Metrics
 from services.api.rate_limit import SubmitLimiter, TaskQuota
@@ -83,6 +84,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     # Loaded here, not at import: a broken plugin stops the api at start, not at a submission.
     app.state.task_types = load_task_types()
     app.state.analysers = frozenset(analysers.available_names())
+    app.state.syntax_check = SyntaxCheck()  # `bash -n` on submitted shell commands
     # One broker connection per api process for every live event stream, opened on first use.
     app.state.events = EventHub(
         settings.amqp_url,

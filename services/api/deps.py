@@ -11,6 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from redis.asyncio import Redis
 
 from services.api import session
+from services.api.command_check import SyntaxCheck
 from services.api.errors import invalid
 from services.api.event_hub import EventHub
 from services.api.metrics import Metrics
@@ -65,6 +66,14 @@ async def _analysers(request: Request) -> frozenset[str]:
 
 #: The names of the analysers a job may choose (`policy.analyser`).
 AnalysersDep = Annotated[frozenset[str], Depends(_analysers)]
+
+
+async def _syntax_check(request: Request) -> SyntaxCheck:
+    return cast(SyntaxCheck, request.app.state.syntax_check)
+
+
+#: `bash -n` on submitted shell commands (their verdicts remembered).
+SyntaxCheckDep = Annotated[SyntaxCheck, Depends(_syntax_check)]
 
 
 def _unauthorized() -> HTTPException:

@@ -1,6 +1,8 @@
 """The api's job and task routes on the real database: submit, read, list, isolation, auth."""
 
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -144,6 +146,7 @@ async def test_when_an_operator_reads_a_users_job__it_is_shown(api: Api) -> None
     shown = response.json()
     assert shown.pop("waiting_on") == "no worker of pool default has a fresh heartbeat"
     assert job.pop("waiting_on") is None
+    assert job.pop("warnings") == []  # what the submitter is told, once
     assert shown == job
 
 
@@ -298,3 +301,43 @@ async def test_throttles_given_at_submission_are_the_jobs_and_checked_like_the_a
     assert (job["max_in_flight"], job["release_per_tick"]) == (1, 3)
     assert refused.status_code == 422
     assert refused.json()["detail"][0]["loc"] == ["body", "max_in_flight"]
+
+
+async def test_when_bash_cannot_parse_the_command__the_job_is_accepted_with_a_warning(
+    api: Api, tmp_path: Path
+) -> None:
+    ran = tmp_path / "ran"
+    broken = f'touch {ran}; echo "unterminated'
+
+    response = await api.client.post(
+        "/jobs", json={"command": broken, "inputs": ["a"]}, headers=api.user.headers
+    )
+    again = await api.client.post(
+        "/jobs", json={"command": broken, "inputs": ["b"]}, headers=api.user.headers
+    )
+
+    assert response.status_code == 201, response.text
+    [warning] = response.json()["warnings"]
+    assert warning.startswith("command: bash cannot parse it (`bash -n`): bash: line 1:")
+    assert "unexpected EOF while looking for matching" in warning
+    assert "every task would fail with exit code 2" in warning
+    assert again.json()["warnings"] == [warning]  # remembered, the same
+    assert not ran.exists()  # parsed, never run
+
+
+@pytest.mark.parametrize(
+    ("body", "warned"),
+    [
+        ({"command": "echo $VIGIL_INPUT | tr a-z A-Z"}, False),
+        ({"command": "if true; then\n  echo yes\nfi"}, False),
+        ({"command": "echo )"}, True),
+        ({"type": "diagnostics", "command": 'echo "unterminated'}, False),  # not bash's
+    ],
+)
+async def test_only_a_shell_command_bash_cannot_parse_is_warned_of(
+    api: Api, body: dict[str, Any], warned: bool
+) -> None:
+    response = await api.client.post("/jobs", json=body, headers=api.user.headers)
+
+    assert response.status_code == 201, response.text
+    assert bool(response.json()["warnings"]) is warned

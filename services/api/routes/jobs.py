@@ -23,6 +23,7 @@ from services.api.deps import (
     PoolDep,
     SettingsDep,
     SubmittingUser,
+    SyntaxCheckDep,
     TaskQuotaDep,
     TaskTypesDep,
 )
@@ -39,6 +40,7 @@ from services.api.schemas.jobs import (
     JobErrorPublic,
     JobPublic,
     JobsPage,
+    JobSubmitted,
     LogPublic,
     LogsPage,
     TestRequest,
@@ -58,6 +60,7 @@ from shared.operations import (
     task_actions,
 )
 from shared.store import event_log, job_errors_repo, jobs_repo, logs_repo, tasks_repo
+from shared.task_types.shell import ShellTaskType
 
 logger = logging.getLogger(__name__)
 
@@ -117,9 +120,13 @@ async def submit_job(
     metrics: MetricsDep,
     quota: TaskQuotaDep,
     response: Response,
+    syntax: SyntaxCheckDep,
     idempotency_key: IdempotencyKey = None,
-) -> JobPublic:
-    """Create a job with one `new` task per input: 201 with the job.
+) -> JobSubmitted:
+    """Create a job with one `new` task per input: 201 with the job, and `warnings`: a
+    `shell` command that `bash -n` cannot parse is accepted and said so there (every task
+    would fail with exit 2; a refusal would turn away a script that turns on a parsing option
+    such as `shopt -s extglob` before it needs it).
 
     With `inputs_from` (and no `inputs`) the job gets one task per task of that job instead,
     each waiting for its upstream task to complete, and more as inputs are appended upstream.
@@ -136,7 +143,9 @@ async def submit_job(
     else:
         response.status_code = status.HTTP_200_OK
     response.headers["Location"] = f"/jobs/{job.id}"
-    return JobPublic.from_job(job)
+    shell = body.type == ShellTaskType.name
+    warnings = await syntax.warnings(body.command) if shell and body.command else []
+    return JobSubmitted(**dict(JobPublic.from_job(job)), warnings=warnings)
 
 
 @router.get("")

@@ -1,0 +1,130 @@
+"""The `vigil` command against a served api (no worker runs): inputs from a file at submission
+and appended, what a submission is warned of, and the input limit's next step (issue 42)."""
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from tests.integration.test_client import Served, served  # noqa: F401 (the fixture)
+from vigil.cli import app
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def vigil(served: Served, tmp_path: Path) -> Iterator[Any]:  # noqa: F811 (the fixture)
+    """`vigil(*args, input=None)`: run the command as the plain user, to its end."""
+    env = {
+        "VIGIL_URL": served.url,
+        "VIGIL_TOKEN": served.user_token,
+        "VIGIL_CONFIG": "/dev/null",
+        "HOME": str(tmp_path),
+    }
+
+    def run(*args: str, input: str | None = None) -> Result:
+        return CliRunner().invoke(app, list(args), env=env, input=input)
+
+    yield run
+
+
+def _inputs_of(served: Served, job_id: str) -> list[Any]:  # noqa: F811 (the fixture)
+    with served.client() as client:
+        return [task["input"] for task in client.tasks(job_id)]
+
+
+def _job_file(tmp_path: Path, text: str = "command: echo $VIGIL_INPUT\n") -> str:
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_submit_takes_the_inputs_one_a_line_from_a_file(
+    vigil: Any,
+    served: Served,  # noqa: F811 (the fixture)
+    tmp_path: Path,
+) -> None:
+    inputs = tmp_path / "scenes.txt"
+    inputs.write_bytes(b"scene 1\r\n\nscene 2\n  \n{not json}\n")
+
+    result = vigil("submit", _job_file(tmp_path), "--inputs-file", str(inputs))
+
+    assert result.exit_code == 0, result.output
+    assert _inputs_of(served, result.stdout.strip()) == ["scene 1", "scene 2", "{not json}"]
+
+
+def test_submit_takes_json_lines_by_the_files_name_or_from_stdin_with_jsonl(
+    vigil: Any,
+    served: Served,  # noqa: F811 (the fixture)
+    tmp_path: Path,
+) -> None:
+    inputs = tmp_path / "scenes.jsonl"
+    inputs.write_text('{"scene": 1}\n7\n"a"\n')
+
+    named = vigil("submit", _job_file(tmp_path), "--inputs-file", str(inputs))
+    piped = vigil(
+        "submit", _job_file(tmp_path), "--inputs-file", "-", "--jsonl", input="[1, 2]\nnull\n"
+    )
+
+    assert named.exit_code == 0 and piped.exit_code == 0, named.output + piped.output
+    assert _inputs_of(served, named.stdout.strip()) == [{"scene": 1}, 7, "a"]
+    assert _inputs_of(served, piped.stdout.strip()) == [[1, 2], None]
+
+
+@pytest.mark.parametrize(
+    ("job", "inputs", "message"),
+    [
+        ("command: x\ninputs: [a]\n", "b\n", "gives inputs already: give them there or with"),
+        ("command: x\n", '{"a": 1}\n{"b": \n', "inputs.jsonl:2: not valid JSON"),
+        ("command: x\n", "NaN\n", "inputs.jsonl:1: nan is not a JSON number"),
+    ],
+)
+def test_submit_refuses_inputs_given_twice_or_not_json_naming_the_line(
+    vigil: Any, tmp_path: Path, job: str, inputs: str, message: str
+) -> None:
+    (tmp_path / "inputs.jsonl").write_text(inputs)
+
+    result = vigil(
+        "submit", _job_file(tmp_path, job), "--inputs-file", str(tmp_path / "inputs.jsonl")
+    )
+
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+
+
+def test_over_the_input_limit_the_refusal_says_how_to_add_the_rest_and_append_does(
+    vigil: Any,
+    served: Served,  # noqa: F811 (the fixture)
+    tmp_path: Path,
+) -> None:
+    # given: seven inputs, and an api that takes five a request
+    (tmp_path / "all.txt").write_text("".join(f"in-{n}\n" for n in range(7)))
+    (tmp_path / "first.txt").write_text("".join(f"in-{n}\n" for n in range(5)))
+    (tmp_path / "rest.txt").write_text("in-5\nin-6\n")
+
+    # when
+    refused = vigil("submit", _job_file(tmp_path), "--inputs-file", str(tmp_path / "all.txt"))
+    submitted = vigil("submit", _job_file(tmp_path), "--inputs-file", str(tmp_path / "first.txt"))
+    job_id = submitted.stdout.strip()
+    appended = vigil("append", job_id, str(tmp_path / "rest.txt"))
+
+    # then
+    assert refused.exit_code == 1, refused.output
+    assert "7 inputs given; at most 5 are accepted in one request" in refused.stderr
+    assert "POST /jobs/{id}/inputs (`vigil append JOB FILE`)" in refused.stderr
+    assert appended.exit_code == 0, appended.output
+    assert appended.stdout.strip() == f"job {job_id}: 2 input(s) appended, now active"
+    assert _inputs_of(served, job_id) == [f"in-{n}" for n in range(7)]
+
+
+def test_a_command_bash_cannot_parse_is_submitted_with_a_warning_on_stderr(
+    vigil: Any, tmp_path: Path
+) -> None:
+    result = vigil("submit", _job_file(tmp_path, "command: echo 'unterminated\n"))
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip().startswith("j-")  # the id alone: JOB=$(vigil submit ...)
+    assert result.stderr.startswith("vigil: warning: command: bash cannot parse it")
+    assert "unexpected EOF while looking for matching" in result.stderr
