@@ -81,6 +81,12 @@ def print_where(job_id: str | None, token_source: str) -> None:
         out("  export VIGIL_TOKEN=$(cat .run/token)")
     target = f"/jobs/{job_id}" if job_id else "/jobs"
     out(f'  curl -s -H "Authorization: Bearer $VIGIL_TOKEN" {API}{target}')
+    out()
+    out("Or the vigil command (installed in .venv; put it on your PATH first):")
+    out("  source .venv/bin/activate")
+    out(f"  export VIGIL_URL={API} VIGIL_TOKEN=$(cat .run/token)")
+    out("  vigil submit docs/examples/campaign/campaign.yaml --wait   # try this one")
+    out("  vigil status <job id>; vigil tasks <job id>; vigil --help")
 
 
 def wait_job(job_id: str, timeout: float) -> dict[str, Any] | None:

@@ -42,11 +42,20 @@ as_root() {
 
 # Moving a process into a cgroup waits for an RCU grace period (5-20 ms on a small VM) unless
 # cgroup v2 is mounted with favordynmods (kernel 6.0+): the worker moves every command it starts.
+# Whether the scripts may change this host beyond the clone: install Debian packages (apt) and
+# remount cgroup v2 with favordynmods. VIGIL_NO_HOST_CHANGES=1 (scripts/up --no-host-changes)
+# says no: each is then only said, with the command that would do it.
+host_changes_allowed() { [[ "${VIGIL_NO_HOST_CHANGES:-0}" != 1 ]]; }
+
 vigil_fast_cgroup_moves() {
     local mount opts
     read -r mount opts < <(awk '$3 == "cgroup2" { print $2, $4; exit }' /proc/mounts) || return 0
     [[ -n "$mount" ]] || return 0
     case ",$opts," in *,favordynmods,*) return 0 ;; esac
+    if ! host_changes_allowed; then
+        warn "VIGIL_NO_HOST_CHANGES=1: cgroup v2 at $mount left without favordynmods (each command waits 5-20 ms to join its cgroup; as root: mount -o remount,favordynmods $mount)"
+        return 0
+    fi
     if as_root mount -o remount,favordynmods "$mount" 2>/dev/null; then
         ok "cgroup v2 at $mount remounted with favordynmods (a command joins its cgroup in 0.1 ms, not 5-20)"
     else
@@ -234,6 +243,10 @@ _APT_UPDATED=0
 
 # apt_install PACKAGE...: non-interactive install as root; returns non-zero when it cannot.
 apt_install() {
+    host_changes_allowed || {
+        warn "VIGIL_NO_HOST_CHANGES=1: not installing $* (apt-get install $* yourself)"
+        return 1
+    }
     command -v apt-get >/dev/null 2>&1 || {
         warn "apt-get not available; cannot install $*"
         return 1

@@ -75,19 +75,23 @@ def _run_block(shell: Shell, block: Block, url: str) -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
 def test_the_pages_examples_run_as_written(stack: Stack, tmp_path: Path, page: Path) -> None:
-    # given: a scratch directory with the examples' files, and a user of the stack
     assert shutil.which("jq"), "jq is missing: apt-get install jq (.ci/run installs it)"
+    # given: a scratch copy of a clone after scripts/up (its venv, its token, the examples'
+    # files), and a user of the stack; the README's blocks run from the root, the other
+    # pages' from docs/examples/campaign, as they say
     scratch = tmp_path / "scratch"
-    shutil.copytree(doc_examples.FILES, scratch)
+    campaign = scratch / doc_examples.FILES.relative_to(doc_examples.ROOT)
+    shutil.copytree(doc_examples.FILES, campaign)
     (scratch / ".run").mkdir()
     (scratch / ".run" / "token").write_text(stack.token + "\n")
+    (scratch / ".venv").symlink_to(Path(sys.executable).parent.parent)
     kept = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "XDG_"))}
     path = f"{Path(sys.executable).parent}{os.pathsep}{kept.get('PATH', '')}"
     home = tmp_path / "home"
     home.mkdir()
     env = kept | {"PATH": path, "HOME": str(home), "VIGIL_URL": stack.base_url}
     env["VIGIL_TOKEN"] = stack.token
-    shell = Shell(scratch, env)
+    shell = Shell(scratch if page.name == "README.md" else campaign, env)
     try:
         # when / then
         for block in doc_examples.blocks(page):
