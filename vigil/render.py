@@ -7,7 +7,7 @@ into rich only as `Text`, never as markup.
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from rich.console import Console
@@ -69,7 +69,7 @@ def jobs_table(jobs: Iterable[Mapping[str, Any]]) -> Table:
         table.add_row(
             cell(job["id"]),
             cell(job["name"]),
-            cell(job["state"]),
+            cell(f"{job['state']}, purged" if job.get("purged_at") else job["state"]),
             cell(f"{done}/{total}"),
             cell(failed),
             cell(_time(job.get("created_at"))),
@@ -77,50 +77,113 @@ def jobs_table(jobs: Iterable[Mapping[str, Any]]) -> Table:
     return table
 
 
-def job_detail(job: Mapping[str, Any], failed_tasks: Sequence[Mapping[str, Any]]) -> list[Any]:
-    """What `status JOB` prints: the job's fields, its counts per state, its failed tasks."""
+def failing(tasks: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The failed tasks among `tasks` that are the last of their input's lineage: a task
+    superseded by its resubmitted clone is history, not something wrong."""
+    return [t for t in tasks if t["state"] in TASK_FAILED and not t.get("superseded_by")]
+
+
+def superseded(tasks: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The tasks among `tasks` superseded by their resubmitted clone."""
+    return [t for t in tasks if t.get("superseded_by")]
+
+
+def job_detail(
+    job: Mapping[str, Any],
+    failed_tasks: Sequence[Mapping[str, Any]],
+    superseded_tasks: Sequence[Mapping[str, Any]] = (),
+) -> list[Any]:
+    """What `status JOB` prints: the job's fields, its counts per state (the last task of
+    each input), its failed tasks (`failing`), and the tasks resubmitted as a clone (history:
+    each with its clone and the triage's decision)."""
     head = Table(box=None, show_header=False)
     for label, key in (("job", "id"), ("name", "name"), ("state", "state"), ("type", "type")):
         head.add_row(label, cell(job.get(key)))
     head.add_row("created", cell(_time(job.get("created_at"))))
     head.add_row("finished", cell(_time(job.get("finished_at"))))
     head.add_row("throttle", cell(_throttle(job)))
+    if job.get("purged_at"):
+        head.add_row("purged", cell(_purged(job)))
     if job.get("waiting_on"):
         head.add_row("waiting on", cell(job["waiting_on"]))
+    if job.get("superseded"):
+        head.add_row(
+            "resubmitted",
+            cell(f"{job['superseded']} task(s), each superseded by its clone (not counted below)"),
+        )
     counts = Table("STATE", "TASKS", box=None)
     for state, n in sorted(job.get("counts", {}).items()):
         counts.add_row(cell(state), cell(n))
     parts: list[Any] = [head, Text(""), counts]
     if failed_tasks:
         parts += [Text(""), failed_table(failed_tasks)]
+    if superseded_tasks:
+        parts += [Text(""), superseded_table(superseded_tasks)]
     return parts
 
 
 def failed_table(tasks: Sequence[Mapping[str, Any]]) -> Table:
     """Failed tasks with their failure class and error brief (the first `MAX_FAILED_SHOWN`)."""
-    table = Table("TASK", "INDEX", "STATE", "CLASS", "ERROR", box=None, title="failed tasks")
+    return _tasks_table(tasks, "failed tasks", {"ERROR": lambda t: t.get("error_brief")})
+
+
+def superseded_table(tasks: Sequence[Mapping[str, Any]]) -> Table:
+    """Tasks superseded by their resubmitted clone: the clone, and what the triage decided
+    (the first `MAX_FAILED_SHOWN`)."""
+    title = "resubmitted tasks (history: their clones carry their inputs on)"
+    more = {"SUPERSEDED BY": lambda t: t.get("superseded_by"), "DECISION": decision_text}
+    return _tasks_table(tasks, title, more)
+
+
+def _tasks_table(
+    tasks: Sequence[Mapping[str, Any]],
+    title: str,
+    more: Mapping[str, Callable[[Mapping[str, Any]], Any]],
+) -> Table:
+    """The first `MAX_FAILED_SHOWN` tasks: id, index, state, failure class, and the columns
+    of `more` (heading: what it shows of a task)."""
+    table = Table("TASK", "INDEX", "STATE", "CLASS", *more, box=None, title=title)
     for task in tasks[:MAX_FAILED_SHOWN]:
         table.add_row(
             cell(task["id"]),
             cell(task.get("index")),
             cell(task["state"]),
             cell(task.get("failure_class")),
-            cell(task.get("error_brief")),
+            *(cell(shown(task)) for shown in more.values()),
         )
     if len(tasks) > MAX_FAILED_SHOWN:
         table.caption = f"and {len(tasks) - MAX_FAILED_SHOWN} more"
     return table
 
 
+def decision_text(row: Mapping[str, Any]) -> str | None:
+    """`resubmitted: signal: resubmitted (1/3) after 0.1s`: the triage's decision on a task's
+    (or an attempt's) failure and its reason, or None."""
+    decision, reason = row.get("decision"), row.get("decision_reason")
+    if not decision:
+        return None
+    return f"{decision}: {reason}" if reason else str(decision)
+
+
 def task_detail(task: Mapping[str, Any]) -> list[Any]:
-    """What `status TASK` prints: the task's fields and its attempts."""
+    """What `status TASK` prints: the task's fields, its lineage and the triage's decision,
+    and its attempts."""
     head = Table(box=None, show_header=False)
     for key in ("id", "job_id", "index", "input", "state", "run_number", "attempt", "host"):
         head.add_row(key, cell(json.dumps(task.get(key)) if key == "input" else task.get(key)))
     for key in ("failure_class", "exit_code", "signal", "error_brief", "progress"):
         if task.get(key) is not None:
             head.add_row(key, cell(task[key]))
-    attempts = Table("ATTEMPT", "RUN", "STAGE", "HOST", "OUTCOME", "ERROR", box=None)
+    if task.get("resubmitted_from"):
+        head.add_row("resubmitted_from", cell(task["resubmitted_from"]))
+    if task.get("superseded_by"):
+        head.add_row(
+            "superseded_by",
+            cell(f"{task['superseded_by']} (its clone carries the input on; this task is history)"),
+        )
+    if decision_text(task):
+        head.add_row("decision", cell(decision_text(task)))
+    attempts = Table("ATTEMPT", "RUN", "STAGE", "HOST", "OUTCOME", "ERROR", "DECISION", box=None)
     for row in task.get("attempts", []):
         attempts.add_row(
             cell(row.get("attempt")),
@@ -129,6 +192,7 @@ def task_detail(task: Mapping[str, Any]) -> list[Any]:
             cell(row.get("host")),
             cell(row.get("outcome")),
             cell(row.get("error_brief")),
+            cell(decision_text(row)),
         )
     return [head, Text(""), attempts]
 
@@ -235,6 +299,12 @@ def _quarantine(host: Mapping[str, Any]) -> str:
     until = _time(host.get("quarantined_until"))
     what = "breaker shut" if host.get("breaker") else "yes"
     return what + (f" until {until}" if until else "") + (f": {reason}" if reason else "")
+
+
+def _purged(job: Mapping[str, Any]) -> str:
+    by = f" by {job['purged_by']}" if job.get("purged_by") else ""
+    why = f" ({job['purge_reason']})" if job.get("purge_reason") else ""
+    return f"{_time(job['purged_at'])}{by}{why}: its logs, kept outputs and work dirs are gone"
 
 
 def _throttle(job: Mapping[str, Any]) -> str:

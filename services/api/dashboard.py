@@ -10,14 +10,14 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from services.api import charts
-from shared.domain.actions import JobAction, TaskAction, allowed_states
+from shared.domain.actions import JobAction, TaskAction, allowed_states, runs_again
 from shared.domain.states import FAILED, JobState, TaskState
 from shared.store import activity
 from shared.store.attempts_repo import Attempt
 from shared.store.db import Connection
 from shared.store.jobs_repo import Job
 from shared.store.logs_repo import StoredLog
-from shared.store.tasks_repo import Task
+from shared.store.tasks_repo import BY_INDEX, Task
 
 #: Tasks per page of the job page (and most rows one live refresh asks for).
 TASKS_PER_PAGE: Final = 200
@@ -61,9 +61,14 @@ def job_actions(job: Job) -> list[str]:
     return [a.value for a in offered]
 
 
-def task_actions(state: TaskState) -> list[str]:
-    """The task actions that a task in `state` accepts (`shared.domain.actions`' table)."""
-    return [a.value for a in TaskAction if state in allowed_states(a)]
+def task_actions(state: TaskState, *, superseded: bool = False) -> list[str]:
+    """The task actions that a task in `state` accepts (`shared.domain.actions`' table); a
+    task `superseded` by its resubmitted clone only those that run nothing again."""
+    return [
+        a.value
+        for a in TaskAction
+        if state in allowed_states(a) and not (superseded and runs_again(a))
+    ]
 
 
 async def owner_names(conn: Connection, owner_ids: list[str]) -> dict[str, str]:
@@ -77,7 +82,7 @@ async def owner_names(conn: Connection, owner_ids: list[str]) -> dict[str, str]:
 async def task_rows(conn: Connection, job_id: str, task_ids: list[str]) -> list[Task]:
     """Those of `task_ids` that are tasks of the job, by index (the page's live refresh)."""
     rows = await conn.fetch(
-        "SELECT * FROM tasks WHERE job_id = $1 AND id = ANY($2::text[]) ORDER BY index",
+        f"SELECT * FROM tasks WHERE job_id = $1 AND id = ANY($2::text[]) ORDER BY {BY_INDEX}",
         job_id,
         task_ids,
     )
@@ -85,10 +90,11 @@ async def task_rows(conn: Connection, job_id: str, task_ids: list[str]) -> list[
 
 
 async def failed_tasks(conn: Connection, job_id: str, limit: int = PROBLEMS) -> list[Task]:
-    """The job's failed tasks, latest change first, at most `limit`."""
+    """The job's failed tasks, latest change first, at most `limit`: the last of their
+    lineage only (a task superseded by its resubmitted clone is history, not a problem)."""
     rows = await conn.fetch(
         "SELECT * FROM tasks WHERE job_id = $1 AND state = ANY($2::task_state[])"
-        " ORDER BY updated_at DESC LIMIT $3",
+        " AND superseded_by IS NULL ORDER BY updated_at DESC LIMIT $3",
         job_id,
         sorted(s.value for s in FAILED),
         limit,

@@ -5,8 +5,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from shared.domain.states import FAILED
 from shared.store import emergency_repo
 from shared.store.db import SCHEDULER_LOCK_KEY, Connection
+from shared.store.tasks_repo import Task
 
 
 async def ping(conn: Connection) -> bool:
@@ -14,18 +16,46 @@ async def ping(conn: Connection) -> bool:
     return bool(await conn.fetchval("SELECT 1") == 1)
 
 
-async def counts_for_jobs(conn: Connection, job_ids: list[str]) -> dict[str, dict[str, int]]:
-    """Tasks per state of each job in `job_ids` (jobs without tasks are left out), test tasks
-    left out like in `jobs_repo.counts`."""
+async def counts_for_jobs(
+    conn: Connection, job_ids: list[str]
+) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """Tasks per state of each job in `job_ids` (jobs without tasks are left out), and how
+    many of its tasks were superseded by their resubmitted clone (jobs with none left out):
+    test tasks left out, and superseded ones left out of the states, as in `jobs_repo.counts`."""
     rows = await conn.fetch(
-        "SELECT job_id, state::text AS state, count(*) AS n FROM tasks"
-        " WHERE job_id = ANY($1::text[]) AND NOT test GROUP BY job_id, state",
+        "SELECT job_id, state::text AS state, superseded_by IS NOT NULL AS superseded,"
+        " count(*) AS n FROM tasks WHERE job_id = ANY($1::text[]) AND NOT test GROUP BY 1, 2, 3",
         job_ids,
     )
     counts: dict[str, dict[str, int]] = defaultdict(dict)
+    superseded: dict[str, int] = defaultdict(int)
     for row in rows:
-        counts[row["job_id"]][row["state"]] = int(row["n"])
-    return dict(counts)
+        if row["superseded"]:
+            superseded[row["job_id"]] += int(row["n"])
+        else:
+            counts[row["job_id"]][row["state"]] = int(row["n"])
+    return dict(counts), dict(superseded)
+
+
+#: The triage's decision on a task's failure: (verdict, reason).
+Decision = tuple[str, str | None]
+
+
+async def decisions_of(conn: Connection, tasks: Sequence[Task]) -> dict[str, Decision]:
+    """The triage's decision on the last attempt of each failed task among `tasks` (one
+    index probe each, `attempts`' `(task_id, attempt)` key); a failure not yet decided has
+    none, and tasks not failed are not looked at."""
+    failed = [t.id for t in tasks if t.state in FAILED]
+    if not failed:
+        return {}
+    rows = await conn.fetch(
+        "SELECT u.id, a.decision, a.decision_reason FROM unnest($1::text[]) AS u(id)"
+        " CROSS JOIN LATERAL (SELECT decision, decision_reason FROM attempts"
+        "   WHERE task_id = u.id ORDER BY attempt DESC LIMIT 1) a"
+        " WHERE a.decision IS NOT NULL",
+        failed,
+    )
+    return {r["id"]: (r["decision"], r["decision_reason"]) for r in rows}
 
 
 async def visible_tasks(conn: Connection, task_ids: list[str], owner_id: str | None) -> set[str]:

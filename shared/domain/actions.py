@@ -75,6 +75,17 @@ _TABLE: Final[dict[TaskAction, dict[TaskState, TaskState]]] = {
 }
 
 
+#: Why an action is refused on a task superseded by its resubmitted clone, counted across
+#: tasks (a global fix); the single-task refusal names the clone (`shared.operations.lineage`).
+SUPERSEDED: Final = "the task was resubmitted: its clone carries its input on"
+
+
+def runs_again(action: TaskAction) -> bool:
+    """Whether `action` could make a task work again (every action but `cancel`): refused on a
+    task superseded by its resubmitted clone, whose input its clone carries on (issue 42)."""
+    return action is not TaskAction.CANCEL
+
+
 def targets(action: TaskAction) -> dict[TaskState, TaskState]:
     """Each state `action` is accepted in -> the state it moves the task to (not `duplicate`,
     which moves nothing)."""

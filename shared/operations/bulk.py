@@ -11,7 +11,9 @@ judged on its locked row, the movable ones moved together with their events
 their jobs reopened. Duplicate (a new task each) goes task by task through the single-task path
 (`task_actions.apply_to_task`), each in a savepoint of its own; so does a batch whose set-based
 move lost a deadlock. A task whose state does not allow the action is refused
-and counted by reason; the others are not affected by it.
+and counted by reason, and so is a task superseded by its resubmitted clone (selected with
+`include_superseded`) for every action but cancel: its clone carries its input on, and running
+it too would run the input twice. The others are not affected by it.
 
 Why batches: one transaction for 10 000 tasks would hold 10 000 row locks for its whole run,
 stalling every worker report on those tasks meanwhile, and the tasks are independent anyway;
@@ -33,7 +35,7 @@ from typing import Any, Final
 import asyncpg
 from pydantic import BaseModel, ConfigDict
 
-from shared.domain.actions import TaskAction, plan
+from shared.domain.actions import SUPERSEDED, TaskAction, plan, runs_again
 from shared.domain.errors import Conflict, NotFound, VigilError
 from shared.domain.selectors import TaskSelector, where
 from shared.domain.states import FAILED, QUIET, TERMINAL, FailureClass, JobState, TaskState
@@ -88,6 +90,9 @@ class MatchedTask(BaseModel):
     host: str | None
     job_state: JobState
     job_purged: bool
+    #: The clone that carries its input on, when it was resubmitted (selected only with
+    #: `include_superseded`, and refused every action but cancel).
+    superseded_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,8 @@ def check_scope(matched: int, jobs: int, request: BulkRequest, limits: Limits) -
 def refusal(action: TaskAction, task: MatchedTask) -> str | None:
     """Why `action` would be refused on `task` (None: it would be applied), with the checks
     of `task_actions.apply_to_task`, worded to be counted across tasks."""
+    if task.superseded_by is not None and runs_again(action):
+        return SUPERSEDED
     if action is not TaskAction.CANCEL:
         if task.job_purged:
             return JOB_PURGED
@@ -138,7 +145,8 @@ def dry_run_counts(matched: list[MatchedTask], action: TaskAction) -> tuple[int,
 
 _SELECT: Final = """
 SELECT t.id, t.job_id, t.index, t.state::text AS state, t.failure_class::text AS failure_class,
-       t.host, j.state::text AS job_state, j.purged_at IS NOT NULL AS job_purged
+       t.host, j.state::text AS job_state, j.purged_at IS NOT NULL AS job_purged,
+       t.superseded_by
 FROM tasks t JOIN jobs j ON j.id = t.job_id
 WHERE {where}
 ORDER BY t.job_id, t.index
@@ -279,7 +287,12 @@ async def _move_locked(
         if row["test"]:  # its own checks (its job must be configuring): one by one
             done.rest.append(task)
             continue
-        locked = {"state": row["state"], "job_state": job["state"], "job_purged": job["purged"]}
+        locked = {
+            "state": row["state"],
+            "job_state": job["state"],
+            "job_purged": job["purged"],
+            "superseded_by": row["superseded_by"],
+        }
         current = MatchedTask.model_validate(dict(task) | locked)
         reason = refusal(action, current)
         if reason is not None:
@@ -323,14 +336,15 @@ _LOCK_JOBS: Final = (
     " WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE"
 )
 _LOCK_TASKS: Final = (
-    "SELECT id, state::text AS state, test FROM tasks WHERE id = ANY($1::text[])"
+    "SELECT id, state::text AS state, test, superseded_by FROM tasks"
+    " WHERE id = ANY($1::text[])"
     " ORDER BY id FOR UPDATE"
 )
 _LOCK_JOB: Final = (
     "SELECT state::text AS state, purged_at IS NOT NULL AS purged FROM jobs WHERE id = $1"
     " FOR UPDATE"
 )
-_LOCK_TASK: Final = "SELECT state::text FROM tasks WHERE id = $1 FOR UPDATE"
+_LOCK_TASK: Final = "SELECT state::text AS state, superseded_by FROM tasks WHERE id = $1 FOR UPDATE"
 
 
 async def _apply_one(
@@ -340,10 +354,15 @@ async def _apply_one(
     try:
         async with conn.transaction():
             job = await conn.fetchrow(_LOCK_JOB, task.job_id)
-            state = await conn.fetchval(_LOCK_TASK, task.id)
-            if job is None or state is None:
+            row = await conn.fetchrow(_LOCK_TASK, task.id)
+            if job is None or row is None:
                 return GONE
-            locked = {"state": state, "job_state": job["state"], "job_purged": job["purged"]}
+            locked = {
+                "state": row["state"],
+                "job_state": job["state"],
+                "job_purged": job["purged"],
+                "superseded_by": row["superseded_by"],
+            }
             reason = refusal(action, MatchedTask.model_validate(dict(task) | locked))
             if reason is None:
                 await task_actions.apply_to_task(conn, task.id, action, actor)

@@ -120,7 +120,7 @@ def _held_at(job: jobs_repo.Job, index: int) -> Any:
 
 async def _upstream_at(conn: Connection, job: jobs_repo.Job, index: int) -> str:
     assert job.inputs_from is not None
-    upstream = await datasets.task_ids_of(conn, job.inputs_from)
+    upstream = await datasets.task_ids_of(conn, job.inputs_from, superseded=False)
     if not 0 <= index < len(upstream):
         raise Conflict(
             f"job {job.inputs_from} (inputs_from) has {len(upstream)} task(s)"

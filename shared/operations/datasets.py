@@ -11,7 +11,7 @@ from shared.domain.errors import Conflict, NotFound
 from shared.domain.prerequisites import Required
 from shared.domain.states import JobState
 from shared.operations import harvest, stop_guard, task_actions
-from shared.store import jobs_repo, prerequisites_repo
+from shared.store import jobs_repo, prerequisites_repo, tasks_repo
 from shared.store.db import Connection
 
 #: The key of a promised input: `{"upstream_task": "<task id>"}`, resolved by the worker.
@@ -87,20 +87,25 @@ async def promise(conn: Connection, task_ids: list[str], upstream_task_ids: list
 
 
 async def upstream_task_ids(conn: Connection, job_id: str) -> list[str]:
-    """The tasks of `job_id`, by index (the promised inputs of a job chained from it).
+    """The last task of each input's lineage of `job_id`, by index (the promised inputs of a
+    job chained from it: a task superseded by its resubmitted clone is not one, its clone is).
 
     Share-locks the job row until the transaction ends: `add_inputs` takes it `FOR UPDATE`,
     so an append upstream either commits before this read or waits for the chained job to
     commit and then chains its new tasks to it. No input is missed either way.
     """
     await conn.execute("SELECT 1 FROM jobs WHERE id = $1 FOR SHARE", job_id)
-    return await task_ids_of(conn, job_id)
+    return await task_ids_of(conn, job_id, superseded=False)
 
 
-async def task_ids_of(conn: Connection, job_id: str) -> list[str]:
-    """The ids of the tasks of `job_id` (test tasks left out), by index."""
+async def task_ids_of(conn: Connection, job_id: str, *, superseded: bool = True) -> list[str]:
+    """The ids of the tasks of `job_id` (test tasks left out), by index (`BY_INDEX`); without
+    those superseded by their resubmitted clone unless `superseded`."""
     rows = await conn.fetch(
-        "SELECT id FROM tasks WHERE job_id = $1 AND NOT test ORDER BY index", job_id
+        "SELECT id FROM tasks WHERE job_id = $1 AND NOT test"
+        f" AND ($2 OR superseded_by IS NULL) ORDER BY {tasks_repo.BY_INDEX}",
+        job_id,
+        superseded,
     )
     return [r["id"] for r in rows]
 

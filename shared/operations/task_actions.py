@@ -2,7 +2,8 @@
 
 The API calls these inside one transaction per request. Each function checks the current state
 against the tables of `shared.domain.actions` and raises `Conflict` (a 409) naming the allowed
-states.
+states; a task superseded by its resubmitted clone is refused every action but `cancel`, naming
+the task that carries its input on (`lineage.refuse_superseded`).
 Hooks are not run here: an action state (`recover_cluster`, `restart_setup`...) is picked up by
 the scheduler, which dispatches it to the task's host.
 """
@@ -15,7 +16,7 @@ from shared.domain.errors import Conflict, NotFound, StaleState
 from shared.domain.messages import FreezeTask, JobEvent, JobOutcome, KillTask
 from shared.domain.states import ACTIONS, FAILED, QUIET, TERMINAL, FailureClass, JobState, TaskState
 from shared.messaging.topology import supervise_key
-from shared.operations import harvest, stop_guard
+from shared.operations import harvest, lineage, stop_guard
 from shared.store import attempts_repo, jobs_repo, outbox, prerequisites_repo, tasks_repo
 from shared.store.db import Connection
 
@@ -37,6 +38,7 @@ async def apply_to_task(
     async with conn.transaction():
         await stop_guard.share(conn)  # first: it may reopen the job (see stop_guard)
         task = await _locked(conn, task_id)
+        await lineage.refuse_superseded(conn, task, action)
         if action is not TaskAction.CANCEL:
             await _check_job_not_cancelled(conn, task.job_id, action)
         await _check_test_still_configuring(conn, task)

@@ -125,9 +125,14 @@ async def get(conn: Connection, task_id: str) -> Task | None:
     return Task.from_record(record) if record else None
 
 
+#: A job's tasks in order: by index, and the tasks of one index (an input's lineage: a
+#: resubmitted clone keeps its original's index) oldest first.
+BY_INDEX: Final = "index, created_at, id"
+
+
 async def list_for_job(conn: Connection, job_id: str) -> list[Task]:
-    """Every task of `job_id`, by index."""
-    records = await conn.fetch("SELECT * FROM tasks WHERE job_id = $1 ORDER BY index", job_id)
+    """Every task of `job_id`, by index (`BY_INDEX`)."""
+    records = await conn.fetch(f"SELECT * FROM tasks WHERE job_id = $1 ORDER BY {BY_INDEX}", job_id)
     return [Task.from_record(r) for r in records]
 
 
@@ -139,18 +144,35 @@ async def page_for_job(
     limit: int,
     state: TaskState | None = None,
 ) -> list[Task]:
-    """Up to `limit` tasks of `job_id` of an index above `after` (None: from the first), by
-    index, optionally in `state` only: a keyset page on `(job_id, index)`, as fast at the end
-    of a job of 100,000 tasks as at its start."""
+    """The tasks of `job_id` of the first `limit` indexes above `after` (None: from the
+    first), by index (`BY_INDEX`), optionally in `state` only. An index comes whole: the
+    tasks of an input's lineage share it (a resubmitted clone keeps its original's index), so
+    a page may hold more than `limit` tasks, and the next page starts after its last index
+    without missing one. A keyset page on `(job_id, index)`, as fast at the end of a job of
+    100,000 tasks as at its start."""
     records = await conn.fetch(
-        "SELECT * FROM tasks WHERE job_id = $1 AND ($2::integer IS NULL OR index > $2)"
-        " AND ($4::task_state IS NULL OR state = $4) ORDER BY index LIMIT $3",
+        "SELECT * FROM tasks WHERE job_id = $1 AND ($4::task_state IS NULL OR state = $4)"
+        " AND index = ANY(ARRAY(SELECT DISTINCT index FROM tasks WHERE job_id = $1"
+        "   AND index > coalesce($2::integer, -2147483648)"
+        "   AND ($4::task_state IS NULL OR state = $4) ORDER BY index LIMIT $3))"
+        f" ORDER BY {BY_INDEX}",
         job_id,
         after,
         limit,
         state.value if state else None,
     )
     return [Task.from_record(r) for r in records]
+
+
+def first_indexes(tasks: Sequence[Task], limit: int) -> tuple[list[Task], int | None]:
+    """Of a page read with `limit + 1` indexes (`page_for_job`): the tasks of its first
+    `limit` indexes, and the last of those indexes when the page had more (where the next
+    page starts after), else None."""
+    indexes = sorted({t.index for t in tasks})
+    if len(indexes) <= limit:
+        return list(tasks), None
+    last = indexes[limit - 1]
+    return [t for t in tasks if t.index <= last], last
 
 
 async def held_by(conn: Connection, worker: str) -> list[Task]:
@@ -736,12 +758,29 @@ async def hold_back(conn: Connection, task_id: str, delay_s: float) -> None:
 
 
 async def link_clone(conn: Connection, original_id: str, clone_id: str, infra_retries: int) -> None:
-    """Resubmission's lineage: the clone comes from the original (with the original's infra
-    retries and one more), and the original is superseded by the clone. Locks both rows."""
+    """Resubmission's lineage: the clone (made `resubmitted_from` the original,
+    `jobs_repo.add_clone`) has the original's infra retries and one more, and the original is
+    superseded by the clone. Locks both rows."""
     await conn.execute(
-        "UPDATE tasks SET resubmitted_from = $1, infra_retries = $3 WHERE id = $2",
-        original_id,
+        "UPDATE tasks SET infra_retries = $2 WHERE id = $1 AND resubmitted_from = $3",
         clone_id,
         infra_retries,
+        original_id,
     )
     await conn.execute("UPDATE tasks SET superseded_by = $2 WHERE id = $1", original_id, clone_id)
+
+
+async def latest_of_lineage(conn: Connection, task_id: str) -> Task | None:
+    """The last task of `task_id`'s lineage: following `superseded_by` from it to the task
+    that carries its input on now (itself when not superseded); None for no such task. One
+    index probe per step of the lineage."""
+    record = await conn.fetchrow(
+        "WITH RECURSIVE line(id, depth) AS ("
+        "  SELECT $1::text, 0"
+        "  UNION ALL"
+        "  SELECT t.superseded_by, line.depth + 1 FROM line JOIN tasks t ON t.id = line.id"
+        "  WHERE t.superseded_by IS NOT NULL AND line.depth < 10000)"
+        " SELECT t.* FROM line JOIN tasks t ON t.id = line.id ORDER BY line.depth DESC LIMIT 1",
+        task_id,
+    )
+    return Task.from_record(record) if record else None

@@ -444,7 +444,7 @@ async def test_a_lost_test_run_is_resubmitted_as_a_test_run(pool: Pool) -> None:
 
         clone = await tasks_repo.get(conn, (await tasks_repo.get(conn, test.id)).superseded_by)  # type: ignore[arg-type, union-attr]
         assert clone is not None
-        assert (clone.test, clone.index, clone.state) == (True, -2, S.NEW)
+        assert (clone.test, clone.index, clone.state) == (True, test.index, S.NEW)  # its own
 
 
 async def test_a_test_run_undecided_at_activation_changes_nothing_after(pool: Pool) -> None:

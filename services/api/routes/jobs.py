@@ -172,9 +172,14 @@ async def list_jobs(
             limit=limit + 1,
             before=before,
         )
-        counts = await queries.counts_for_jobs(conn, [job.id for job in jobs[:limit]])
+        counts, superseded = await queries.counts_for_jobs(conn, [job.id for job in jobs[:limit]])
         hosts = await pool_status.read(conn, settings.worker_pool, settings.dead_host_s)
-    items = [dataclasses.replace(job, counts=counts.get(job.id, {})) for job in jobs[:limit]]
+    items = [
+        dataclasses.replace(
+            job, counts=counts.get(job.id, {}), superseded=superseded.get(job.id, 0)
+        )
+        for job in jobs[:limit]
+    ]
     last = items[-1] if len(jobs) > limit else None
     return JobsPage(
         items=[JobPublic.from_job(job, hosts) for job in items],
@@ -223,22 +228,36 @@ async def list_tasks(
         int | None,
         Query(ge=-_INT4_MAX, le=_INT4_MAX, description="Only tasks of a higher index."),
     ] = None,
-    limit: Annotated[int, Query(ge=1, le=TASKS_PAGE_MAX)] = TASKS_PAGE,
+    limit: Annotated[
+        int,
+        Query(
+            ge=1,
+            le=TASKS_PAGE_MAX,
+            description="Most indexes in the page, each with all its tasks (an input's"
+            " lineage: a resubmitted clone keeps its original's index).",
+        ),
+    ] = TASKS_PAGE,
     state: TaskState | None = None,
 ) -> list[TaskPublic]:
-    """The job's tasks by index (test tasks, of negative index, first), each with its
-    prerequisites, one page at a time: a full page has a `Link: <...>; rel="next"` header, and
-    the next one starts `after` the last index of this one."""
+    """The job's tasks by index (test tasks, of negative index, first; the tasks of one index,
+    an input's lineage, oldest first), each with its prerequisites and the triage's
+    `decision` on a failed one, one page of `limit` indexes at a time: a full page has a
+    `Link: <...>; rel="next"` header, and the next one starts `after` the last index of this
+    one."""
     async with pool.acquire() as conn:
         await check_visible(conn, user, job_id)
         tasks = await tasks_repo.page_for_job(conn, job_id, after=after, limit=limit, state=state)
         found = await queries.prerequisites_of(conn, [task.id for task in tasks])
-    if len(tasks) == limit:
+        decisions = await queries.decisions_of(conn, tasks)
+    if len({task.index for task in tasks}) == limit:
         query = f"after={tasks[-1].index}&limit={limit}" + (
             f"&state={state.value}" if state else ""
         )
         response.headers["Link"] = f'</jobs/{job_id}/tasks?{query}>; rel="next"'
-    return [TaskPublic.from_found(task, found, detail=user.is_operator) for task in tasks]
+    return [
+        TaskPublic.from_found(task, found, detail=user.is_operator, decision=decisions.get(task.id))
+        for task in tasks
+    ]
 
 
 @router.get("/{job_id}/logs", responses=_NOT_FOUND)

@@ -114,7 +114,11 @@ def _job_row(job: Job, owners: dict[str, str], viewer: User) -> JobRow:
 
 
 def _task_row(task: Task) -> TaskRow:
-    return TaskRow(task, dashboard.short_input(task.input), dashboard.task_actions(task.state))
+    return TaskRow(
+        task,
+        dashboard.short_input(task.input),
+        dashboard.task_actions(task.state, superseded=task.superseded_by is not None),
+    )
 
 
 async def _page_user(request: Request, conn: Connection) -> User | None:
@@ -233,11 +237,14 @@ async def jobs_page(
             before=before,
         )
         shown = jobs[:limit]
-        counts = await queries.counts_for_jobs(conn, [j.id for j in shown])
+        counts, superseded = await queries.counts_for_jobs(conn, [j.id for j in shown])
         owners = await dashboard.owner_names(conn, [j.owner_id for j in shown])
         # The whole system's activity is for operators (a user's jobs are theirs alone).
         pictures = await dashboard.system_charts(conn, _now()) if user.is_operator else []
-    shown = [dataclasses.replace(j, counts=counts.get(j.id, {})) for j in shown]
+    shown = [
+        dataclasses.replace(j, counts=counts.get(j.id, {}), superseded=superseded.get(j.id, 0))
+        for j in shown
+    ]
     query = {"limit": limit} | ({"state": job_state.value} if job_state else {})
     next_url = None
     if len(jobs) > limit:
@@ -341,20 +348,19 @@ async def job_page(
             return _not_found(user, f"Job {job_id}")
         limit = dashboard.TASKS_PER_PAGE
         only = TaskState(state) if state in {s.value for s in TaskState} else None
-        tasks = await tasks_repo.page_for_job(
-            conn, job_id, after=after, limit=limit + 1, state=only
-        )
+        read = await tasks_repo.page_for_job(conn, job_id, after=after, limit=limit + 1, state=only)
         failed = await dashboard.failed_tasks(conn, job_id)
         errors = await job_errors_repo.list_for_job(conn, job_id, dashboard.PROBLEMS)
         logs = await dashboard.log_tail(conn, job_id)
         owners = await dashboard.owner_names(conn, [job.owner_id])
         pictures = await dashboard.job_charts(conn, job, _now())
-    next_after = tasks[limit - 1].index if len(tasks) > limit else None
+    tasks, next_after = tasks_repo.first_indexes(read, limit)
     data = {
         "job_id": job_id,
         "topics": [f"task.*.{job_id}", f"job.*.{job_id}", f"log.*.{job_id}"],
-        # Tasks appended later (new inputs, resubmitted clones) belong on the last page only
-        # (of all the tasks: a state filter shows those that were in it).
+        # Tasks appended later (new inputs, resubmitted clones) are added live on the last
+        # page only (of all the tasks: a state filter shows those that were in it), a clone
+        # after the rows of its index; on another page, a clone shows at the next load.
         "append_new_tasks": next_after is None and only is None,
     }
     return _page(
@@ -363,7 +369,7 @@ async def job_page(
         "job",
         data,
         view=_job_row(job, owners, user),
-        tasks=[_task_row(t) for t in tasks[:limit]],
+        tasks=[_task_row(t) for t in tasks],
         failed=failed,
         errors=errors,
         logs=logs,
@@ -503,7 +509,7 @@ async def _task_view(conn: Connection, task: Task, user: User) -> TaskView:
         bars=dashboard.timeline(attempts, _now()),
         status=json.dumps(status, ensure_ascii=False, indent=2) if status else None,
         outputs=list(outputs.values()),
-        actions=dashboard.task_actions(task.state),
+        actions=dashboard.task_actions(task.state, superseded=task.superseded_by is not None),
         show_detail=user.is_operator,
     )
 

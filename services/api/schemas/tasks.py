@@ -12,7 +12,7 @@ from pydantic import (
 
 from services.api.schemas.common import RequiredState, Stage
 from shared.domain.actions import TaskAction
-from shared.domain.states import FailureClass, TaskState
+from shared.domain.states import FAILED, FailureClass, TaskState
 from shared.store.attempts_repo import Attempt
 from shared.store.tasks_repo import Task
 
@@ -44,8 +44,19 @@ class TaskPublic(BaseModel):
     worker: str | None
     pid: int | None
     progress: int | None
-    resubmitted_from: str | None
-    superseded_by: str | None
+    resubmitted_from: str | None = Field(description="The task this one is a clone of.")
+    superseded_by: str | None = Field(
+        description="The clone that carries its input on (same index): set, the task is"
+        " history, counted in its job's `superseded`, not in `counts`, and refused every"
+        " action but cancel."
+    )
+    decision: str | None = Field(
+        default=None,
+        description="While the task is failed: what the triage decided after its last failure"
+        " (recovered, resubmitted, abandoned, or fencing while the old process may live);"
+        " null while undecided.",
+    )
+    decision_reason: str | None = Field(default=None, description="Why, as the triage said it.")
     prerequisites: list[PrerequisitePublic]
     workdir: str | None
     created_at: datetime
@@ -60,23 +71,36 @@ class TaskPublic(BaseModel):
 
     @classmethod
     def from_task(
-        cls, task: Task, prerequisites: list[PrerequisitePublic], *, detail: bool
+        cls,
+        task: Task,
+        prerequisites: list[PrerequisitePublic],
+        *,
+        detail: bool,
+        decision: tuple[str, str | None] | None = None,
     ) -> "TaskPublic":
         """The view of `task`; `error_detail` (a worker's traceback, with the servers' paths)
-        only with `detail` (operators: issue 17), the brief always."""
-        fields = {n: getattr(task, n) for n in cls.model_fields if n != "prerequisites"}
+        only with `detail` (operators: issue 17), the brief always; `decision` the triage's
+        (verdict, reason) on its failure (`queries.decisions_of`)."""
+        own = set(cls.model_fields) - {"prerequisites", "decision", "decision_reason"}
+        fields = {n: getattr(task, n) for n in own}
         if not detail:
             fields["error_detail"] = None
-        return cls(**fields, prerequisites=prerequisites)
+        verdict, reason = decision or (None, None)
+        return cls(**fields, prerequisites=prerequisites, decision=verdict, decision_reason=reason)
 
     @classmethod
     def from_found(
-        cls, task: Task, found: Mapping[str, list[dict[str, Any]]], *, detail: bool
+        cls,
+        task: Task,
+        found: Mapping[str, list[dict[str, Any]]],
+        *,
+        detail: bool,
+        decision: tuple[str, str | None] | None = None,
     ) -> "TaskPublic":
         """The view of `task`, its prerequisites picked from `queries.prerequisites_of` rows."""
         rows = found.get(task.id, [])
         prerequisites = [PrerequisitePublic.model_validate(p) for p in rows]
-        return cls.from_task(task, prerequisites, detail=detail)
+        return cls.from_task(task, prerequisites, detail=detail, decision=decision)
 
 
 class AttemptPublic(BaseModel):
@@ -131,7 +155,11 @@ class TaskDetail(TaskPublic):
         *,
         detail: bool,
     ) -> "TaskDetail":
-        view = TaskPublic.from_task(task, prerequisites, detail=detail)
+        last = attempts[-1] if attempts else None
+        decision = None
+        if last is not None and last.decision is not None and task.state in FAILED:
+            decision = (last.decision, last.decision_reason)
+        view = TaskPublic.from_task(task, prerequisites, detail=detail, decision=decision)
         shown = [AttemptPublic.from_attempt(a, detail=detail) for a in attempts]
         return cls(**dict(view), attempts=shown)
 

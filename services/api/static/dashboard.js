@@ -532,6 +532,14 @@
     later("rows", refreshTaskRows, ms === undefined ? 500 : ms);
   }
 
+  // The first row of a higher index than `fresh`'s (null: none, the end): a resubmitted
+  // clone keeps its original's index and goes after the rows of that index.
+  function rowAfterIndex(body, fresh) {
+    const index = Number(fresh.dataset.index);
+    return Array.from(body.querySelectorAll("tr[data-task-id]"))
+      .find((row) => Number(row.dataset.index) > index) || null;
+  }
+
   async function refreshTaskRows() {
     const ids = Array.from(dirtyTasks).slice(0, ROWS_MAX);
     ids.forEach((id) => dirtyTasks.delete(id));
@@ -546,7 +554,7 @@
     for (const fresh of Array.from(template.content.querySelectorAll("tr[data-task-id]"))) {
       const row = byData("data-task-id", fresh.dataset.taskId);
       if (row) row.replaceWith(fresh);
-      else if (page.append_new_tasks) body.append(fresh);
+      else if (page.append_new_tasks) body.insertBefore(fresh, rowAfterIndex(body, fresh));
     }
   }
 
