@@ -181,7 +181,8 @@ class Client:
     def outputs_page(
         self, job_id: str, *, limit: int = 100, cursor: str | None = None
     ) -> dict[str, Any]:
-        """One page of the job's outputs: `{"items": [...], "next_cursor": ... or None}`."""
+        """One page of the job's outputs: `{"items": [...], "next_cursor": ... or None,
+        "purged": None}`; a purged job has none, and `purged` says who purged it, when, why."""
         return cast(dict[str, Any], self._send(calls.outputs_page(job_id, limit, cursor)))
 
     def outputs(self, job_id: str, *, limit: int = 100) -> Iterator[Output]:

@@ -190,9 +190,10 @@ async def test_when_a_job_is_purged__logs_and_downloads_are_gone_and_the_job_say
     assert (job["purged_by"], job["purge_reason"]) == (api.user.user.name, "purge action")
     logs = await api.client.get(f"/jobs/{job_id}/logs", headers=api.user.headers)
     assert logs.json()["items"] == []
-    [listed] = (await _outputs(api, job_id))["items"]
-    assert listed["downloadable"] is False
-    assert listed["not_kept"].startswith(f"job {job_id} was purged at ")
+    listed = await _outputs(api, job_id)
+    assert (listed["items"], listed["next_cursor"]) == ([], None)  # no outputs any more
+    assert listed["purged"].startswith(f"job {job_id} was purged at ")
+    assert listed["purged"].endswith(" (purge action): its outputs are gone")
     download = await _download(api, task_id, "out.txt")
     assert download.status_code == 409
     assert download.json()["detail"].startswith(f"job {job_id} was purged at ")

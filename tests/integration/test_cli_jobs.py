@@ -1,6 +1,8 @@
 """The `vigil` command against a served api (no worker runs): inputs from a file at submission
-and appended, what a submission is warned of, and the input limit's next step (issue 42)."""
+and appended, what a submission is warned of, the input limit's next step, and what a purged
+job shows (issue 42)."""
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -8,6 +10,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
+from shared.store import db
+from tests.integration import harvest_steps as given
 from tests.integration.test_client import Served, served  # noqa: F401 (the fixture)
 from vigil.cli import app
 
@@ -128,3 +132,33 @@ def test_a_command_bash_cannot_parse_is_submitted_with_a_warning_on_stderr(
     assert result.stdout.strip().startswith("j-")  # the id alone: JOB=$(vigil submit ...)
     assert result.stderr.startswith("vigil: warning: command: bash cannot parse it")
     assert "unexpected EOF while looking for matching" in result.stderr
+
+
+def test_a_purged_job_lists_no_outputs_and_its_status_says_it_was_purged(
+    vigil: Any,
+    served: Served,  # noqa: F811 (the fixture)
+    tmp_path: Path,
+) -> None:
+    # given: an ended job with an output, purged
+    job_id = vigil("submit", _job_file(tmp_path)).stdout.strip()
+
+    async def ended_with_an_output() -> None:
+        async with db.open_pool(served.database_url, max_size=1) as pool, pool.acquire() as conn:
+            [task_id] = await given.end(conn, job_id)
+            await given.record(conn, task_id, "out.txt", b"result")
+
+    asyncio.run(ended_with_an_output())
+    assert "out.txt" in vigil("outputs", job_id).stdout
+    assert vigil("purge", job_id, "--yes").exit_code == 0
+
+    # when
+    listed = vigil("outputs", job_id)
+    as_json = vigil("outputs", job_id, "--json")
+    status = vigil("status", job_id)
+
+    # then
+    assert (listed.exit_code, listed.stdout) == (0, "")
+    assert listed.stderr.startswith(f"vigil: job {job_id} was purged at ")
+    assert listed.stderr.rstrip().endswith("(purge action): its outputs are gone")
+    assert as_json.stdout.strip() == "[]"
+    assert "purge action): its logs, kept outputs and work dirs are gone" in status.stdout

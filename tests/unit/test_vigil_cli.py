@@ -142,3 +142,24 @@ def test_vigil_status_says_why_a_job_waits() -> None:
         console.print(part)
 
     assert "waiting on  all 1 host(s) of pool default quarantined" in console.export_text()
+
+
+def test_vigil_status_says_a_job_was_purged_in_its_detail_and_in_the_list() -> None:
+    job = {
+        "id": "j-1",
+        "name": "render",
+        "state": "completed",
+        "purged_at": "2026-11-27T08:00:00+00:00",
+        "purged_by": "ops",
+        "purge_reason": "purge action",
+    }
+    console = Console(width=200, record=True)
+    for part in [*render.job_detail(job, []), render.jobs_table([job])]:
+        console.print(part)
+
+    shown = console.export_text()
+    assert (
+        "purged    2026-11-27 08:00:00 UTC by ops (purge action): its logs, kept outputs and"
+        " work dirs are gone"
+    ) in shown
+    assert "completed, purged" in shown

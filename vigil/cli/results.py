@@ -14,13 +14,22 @@ from vigil.errors import UsageError
 
 @command()
 def outputs(ctx: typer.Context, job_id: JobArg, as_json: JsonFlag = False) -> None:
-    """List the job's output files: task, name, size, sha256, downloadable, where they are."""
+    """List the job's output files: task, name, size, sha256, downloadable, where they are.
+
+    A purged job has none any more: nothing is listed, and stderr says who purged it."""
     expect_id("job", job_id, "outputs")
     with session(ctx).client() as client:
-        found = list(client.outputs(job_id))
+        page = client.outputs_page(job_id)
+        found = list(page["items"])
+        while page["next_cursor"] is not None:
+            page = client.outputs_page(job_id, cursor=page["next_cursor"])
+            found += page["items"]
+    purged = page.get("purged")
+    if purged:
+        print(f"vigil: {render.printable(purged)}", file=sys.stderr)
     if as_json:
         print_json(found)
-    else:
+    elif not purged:
         out.print(harvest.outputs_table(found))
 
 

@@ -47,14 +47,17 @@ async def list_outputs(
     ] = None,
 ) -> OutputsPage:
     """The outputs of the latest run of each task that is not superseded, by task index and
-    name, one page at a time; `downloadable` says whether the bytes can be downloaded."""
+    name, one page at a time; `downloadable` says whether the bytes can be downloaded. A
+    purged job has none: `items` is empty and `purged` says who purged it, when and why."""
     after = harvest.decode_after(page) if page is not None else None
     async with pool.acquire() as conn:
         job = await visible_job(conn, user, job_id)
+        if job.purged_at is not None:  # their bytes and work dirs are gone (records stay)
+            return OutputsPage.of_purged(job)
         found = await outputs_repo.for_job(conn, job_id, after=after, limit=limit + 1)
     shown = found[:limit]
     return OutputsPage(
-        items=[OutputPublic.from_stored(output, job) for output in shown],
+        items=[OutputPublic.from_stored(output) for output in shown],
         next_cursor=harvest.encode_after(shown[-1]) if len(found) > limit else None,
     )
 

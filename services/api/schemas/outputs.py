@@ -27,11 +27,9 @@ class OutputPublic(BaseModel):
     created_at: datetime
 
     @classmethod
-    def from_stored(cls, output: StoredOutput, job: Job) -> "OutputPublic":
+    def from_stored(cls, output: StoredOutput) -> "OutputPublic":
         fields = {n: getattr(output, n) for n in cls.model_fields if n != "downloadable"}
-        if job.purged_at is not None:
-            fields["not_kept"] = purged_message(job.id, job.purged_at, job.purged_by)
-        return cls(**fields, downloadable=output.kept and job.purged_at is None)
+        return cls(**fields, downloadable=output.kept)
 
 
 class OutputsPage(BaseModel):
@@ -39,3 +37,16 @@ class OutputsPage(BaseModel):
 
     items: list[OutputPublic]
     next_cursor: str | None
+    purged: str | None = Field(
+        default=None,
+        description="Set when the job was purged (who, when, why): it has no outputs any more"
+        " (their kept bytes and work dirs were deleted), and `items` is empty.",
+    )
+
+    @classmethod
+    def of_purged(cls, job: Job) -> "OutputsPage":
+        """The page of a purged job: no outputs, and why."""
+        assert job.purged_at is not None
+        gone = purged_message(job.id, job.purged_at, job.purged_by)
+        reason = f" ({job.purge_reason})" if job.purge_reason else ""
+        return cls(items=[], next_cursor=None, purged=f"{gone}{reason}: its outputs are gone")
