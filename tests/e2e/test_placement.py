@@ -1,6 +1,8 @@
 """Placement across hosts (issue 15 point 4): a job's `max_in_flight` holds across every host,
 and a host that joins a busy pool takes work."""
 
+import asyncio
+import base64
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -101,3 +103,41 @@ async def test_a_host_that_joins_takes_work_and_max_in_flight_holds_across_hosts
     first = min(a["started_at"] for a in attempts if a["host"] == HOSTS[1])
     waited = (first - joined).total_seconds()
     print(f"the joining host's first task started {waited:.2f} s after it registered")  # noqa: T201
+
+
+async def test_a_jobs_own_files_reach_its_tasks_on_every_host(
+    stack: Stack, client: httpx.AsyncClient, events: Events, shared_dir: Path
+) -> None:
+    # given: both hosts up (2 slots each), and a job of 4 tasks that bring their script and
+    # hold their slots until the test opens the gate: two run on each host
+    stack.start(f"supervisor@{HOSTS[1]}")
+    stack.start(f"worker@{HOSTS[1]}")
+    stack.wait_healthy()
+    gate = shared_dir / "open"
+    script = f'#!/bin/bash\nuntil [ -e {gate} ]; do sleep 0.05; done\necho "ran $1"\n'
+    body = {
+        "command": './run.sh "$VIGIL_INPUT"',
+        "inputs": ["a", "b", "c", "d"],
+        "files": {
+            "run.sh": {"content": base64.b64encode(script.encode()).decode(), "executable": True}
+        },
+    }
+    response = await client.post("/jobs", json=body)
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+
+    # when: all four run at once, then the gate opens
+    def running() -> int:
+        return len({b["task_id"] for k, b in events.received if k == f"task.on_cpu.{job_id}"})
+
+    async with asyncio.timeout(30), events.changed:
+        while running() < 4:
+            await events.changed.wait()
+    gate.touch()
+
+    # then: each host placed the files and ran its tasks
+    assert (await wait_job(client, events, job_id, within=60))["state"] == "completed"
+    attempts = await _cluster_attempts(stack, job_id)
+    assert {a["host"] for a in attempts} == set(HOSTS)
+    lines = (await client.get(f"/jobs/{job_id}/logs")).json()["items"]
+    assert sorted(item["line"] for item in lines) == ["ran a", "ran b", "ran c", "ran d"]
