@@ -116,11 +116,12 @@ class AsyncClient:
             if cursor is None:
                 return
 
-    async def tasks(self, job_id: str) -> list[Task]:
+    async def tasks(self, job_id: str, state: Iterable[str] = ()) -> list[Task]:
+        states = list(state)
         found: list[Task] = []
         while True:
             after = found[-1]["index"] if found else None
-            page = cast(list[Task], await self._send(calls.tasks(job_id, after)))
+            page = cast(list[Task], await self._send(calls.tasks(job_id, after, states)))
             found += page
             if len(page) < calls.TASKS_PAGE:
                 return found

@@ -80,8 +80,9 @@ def jobs_page(state: str | None, name: str | None, limit: int, cursor: str | Non
 TASKS_PAGE = 10_000
 
 
-def tasks(job_id: str, after: int | None = None) -> Call:
-    params = _params(after=after, limit=TASKS_PAGE)
+def tasks(job_id: str, after: int | None = None, states: Iterable[str] = ()) -> Call:
+    """A page of the job's tasks after index `after`, only those in `states` if any."""
+    params = _params(after=after, limit=TASKS_PAGE) + [("state", s) for s in states]
     return Call("GET", f"/jobs/{check_id('job', job_id)}/tasks", params=params)
 
 

@@ -130,12 +130,14 @@ class Client:
             if cursor is None:
                 return
 
-    def tasks(self, job_id: str) -> list[Task]:
-        """Every task of the job, by index (read a page at a time)."""
+    def tasks(self, job_id: str, state: Iterable[str] = ()) -> list[Task]:
+        """Every task of the job, by index (read a page at a time); only those in the states
+        `state` names, if it names any."""
+        states = list(state)
         found: list[Task] = []
         while True:
             after = found[-1]["index"] if found else None
-            page = cast(list[Task], self._send(calls.tasks(job_id, after)))
+            page = cast(list[Task], self._send(calls.tasks(job_id, after, states)))
             found += page
             if len(page) < calls.TASKS_PAGE:
                 return found

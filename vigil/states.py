@@ -6,6 +6,8 @@ broker libraries); a unit test keeps these sets equal to the server's.
 
 from typing import Final
 
+_STAGES: Final = ("setup", "cluster", "post_processing")
+
 #: Job states in which nothing more happens unless someone acts (appends, recovers).
 JOB_FINAL: Final = frozenset({"completed", "failed", "cancelled"})
 
@@ -22,6 +24,19 @@ TASK_FAILED: Final = frozenset(
 
 #: Task states a task rests in until someone acts on it.
 TASK_TERMINAL: Final = TASK_FAILED | {"completed", "terminated"}
+
+#: Every task state (`vigil tasks --state` refuses others before asking).
+TASK_STATES: Final = TASK_TERMINAL | {
+    "new",
+    "on_hold",
+    "setting_up",
+    "queued",
+    "on_cpu",
+    "data_ready",
+    "post_processing",
+    *(f"{kind}_{stage}" for kind in ("recover", "restart") for stage in _STAGES),
+    *(f"{kind}_{stage}" for kind in ("recovering", "restarting") for stage in _STAGES),
+}
 
 
 def done_and_total(counts: dict[str, int]) -> tuple[int, int]:

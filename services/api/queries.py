@@ -1,11 +1,13 @@
 """Read queries the api needs that the shared repositories do not have (parameterised SQL only)."""
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
-from shared.domain.states import FAILED
+from shared.domain.states import FAILED, IN_FLIGHT
 from shared.store import emergency_repo
 from shared.store.db import SCHEDULER_LOCK_KEY, Connection
 from shared.store.tasks_repo import Task
@@ -56,6 +58,54 @@ async def decisions_of(conn: Connection, tasks: Sequence[Task]) -> dict[str, Dec
         failed,
     )
     return {r["id"]: (r["decision"], r["decision_reason"]) for r in rows}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """When a task ran, from its attempts, as of the read (`timings_of`)."""
+
+    started_at: datetime  # its first attempt's start
+    stage_started_at: datetime | None  # in flight, while an attempt runs: that attempt's start
+    ended_at: datetime | None  # at rest: its last attempt's end
+    elapsed_s: float | None  # see `timings_of`
+
+    def fields(self) -> dict[str, Any]:
+        """As the view's fields of the same names."""
+        return dataclasses.asdict(self)
+
+
+_TIMINGS: Final = """
+SELECT u.id, a.first_start, a.open_start, a.last_end,
+       extract(epoch FROM CASE WHEN u.resting THEN a.last_end - a.first_start
+                               ELSE now() - coalesce(a.open_start, a.first_start) END)::float8
+           AS elapsed
+FROM unnest($1::text[], $2::boolean[]) AS u(id, resting)
+JOIN (SELECT task_id, min(started_at) AS first_start,
+             max(started_at) FILTER (WHERE ended_at IS NULL) AS open_start,
+             max(ended_at) AS last_end
+      FROM attempts WHERE task_id = ANY($1::text[]) GROUP BY task_id) a ON a.task_id = u.id
+"""
+
+
+async def timings_of(conn: Connection, tasks: Sequence[Task]) -> dict[str, Timing]:
+    """When each of `tasks` that ever started ran (one probe of `attempts`' `(task_id,
+    attempt)` key each). `elapsed_s`, by the database's clock: in flight, the time in the
+    stage that runs (or, between stages, as `queued` for a slot, since the first start); at
+    rest (ended, failed, `new` or `on_hold` again), from its first start to its last
+    attempt's end."""
+    if not tasks:
+        return {}
+    resting = {t.id: t.state not in IN_FLIGHT for t in tasks}
+    rows = await conn.fetch(_TIMINGS, list(resting), list(resting.values()))
+    return {
+        r["id"]: Timing(
+            started_at=r["first_start"],
+            stage_started_at=None if resting[r["id"]] else r["open_start"],
+            ended_at=r["last_end"] if resting[r["id"]] else None,
+            elapsed_s=None if r["elapsed"] is None else max(r["elapsed"], 0.0),
+        )
+        for r in rows
+    }
 
 
 async def visible_tasks(conn: Connection, task_ids: list[str], owner_id: str | None) -> set[str]:

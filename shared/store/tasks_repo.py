@@ -9,7 +9,7 @@ the claim token; no row back means someone else moved the task first, and nothin
 
 import functools
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, Final
@@ -142,24 +142,24 @@ async def page_for_job(
     *,
     after: int | None,
     limit: int,
-    state: TaskState | None = None,
+    states: Collection[TaskState] = (),
 ) -> list[Task]:
     """The tasks of `job_id` of the first `limit` indexes above `after` (None: from the
-    first), by index (`BY_INDEX`), optionally in `state` only. An index comes whole: the
-    tasks of an input's lineage share it (a resubmitted clone keeps its original's index), so
-    a page may hold more than `limit` tasks, and the next page starts after its last index
-    without missing one. A keyset page on `(job_id, index)`, as fast at the end of a job of
-    100,000 tasks as at its start."""
+    first), by index (`BY_INDEX`), only those in `states` if any are given. An index comes
+    whole: the tasks of an input's lineage share it (a resubmitted clone keeps its original's
+    index), so a page may hold more than `limit` tasks, and the next page starts after its
+    last index without missing one. A keyset page on `(job_id, index)`, as fast at the end of
+    a job of 100,000 tasks as at its start."""
     records = await conn.fetch(
-        "SELECT * FROM tasks WHERE job_id = $1 AND ($4::task_state IS NULL OR state = $4)"
+        "SELECT * FROM tasks WHERE job_id = $1 AND ($4::task_state[] IS NULL OR state = ANY($4))"
         " AND index = ANY(ARRAY(SELECT DISTINCT index FROM tasks WHERE job_id = $1"
         "   AND index > coalesce($2::integer, -2147483648)"
-        "   AND ($4::task_state IS NULL OR state = $4) ORDER BY index LIMIT $3))"
+        "   AND ($4::task_state[] IS NULL OR state = ANY($4)) ORDER BY index LIMIT $3))"
         f" ORDER BY {BY_INDEX}",
         job_id,
         after,
         limit,
-        state.value if state else None,
+        sorted(s.value for s in states) or None,
     )
     return [Task.from_record(r) for r in records]
 

@@ -1,8 +1,9 @@
 """The `vigil` command against a served api (no worker runs): inputs from a file at submission
-and appended, what a submission is warned of, the input limit's next step, and what a purged
-job shows (issue 42)."""
+and appended, what a submission is warned of, the input limit's next step, what a purged job
+shows, and a job's tasks a line (issue 42)."""
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -162,3 +163,62 @@ def test_a_purged_job_lists_no_outputs_and_its_status_says_it_was_purged(
     assert listed.stderr.rstrip().endswith("(purge action): its outputs are gone")
     assert as_json.stdout.strip() == "[]"
     assert "purge action): its logs, kept outputs and work dirs are gone" in status.stdout
+
+
+def test_vigil_tasks_lists_a_task_a_line_filtered_by_state_or_as_json(
+    vigil: Any,
+    served: Served,  # noqa: F811 (the fixture)
+    tmp_path: Path,
+) -> None:
+    # given: a job of three tasks: one ran (exit 3, error_log), one runs, one waits
+    (tmp_path / "in.txt").write_text("a\nb\nc\n")
+    job_id = vigil("submit", _job_file(tmp_path), "--inputs-file", str(tmp_path / "in.txt"))
+    job_id = job_id.stdout.strip()
+
+    async def given_states() -> list[str]:
+        async with db.open_pool(served.database_url, max_size=1) as pool, pool.acquire() as conn:
+            ids = await given.task_ids(conn, job_id)
+            await given.put(
+                conn, ids[0], state="failed_on_cluster", failure_class="error_log",
+                exit_code=3, host="h1", progress=40, claim=None,
+            )  # fmt: skip
+            await given.put(conn, ids[1], state="on_cpu", host="h1", progress=70)
+            await conn.execute(
+                "INSERT INTO attempts (task_id, attempt, run_number, stage, started_at, ended_at)"
+                " VALUES ($1, 1, 1, 'cluster', now() - interval '125 seconds',"
+                " now() - interval '5 seconds'),"
+                " ($2, 1, 1, 'cluster', now() - interval '1 hour', NULL)",
+                ids[0],
+                ids[1],
+            )
+            return ids
+
+    ids = asyncio.run(given_states())
+
+    # when
+    listed = vigil("tasks", job_id)
+    running = vigil("tasks", job_id, "--state", "on_cpu,failed_on_cluster", "--state", "queued")
+    as_json = vigil("tasks", job_id, "--json", "--state", "new")
+
+    # then
+    assert listed.exit_code == 0, listed.output
+    header, *rows = listed.stdout.splitlines()
+    assert header.split() == [
+        "TASK",
+        "INDEX",
+        "STATE",
+        "HOST",
+        "ELAPSED",
+        "PROGRESS",
+        "EXIT",
+        "CLASS",
+    ]
+    assert [row.split() for row in rows] == [
+        [ids[0], "0", "failed_on_cluster", "h1", "2:00", "40%", "3", "error_log"],
+        [ids[1], "1", "on_cpu", "h1", rows[1].split()[4], "70%", "-", "-"],
+        [ids[2], "2", "new", "-", "-", "-", "-", "-"],
+    ]
+    assert rows[1].split()[4].startswith("1:00:")  # an hour in its stage, and counting
+    assert [row.split()[0] for row in running.stdout.splitlines()[1:]] == ids[:2]
+    [waiting] = json.loads(as_json.stdout)
+    assert (waiting["id"], waiting["elapsed_s"], waiting["started_at"]) == (ids[2], None, None)

@@ -235,7 +235,7 @@ async def test_a_page_by_index_holds_each_index_whole_and_the_next_misses_none(
         first = await tasks_repo.page_for_job(conn, found.job_id, after=None, limit=2)
         second = await tasks_repo.page_for_job(conn, found.job_id, after=1, limit=2)
         failed = await tasks_repo.page_for_job(
-            conn, found.job_id, after=None, limit=1, state=S.FAILED_ON_CLUSTER
+            conn, found.job_id, after=None, limit=1, states=[S.FAILED_ON_CLUSTER]
         )
 
         assert [t.id for t in first] == [found.others[0], *found.tasks]

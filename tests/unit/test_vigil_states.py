@@ -17,6 +17,7 @@ def test_the_client_final_job_states_are_the_servers() -> None:
 def test_the_client_task_state_sets_are_the_servers() -> None:
     assert {s.value for s in states.FAILED} == client_states.TASK_FAILED
     assert {s.value for s in states.TERMINAL} == client_states.TASK_TERMINAL
+    assert {s.value for s in states.TaskState} == client_states.TASK_STATES
 
 
 def test_when_counting_progress__only_resting_tasks_are_done() -> None:

@@ -237,25 +237,36 @@ async def list_tasks(
             " lineage: a resubmitted clone keeps its original's index).",
         ),
     ] = TASKS_PAGE,
-    state: TaskState | None = None,
+    state: Annotated[
+        list[TaskState] | None,
+        Query(description="Only tasks in this state; repeated: in any of them."),
+    ] = None,
 ) -> list[TaskPublic]:
     """The job's tasks by index (test tasks, of negative index, first; the tasks of one index,
-    an input's lineage, oldest first), each with its prerequisites and the triage's
-    `decision` on a failed one, one page of `limit` indexes at a time: a full page has a
-    `Link: <...>; rel="next"` header, and the next one starts `after` the last index of this
-    one."""
+    an input's lineage, oldest first), each with its prerequisites, the triage's `decision`
+    on a failed one and when it ran (`started_at`, `elapsed_s`...), one page of `limit`
+    indexes at a time: a full page has a `Link: <...>; rel="next"` header, and the next one
+    starts `after` the last index of this one. An unknown `state` is a 422 naming it."""
+    states = sorted(set(state or []))
     async with pool.acquire() as conn:
         await check_visible(conn, user, job_id)
-        tasks = await tasks_repo.page_for_job(conn, job_id, after=after, limit=limit, state=state)
+        tasks = await tasks_repo.page_for_job(conn, job_id, after=after, limit=limit, states=states)
         found = await queries.prerequisites_of(conn, [task.id for task in tasks])
         decisions = await queries.decisions_of(conn, tasks)
+        timings = await queries.timings_of(conn, tasks)
     if len({task.index for task in tasks}) == limit:
-        query = f"after={tasks[-1].index}&limit={limit}" + (
-            f"&state={state.value}" if state else ""
+        query = f"after={tasks[-1].index}&limit={limit}" + "".join(
+            f"&state={s.value}" for s in states
         )
         response.headers["Link"] = f'</jobs/{job_id}/tasks?{query}>; rel="next"'
     return [
-        TaskPublic.from_found(task, found, detail=user.is_operator, decision=decisions.get(task.id))
+        TaskPublic.from_found(
+            task,
+            found,
+            detail=user.is_operator,
+            decision=decisions.get(task.id),
+            timing=timings.get(task.id),
+        )
         for task in tasks
     ]
 

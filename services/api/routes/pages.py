@@ -348,7 +348,9 @@ async def job_page(
             return _not_found(user, f"Job {job_id}")
         limit = dashboard.TASKS_PER_PAGE
         only = TaskState(state) if state in {s.value for s in TaskState} else None
-        read = await tasks_repo.page_for_job(conn, job_id, after=after, limit=limit + 1, state=only)
+        read = await tasks_repo.page_for_job(
+            conn, job_id, after=after, limit=limit + 1, states=[only] if only else []
+        )
         failed = await dashboard.failed_tasks(conn, job_id)
         errors = await job_errors_repo.list_for_job(conn, job_id, dashboard.PROBLEMS)
         logs = await dashboard.log_tail(conn, job_id)

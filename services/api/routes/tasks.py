@@ -44,8 +44,11 @@ async def get_task(user: CurrentUser, task_id: TaskIdPath, pool: PoolDep) -> Tas
         task = await visible_task(conn, user, task_id)
         found = await queries.prerequisites_of(conn, [task.id])
         attempts = await attempts_repo.list_for_task(conn, task.id)
+        timing = (await queries.timings_of(conn, [task])).get(task.id)
     prerequisites = [PrerequisitePublic.model_validate(p) for p in found.get(task.id, [])]
-    return TaskDetail.from_parts(task, prerequisites, attempts, detail=user.is_operator)
+    return TaskDetail.from_parts(
+        task, prerequisites, attempts, detail=user.is_operator, timing=timing
+    )
 
 
 @router.post(

@@ -1,8 +1,9 @@
 """Views and bodies of `/tasks`: a task, its prerequisites and attempts, its actions."""
 
+import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from pydantic import (
     BaseModel,
@@ -10,6 +11,7 @@ from pydantic import (
     Field,
 )
 
+from services.api.queries import Timing
 from services.api.schemas.common import RequiredState, Stage
 from shared.domain.actions import TaskAction
 from shared.domain.states import FAILED, FailureClass, TaskState
@@ -68,6 +70,22 @@ class TaskPublic(BaseModel):
     test: bool = Field(
         default=False, description="A test run of a configuring job (negative index)."
     )
+    started_at: datetime | None = Field(
+        default=None, description="When its first attempt began (null: it never started)."
+    )
+    stage_started_at: datetime | None = Field(
+        default=None,
+        description="In flight, while a stage (or a recovery's hook) runs: when it began.",
+    )
+    ended_at: datetime | None = Field(
+        default=None, description="At rest (ended, failed, new again): when its last attempt ended."
+    )
+    elapsed_s: float | None = Field(
+        default=None,
+        description="Seconds, as of this answer: in flight, the time in the stage that runs"
+        " (between stages, since `started_at`); at rest, from `started_at` to `ended_at`;"
+        " null if it never started.",
+    )
 
     @classmethod
     def from_task(
@@ -77,14 +95,18 @@ class TaskPublic(BaseModel):
         *,
         detail: bool,
         decision: tuple[str, str | None] | None = None,
+        timing: Timing | None = None,
     ) -> "TaskPublic":
         """The view of `task`; `error_detail` (a worker's traceback, with the servers' paths)
         only with `detail` (operators: issue 17), the brief always; `decision` the triage's
-        (verdict, reason) on its failure (`queries.decisions_of`)."""
-        own = set(cls.model_fields) - {"prerequisites", "decision", "decision_reason"}
+        (verdict, reason) on its failure (`queries.decisions_of`); `timing` when it ran
+        (`queries.timings_of`)."""
+        own = set(cls.model_fields) - {"prerequisites", "decision", "decision_reason", *_TIMING}
         fields = {n: getattr(task, n) for n in own}
         if not detail:
             fields["error_detail"] = None
+        if timing is not None:
+            fields |= timing.fields()
         verdict, reason = decision or (None, None)
         return cls(**fields, prerequisites=prerequisites, decision=verdict, decision_reason=reason)
 
@@ -96,11 +118,16 @@ class TaskPublic(BaseModel):
         *,
         detail: bool,
         decision: tuple[str, str | None] | None = None,
+        timing: Timing | None = None,
     ) -> "TaskPublic":
         """The view of `task`, its prerequisites picked from `queries.prerequisites_of` rows."""
         rows = found.get(task.id, [])
         prerequisites = [PrerequisitePublic.model_validate(p) for p in rows]
-        return cls.from_task(task, prerequisites, detail=detail, decision=decision)
+        return cls.from_task(task, prerequisites, detail=detail, decision=decision, timing=timing)
+
+
+#: The view's fields read from the attempts (`queries.Timing`), not from the task's row.
+_TIMING: Final = frozenset(field.name for field in dataclasses.fields(Timing))
 
 
 class AttemptPublic(BaseModel):
@@ -154,12 +181,15 @@ class TaskDetail(TaskPublic):
         attempts: list[Attempt],
         *,
         detail: bool,
+        timing: Timing | None = None,
     ) -> "TaskDetail":
         last = attempts[-1] if attempts else None
         decision = None
         if last is not None and last.decision is not None and task.state in FAILED:
             decision = (last.decision, last.decision_reason)
-        view = TaskPublic.from_task(task, prerequisites, detail=detail, decision=decision)
+        view = TaskPublic.from_task(
+            task, prerequisites, detail=detail, decision=decision, timing=timing
+        )
         shown = [AttemptPublic.from_attempt(a, detail=detail) for a in attempts]
         return cls(**dict(view), attempts=shown)
 
