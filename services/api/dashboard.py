@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from services.api import charts
 from shared.domain.actions import JobAction, TaskAction, allowed_states, runs_again
-from shared.domain.states import FAILED, JobState, TaskState
+from shared.domain.states import FAILED, TERMINAL, JobState, TaskState
 from shared.store import activity
 from shared.store.attempts_repo import Attempt
 from shared.store.db import Connection
@@ -31,6 +31,7 @@ MIN_BAR: Final = 0.5
 PROBLEMS: Final = 20
 
 _STATE_ORDER: Final = {state.value: i for i, state in enumerate(TaskState)}
+_AT_REST: Final = frozenset(state.value for state in TERMINAL)
 _JOB_ACTIONS: Final[dict[JobState, list[JobAction]]] = {
     JobState.CONFIGURING: [JobAction.ACTIVATE, JobAction.CANCEL],
     JobState.ACTIVE: [JobAction.SUSPEND, JobAction.CANCEL],
@@ -44,6 +45,17 @@ _JOB_ACTIONS: Final[dict[JobState, list[JobAction]]] = {
 def ordered_counts(counts: dict[str, int]) -> list[tuple[str, int]]:
     """Task counts in lifecycle order (the order of `TaskState`)."""
     return sorted(counts.items(), key=lambda item: _STATE_ORDER.get(item[0], len(_STATE_ORDER)))
+
+
+def progress(counts: dict[str, int]) -> tuple[int, int]:
+    """How far along a job is: (its tasks at rest, its tasks), from its counts."""
+    done = sum(n for state, n in counts.items() if state in _AT_REST)
+    return done, sum(counts.values())
+
+
+def elapsed_s(job: Job, now: datetime) -> float:
+    """Seconds from the job's submission to its end, or to `now` while it has not ended."""
+    return max(((job.finished_at or now) - job.created_at).total_seconds(), 0.0)
 
 
 def failed_count(counts: dict[str, int]) -> int:

@@ -39,7 +39,20 @@ def environment() -> jinja2.Environment:
     )
     env.filters["ts"] = _timestamp
     env.filters["age"] = _age
+    env.filters["duration"] = duration
     return env
+
+
+def duration(seconds: float | None) -> str:
+    """`M:SS`, `H:MM:SS` or `D-HH:MM:SS` (as `squeue` and `vigil tasks` show times)."""
+    if seconds is None:
+        return ""
+    days, rest = divmod(int(seconds), 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def _timestamp(value: datetime | None) -> str:

@@ -5,6 +5,7 @@ of the main pages are saved under `tests/artifacts/` (git-ignored); their paths 
 """
 
 import os
+import re
 import shutil
 import uuid
 from collections.abc import AsyncIterator
@@ -142,7 +143,18 @@ async def test_when_a_job_is_submitted__it_appears_and_completes_live_without_a_
     await expect(tab.page.locator(f'#feed li[data-key="job.succeeded.{job_id}"]')).to_have_count(1)
     assert await tab.page.evaluate("window.vigilTestMarker") == 42  # never reloaded
     await events.wait_key(f"job.succeeded.{job_id}")
+    await expect(row.locator("td.progress")).to_have_text("2/2")  # its tasks at rest, of all
+    await expect(row.locator("td.elapsed")).to_have_text(re.compile(r"^\d+:\d\d$"))
+    await expect(row.locator("td.elapsed[data-ticking]")).to_have_count(0)  # it has ended
     await tab.screenshot("jobs-page")
+
+    # and a job that has not ended counts its time on, live
+    waiting = await _submit(client, name="held", command="true", configuring=True)
+    await tab.open("/")  # (a configuring job announces nothing: it is not added live)
+    elapsed = tab.page.locator(f'#jobs tr[data-job-id="{waiting}"] td.elapsed[data-ticking]')
+    await expect(elapsed).to_have_text(re.compile(r"^0:0\d$"))
+    first = await elapsed.text_content()
+    await expect(elapsed).not_to_have_text(first or "")  # ticks every second
 
     # and its page shows the tasks, their progress and their logs
     await row.locator("a").click()

@@ -200,6 +200,27 @@ async def test_when_a_user_signs_in__the_jobs_page_lists_their_jobs_only_and_fol
     assert 'id="emergency-stop"' not in page.text
 
 
+async def test_the_jobs_list_shows_each_jobs_progress_and_elapsed_time(api: Api) -> None:
+    job = await api.submit(api.user, inputs=["a", "b", "c", "d"])
+    await api.pool.execute(
+        "UPDATE tasks SET state = 'completed' WHERE job_id = $1 AND index < 3", job["id"]
+    )
+    await api.pool.execute(
+        "UPDATE jobs SET created_at = now() - interval '1 hour 2 minutes 5 seconds' WHERE id = $1",
+        job["id"],
+    )
+
+    page = await api.client.get("/", headers=_cookie(api.user))
+    row = await api.client.get(f"/ui/jobs/{job['id']}/row", headers=_cookie(api.user))
+
+    assert "<th>Progress</th><th>Elapsed</th>" in page.text
+    for shown in (page.text, row.text):
+        assert '<progress max="4" value="3"></progress> 3/4' in shown
+        elapsed = re.search(r'<td class="elapsed" data-elapsed="([0-9.]+)" data-ticking', shown)
+        assert elapsed is not None and 3725 <= float(elapsed.group(1)) < 3785
+        assert re.search(r">1:02:0\d</td>", shown)
+
+
 async def test_when_an_operator_signs_in__the_jobs_page_shows_owners_and_follows_everything(
     api: Api,
 ) -> None:

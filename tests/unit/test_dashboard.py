@@ -2,11 +2,11 @@
 
 import dataclasses
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from services.api import dashboard
 from services.api.sse import KEEPALIVE, OPENED, frame
-from services.api.templates import Pages
+from services.api.templates import Pages, duration
 from shared.domain.actions import TaskAction, plan
 from shared.domain.errors import Conflict
 from shared.domain.states import JobState, TaskState
@@ -104,3 +104,18 @@ def test_templates_escape_every_value() -> None:
     assert "&lt;i&gt;t" in text and "&lt;b&gt;m" in text
     assert "</script><b>" not in text
     assert response.headers["content-security-policy"].startswith("default-src 'none'")
+
+
+def test_a_jobs_progress_is_its_tasks_at_rest_out_of_all_and_its_time_runs_to_its_end() -> None:
+    job = _job(JobState.ACTIVE, {"completed": 3, "failed_on_cluster": 1, "on_cpu": 2, "new": 4})
+    ended = dataclasses.replace(job, finished_at=job.created_at + timedelta(seconds=75))
+
+    assert dashboard.progress(job.counts) == (4, 10)
+    assert dashboard.elapsed_s(job, job.created_at + timedelta(hours=2)) == 7200
+    assert dashboard.elapsed_s(ended, job.created_at + timedelta(hours=2)) == 75
+
+
+def test_durations_are_shown_as_squeue_shows_them() -> None:
+    shown = [duration(s) for s in (None, 0.4, 75, 3600, 93_784.9)]
+
+    assert shown == ["", "0:00", "1:15", "1:00:00", "1-02:03:04"]

@@ -77,6 +77,8 @@ class JobRow:
     show_owner: bool
     counts: list[tuple[str, int]]
     actions: list[str]
+    progress: tuple[int, int]  # tasks at rest, tasks
+    elapsed_s: float  # since its submission, to its end if it ended
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +112,8 @@ def _job_row(job: Job, owners: dict[str, str], viewer: User) -> JobRow:
         show_owner=viewer.is_operator,
         counts=dashboard.ordered_counts(job.counts),
         actions=dashboard.job_actions(job),
+        progress=dashboard.progress(job.counts),
+        elapsed_s=dashboard.elapsed_s(job, _now()),
     )
 
 

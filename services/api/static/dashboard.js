@@ -437,8 +437,30 @@
     if (added) follow(jobsTopics(), onJobsEvent, refreshUnsettledJobs);
   }
 
+  // `M:SS`, `H:MM:SS` or `D-HH:MM:SS`, as the server's `duration` filter writes them.
+  function duration(seconds) {
+    const s = Math.floor(seconds);
+    const two = (n) => String(n).padStart(2, "0");
+    const [d, h, m, sec] = [Math.floor(s / 86400), Math.floor((s % 86400) / 3600),
+      Math.floor((s % 3600) / 60), s % 60];
+    if (d) return d + "-" + two(h) + ":" + two(m) + ":" + two(sec);
+    return h ? h + ":" + two(m) + ":" + two(sec) : m + ":" + two(sec);
+  }
+
+  // An unfinished job's elapsed time counts on between refreshes of its row: from the
+  // server's figure, by the browser's monotonic clock (no skew between the two clocks).
+  function tickElapsed() {
+    const now = performance.now();
+    document.querySelectorAll("#jobs td.elapsed[data-ticking]").forEach((cell) => {
+      if (!cell.dataset.seenAt) cell.dataset.seenAt = String(now);
+      const seconds = Number(cell.dataset.elapsed) + (now - Number(cell.dataset.seenAt)) / 1000;
+      cell.textContent = duration(seconds);
+    });
+  }
+
   function startJobs() {
     follow(jobsTopics(), onJobsEvent, refreshUnsettledJobs);
+    setInterval(tickElapsed, 1000);
     if (!page.operator && page.live_new) {
       const poll = () => lookForNewJobs().then(() => { if (!source) setLive("on"); }, (e) => {
         if (!source) setLive("retry");
