@@ -4,6 +4,7 @@ and the errors a user meets (API down, token refused), each as one line without 
 
 import importlib.util
 import json
+import re
 import select
 import subprocess
 import threading
@@ -235,3 +236,43 @@ def test_a_script_reads_every_record_as_json_and_tables_to_a_pipe_keep_whole_ids
     # and a table written to a pipe cuts nothing
     table = vigil(env, "status", "--name", long_name).stdout
     assert long_name in table and job["id"] in table
+
+
+def test_vigil_tasks_shows_each_task_as_it_ended_and_each_failure_keeps_its_cause(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    # given: one input that reports progress to 100, one that logs an error and exits 3, one
+    # that bash cannot parse (each input is the command's own script)
+    inputs = tmp_path / "scripts.jsonl"
+    inputs.write_text(
+        json.dumps("for i in $(seq 1 20); do echo PROGRESS: $((i * 5)); done") + "\n"
+        + json.dumps("echo 'ERROR: no input'; exit 3") + "\n"
+        + json.dumps('echo "unterminated') + "\n"
+    )  # fmt: skip
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text('name: causes\ncommand: eval "$VIGIL_INPUT"\n')
+
+    # when
+    submitted = vigil(env, "submit", str(job_file), "--inputs-file", str(inputs))
+    job_id = submitted.stdout.strip()
+    waited = vigil(env, "wait", job_id, "--timeout", str(WAIT_S))
+    listed = vigil(env, "tasks", job_id)
+    failed = vigil(env, "tasks", job_id, "--state", "failed_on_cluster", "--json")
+
+    # then
+    assert submitted.returncode == 0 and submitted.stderr == "", submitted.stderr
+    assert waited.returncode == 1, waited.stdout + waited.stderr
+    _, *rows = listed.stdout.splitlines()
+    cells = [row.split() for row in rows]
+    assert [(c[1], c[2], c[5], c[6], c[7]) for c in cells] == [
+        ("0", "completed", "100%", "0", "-"),
+        ("1", "failed_on_cluster", "-", "3", "error_log"),
+        ("2", "failed_on_cluster", "-", "2", "exit"),
+    ]
+    assert all(c[3] == "e2e-host" and re.fullmatch(r"\d+:\d\d", c[4]) for c in cells)
+    briefs = {t["index"]: t["error_brief"] for t in json.loads(failed.stdout)}
+    assert briefs == {
+        1: "error logged: ERROR: no input",
+        2: "command exited with code 2: a shell syntax error:"
+        " bash: eval: line 1: unexpected EOF while looking for matching `\"'",
+    }
