@@ -1,6 +1,7 @@
 """Stray processes: a command held at its gate while its task is still being set up is the
 task's own; one whose task moved on is killed (real processes, real PostgreSQL)."""
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -28,6 +29,16 @@ async def _task_in(conn: db.Connection, state: str, claim: uuid.UUID) -> str:
     )
 
 
+async def _visible(namespace: str, count: int, within: float = 5.0) -> None:
+    """Until `count` marked processes of `namespace` show in /proc. The parent of a vforked
+    child is woken, and its exec's error pipe closed, once the child's exec has replaced its
+    memory but before it has laid out its arguments and environment: for that moment the new
+    process's `environ` reads empty (seen: 1 run in 5 failed without this wait)."""
+    async with asyncio.timeout(within):
+        while len(marks.marked_processes(namespace, "h")) < count:  # noqa: ASYNC110 (/proc)
+            await asyncio.sleep(0.005)
+
+
 @pytest.mark.parametrize("state", ["setting_up", "new"])  # new: a folded take's
 async def test_a_gated_command_of_a_task_being_set_up_is_kept_and_one_of_an_ended_task_killed(
     pool: db.Pool, namespace: str, tmp_path: Path, state: str
@@ -43,6 +54,7 @@ async def test_a_gated_command_of_a_task_being_set_up_is_kept_and_one_of_an_ende
         for task_id in (starting, ended)
     }
     try:
+        await _visible(namespace, len(held))
         killed = await kill_strays(pool, namespace, "h", None)
 
         assert [m.task_id for m in killed] == [ended]
