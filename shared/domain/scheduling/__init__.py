@@ -1,0 +1,13 @@
+"""Scheduling a shared pool (issue 39): the one policy that decides which waiting tasks go to
+which host, and why the others wait. Pure: inputs in, a plan out, no I/O, no clock.
+
+- `resources`: amounts (CPU in millicores, memory, GPUs) and what they cost in CPUs.
+- `fairshare`: decayed usage and each user's level, the order users are served in.
+- `model`: what a round is given (hosts, waiting jobs, users, settings) and what it answers.
+- `reasons`: why a job's tasks wait, with the numbers that say how far they are from running.
+- `board`: a round's hosts, best-fit placement, GPU devices and reservations.
+- `planner`: `plan()`, the round itself.
+
+`docs/scheduling.md` gives the model, the formulas and the knobs; nothing here is wired into
+the services yet (its "Status" section says what is left).
+"""
