@@ -65,7 +65,9 @@ class NoHost:
     def message(self) -> str:
         if not self.hosts:
             return "no host in the pool"
-        return f"no host takes work: none of the pool's {self.hosts} (quarantined, draining)"
+        return (
+            f"no host takes work: none of the pool's {self.hosts} (quarantined, draining, silent)"
+        )
 
 
 @dataclass(frozen=True)
