@@ -440,3 +440,27 @@ async def test_a_job_page_charts_its_tasks_over_time_and_its_run_times(api: Api)
     assert re.search(r'id="chart-run-times" data-rects="1"', page.text)
     assert 'class="k-completed"' in fragment.text
     assert theirs.status_code == 404
+
+
+async def test_a_purged_jobs_task_page_says_so_and_lists_no_outputs(api: Api) -> None:
+    # given: a task with a recorded output, then its job purged
+    job = await api.submit(api.user, inputs=["a"])
+    [task] = (await api.client.get(f"/jobs/{job['id']}/tasks", headers=api.user.headers)).json()
+    await api.pool.execute(
+        "INSERT INTO task_outputs (task_id, run_number, name, path, host, size, sha256)"
+        " VALUES ($1, 1, 'result.txt', '/gone/result.txt', 'h-1', 3, 'x')",
+        task["id"],
+    )
+    before = await api.client.get(f"/ui/tasks/{task['id']}/head", headers=_cookie(api.user))
+    await api.pool.execute(
+        "UPDATE jobs SET purged_at = now(), purged_by = 'retention' WHERE id = $1", job["id"]
+    )
+
+    # when
+    after = await api.client.get(f"/ui/tasks/{task['id']}/head", headers=_cookie(api.user))
+
+    # then
+    assert 'id="task-outputs"' in before.text and "result.txt" in before.text
+    assert after.status_code == 200
+    assert "result.txt" not in after.text
+    assert 'id="task-outputs-purged"' in after.text and "by retention" in after.text

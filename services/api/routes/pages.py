@@ -103,6 +103,9 @@ class TaskView:
     outputs: list[dict[str, Any]]
     actions: list[str]
     show_detail: bool
+    #: When its job was purged, what to say instead of its outputs (their files and kept bytes
+    #: are gone; the records stay for the history).
+    purged: str | None = None
 
 
 def _job_row(job: Job, owners: dict[str, str], viewer: User) -> JobRow:
@@ -505,8 +508,9 @@ async def task_head(user: CurrentUser, task_id: TaskIdPath, pool: PoolDep) -> Re
 
 async def _task_view(conn: Connection, task: Task, user: User) -> TaskView:
     attempts = await attempts_repo.list_for_task(conn, task.id)
-    outputs = await outputs_repo.latest(conn, task.id)
     job = await jobs_repo.get(conn, task.job_id, with_counts=False)
+    purged = job.purged_at if job is not None else None
+    outputs = await outputs_repo.latest(conn, task.id) if purged is None else {}
     status = dashboard.last_status(attempts)
     return TaskView(
         task=task,
@@ -517,6 +521,11 @@ async def _task_view(conn: Connection, task: Task, user: User) -> TaskView:
         outputs=list(outputs.values()),
         actions=dashboard.task_actions(task.state, superseded=task.superseded_by is not None),
         show_detail=user.is_operator,
+        purged=(
+            f"Purged {purged:%Y-%m-%d %H:%M:%S} UTC by {job.purged_by}: its outputs are gone."
+            if job is not None and purged is not None
+            else None
+        ),
     )
 
 
