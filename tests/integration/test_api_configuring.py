@@ -369,3 +369,12 @@ async def test_two_edits_at_once_do_not_undo_each_other(api: Api) -> None:
     assert response.status_code == 200, response.text
     policy = response.json()["policy"]
     assert (policy["max_app_retries"], policy["max_infra_retries"]) == (5, 7)
+
+
+async def test_a_jobs_files_cannot_be_edited_and_the_refusal_says_what_to_do(api: Api) -> None:
+    job = await api.submit(api.user, configuring=True, inputs=["a"])
+
+    answer = await _edit(api, job["id"], {"files": {"run.sh": {"content": "ZWNobw=="}}})
+
+    assert answer.status_code == 422, answer.text
+    assert "files cannot be edited" in answer.text and "submit a new job" in answer.text

@@ -485,6 +485,16 @@ class JobEdit(BaseModel):
         " by hand.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_files(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "files" in data:
+            raise ValueError(
+                "a job's files cannot be edited (tasks may have them already): submit a new"
+                " job with them (--configuring, to try it first)"
+            )
+        return data
+
     @model_validator(mode="after")
     def _something(self) -> "JobEdit":
         if not self.model_fields_set:
