@@ -5,17 +5,23 @@ its process lives, judged at once if not), tasks held by a worker instance that 
 the registered one are reaped as orphans, stray processes (marked as a task's, but no
 task runs them any more) are killed, and so is whatever still runs of a command whose attempt
 someone else ended (a cancel, a task declared lost) without anyone seeing it gone: its kill is
-owed whatever became of the `KillTask` sent for it (`owed_kills.py`).
+owed whatever became of the `KillTask` sent for it (`owed_kills.py`); and each command is
+stopped or continued as its job is suspended or not, whatever became of the `FreezeTask`
+sent for it (`freezes.py`).
 """
 
 import logging
+import signal
 
+from asyncpg import Record
 from redis.asyncio import Redis
 
+from services.supervisor import freezes
 from services.supervisor.orphans import reap_worker, stale_instances
 from services.supervisor.owed_kills import kill_owed
 from services.supervisor.strays import kill_strays
 from services.supervisor.watchers import Watchers
+from shared.host import processes
 from shared.host.cgroups import Cgroups
 from shared.messaging.presence import registered
 from shared.messaging.redis_keys import RedisKeys
@@ -36,8 +42,10 @@ async def reconcile(
     """One comparison round (idempotent)."""
     async with pool.acquire() as conn:
         running = await conn.fetch(
-            "SELECT id, job_id, claim, pid, pid_create_time FROM tasks"
-            " WHERE host = $1 AND state = 'on_cpu' AND claim IS NOT NULL AND pid IS NOT NULL",
+            "SELECT t.id, t.job_id, t.claim, t.pid, t.pid_create_time,"
+            " j.state = 'suspended' AS suspended FROM tasks t JOIN jobs j ON j.id = t.job_id"
+            " WHERE t.host = $1 AND t.state = 'on_cpu' AND t.claim IS NOT NULL"
+            " AND t.pid IS NOT NULL",
             host_id,
         )
     for row in running:
@@ -45,9 +53,29 @@ async def reconcile(
             watchers.watch(
                 row["id"], row["job_id"], row["claim"], row["pid"], row["pid_create_time"] or 0.0
             )
+        _keep_suspension(row, cgroups)
     await _reap_stale(pool, redis, keys, host_id, cgroups)
     await kill_strays(pool, namespace, host_id, cgroups)
     await kill_owed(pool, namespace, host_id, cgroups)
+
+
+def _keep_suspension(row: Record, cgroups: Cgroups | None) -> None:
+    """Stop the command of a suspended job, continue that of a running one, when its
+    `FreezeTask` was lost (`freezes.py`)."""
+    created = row["pid_create_time"] or 0.0
+    sig = freezes.owed(row["suspended"], processes.run_state(row["pid"], created))
+    if sig is None:
+        return
+    cgroup = cgroups.path(row["id"], row["claim"]) if cgroups is not None else None
+    if processes.signal_tree(row["pid"], created, cgroup, sig):
+        logger.warning(
+            "task %s: its job is %s but its command was %s: %s it now",
+            row["id"],
+            "suspended" if row["suspended"] else "running",
+            "running" if row["suspended"] else "stopped",
+            "stopped" if sig is signal.SIGSTOP else "continued",
+            extra={"task_id": row["id"]},
+        )
 
 
 async def _reap_stale(

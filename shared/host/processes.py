@@ -59,6 +59,15 @@ def is_alive(pid: int, created: float) -> bool:
     return abs(started - created) < _CREATE_TIME_TOLERANCE_S and state not in ("Z", "X")
 
 
+def run_state(pid: int, created: float) -> str | None:
+    """The state letter of `pid` (`R`, `S`, `T` for stopped by a signal...) when it is still
+    the process created at `created`, else None."""
+    found = _state_and_create_time(pid)
+    if found is None or abs(found[1] - created) >= _CREATE_TIME_TOLERANCE_S:
+        return None
+    return found[0]
+
+
 def names(pid: int, created: float | None) -> bool | None:
     """Whether `pid` names the process created at `created`, alive or a zombie not yet reaped
     by its parent (True), another process or one of unknown create time (False), or no

@@ -26,6 +26,7 @@ from shared.domain.analyser import DefaultAnalyser
 from shared.domain.messages import KillTask, decode
 from shared.host import marks
 from shared.host.processes import create_time
+from shared.messaging.presence import WorkerIdentity, announce
 from shared.messaging.redis_client import open_redis
 from shared.messaging.redis_keys import RedisKeys
 from shared.operations import loss, task_actions
@@ -269,3 +270,30 @@ async def test_the_supervisors_read_goes_through_the_index_of_the_kills_owed(
         await conn.execute("SET LOCAL enable_seqscan = off")
         plan = await conn.fetch("EXPLAIN " + attempts_repo._KILLS_OWED, "h-1")
     assert "attempts_kill_owed" in "\n".join(r[0] for r in plan)
+
+
+def _run_state(pid: int) -> str:
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2]
+
+
+async def test_a_command_whose_suspend_or_resume_order_died_is_stopped_then_continued(
+    pool: db.Pool, host: Host, commands: list[process.Running], tmp_path: Path
+) -> None:
+    # given: a running command of the host's live worker whose job is suspended, its
+    # FreezeTask lost (never delivered)
+    task, running = await _running_task(pool, host, commands, tmp_path, "sleep 600")
+    await _until(lambda: _cmdline(running.pid) == b"sleep\x00600\x00")
+    me = WorkerIdentity(f"{host.id}-w", os.getpid(), create_time(os.getpid()) or 0.0)
+    await announce(host.watchers._redis, host.keys, host.id, me)
+    await pool.execute("UPDATE jobs SET state = 'suspended' WHERE id = $1", task.job_id)
+
+    # when / then: its supervisor's next reconcile stops it...
+    await host.reconcile()
+    await _until(lambda: _run_state(running.pid) == "T")
+
+    # ...and, the job resumed with its order lost again, continues it
+    await pool.execute("UPDATE jobs SET state = 'active' WHERE id = $1", task.job_id)
+    await host.reconcile()
+    await _until(lambda: _run_state(running.pid) != "T")
+    assert running.process.returncode is None
