@@ -7,9 +7,15 @@ after its job was resumed, which only a hang timeout would ever notice. At every
 supervisor compares each `on_cpu` command of its host with its job's state and signals what
 differs (`owed`); a command stopped while its job runs is continued even if something else
 stopped it, since a stopped command of a running job can only hang.
+
+A difference is acted on only when two reconciles in a row saw it (`Suspensions`): the state
+read at one may be a moment older than a suspend or resume whose `FreezeTask` is being done
+right then, and acting on it would undo that order until the next reconcile.
 """
 
 import signal
+from dataclasses import dataclass, field
+from uuid import UUID
 
 #: The stopped state of /proc/<pid>/stat (`t`, stopped by a tracer, is left to the tracer).
 _STOPPED = "T"
@@ -25,3 +31,22 @@ def owed(suspended: bool, state: str | None) -> signal.Signals | None:
     if not suspended and state == _STOPPED:
         return signal.SIGCONT
     return None
+
+
+@dataclass
+class Suspensions:
+    """What each command owed at the last reconcile, to act only on a difference seen twice."""
+
+    _owed: dict[tuple[str, UUID], signal.Signals] = field(default_factory=dict)
+    _seen: dict[tuple[str, UUID], signal.Signals] = field(default_factory=dict)
+
+    def confirmed(self, task_id: str, claim: UUID, sig: signal.Signals | None) -> bool:
+        """Record what the command owes this round; True when it owed the same last round."""
+        key = (task_id, claim)
+        if sig is not None:
+            self._seen[key] = sig
+        return sig is not None and self._owed.get(key) is sig
+
+    def next_round(self) -> None:
+        """End a round: what was seen in it is what the next one compares with."""
+        self._owed, self._seen = self._seen, {}

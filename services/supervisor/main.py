@@ -14,6 +14,7 @@ from aio_pika.abc import AbstractIncomingMessage
 from redis.asyncio import Redis
 
 from services.supervisor.error_logs import ErrorLogs
+from services.supervisor.freezes import Suspensions
 from services.supervisor.heartbeat import heartbeat
 from services.supervisor.reconcile import reconcile
 from services.supervisor.settings import SupervisorSettings
@@ -47,10 +48,18 @@ async def _reconcile_loop(
     stop: asyncio.Event,
 ) -> None:
     keys = RedisKeys(settings.namespace)
+    suspensions = Suspensions()
     while True:
         try:
             await reconcile(
-                pool, redis, keys, watchers, settings.host_id, settings.namespace, cgroups
+                pool,
+                redis,
+                keys,
+                watchers,
+                settings.host_id,
+                settings.namespace,
+                cgroups,
+                suspensions,
             )
         except UNAVAILABLE as exc:
             logger.warning("reconcile failed, will retry: %s", exc)

@@ -38,8 +38,10 @@ async def reconcile(
     host_id: str,
     namespace: str,
     cgroups: Cgroups | None,
+    suspensions: freezes.Suspensions | None = None,
 ) -> None:
-    """One comparison round (idempotent)."""
+    """One comparison round (idempotent); `suspensions` carries what each command owed its
+    job's suspension from one round to the next (None: nothing is stopped or continued)."""
     async with pool.acquire() as conn:
         running = await conn.fetch(
             "SELECT t.id, t.job_id, t.claim, t.pid, t.pid_create_time,"
@@ -53,18 +55,23 @@ async def reconcile(
             watchers.watch(
                 row["id"], row["job_id"], row["claim"], row["pid"], row["pid_create_time"] or 0.0
             )
-        _keep_suspension(row, cgroups)
+        if suspensions is not None:
+            _keep_suspension(row, cgroups, suspensions)
+    if suspensions is not None:
+        suspensions.next_round()
     await _reap_stale(pool, redis, keys, host_id, cgroups)
     await kill_strays(pool, namespace, host_id, cgroups)
     await kill_owed(pool, namespace, host_id, cgroups)
 
 
-def _keep_suspension(row: Record, cgroups: Cgroups | None) -> None:
+def _keep_suspension(
+    row: Record, cgroups: Cgroups | None, suspensions: freezes.Suspensions
+) -> None:
     """Stop the command of a suspended job, continue that of a running one, when its
-    `FreezeTask` was lost (`freezes.py`)."""
+    `FreezeTask` was lost: the difference seen at two reconciles in a row (`freezes.py`)."""
     created = row["pid_create_time"] or 0.0
     sig = freezes.owed(row["suspended"], processes.run_state(row["pid"], created))
-    if sig is None:
+    if sig is None or not suspensions.confirmed(row["id"], row["claim"], sig):
         return
     cgroup = cgroups.path(row["id"], row["claim"]) if cgroups is not None else None
     if processes.signal_tree(row["pid"], created, cgroup, sig):

@@ -18,6 +18,7 @@ import pytest
 from services.scheduler import dead_letters
 from services.scheduler.triage import Triage, TriageSettings
 from services.supervisor.error_logs import ErrorLogs
+from services.supervisor.freezes import Suspensions
 from services.supervisor.reconcile import reconcile
 from services.supervisor.watchers import Watchers, WatchSettings
 from services.worker import process
@@ -47,6 +48,7 @@ class Host:
     def __init__(self, pool: db.Pool, watchers: Watchers, namespace: str, host_id: str) -> None:
         self.pool, self.watchers, self.namespace, self.id = pool, watchers, namespace, host_id
         self.keys = RedisKeys(namespace)
+        self.suspensions = Suspensions()
 
     async def reconcile(self) -> None:
         """One reconcile round of its supervisor."""
@@ -58,6 +60,7 @@ class Host:
             self.id,
             self.namespace,
             None,
+            self.suspensions,
         )
 
 
@@ -288,12 +291,17 @@ async def test_a_command_whose_suspend_or_resume_order_died_is_stopped_then_cont
     await announce(host.watchers._redis, host.keys, host.id, me)
     await pool.execute("UPDATE jobs SET state = 'suspended' WHERE id = $1", task.job_id)
 
-    # when / then: its supervisor's next reconcile stops it...
+    # when / then: its supervisor's reconciles stop it, the second that sees it running (the
+    # first may have read the job a moment before an order that was being done)...
+    await host.reconcile()
+    assert _run_state(running.pid) != "T"
     await host.reconcile()
     await _until(lambda: _run_state(running.pid) == "T")
 
-    # ...and, the job resumed with its order lost again, continues it
+    # ...and, the job resumed with its order lost again, continue it
     await pool.execute("UPDATE jobs SET state = 'active' WHERE id = $1", task.job_id)
+    await host.reconcile()
+    assert _run_state(running.pid) == "T"
     await host.reconcile()
     await _until(lambda: _run_state(running.pid) != "T")
     assert running.process.returncode is None
