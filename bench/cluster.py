@@ -6,6 +6,7 @@ by `bench.local_cluster` (`scripts/cluster`), which runs it on clustered servers
 runs in a session of its own and leaves its pid in `<root>/<name>.pid`.
 """
 
+import functools
 import os
 import shutil
 import signal
@@ -97,7 +98,7 @@ class Cluster:
     def api_urls(self) -> list[str]:
         return [f"http://127.0.0.1:{port}" for port in self.api_ports]
 
-    @property
+    @functools.cached_property
     def work_root(self) -> Path:
         """`<root>/work`, or, where a confined job could not reach it (a root that others may
         not traverse, as pytest's tmp dir), a dir of this cluster's own under the system's

@@ -149,8 +149,9 @@ class Taker:
                         value, upstream = await _resolve_input(
                             conn, value, job.owner_id, self.workdir(task.job_id, task.id)
                         )
-                held = Held(taken, job, message.claim, S.SETTING_UP, value, taken.attempt)
-                held.upstream = upstream
+                held = Held(
+                    taken, job, message.claim, S.SETTING_UP, value, taken.attempt, upstream=upstream
+                )
         if held is None:
             async with self.pool.acquire() as conn, conn.transaction():
                 held = await self._take(conn, task, job, message)
@@ -246,9 +247,7 @@ class Taker:
         value, upstream = await _resolve_input(
             conn, task.input, job.owner_id, self.workdir(task.job_id, task.id)
         )
-        held = Held(task, job, claim, state, value, opened)
-        held.upstream = upstream
-        return held
+        return Held(task, job, claim, state, value, opened, upstream=upstream)
 
     async def _enter(
         self, conn: Connection, task: tasks_repo.Task, message: RunStage

@@ -20,8 +20,6 @@ from pathlib import Path
 from shared.domain.bundle import HOST_DIR, BundleFile
 from shared.host import job_files
 
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
 
 class BundleUnavailable(Exception):
     """The job's files cannot be placed (their bytes are gone, or do not match their list)."""
@@ -75,14 +73,7 @@ def _write(kept: Path, files: list[BundleFile], contents: Mapping[str, bytes]) -
                 raise BundleUnavailable(f"the bytes of {file.path!r} do not match its sha256")
             path = made / file.path
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, _CREATE, 0o600)
-            try:
-                view = memoryview(content)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fchmod(fd, 0o555 if file.executable else 0o444)
-            finally:
-                os.close(fd)
+            job_files.write_new(path, (content,), 0o555 if file.executable else 0o444)
         for directory, _, _ in os.walk(made):
             os.chmod(directory, 0o755)
         try:

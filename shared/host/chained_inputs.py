@@ -20,8 +20,6 @@ import contextlib
 import errno
 import hashlib
 import os
-import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -30,7 +28,6 @@ from shared.domain.sizes import human_size
 from shared.host import job_files
 
 _READ_ONLY: Final = 0o444
-_CREATE: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class InputUnavailable(Exception):
@@ -54,8 +51,7 @@ def place(work_root: Path, workdir: Path, name: str, output: UpstreamOutput) -> 
     """Put `output` in `workdir` as `name` (a plain file name), read-only, replacing whatever
     had that name (a link is replaced, never followed). `UnsafeFile` for a name or a recorded
     path that is not plain, `InputUnavailable` when the output cannot be had."""
-    if "/" in name or name in ("", ".", "..", ".vigil") or "\0" in name:
-        raise job_files.UnsafeFile(f"{name!r} is not a plain file name for a chained input")
+    job_files.check_plain_name(name, "a chained input")
     source = Path(os.path.normpath(output.path))
     if not source.is_relative_to(work_root) or source == work_root:
         raise job_files.UnsafeFile(f"{output.path!r} is not a file of a task's work dir")
@@ -104,7 +100,7 @@ def _link_or_copy(fd: int, dir_fd: int, name: str) -> None:
         if exc.errno != errno.EXDEV:
             raise
     os.lseek(fd, 0, os.SEEK_SET)
-    _write_new(dir_fd, name, iter(lambda: os.read(fd, 1 << 20), b""))
+    job_files.write_new(name, iter(lambda: os.read(fd, 1 << 20), b""), _READ_ONLY, dir_fd=dir_fd)
 
 
 def _write_kept(dir_fd: int, name: str, output: UpstreamOutput, why: str) -> None:
@@ -112,7 +108,7 @@ def _write_kept(dir_fd: int, name: str, output: UpstreamOutput, why: str) -> Non
     the file could not be used and the bytes are not there."""
     content = output.content
     if content is not None and hashlib.sha256(content).hexdigest() == output.sha256:
-        _write_new(dir_fd, name, iter((content,)))
+        job_files.write_new(name, (content,), _READ_ONLY, dir_fd=dir_fd)
         return
     where = f"{output.path} on host {output.host}" if output.host else output.path
     kept = (
@@ -125,17 +121,3 @@ def _write_kept(dir_fd: int, name: str, output: UpstreamOutput, why: str) -> Non
         f"output {output.name!r} of task {output.task_id} ({where}) cannot be used: {why}, and"
         f" {kept}; recover or restart task {output.task_id} to make it again"
     )
-
-
-def _write_new(dir_fd: int, name: str, chunks: Iterator[bytes]) -> None:
-    fd = os.open(name, _CREATE, 0o600, dir_fd=dir_fd)
-    try:
-        for chunk in chunks:
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view) :]
-        freeze(fd)
-        if os.geteuid() != 0:
-            os.fchmod(fd, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-    finally:
-        os.close(fd)

@@ -14,7 +14,7 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Final, TextIO
@@ -61,6 +61,31 @@ def write_file(root: Path, relative: str | Path, data: bytes) -> None:
 def make_dirs(root: Path, relative: str | Path) -> None:
     """The directory `relative` under `root` and its parents, through no link (`.`: `root`)."""
     os.close(open_dir(root, relative))
+
+
+def check_plain_name(name: str, what: str) -> None:
+    """`UnsafeFile` unless `name` is a plain file name of a work dir (no `/`, not `.`, `..` or
+    the worker's `.vigil`, no NUL): `what` says what it names, for the message."""
+    if "/" in name or name in ("", ".", "..", ".vigil") or "\0" in name:
+        raise UnsafeFile(f"{name!r} is not a plain file name for {what}")
+
+
+def write_new(
+    name: str | Path, chunks: Iterable[bytes], mode: int, *, dir_fd: int | None = None
+) -> None:
+    """Make the file `name` (relative to `dir_fd` if given) with `chunks` as its bytes, then
+    give it `mode`: only a new file (`O_EXCL`: never one the job made, never through a link).
+    Its owner is this process's user (root's, on a confining worker)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
+    try:
+        for chunk in chunks:
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view) :]
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 def open_dir(root: Path, relative: str | Path) -> int:

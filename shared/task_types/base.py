@@ -142,8 +142,7 @@ class TaskContext:
         `UnsafeFile` for a name with a `/`, `.`, `..` or the `.vigil` dir, or a source outside
         the work root."""
         name = str(name)
-        if "/" in name or name in ("", ".", "..", ".vigil") or "\0" in name:
-            raise job_files.UnsafeFile(f"{name!r} is not a plain file name for a linked input")
+        job_files.check_plain_name(name, "a linked input")
         root = self.workdir.parent.parent  # <work root>/<job>/<task>
         if not os.path.normpath(source).startswith(f"{root}{os.sep}"):
             raise job_files.UnsafeFile(f"{str(source)!r} is not a file of a task's work dir")
