@@ -17,6 +17,7 @@ from shared.domain.errors import StaleState
 from shared.domain.ids import new_id, new_ids
 from shared.domain.messages import JobEvent, JobOutcome
 from shared.domain.states import JobState, TaskState, job_sources_for
+from shared.domain.scheduling.resources import Resources
 from shared.messaging.topology import event_key
 from shared.store import bundle_repo, outbox, sql_states
 from shared.store.db import Connection
@@ -79,6 +80,12 @@ class Job:
     #: The files it was submitted with (`shared/domain/bundle.py`: path, size, sha256,
     #: executable), as JSON.
     files: list[dict[str, Any]] = field(default_factory=list)
+    #: Its rank among its owner's jobs (higher first; issue 39) and what each of its tasks
+    #: asks for: CPUs in millicores, memory in MiB (0: none asked), whole GPUs.
+    priority: int = 0
+    req_millicpus: int = 1000
+    req_memory_mb: int = 0
+    req_gpus: int = 0
     #: Tasks per state, test tasks left out, and tasks superseded by their resubmitted clone
     #: too: the last task of each lineage, one per input (what is done, what is wrong).
     counts: dict[str, int] = field(default_factory=dict)
@@ -101,6 +108,12 @@ class Job:
         data["test_counts"] = test_counts or {}
         data["superseded"] = superseded
         return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+    @property
+    def request(self) -> Resources:
+        """What each of its tasks asks for (`shared/domain/scheduling`)."""
+        return Resources(self.req_millicpus, self.req_memory_mb, self.req_gpus)
 
 
 #: What `Job` holds beside its row: its task counts.

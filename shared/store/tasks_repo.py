@@ -57,6 +57,8 @@ class Task:
     decided: bool = True
     not_before: datetime | None = None
     test: bool = False  # a test run of a configuring job (negative index)
+    #: The GPU devices it was placed with (its own; None: it asked for none).
+    gpu_ids: list[str] | None = None
 
     @classmethod
     def from_record(cls, record: Any) -> "Task":
