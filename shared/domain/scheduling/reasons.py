@@ -167,3 +167,15 @@ Wait = (
     | FairShare
     | Priority
 )
+
+
+def detail(wait: Wait) -> dict[str, object]:
+    """A reason's numbers as JSON (what `job_waits.detail` keeps and the API shows): its
+    fields, each amount of resources as `{"cpus", "memory_mb", "gpus"}`."""
+    out: dict[str, object] = {}
+    for name, value in vars(wait).items():
+        if isinstance(value, Resources):
+            out[name] = value.as_json()
+        else:
+            out[name] = value
+    return out

@@ -52,6 +52,10 @@ class Resources:
         task ended but not yet counted), and a negative amount must never look like room."""
         return Resources(max(self.millicpus, 0), max(self.memory_mb, 0), max(self.gpus, 0))
 
+    def as_json(self) -> dict[str, float | int]:
+        """`{"cpus": 0.5, "memory_mb": 0, "gpus": 0}`: as the API shows an amount."""
+        return {"cpus": self.millicpus / 1000, "memory_mb": self.memory_mb, "gpus": self.gpus}
+
     def describe(self) -> str:
         """`2 cpus, 4096 MiB, 1 gpu`: what a waiting reason shows (memory and GPUs when
         asked for or had)."""
