@@ -135,6 +135,9 @@ class AsyncClient:
     async def edit(self, job_id: str, **fields: Any) -> Job:
         return cast(Job, await self._send(calls.edit(job_id, fields)))
 
+    async def set_priority(self, job_id: str, priority: int) -> Job:
+        return await self.edit(job_id, priority=priority)
+
     async def test(self, job_id: str, **test_input: Any) -> Task:
         return cast(Task, await self._send(calls.start_test(job_id, test_input)))
 
@@ -202,6 +205,9 @@ class AsyncClient:
 
     async def disable_user(self, name: str) -> dict[str, Any]:
         return cast(dict[str, Any], await self._send(calls.disable_user(name)))
+
+    async def set_share(self, name: str, share: float) -> dict[str, Any]:
+        return cast(dict[str, Any], await self._send(calls.edit_user(name, {"share": share})))
 
     async def bulk_action(
         self,

@@ -198,6 +198,11 @@ def disable_user(name: str) -> Call:
     return Call("POST", f"/admin/users/{_user_name(name)}/disable")
 
 
+def edit_user(name: str, fields: Mapping[str, Any]) -> Call:
+    """`PATCH /admin/users/{name}`: e.g. `{"share": 2.0}` (operators)."""
+    return Call("PATCH", f"/admin/users/{_user_name(name)}", json=dict(fields))
+
+
 def bulk_action(action: str, selector: Mapping[str, Any], dry_run: bool, confirm: bool) -> Call:
     body = {"action": action, "selector": dict(selector), "dry_run": dry_run, "confirm": confirm}
     return Call("POST", "/bulk/actions", json=body, timeout=BULK_TIMEOUT_S)

@@ -157,6 +157,12 @@ class Client:
         backoff and probing (`Conflict` names what was refused). Returns the job."""
         return cast(Job, self._send(calls.edit(job_id, fields)))
 
+    def set_priority(self, job_id: str, priority: int) -> Job:
+        """Set the job's priority among its owner's jobs (higher first), while it has not
+        ended: a user within the API's range (±100 by default), an operator any. Returns the
+        job."""
+        return self.edit(job_id, priority=priority)
+
     def test(self, job_id: str, **test_input: Any) -> Task:
         """Run a test task of a configuring job: on the held input `input_index=n` (0 when
         nothing is given) or on an explicit `input=value`; returns the task."""
@@ -258,6 +264,11 @@ class Client:
     def disable_user(self, name: str) -> dict[str, Any]:
         """Disable a user: none of their tokens works any more."""
         return cast(dict[str, Any], self._send(calls.disable_user(name)))
+
+    def set_share(self, name: str, share: float) -> dict[str, Any]:
+        """Set a user's fair share (default 1; operators only): users with tasks waiting get
+        the pool in proportion to their shares. Returns the user."""
+        return cast(dict[str, Any], self._send(calls.edit_user(name, {"share": share})))
 
     def bulk_action(
         self,
