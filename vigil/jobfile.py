@@ -83,6 +83,31 @@ def with_files(
     }
 
 
+def with_request(
+    body: dict[str, Any],
+    *,
+    cpus: float | None = None,
+    memory_mb: int | None = None,
+    gpus: int | None = None,
+    priority: int | None = None,
+) -> dict[str, Any]:
+    """`body` with the request and priority given on the command line in place of the job
+    file's (`resources: {cpus, memory_mb, gpus}`, `priority:`): each one given replaces the
+    file's, the others of the file stay. `JobFileError` when the file's `resources` is not a
+    mapping; the API checks the values (its 422 names the one at fault)."""
+    given = {"cpus": cpus, "memory_mb": memory_mb, "gpus": gpus}
+    given = {key: value for key, value in given.items() if value is not None}
+    named = body.get("resources")
+    if named is not None and not isinstance(named, dict):
+        raise JobFileError("resources: a mapping, e.g. {cpus: 2, memory_mb: 4096, gpus: 1}")
+    changed = dict(body)
+    if given:
+        changed["resources"] = (named or {}) | given
+    if priority is not None:
+        changed["priority"] = priority
+    return changed
+
+
 def _add(found: dict[str, Path], path: Path, name: PurePosixPath) -> None:
     if name.is_absolute() or ".." in name.parts:
         raise JobFileError(f"{name}: files are named by paths inside the job's directory")

@@ -6,7 +6,6 @@ into rich only as `Text`, never as markup.
 """
 
 import json
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -15,18 +14,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from vigil import pool
 from vigil.sse import Event
 from vigil.states import TASK_FAILED, done_and_total
+from vigil.text import counts_text as counts_text
+from vigil.text import printable as printable
+from vigil.text import when as _time
 
-_CONTROL_RE: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 #: Failed tasks listed under a job (`status`, a failed `wait`); the rest are counted.
 MAX_FAILED_SHOWN: Final = 20
-
-
-def printable(value: Any) -> str:
-    """`value` as text with control characters (escape sequences, CR) shown as `\\xNN`."""
-    text = "" if value is None else str(value)
-    return _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def cell(value: Any) -> Text:
@@ -45,12 +41,6 @@ def event_line(event: Event) -> str:
     """`<routing key> <body as JSON>` on one line."""
     body = json.dumps(event.body, ensure_ascii=False, sort_keys=True)
     return f"{printable(event.routing_key)} {printable(body)}"
-
-
-def counts_text(counts: Mapping[str, int]) -> str:
-    """`3 completed, 1 on_cpu`: tasks per state, most first."""
-    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    return ", ".join(f"{n} {state}" for state, n in ordered if n) or "no tasks"
 
 
 def job_summary(job: Mapping[str, Any]) -> str:
@@ -102,15 +92,8 @@ def job_detail(
     head.add_row("created", cell(_time(job.get("created_at"))))
     head.add_row("finished", cell(_time(job.get("finished_at"))))
     head.add_row("throttle", cell(_throttle(job)))
-    if job.get("purged_at"):
-        head.add_row("purged", cell(_purged(job)))
-    if job.get("waiting_on"):
-        head.add_row("waiting on", cell(job["waiting_on"]))
-    if job.get("superseded"):
-        head.add_row(
-            "resubmitted",
-            cell(f"{job['superseded']} task(s), each superseded by its clone (not counted below)"),
-        )
+    for label, value in _job_facts(job):
+        head.add_row(label, cell(value))
     counts = Table("STATE", "TASKS", box=None)
     for state, n in sorted(job.get("counts", {}).items()):
         counts.add_row(cell(state), cell(n))
@@ -120,6 +103,27 @@ def job_detail(
     if superseded_tasks:
         parts += [Text(""), superseded_table(superseded_tasks)]
     return parts
+
+
+def _job_facts(job: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The rows of `status JOB` shown only when they say something: purged, what the pool
+    holds its tasks on, its priority and request when not the default, why its tasks wait,
+    tasks resubmitted."""
+    facts = []
+    if job.get("purged_at"):
+        facts.append(("purged", _purged(job)))
+    if job.get("waiting_on"):
+        facts.append(("waiting on", str(job["waiting_on"])))
+    if job.get("priority"):
+        facts.append(("priority", str(job["priority"])))
+    if not pool.is_default(job.get("resources")):
+        facts.append(("resources", f"each task {pool.resources(job['resources'])}"))
+    if waiting := pool.job_waiting(job):
+        facts.append(("waiting", waiting))
+    if job.get("superseded"):
+        superseded = f"{job['superseded']} task(s), each superseded by its clone"
+        facts.append(("resubmitted", superseded + " (not counted below)"))
+    return facts
 
 
 def failed_table(tasks: Sequence[Mapping[str, Any]]) -> Table:
@@ -183,6 +187,8 @@ def task_detail(task: Mapping[str, Any]) -> list[Any]:
         )
     if decision_text(task):
         head.add_row("decision", cell(decision_text(task)))
+    if task.get("waiting_reason"):
+        head.add_row("waiting", cell(pool.reason_text(task["waiting_reason"])))
     attempts = Table("ATTEMPT", "RUN", "STAGE", "HOST", "OUTCOME", "ERROR", "DECISION", box=None)
     for row in task.get("attempts", []):
         attempts.add_row(
@@ -198,13 +204,28 @@ def task_detail(task: Mapping[str, Any]) -> list[Any]:
 
 
 def hosts_table(hosts: Sequence[Mapping[str, Any]]) -> Table:
-    """One row per host: slots, running tasks, heartbeat ages, quarantine."""
-    table = Table("HOST", "SLOTS", "RUNNING", "WORKER", "SUPERVISOR", "QUARANTINE", box=None)
+    """One row per host: slots, running tasks, free CPUs, memory and GPUs out of its
+    capacity (and the free GPUs' ids), heartbeat ages, quarantine."""
+    table = Table(
+        "HOST",
+        "SLOTS",
+        "RUNNING",
+        "CPUS FREE",
+        "MEMORY FREE",
+        "GPUS FREE",
+        "WORKER",
+        "SUPERVISOR",
+        "QUARANTINE",
+        box=None,
+    )
     for host in hosts:
         table.add_row(
             cell(host.get("id")),
             cell(host.get("slots")),
             cell(host.get("running_tasks")),
+            cell(pool.host_cpus(host)),
+            cell(pool.host_memory(host)),
+            cell(pool.host_gpus(host)),
             cell(_age(host.get("worker_heartbeat_age_s"))),
             cell(_age(host.get("supervisor_heartbeat_age_s"))),
             cell(_quarantine(host)),
@@ -213,12 +234,15 @@ def hosts_table(hosts: Sequence[Mapping[str, Any]]) -> Table:
 
 
 def users_table(users: Sequence[Mapping[str, Any]]) -> Table:
-    """One row per user: role, live tokens, creation, disabled."""
-    table = Table("USER", "ROLE", "TOKENS", "CREATED", "DISABLED", box=None)
+    """One row per user: role, fair share, decayed usage (CPU-seconds), live tokens,
+    creation, disabled."""
+    table = Table("USER", "ROLE", "SHARE", "USAGE", "TOKENS", "CREATED", "DISABLED", box=None)
     for user in users:
         table.add_row(
             cell(user.get("name")),
             cell(user.get("role")),
+            cell(pool.number(user.get("share"))),
+            cell(pool.number(user.get("usage"))),
             cell(user.get("tokens")),
             cell(_time(user.get("created_at"))),
             cell(_time(user.get("disabled_at"))),
@@ -274,13 +298,6 @@ def progress_fields(job: Mapping[str, Any]) -> dict[str, Any]:
     done, total = done_and_total(job.get("counts", {}))
     description = f"{printable(job['id'])} {printable(job['state'])}"
     return {"completed": done, "total": max(total, 1), "description": description}
-
-
-def _time(value: Any) -> str | None:
-    # ISO 8601 from the API: shown to the second, without the offset clutter of UTC.
-    if not isinstance(value, str):
-        return None
-    return value[:19].replace("T", " ") + (" UTC" if value.endswith(("Z", "+00:00")) else "")
 
 
 def _age(seconds: Any) -> str | None:

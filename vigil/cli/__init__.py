@@ -8,6 +8,7 @@ order `vigil --help` lists them.
 # In the order `vigil --help` lists their commands.
 from vigil.cli import jobs  # isort: skip
 from vigil.cli import tasks  # isort: skip
+from vigil.cli import why  # isort: skip
 from vigil.cli import actions  # isort: skip
 from vigil.cli import results  # isort: skip
 from vigil.cli import operators  # isort: skip
@@ -29,4 +30,5 @@ __all__ = [
     "operators",
     "results",
     "tasks",
+    "why",
 ]

@@ -1,13 +1,16 @@
-"""Users and tokens (operators): `users`, `add-user`, `tokens`, `new-token`, `revoke-token`,
-`disable-user`."""
+"""Users and tokens (operators): `users` (and `users share`), `add-user`, `tokens`,
+`new-token`, `revoke-token`, `disable-user`."""
 
+import math
 import sys
+from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
 
-from vigil import render
+from vigil import pool, render
 from vigil.cli.base import JsonFlag, command, out, print_json, session
+from vigil.errors import UsageError
 
 # -- accounts (operators) ---------------------------------------------------------------------
 
@@ -23,15 +26,44 @@ def _issued(issued: dict[str, Any]) -> None:
     print(issued["token"])
 
 
+class UserVerb(StrEnum):
+    """What `vigil users VERB NAME VALUE` does to a user (operators only)."""
+
+    SHARE = "share"  # the user's fair share of the pool (default 1)
+
+
 @command()
-def users(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """List the users: role, live tokens, disabled (operators)."""
+def users(
+    ctx: typer.Context,
+    verb: Annotated[UserVerb | None, typer.Argument(help="share NAME X.")] = None,
+    name: Annotated[str | None, typer.Argument(help="The user's name.")] = None,
+    value: Annotated[
+        float | None, typer.Argument(metavar="X", help="share: the user's share (> 0).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List the users: role, fair share, decayed usage (CPU-seconds), live tokens, disabled;
+    or set a user's share (`vigil users share bob 2`: bob's waiting work gets twice the pool
+    of a user of share 1). Operators only."""
+    if verb is None:
+        with session(ctx).client() as client:
+            found = client.users()
+        if as_json:
+            print_json(found)
+        else:
+            out.print(render.users_table(found))
+        return
+    if name is None or value is None:
+        raise UsageError(f"vigil users {verb.value} needs a NAME and a number X")
+    if not value > 0 or not math.isfinite(value):
+        raise UsageError(f"a share is a number above 0, not {value:g}")
     with session(ctx).client() as client:
-        found = client.users()
+        user = client.set_share(name, value)
     if as_json:
-        print_json(found)
+        print_json(user)
     else:
-        out.print(render.users_table(found))
+        share = pool.number(user.get("share", value))
+        print(render.printable(f"user {user.get('name', name)}: share {share}"))
 
 
 @command("add-user")

@@ -1,10 +1,12 @@
-"""Acting on jobs and tasks: `recover`, `restart`, `cancel`, `suspend`, `resume`, `throttle`."""
+"""Acting on jobs and tasks: `recover`, `restart`, `cancel`, `suspend`, `resume`, `throttle`,
+`priority`."""
 
 from enum import StrEnum
 from typing import Annotated
 
 import typer
 
+from vigil import render
 from vigil.cli.base import (
     IdArg,
     JobArg,
@@ -13,6 +15,7 @@ from vigil.cli.base import (
     expect_id,
     id_kind,
     job_action,
+    session,
     task_action,
 )
 from vigil.errors import UsageError
@@ -84,3 +87,21 @@ def throttle(
     job_action(
         ctx, job_id, "throttle", max_in_flight=max_in_flight, release_per_tick=release_per_tick
     )
+
+
+@command(negative_numbers=True)
+def priority(
+    ctx: typer.Context,
+    job_id: JobArg,
+    value: Annotated[
+        int, typer.Argument(metavar="N", help="Higher first; 0 by default; may be negative.")
+    ],
+) -> None:
+    """Set the job's priority among its owner's jobs, while it has not ended.
+
+    Priority orders one user's jobs only (fair share decides between users). A user sets
+    their jobs' within the API's range (±100 by default), an operator any."""
+    expect_id("job", job_id, "priority")
+    with session(ctx).client() as client:
+        job = client.set_priority(job_id, value)
+    print(render.printable(f"job {job['id']}: priority {job.get('priority', value)}"))

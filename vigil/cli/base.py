@@ -39,8 +39,14 @@ def print_json(value: Any) -> None:
     print(json.dumps(value), flush=True)
 
 
-def command(name: str | None = None) -> Callable[[Callable[P, None]], Callable[P, None]]:
-    """`app.command`, with every `VigilError` shown as one line on stderr and an exit code."""
+def command(
+    name: str | None = None, *, negative_numbers: bool = False
+) -> Callable[[Callable[P, None]], Callable[P, None]]:
+    """`app.command`, with every `VigilError` shown as one line on stderr and an exit code.
+
+    `negative_numbers`: an argument may be a negative number (`vigil priority JOB -5`), which
+    click would otherwise take for an unknown option."""
+    settings = {"ignore_unknown_options": True} if negative_numbers else None
 
     def register(fn: Callable[P, None]) -> Callable[P, None]:
         @functools.wraps(fn)
@@ -57,7 +63,7 @@ def command(name: str | None = None) -> Callable[[Callable[P, None]], Callable[P
                 print(f"vigil: {render.printable(message)}", file=sys.stderr)
                 raise typer.Exit(code) from None
 
-        app.command(name)(run)
+        app.command(name, context_settings=settings)(run)
         return run
 
     return register

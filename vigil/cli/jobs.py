@@ -72,17 +72,30 @@ def submit(
         list[Path] | None,
         typer.Option("--dir", help="A dir of the job's own files, placed read-only by its name."),
     ] = None,
+    cpus: Annotated[
+        float | None, typer.Option(min=0, help="CPUs each task needs (default 1; 0.5 allowed).")
+    ] = None,
+    memory_mb: Annotated[
+        int | None, typer.Option(min=0, help="Memory each task needs, in MiB (default 0).")
+    ] = None,
+    gpus: Annotated[int | None, typer.Option(min=0, help="GPUs each task needs.")] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option(help="Its rank among your jobs (higher first; default 0)."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Submit the job in FILE and print its id (--json: the job; with --wait, as it ended).
     The job's own files (its `files:` list, paths relative to FILE's dir, and each --file and
-    --dir) are sent with it and placed read-only in every task's work dir."""
+    --dir) are sent with it and placed read-only in every task's work dir. --cpus,
+    --memory-mb, --gpus and --priority replace FILE's `resources:` and `priority:`."""
     if configuring and wait:
         raise UsageError(
             "--wait with --configuring would wait for ever: nothing but tests runs"
             " until `vigil activate`"
         )
     body = jobfile.with_files(jobfile.load(file), file.parent, files or [], dirs or [])
+    body = jobfile.with_request(body, cpus=cpus, memory_mb=memory_mb, gpus=gpus, priority=priority)
     if inputs_file is not None:
         if "inputs" in body:
             raise UsageError(

@@ -1,0 +1,24 @@
+"""`vigil why`: why a task or a job's tasks wait (issue 39): the reason the scheduler gave,
+its message and its numbers."""
+
+import typer
+
+from vigil import pool
+from vigil.cli.base import IdArg, JsonFlag, command, id_kind, print_json, session
+
+
+@command()
+def why(ctx: typer.Context, some_id: IdArg, as_json: JsonFlag = False) -> None:
+    """Say why a task waits (its state, the reason and its numbers), or a job's tasks (how
+    many wait and why, and its tasks per state).
+
+    --json: the task as `GET /tasks/{id}` gives it (`waiting_reason`), or the job as
+    `GET /jobs/{id}` does (`waiting`, `counts`)."""
+    kind = id_kind(some_id)
+    with session(ctx).client() as client:
+        found = client.task(some_id) if kind == "task" else client.job(some_id)
+    if as_json:
+        print_json(found)
+        return
+    for line in pool.why_task(found) if kind == "task" else pool.why_job(found):
+        print(line)
