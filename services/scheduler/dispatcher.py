@@ -1,36 +1,47 @@
-"""Releasing tasks to workers: claim (compare-and-set) and a work message, in one statement.
+"""Releasing tasks to hosts: claim (compare-and-set) and a work message, in one transaction.
 
-New tasks whose setup prerequisites are met (and whose resubmission backoff, `not_before`, has
-passed) go to the pool queue, within each job's `release_per_tick` and `max_in_flight` (1 while
-the job is probing) and their owner's share (users interleaved, each within the per-user cap
-on tasks in flight, `VIGIL_MAX_IN_FLIGHT_PER_USER`); a configuring job has only test tasks,
-released the same way. Unclaimed
-tasks resting in `queued` or `data_ready`
-(after a recovery, or once post-processing prerequisites are met), or in an action state
-(`recover_*`, `restart_*`: a hook to run), go to their host's queue, since their work dir
-lives there.
+New tasks are placed by the shared pool's policy (`planning.py`, issue 39): on a host with
+free capacity for their request, by fair share between users, priority and age within a
+user, best fit, backfill and reservations, within each job's `max_in_flight` (1 while the
+job is probing) and the per-user cap (`VIGIL_MAX_IN_FLIGHT_PER_USER`); a configuring job's
+test tasks are placed the same way. Each goes to its host's queue. Unclaimed tasks resting
+in `queued` or `data_ready` (after a recovery, or once post-processing prerequisites are
+met), or in an action state (`recover_*`, `restart_*`: a hook to run), go to their host's
+queue too, since their work dir lives there (`release_round.py`).
 """
 
-from shared.messaging.topology import pool_key
+from services.scheduler.planning import Planning
+from shared.domain.scheduling.model import Settings
 from shared.store import release_round
-from shared.store.db import Pool
+from shared.store.db import GENERIC_PLANS, Pool
 
 
 class Dispatcher:
-    """Claims releasable tasks and writes their work messages to the outbox."""
+    """Places new tasks and releases resting ones, writing their work messages to the outbox."""
 
     def __init__(
-        self, pool: Pool, batch: int, worker_pool: str, per_user: int | None = None
+        self,
+        pool: Pool,
+        batch: int,
+        worker_pool: str,
+        per_user: int | None = None,
+        *,
+        policy: Settings | None = None,
+        fresh_s: float = 10.0,
     ) -> None:
-        self._pool, self._batch, self._per_user = pool, batch, per_user
-        self._pool_key = pool_key(worker_pool)
+        self._pool, self._batch = pool, batch
         self._query = release_round.statement()
+        self.planning = Planning(worker_pool, policy or Settings(), fresh_s, batch, per_user)
 
     async def run_once(self) -> release_round.Released:
-        """Release one batch of new tasks and one of resting tasks (one statement, with
-        nothing to release too, in a transaction that keeps its plan: `release_round.release`):
-        how many, and whether any task was waiting."""
-        async with self._pool.acquire() as conn:
-            return await release_round.release(
-                conn, self._query, self._batch, self._pool_key, self._per_user
-            )
+        """Place new tasks (`Planning.run_once`) and release one batch of resting ones, in one
+        transaction: how many, and whether any task was waiting (true when it placed some:
+        what it saw waiting was read before its claims)."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(f"SELECT {GENERIC_PLANS}")  # one plan per connection each
+            placed = await self.planning.run_once(conn)
+            rested = await release_round.release(conn, self._query, self._batch)
+        return release_round.Released(
+            placed.claimed + rested.released,
+            rested.waiting or placed.waiting_jobs > 0 or placed.claimed > 0,
+        )

@@ -47,7 +47,7 @@ from shared.messaging.redis_keys import RedisKeys
 from shared.messaging.topology import Topology, declare_work_queue, pool_key
 from shared.runtime.health import Health
 from shared.runtime.lifecycle import stop_on_signals, wait_or_stop
-from shared.store import activity, outbox
+from shared.store import activity, outbox, plan_repo
 from shared.store.db import Pool, check_schema, open_pool
 from shared.store.transition_writer import NUDGE_EVERY_S
 
@@ -79,7 +79,12 @@ class Scheduler:
         self.pool = pool
         self.relay = Relay(pool, broker, settings.scheduler_batch)
         self.dispatcher = Dispatcher(
-            pool, settings.scheduler_batch, settings.worker_pool, settings.max_in_flight_per_user
+            pool,
+            settings.scheduler_batch,
+            settings.worker_pool,
+            settings.max_in_flight_per_user,
+            policy=settings.policy(),
+            fresh_s=settings.dead_host_s,
         )
         self.finaliser = Finaliser(
             pool, redis, RedisKeys(settings.namespace), settings.scheduler_batch
@@ -136,6 +141,7 @@ class Scheduler:
         if now - self._last_reap >= _REAP_EVERY_S:
             self._last_reap = now
             ran = ran.plus(await self.reaper.run_once())
+            ran = ran.plus(await self._give_back_from_gone_hosts())
             probed = await end_probing(self.pool)  # jobs whose throttle is back: release now
             if probed:
                 self.release_due.tell()
@@ -154,6 +160,15 @@ class Scheduler:
             await pruning.prune(self.pool, self.settings)
             ran = ran.plus(await self.retention.run_once())
         return ran
+
+    async def _give_back_from_gone_hosts(self) -> int:
+        """New tasks placed on a host whose worker is gone, not taken: placed again."""
+        async with self.pool.acquire() as conn:
+            given = await plan_repo.give_back_from_gone_hosts(conn, self.settings.dead_host_s)
+        if given:
+            logger.warning("%d task(s) placed on gone hosts placed again", given)
+            self.release_due.tell()
+        return given
 
     def _look_again(self, now: float) -> None:
         """Wake the round when a job the finaliser found unfinished lately is due another look
@@ -271,8 +286,10 @@ class Scheduler:
         longer after each idle one (`due.Pace`).
         """
         while not stop.is_set():
-            if not leadership.held and not await leadership.acquire(stop):
-                return
+            if not leadership.held:
+                self.dispatcher.planning.forget()  # a standby's memory is no leader's
+                if not await leadership.acquire(stop):
+                    return
             notified = wake.is_set()
             wake.clear()
             started = time.monotonic()

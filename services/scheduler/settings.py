@@ -2,6 +2,7 @@
 
 from pydantic import Field
 
+from shared.domain.scheduling.model import Settings
 from shared.runtime.config import CommonSettings
 
 
@@ -41,3 +42,25 @@ class SchedulerSettings(CommonSettings):
     event_retention_s: float = Field(default=7 * 86400.0, gt=0)
     #: The port of `GET /healthz` (`VIGIL_SCHEDULER_HEALTH_PORT`, on `VIGIL_HEALTH_HOST`; 0: none).
     scheduler_health_port: int = Field(default=0, ge=0, le=65535)
+    #: The shared pool's policy (issue 39; `docs/scheduling.md`, Knobs): usage halves in
+    #: this time (`VIGIL_FAIRSHARE_HALF_LIFE_S`; 0: only what is held now counts), a job
+    #: gains this many points of priority per hour its oldest task waits
+    #: (`VIGIL_PRIORITY_AGE_PER_HOUR`), a request passed over after waiting this long gets a
+    #: host held for it (`VIGIL_RESERVE_AFTER_S`), at most this many at once
+    #: (`VIGIL_MAX_RESERVATIONS`), and each host is handed the worker's prefetch beyond its
+    #: free capacity (`VIGIL_WORKER_PREFETCH`, read by the worker too).
+    fairshare_half_life_s: float = Field(default=86400.0, ge=0)
+    priority_age_per_hour: float = Field(default=10.0, ge=0)
+    reserve_after_s: float = Field(default=600.0, ge=0)
+    max_reservations: int = Field(default=4, ge=0)
+    worker_prefetch: int = Field(default=0, ge=0, le=4096)
+
+    def policy(self) -> Settings:
+        """The planner's settings."""
+        return Settings(
+            half_life_s=self.fairshare_half_life_s,
+            age_per_hour=self.priority_age_per_hour,
+            reserve_after_s=self.reserve_after_s,
+            max_reservations=self.max_reservations,
+            prefetch=self.worker_prefetch,
+        )

@@ -1,4 +1,6 @@
-"""The dispatcher on the real PostgreSQL: what it releases (see also the e2e tests)."""
+"""The dispatcher on the real PostgreSQL: what it places, where, and why the rest waits (issue
+39; see also tests/e2e/test_shared_pool.py). Each test starts from a database where nothing
+waits and no host is known, then registers the hosts it needs."""
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -7,28 +9,100 @@ import pytest
 
 from services.scheduler.dispatcher import Dispatcher
 from shared.domain.messages import RunStage, to_jsonable
+from shared.domain.scheduling.model import Settings
 from shared.domain.states import Stage
 from shared.operations import configuring, emergency
 from shared.operations.configuring import TrialInput
-from shared.store import db, jobs_repo, users_repo
+from shared.store import db, jobs_repo, plan_repo, users_repo
 from shared.store.db import Connection, Pool
 from shared.store.jobs_repo import NewJob
 from tests.conftest import fresh_database
 
 pytestmark = pytest.mark.integration
 
+POOL = "default"
 
-async def _submitted(conn: Connection, new: NewJob) -> jobs_repo.Job:
-    """Given-step: `new`, submitted by a fresh user."""
-    user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
-    job, _ = await jobs_repo.create(conn, user.id, new)
+
+@pytest.fixture(scope="module")
+def dispatcher_database_url() -> Iterator[str]:
+    with fresh_database("vigil_dispatcher") as url:
+        yield url
+
+
+@pytest.fixture
+async def pool(dispatcher_database_url: str) -> AsyncIterator[Pool]:
+    """A database of its own where nothing waits to be released and no host is known."""
+    async with db.open_pool(dispatcher_database_url, max_size=2) as pool:
+        await pool.execute("UPDATE tasks SET claim = NULL, state = 'completed'")
+        await pool.execute("DELETE FROM hosts")
+        await pool.execute("DELETE FROM job_waits")
+        yield pool
+
+
+async def _host(
+    conn: Connection, cpus: float = 64, memory_mb: int = 0, gpus: tuple[str, ...] = ()
+) -> str:
+    """Given-step: a live host of the pool with this capacity (its worker heartbeats now)."""
+    host_id = f"h-{uuid.uuid4().hex[:8]}"
+    await conn.execute(
+        "INSERT INTO hosts (id, slots, worker, pool, capacity_millicpus, capacity_memory_mb,"
+        " gpu_ids) VALUES ($1, 1, 'w-' || $1, $2, $3, $4, $5)",
+        host_id,
+        POOL,
+        round(cpus * 1000),
+        memory_mb,
+        list(gpus),
+    )
+    return host_id
+
+
+async def _submitted(
+    conn: Connection, new: NewJob, owner: str | None = None, cpus: float = 1, gpus: int = 0
+) -> jobs_repo.Job:
+    """Given-step: `new`, submitted by `owner` (a fresh user if None), asking `cpus`, `gpus`."""
+    if owner is None:
+        owner = (await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")).id
+    job, _ = await jobs_repo.create(conn, owner, new)
+    await conn.execute(
+        "UPDATE jobs SET req_millicpus = $2, req_gpus = $3 WHERE id = $1",
+        job.id,
+        round(cpus * 1000),
+        gpus,
+    )
     return job
 
 
+async def _claimed(conn: Connection, job_id: str) -> int:
+    return int(
+        await conn.fetchval(
+            "SELECT count(*) FROM tasks WHERE job_id = $1 AND claim IS NOT NULL", job_id
+        )
+    )
+
+
+async def _end_one(conn: Connection, job_id: str) -> None:
+    """One of the job's claimed tasks ends (its command exited and it completed)."""
+    await conn.execute(
+        "UPDATE tasks SET state = 'completed', claim = NULL WHERE id = (SELECT id FROM tasks"
+        " WHERE job_id = $1 AND claim IS NOT NULL ORDER BY index LIMIT 1)",
+        job_id,
+    )
+
+
+async def _wait(conn: Connection, job_id: str) -> tuple[str, str] | None:
+    row = await conn.fetchrow("SELECT reason, message FROM job_waits WHERE job_id = $1", job_id)
+    return None if row is None else (row["reason"], row["message"])
+
+
+def _dispatcher(pool: Pool, per_user: int | None = None, **policy: float) -> Dispatcher:
+    return Dispatcher(pool, 10_000, POOL, per_user, policy=Settings(**policy))  # type: ignore[arg-type]
+
+
 async def test_a_configuring_jobs_test_task_waits_out_an_emergency_stop(pool: Pool) -> None:
-    dispatcher = Dispatcher(pool, batch=10_000, worker_pool="default")
+    dispatcher = _dispatcher(pool)
     async with pool.acquire() as conn:
-        # given a test task of a configuring job, and an emergency stop in force
+        # given a test task of a configuring job, a host, and an emergency stop in force
+        await _host(conn)
         user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
         new = NewJob("trial", "shell", "true", ["a"], configuring=True)
         job, _ = await jobs_repo.create(conn, user.id, new)
@@ -48,45 +122,43 @@ async def test_a_configuring_jobs_test_task_waits_out_an_emergency_stop(pool: Po
     assert released is not None
 
 
-async def test_a_job_throttled_at_submission_never_has_more_in_flight_from_its_first_release(
-    pool: Pool,
-) -> None:
-    dispatcher = Dispatcher(pool, batch=10_000, worker_pool="default")
+async def test_a_job_throttled_at_submission_never_has_more_in_flight(pool: Pool) -> None:
+    dispatcher = _dispatcher(pool)
     async with pool.acquire() as conn:
+        await _host(conn)
         new = NewJob("licensed", "shell", "true", list("abcdef"), max_in_flight=2)
         job = await _submitted(conn, new)
-        assert (job.max_in_flight, job.release_per_tick) == (2, 1000)
 
         in_flight = []
         for _ in range(3):  # rounds with nothing finishing in between
             await dispatcher.run_once()
-            in_flight.append(
-                await conn.fetchval(
-                    "SELECT count(*) FROM tasks WHERE job_id = $1 AND claim IS NOT NULL", job.id
-                )
-            )
+            in_flight.append(await _claimed(conn, job.id))
+        waits = await _wait(conn, job.id)
 
     assert in_flight == [2, 2, 2]
+    assert waits is not None and waits[0] == "throttled"
 
 
-async def test_the_work_messages_made_in_sql_read_as_run_stage_would_have_written_them(
+async def test_the_work_messages_go_to_the_hosts_queue_as_run_stage_would_write_them(
     pool: Pool,
 ) -> None:
-    dispatcher = Dispatcher(pool, batch=10_000, worker_pool="default")
+    dispatcher = _dispatcher(pool)
     async with pool.acquire() as conn:
+        host = await _host(conn)
         job = await _submitted(conn, NewJob("made", "shell", "true", ["a", "b"]))
 
-        assert (await dispatcher.run_once()).released >= 2
+        assert (await dispatcher.run_once()).released == 2
         rows = await conn.fetch(
             "SELECT routing_key, body FROM outbox WHERE exchange = 'work'"
             " AND body->>'job_id' = $1 ORDER BY id",
             job.id,
         )
-        tasks = await conn.fetch("SELECT id, claim FROM tasks WHERE job_id = $1", job.id)
+        tasks = await conn.fetch("SELECT id, claim, host FROM tasks WHERE job_id = $1", job.id)
         claims = {r["id"]: r["claim"] for r in tasks}
 
     messages = [RunStage.model_validate(r["body"]) for r in rows]
-    assert [r["routing_key"] for r in rows] == ["pool.default"] * 2
+    assert [r["routing_key"] for r in rows] == [f"host.{host}"] * 2
+    assert {r["host"] for r in tasks} == {host}
     model = to_jsonable(RunStage(job_id=job.id, task_id="t", stage=Stage.SETUP, claim=uuid.uuid4()))
     for row, message in zip(rows, messages, strict=True):
         assert set(row["body"]) == set(model)  # the same fields, no more, no fewer
@@ -95,97 +167,203 @@ async def test_the_work_messages_made_in_sql_read_as_run_stage_would_have_writte
     assert sorted(m.task_id for m in messages) == sorted(claims)
 
 
-@pytest.fixture(scope="module")
-def share_database_url() -> Iterator[str]:
-    with fresh_database("vigil_fair_share") as url:
-        yield url
+async def test_work_is_handed_to_a_host_only_for_the_capacity_it_has_free(pool: Pool) -> None:
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        # given a host of 2 CPUs and a job of 5 one-CPU tasks
+        await _host(conn, cpus=2)
+        job = await _submitted(conn, NewJob("many", "shell", "true", list("abcde")))
 
-
-async def _released_per_owner(conn: Connection, owners: dict[str, str]) -> dict[str, int]:
-    rows = await conn.fetch(
-        "SELECT j.owner_id, count(*) AS n FROM tasks t JOIN jobs j ON j.id = t.job_id"
-        " WHERE t.claim IS NOT NULL GROUP BY j.owner_id"
-    )
-    by_id = {r["owner_id"]: int(r["n"]) for r in rows}
-    return {name: by_id.get(user_id, 0) for name, user_id in owners.items()}
-
-
-@pytest.mark.parametrize(
-    ("batch", "per_user", "expected"),
-    [
-        (4, None, {"early": 2, "late": 2}),  # one round: users interleaved, not first come
-        (100, 3, {"early": 3, "late": 3}),  # the cap, over both of early's jobs
-    ],
-)
-async def test_users_share_the_releases_and_each_stays_within_the_per_user_cap(
-    share_database_url: str, batch: int, per_user: int | None, expected: dict[str, int]
-) -> None:
-    async with db.open_pool(share_database_url, max_size=2) as pool, pool.acquire() as conn:
-        await conn.execute("UPDATE tasks SET claim = NULL, state = 'completed'")  # a clean slate
-        # given a user with two big jobs submitted first, and another with one job after
-        owners = {}
-        for name, jobs in (("early", 2), ("late", 1)):
-            user = await users_repo.ensure_user(conn, f"{name}-{uuid.uuid4().hex[:8]}", "user", "x")
-            owners[name] = user.id
-            for _ in range(jobs):
-                await jobs_repo.create(
-                    conn, user.id, NewJob(name, "shell", "true", list("abcdefgh"))
-                )
-
-        # when the dispatcher runs twice (nothing ends in between)
-        dispatcher = Dispatcher(pool, batch=batch, worker_pool="default", per_user=per_user)
-        await dispatcher.run_once()
-        if per_user is not None:
+        # when rounds run with nothing ending, then one task ends
+        claimed = []
+        for _ in range(2):
             await dispatcher.run_once()
+            claimed.append(await _claimed(conn, job.id))
+        waits = await _wait(conn, job.id)
+        await _end_one(conn, job.id)
+        await dispatcher.run_once()
+        claimed.append(await _claimed(conn, job.id))
 
-        # then each user got their share
-        assert await _released_per_owner(conn, owners) == expected
+    # then it holds 2 at most, and takes the next as soon as one ends
+    assert claimed == [2, 2, 2]
+    assert waits is not None and waits[0] == "resources"
+    assert "2 cpus free" not in waits[1]
 
 
-@pytest.fixture(scope="module")
-def waiting_database_url() -> Iterator[str]:
-    with fresh_database("vigil_waiting") as url:
-        yield url
+async def test_a_user_who_comes_later_gets_the_next_free_capacity_not_the_queue(
+    pool: Pool,
+) -> None:
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        # given Alice's 12 tasks filling a host of 4 CPUs, then Bob's one task
+        await _host(conn, cpus=4)
+        alice = await _submitted(conn, NewJob("alice", "shell", "sleep 8", list("abcdefghijkl")))
+        await dispatcher.run_once()
+        bob = await _submitted(conn, NewJob("bob", "shell", "echo", ["x"]))
+        await dispatcher.run_once()
+        bob_before = await _claimed(conn, bob.id)
+        reason = await _wait(conn, bob.id)
+
+        # when one of Alice's tasks ends
+        await _end_one(conn, alice.id)
+        await dispatcher.run_once()
+
+        # then Bob's task is the next to go, not Alice's fifth
+        assert bob_before == 0
+        assert reason is not None and reason[0] == "resources"
+        assert await _claimed(conn, bob.id) == 1
+        assert await _claimed(conn, alice.id) == 3
+        assert await _wait(conn, bob.id) is None
 
 
-@pytest.fixture
-async def quiet_pool(waiting_database_url: str) -> AsyncIterator[Pool]:
-    """A database of its own where nothing waits to be released at first."""
-    async with db.open_pool(waiting_database_url, max_size=2) as pool:
-        await pool.execute("UPDATE tasks SET claim = NULL, state = 'completed'")
-        yield pool
+async def test_a_request_goes_where_it_fits_and_one_no_host_holds_says_so(pool: Pool) -> None:
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        small = await _host(conn, cpus=2)
+        large = await _host(conn, cpus=4)
+        fits = await _submitted(conn, NewJob("four", "shell", "true", ["a"]), cpus=4)
+        huge = await _submitted(conn, NewJob("eight", "shell", "true", ["a"]), cpus=8)
+
+        await dispatcher.run_once()
+        placed_on = await conn.fetchval("SELECT host FROM tasks WHERE job_id = $1", fits.id)
+        reason = await _wait(conn, huge.id)
+        loads = await plan_repo.read(conn, POOL, 10.0, 0, 100)
+
+    assert placed_on == large
+    assert reason is not None and reason[0] == "too_large"
+    assert large in reason[1]
+    free = {h.host_id: (h.capacity - h.held).millicpus for h in loads.hosts}
+    assert free == {small: 2000, large: 0}
+
+
+async def test_each_gpu_task_gets_devices_of_its_own(pool: Pool) -> None:
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        await _host(conn, cpus=8, gpus=("0", "1"))
+        job = await _submitted(conn, NewJob("gpu", "shell", "true", list("abc")), gpus=1)
+
+        await dispatcher.run_once()
+        devices = await conn.fetch(
+            "SELECT gpu_ids FROM tasks WHERE job_id = $1 AND claim IS NOT NULL", job.id
+        )
+        reason = await _wait(conn, job.id)
+
+    assert sorted(tuple(r["gpu_ids"]) for r in devices) == [("0",), ("1",)]
+    assert reason is not None and reason[0] == "resources"
+
+
+async def test_each_user_stays_within_the_per_user_cap(pool: Pool) -> None:
+    dispatcher = _dispatcher(pool, per_user=3)
+    async with pool.acquire() as conn:
+        await _host(conn)
+        user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+        jobs = [
+            await _submitted(conn, NewJob("capped", "shell", "true", list("abcd")), user.id)
+            for _ in range(2)
+        ]
+        for _ in range(2):
+            await dispatcher.run_once()
+        claimed = [await _claimed(conn, job.id) for job in jobs]
+        reasons = {(await _wait(conn, job.id) or ("", ""))[0] for job in jobs}
+
+    assert sum(claimed) == 3
+    assert reasons == {"user_cap"}
+
+
+async def test_users_holding_capacity_are_charged_for_it(pool: Pool) -> None:
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        await _host(conn, cpus=2)
+        job = await _submitted(conn, NewJob("charged", "shell", "true", list("ab")))
+        await dispatcher.run_once()
+        await conn.execute(
+            "UPDATE users SET usage_at = now() - interval '10 seconds' WHERE id = $1",
+            job.owner_id,
+        )
+        dispatcher.planning.forget()  # charges at its first round
+        await dispatcher.run_once()
+        usage = await conn.fetchval("SELECT usage FROM users WHERE id = $1", job.owner_id)
+
+    assert 19.0 < usage < 21.0  # 2 CPUs for 10 s, hardly decayed in a day's half-life
+
+
+async def test_a_probing_host_is_given_one_task_at_a_time(pool: Pool) -> None:
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        host = await _host(conn, cpus=8)
+        await conn.execute(
+            "UPDATE hosts SET quarantined = true, breaker = true, probing_since = now()"
+            " WHERE id = $1",
+            host,
+        )
+        job = await _submitted(conn, NewJob("probe", "shell", "true", list("abcd")))
+        for _ in range(2):
+            await dispatcher.run_once()
+        assert await _claimed(conn, job.id) == 1
+
+
+async def test_tasks_placed_on_a_host_whose_worker_is_gone_are_placed_again(
+    pool: Pool,
+) -> None:
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        gone = await _host(conn, cpus=1)
+        job = await _submitted(conn, NewJob("moved", "shell", "true", ["a"]))
+        await dispatcher.run_once()
+        await conn.execute(
+            "UPDATE hosts SET heartbeat_at = now() - interval '1 minute' WHERE id = $1", gone
+        )
+        given = await plan_repo.give_back_from_gone_hosts(conn, 10.0)
+        other = await _host(conn, cpus=1)
+        await dispatcher.run_once()
+        now_on = await conn.fetchval("SELECT host FROM tasks WHERE job_id = $1", job.id)
+
+    assert given == 1
+    assert now_on == other
+
+
+async def test_with_no_host__the_reason_says_so(pool: Pool) -> None:
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        job = await _submitted(conn, NewJob("alone", "shell", "true", ["a"]))
+        await dispatcher.run_once()
+        reason = await _wait(conn, job.id)
+    assert reason is not None and reason[0] == "no_host"
 
 
 async def _waiting_after(pool: Pool, *rounds: int) -> list[bool]:
     """The dispatcher's `waiting` over as many rounds as given (nothing ends in between)."""
-    dispatcher = Dispatcher(pool, batch=10_000, worker_pool="default")
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        await _host(conn)
     return [(await dispatcher.run_once()).waiting for _ in rounds]
 
 
-async def test_with_nothing_unclaimed__no_task_waits(quiet_pool: Pool) -> None:
-    assert await _waiting_after(quiet_pool, 1) == [False]
+async def test_with_nothing_unclaimed__no_task_waits(pool: Pool) -> None:
+    assert await _waiting_after(pool, 1) == [False]
 
 
 async def test_a_release_says_tasks_were_waiting_and_the_next_round_that_none_are(
-    quiet_pool: Pool,
+    pool: Pool,
 ) -> None:
-    async with quiet_pool.acquire() as conn:
-        await _submitted(conn, NewJob("all", "shell", "true", ["a", "b"]))
-    assert await _waiting_after(quiet_pool, 1, 2) == [True, False]
+    async with pool.acquire() as conn:
+        job = await _submitted(conn, NewJob("all", "shell", "true", ["a", "b"]))
+    assert await _waiting_after(pool, 1, 2) == [True, False]
+    async with pool.acquire() as conn:
+        assert await _wait(conn, job.id) is None
 
 
-async def test_tasks_a_throttle_holds_back_keep_waiting(quiet_pool: Pool) -> None:
-    async with quiet_pool.acquire() as conn:
+async def test_tasks_a_throttle_holds_back_keep_waiting(pool: Pool) -> None:
+    async with pool.acquire() as conn:
         await _submitted(conn, NewJob("held", "shell", "true", list("abc"), max_in_flight=1))
-    assert await _waiting_after(quiet_pool, 1, 2) == [True, True]
+    assert await _waiting_after(pool, 1, 2) == [True, True]
 
 
-async def test_a_task_waiting_on_a_prerequisite_keeps_waiting(quiet_pool: Pool) -> None:
-    async with quiet_pool.acquire() as conn:
+async def test_a_task_waiting_on_a_prerequisite_keeps_waiting(pool: Pool) -> None:
+    async with pool.acquire() as conn:
         first = await _submitted(conn, NewJob("first", "shell", "true", ["a"]))
         upstream = await conn.fetchval("SELECT id FROM tasks WHERE job_id = $1", first.id)
-        user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
-        job, _ = await jobs_repo.create(conn, user.id, NewJob("later", "shell", "true", ["b"]))
+        job = await _submitted(conn, NewJob("later", "shell", "true", ["b"]))
         task_id = await conn.fetchval("SELECT id FROM tasks WHERE job_id = $1", job.id)
         await conn.execute(
             "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
@@ -193,11 +371,11 @@ async def test_a_task_waiting_on_a_prerequisite_keeps_waiting(quiet_pool: Pool) 
             task_id,
             upstream,
         )
-    assert await _waiting_after(quiet_pool, 1, 2) == [True, True]
+    assert await _waiting_after(pool, 1, 2) == [True, True]
 
 
-async def test_a_suspended_jobs_tasks_do_not_wait_to_be_released(quiet_pool: Pool) -> None:
-    async with quiet_pool.acquire() as conn:
+async def test_a_suspended_jobs_tasks_do_not_wait_to_be_released(pool: Pool) -> None:
+    async with pool.acquire() as conn:
         job = await _submitted(conn, NewJob("paused", "shell", "true", ["a"]))
         await conn.execute("UPDATE jobs SET state = 'suspended' WHERE id = $1", job.id)
-    assert await _waiting_after(quiet_pool, 1) == [False]
+    assert await _waiting_after(pool, 1) == [False]

@@ -1,0 +1,190 @@
+"""Placing new tasks on hosts by the shared pool's policy (issue 39): the leading scheduler's
+round reads the feed (`plan_repo.read`), asks the planner (`shared/domain/scheduling`), and
+in the same transaction claims each assignment's tasks for its host, queues their work
+messages to that host's queue, and writes the reasons of the jobs left waiting.
+
+New work is handed to a host only for capacity it has free (plus `VIGIL_WORKER_PREFETCH`
+tasks to set up ahead); everything else waits in PostgreSQL, in the policy's order, never
+in the broker. What this module keeps between rounds (the planner is pure):
+
+- the hosts held for large requests (`Plan.reservations`), in memory: a new leader starts
+  with none, and holds again at the next pass-over (the bound counts from there);
+- the reasons it last wrote, so that a round writes only those that changed (a new leader
+  clears what the last one left);
+- when it last charged usage: every `CHARGE_EVERY_S`, each user holding resources (or held
+  at the last charge) has its decayed usage brought up to now (`fairshare.charged`).
+
+A host whose breaker probes takes one task at a time: it is offered only while it holds
+none, and given one task at most.
+"""
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Final
+
+from shared.domain.scheduling import fairshare
+from shared.domain.scheduling.model import (
+    DEFAULT_REQUEST,
+    Assignment,
+    HostState,
+    JobDemand,
+    Plan,
+    Round,
+    Settings,
+    UserState,
+)
+from shared.domain.scheduling.planner import plan
+from shared.domain.scheduling.reasons import detail
+from shared.domain.scheduling.resources import NOTHING, Pricing
+from shared.store import plan_repo
+from shared.store.db import Connection
+
+logger = logging.getLogger(__name__)
+
+#: How often users' usage is charged (seconds): often enough that fair share follows what
+#: runs, rarely enough that a busy round does not write every user.
+CHARGE_EVERY_S: Final = 5.0
+
+
+@dataclass(frozen=True)
+class Placed:
+    """What a planning round did: tasks claimed, and jobs left with tasks waiting."""
+
+    claimed: int
+    waiting_jobs: int
+
+
+@dataclass
+class Planning:
+    """The leading scheduler's planning rounds for one pool."""
+
+    pool: str
+    settings: Settings
+    fresh_s: float  # a host's heartbeat counts as fresh this long
+    batch: int  # at most this many tasks of a job are counted (and placed) per round
+    user_cap: int | None = None
+    reservations: dict[str, str] = field(default_factory=dict)
+    _written: dict[str, tuple[str, str, str]] | None = None
+    _charged_at: float = 0.0
+    _charged: set[str] = field(default_factory=set)
+
+    async def run_once(self, conn: Connection) -> Placed:
+        """One round, in the caller's transaction."""
+        feed = await plan_repo.read(
+            conn, self.pool, self.fresh_s, self.settings.prefetch, self.batch
+        )
+        round_, probing = self._round(feed)
+        result = _one_each_on(probing, plan(round_, self.settings))
+        self.reservations = dict(result.reservations)
+        claimed = await plan_repo.claim(conn, [_claim(a) for a in result.assignments])
+        await self._write_waits(conn, result)
+        await self._charge(conn, feed)
+        return Placed(claimed, len(result.waits))
+
+    def forget(self) -> None:
+        """Leadership lost: what this instance kept is no longer the truth."""
+        self.reservations, self._written, self._charged = {}, None, set()
+        self._charged_at = 0.0
+
+    def _round(self, feed: plan_repo.Feed) -> tuple[Round, set[str]]:
+        hosts, probing = [], set()
+        for h in feed.hosts:
+            accepting = h.live and not h.draining and (not h.quarantined or h.probing)
+            if h.quarantined and h.probing:
+                accepting = accepting and h.tasks == 0
+                probing.add(h.host_id)
+            free = (h.capacity - h.held).at_least_zero()
+            room_for_pending = max(0, h.capacity.millicpus - h.running_millicpus)
+            staged = max(0, h.pending - room_for_pending // DEFAULT_REQUEST.millicpus)
+            hosts.append(
+                HostState(
+                    h.host_id,
+                    h.capacity,
+                    free,
+                    tuple(g for g in h.gpu_ids if g not in h.held_gpu_ids)[: free.gpus],
+                    accepting and h.capacity.millicpus > 0,
+                    staged,
+                )
+            )
+        pricing = Pricing.of_pool(sum((h.capacity for h in hosts if h.accepting), start=NOTHING))
+        half_life = self.settings.half_life_s
+        users = {
+            u.user_id: UserState(
+                u.user_id,
+                share=u.share,
+                usage=fairshare.charged(u.usage, pricing.cost(u.held), u.usage_age_s, half_life),
+                in_flight=u.in_flight,
+                held=u.held,
+                cap=self.user_cap,
+            )
+            for u in feed.users.values()
+        }
+        jobs = [
+            JobDemand(
+                j.job_id,
+                j.owner_id,
+                j.waiting,
+                j.request,
+                j.priority,
+                j.since,
+                j.in_flight,
+                j.max_in_flight,
+            )
+            for j in feed.jobs
+        ]
+        round_ = Round(feed.now, hosts, jobs, users, dict(self.reservations), feed.stopped)
+        return round_, probing
+
+    async def _write_waits(self, conn: Connection, result: Plan) -> None:
+        now = {
+            job_id: (
+                wait.reason.value,
+                wait.message(),
+                json.dumps(detail(wait), sort_keys=True),
+            )
+            for job_id, wait in result.waits.items()
+        }
+        if self._written is None:  # a new leader: what the last one left may be stale
+            await plan_repo.clear_waits_but(conn, list(now))
+            self._written = {}
+        changed = {job: w for job, w in now.items() if self._written.get(job) != w}
+        gone = [job for job in self._written if job not in now]
+        await plan_repo.write_waits(conn, changed, gone)
+        self._written = now
+
+    async def _charge(self, conn: Connection, feed: plan_repo.Feed) -> None:
+        clock = time.monotonic()
+        if clock - self._charged_at < CHARGE_EVERY_S:
+            return
+        self._charged_at = clock
+        total = sum((h.capacity for h in feed.hosts), start=NOTHING)
+        pricing = Pricing.of_pool(total)
+        half_life = self.settings.half_life_s
+        usage = {
+            u.user_id: fairshare.charged(u.usage, pricing.cost(u.held), u.usage_age_s, half_life)
+            for u in feed.users.values()
+            if u.held != NOTHING or u.user_id in self._charged
+        }
+        self._charged = {user for user, u in feed.users.items() if u.held != NOTHING}
+        await plan_repo.charge(conn, usage)
+
+
+def _claim(a: Assignment) -> plan_repo.Claim:
+    return plan_repo.Claim(a.job_id, a.host_id, a.count, a.gpu_ids)
+
+
+def _one_each_on(probing: set[str], result: Plan) -> Plan:
+    """The plan with at most one task for each probing host (its breaker lets one through)."""
+    if not probing:
+        return result
+    kept: list[Assignment] = []
+    given: set[str] = set()
+    for a in result.assignments:
+        if a.host_id not in probing:
+            kept.append(a)
+        elif a.host_id not in given:
+            given.add(a.host_id)
+            kept.append(Assignment(a.job_id, a.host_id, 1, a.gpu_ids[:1], a.staged))
+    return Plan(tuple(kept), result.waits, result.reservations, result.levels)

@@ -1,0 +1,341 @@
+"""The planning round's reads and writes (issue 39): the feed the planner is given, the claims
+its plan makes, the reasons it leaves, and the usage it charges. The leading scheduler runs
+them (`services/scheduler/planning.py`), in one transaction per round.
+
+The feed is set-based: one statement per kind (hosts, what they hold, waiting jobs, users),
+one row per host, per job with tasks waiting, per user: never one per waiting task, and
+nothing over the tasks that have ended (the probes are the dispatcher's, index scans of
+`tasks_new` and `tasks_in_flight`).
+
+Locks: `claim` takes the row lock of each task it claims until the transaction ends; the
+writes to `job_waits` and `users` take those rows' locks; the reads lock nothing.
+"""
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from shared.domain.prerequisites import met_arrays, unmet_sql
+from shared.domain.scheduling.resources import Resources
+from shared.store import sql_states
+from shared.store.db import Connection
+from shared.store.pool_repo import HOLDING_SQL
+
+#: Emergency stops: nothing is placed while one is in force.
+_NOT_STOPPED: Final = "NOT EXISTS (SELECT 1 FROM emergency_stops WHERE resumed_at IS NULL)"
+
+
+def _releasable(first: int) -> str:
+    """A new task `t` of job `j` that may be placed now but for the pool's policy:
+    unclaimed, its backoff passed, its setup prerequisites met (the met arrays from
+    `$first`), a test task only of a configuring job."""
+    return f"""t.job_id = j.id AND t.state = 'new' AND t.claim IS NULL
+  AND (NOT t.test OR j.state = 'configuring')
+  AND (t.not_before IS NULL OR t.not_before <= now())
+  AND NOT {unmet_sql("setup", first=first)}"""
+
+
+#: Jobs with tasks to place: active ones, and configuring ones (their test tasks) while no
+#: stop is in force. Each is probed for a first unclaimed new task (`tasks_new`, as the
+#: dispatcher does: an index probe per job, never the job's whole history), then its
+#: releasable tasks are counted up to $1 (more would not change the plan, only the "tasks
+#: ahead" of its reasons, which are then lower bounds), with the moment the first began to
+#: wait; and its tasks in flight (`tasks_in_flight`).
+_JOBS: Final = f"""
+SELECT j.id, j.owner_id, j.priority, j.req_millicpus, j.req_memory_mb, j.req_gpus,
+       CASE WHEN j.probing_since IS NULL THEN j.max_in_flight ELSE 1 END AS max_in_flight,
+       w.n AS waiting, extract(epoch FROM w.since)::float8 AS since,
+       (SELECT count(*) FROM tasks x WHERE x.job_id = j.id
+          AND (x.claim IS NOT NULL OR x.state NOT IN {sql_states.NOT_IN_FLIGHT})) AS in_flight
+FROM jobs j
+CROSS JOIN LATERAL (
+    SELECT 1 FROM tasks n WHERE n.job_id = j.id AND n.claim IS NULL AND n.state = 'new'
+    ORDER BY n.index LIMIT 1) has_new
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n, min(r.since) AS since FROM (
+        SELECT greatest(t.created_at, coalesce(t.not_before, t.created_at)) AS since
+        FROM tasks t WHERE {_releasable(2)}
+        ORDER BY t.index LIMIT $1) r) w
+WHERE (j.state = 'active' OR (j.state = 'configuring' AND {_NOT_STOPPED})) AND w.n > 0
+"""
+
+#: The pool's hosts with a worker: capacity, whether they take work, and what they hold.
+#: `pending` counts the tasks handed to it that have not started their command; `running`
+#: the CPUs of those that have (to tell the tasks staged beyond capacity).
+_HOSTS: Final = f"""
+SELECT h.id, h.capacity_millicpus, h.capacity_memory_mb, h.gpu_ids,
+       h.heartbeat_at > now() - make_interval(secs => $2) AS live,
+       h.draining, h.quarantined, h.probing_since IS NOT NULL AS probing,
+       coalesce(l.tasks, 0) AS tasks, coalesce(l.pending, 0) AS pending,
+       coalesce(l.millicpus, 0) AS millicpus, coalesce(l.memory_mb, 0) AS memory_mb,
+       coalesce(l.running, 0) AS running, coalesce(l.gpu_ids, '{{}}') AS held_gpu_ids
+FROM hosts h LEFT JOIN (
+    SELECT t.host, count(*) AS tasks,
+           count(*) FILTER (WHERE t.state <> 'on_cpu') AS pending,
+           sum(j.req_millicpus)::bigint AS millicpus,
+           sum(j.req_memory_mb)::bigint AS memory_mb,
+           coalesce(sum(j.req_millicpus) FILTER (WHERE t.state = 'on_cpu'), 0)::bigint AS running,
+           array_agg(g.id) FILTER (WHERE g.id IS NOT NULL) AS gpu_ids
+    FROM tasks t JOIN jobs j ON j.id = t.job_id
+    LEFT JOIN LATERAL unnest(t.gpu_ids) AS g(id) ON true
+    WHERE {HOLDING_SQL}
+    GROUP BY t.host) l ON l.host = h.id
+WHERE h.pool = $1 AND h.worker IS NOT NULL
+"""
+
+#: Users with tasks in flight or waiting: their share, usage and its age, tasks in flight
+#: and what those hold on hosts.
+_USERS: Final = f"""
+SELECT u.id, u.share, u.usage, extract(epoch FROM now() - u.usage_at)::float8 AS usage_age,
+       coalesce(l.in_flight, 0) AS in_flight, coalesce(l.millicpus, 0) AS millicpus,
+       coalesce(l.memory_mb, 0) AS memory_mb, coalesce(l.gpus, 0) AS gpus
+FROM users u LEFT JOIN (
+    SELECT j.owner_id, count(*) AS in_flight,
+           coalesce(sum(j.req_millicpus) FILTER (WHERE {HOLDING_SQL}), 0)::bigint AS millicpus,
+           coalesce(sum(j.req_memory_mb) FILTER (WHERE {HOLDING_SQL}), 0)::bigint AS memory_mb,
+           coalesce(sum(j.req_gpus) FILTER (WHERE {HOLDING_SQL}), 0)::bigint AS gpus
+    FROM tasks t JOIN jobs j ON j.id = t.job_id
+    WHERE t.claim IS NOT NULL OR t.state NOT IN {sql_states.NOT_IN_FLIGHT}
+    GROUP BY j.owner_id) l ON l.owner_id = u.id
+WHERE u.id = ANY($1::text[]) OR l.owner_id IS NOT NULL
+"""
+
+
+@dataclass(frozen=True)
+class HostRow:
+    host_id: str
+    capacity: Resources
+    gpu_ids: tuple[str, ...]
+    live: bool
+    draining: bool
+    quarantined: bool
+    probing: bool
+    tasks: int  # tasks holding resources there
+    pending: int  # of those, not yet running their command
+    held: Resources
+    running_millicpus: int
+    held_gpu_ids: frozenset[str]
+
+
+@dataclass(frozen=True)
+class JobRow:
+    job_id: str
+    owner_id: str
+    priority: int
+    request: Resources
+    max_in_flight: int | None
+    waiting: int
+    since: float  # epoch seconds
+    in_flight: int
+
+
+@dataclass(frozen=True)
+class UserRow:
+    user_id: str
+    share: float
+    usage: float
+    usage_age_s: float
+    in_flight: int
+    held: Resources
+
+
+@dataclass(frozen=True)
+class Feed:
+    """What a round is given, as the database has it."""
+
+    now: float  # the database's clock, epoch seconds
+    stopped: bool
+    hosts: Sequence[HostRow]
+    jobs: Sequence[JobRow]
+    users: Mapping[str, UserRow]
+
+
+def counted_per_job(hosts: Sequence[HostRow], prefetch: int, batch: int) -> int:
+    """How many of a job's waiting tasks the feed counts: what one round could place of
+    small tasks (four per free CPU, plus the prefetch of each host), within `batch`, at
+    least one (to know that it waits)."""
+    free = sum(max(0, h.capacity.millicpus - h.held.millicpus) for h in hosts)
+    return max(1, min(batch, free // 250 + prefetch * len(hosts)))
+
+
+async def read(conn: Connection, pool: str, fresh_s: float, prefetch: int, batch: int) -> Feed:
+    """The feed of one round for `pool` (a heartbeat fresh for `fresh_s` seconds; waiting
+    tasks counted per job as `counted_per_job` says). Call it in the round's transaction."""
+    now = float(await conn.fetchval("SELECT extract(epoch FROM now())::float8"))
+    stopped = bool(await conn.fetchval(f"SELECT NOT {_NOT_STOPPED}"))
+    hosts = [_host(row) for row in await conn.fetch(_HOSTS, pool, fresh_s)]
+    per_job = counted_per_job(hosts, prefetch, batch)
+    jobs = [_job(row) for row in await conn.fetch(_JOBS, per_job, *met_arrays())]
+    owners = sorted({j.owner_id for j in jobs})
+    users = {row["id"]: _user(row) for row in await conn.fetch(_USERS, owners)}
+    return Feed(now, stopped, hosts, jobs, users)
+
+
+def _host(row: Any) -> HostRow:
+    gpu_ids = tuple(row["gpu_ids"])
+    held_ids = frozenset(row["held_gpu_ids"])
+    return HostRow(
+        host_id=row["id"],
+        capacity=Resources(row["capacity_millicpus"], row["capacity_memory_mb"], len(gpu_ids)),
+        gpu_ids=gpu_ids,
+        live=bool(row["live"]),
+        draining=bool(row["draining"]),
+        quarantined=bool(row["quarantined"]),
+        probing=bool(row["probing"]),
+        tasks=int(row["tasks"]),
+        pending=int(row["pending"]),
+        held=Resources(
+            int(row["millicpus"]), int(row["memory_mb"]), len(held_ids & frozenset(gpu_ids))
+        ),
+        running_millicpus=int(row["running"]),
+        held_gpu_ids=held_ids,
+    )
+
+
+def _job(row: Any) -> JobRow:
+    return JobRow(
+        job_id=row["id"],
+        owner_id=row["owner_id"],
+        priority=int(row["priority"]),
+        request=Resources(row["req_millicpus"], row["req_memory_mb"], row["req_gpus"]),
+        max_in_flight=row["max_in_flight"],
+        waiting=int(row["waiting"]),
+        since=float(row["since"]),
+        in_flight=int(row["in_flight"]),
+    )
+
+
+def _user(row: Any) -> UserRow:
+    return UserRow(
+        user_id=row["id"],
+        share=float(row["share"]),
+        usage=float(row["usage"]),
+        usage_age_s=max(0.0, float(row["usage_age"])),
+        in_flight=int(row["in_flight"]),
+        held=Resources(int(row["millicpus"]), int(row["memory_mb"]), int(row["gpus"])),
+    )
+
+
+# -- the plan's writes ---------------------------------------------------------------------
+
+#: Claim `n` releasable tasks of each assigned job in index order for its host (compare-and-
+#: set: still unclaimed and new), with each task's GPU devices (the assignment's list, by the
+#: task's place in it), and queue each one's `RunStage` to the host's queue through the
+#: outbox (as `release_round` writes a resting task's). The parameters: the met arrays,
+#: then job ids, host ids, counts, and each assignment's devices as a JSON array of
+#: arrays.
+_CLAIM: Final = f"""
+WITH a AS (
+    SELECT * FROM unnest($5::text[], $6::text[], $7::int[], $8::text[]) AS a(job_id, host, n, gpus)
+), picked AS (
+    SELECT p.id, a.host, a.gpus::jsonb -> (p.k - 1)::int AS gpus
+    FROM a JOIN jobs j ON j.id = a.job_id
+    CROSS JOIN LATERAL (
+        SELECT t.id, row_number() OVER (ORDER BY t.index) AS k FROM tasks t
+        WHERE {_releasable(1)}
+        ORDER BY t.index LIMIT a.n) p
+    WHERE j.state = 'active' OR (j.state = 'configuring' AND {_NOT_STOPPED})
+), claimed AS (
+    UPDATE tasks t SET claim = gen_random_uuid(), host = p.host, updated_at = now(),
+        gpu_ids = CASE WHEN jsonb_array_length(coalesce(p.gpus, '[]')) = 0 THEN NULL
+                  ELSE ARRAY(SELECT jsonb_array_elements_text(p.gpus)) END
+    FROM picked p
+    WHERE t.id = p.id AND t.claim IS NULL AND t.state = 'new'
+    RETURNING t.id, t.job_id, t.host, t.claim
+), queued AS (
+    INSERT INTO outbox (exchange, routing_key, body)
+    SELECT 'work', 'host.' || c.host,
+        jsonb_build_object(
+            'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'run_stage',
+            'job_id', c.job_id, 'task_id', c.id, 'stage', 'setup', 'claim', c.claim)
+    FROM claimed c ORDER BY c.id
+)
+SELECT count(*) FROM claimed
+"""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """`count` tasks of a job for a host, each with its GPU devices (empty: none)."""
+
+    job_id: str
+    host_id: str
+    count: int
+    gpu_ids: tuple[tuple[str, ...], ...] = ()
+
+
+async def claim(conn: Connection, claims: Sequence[Claim]) -> int:
+    """Claim the tasks of `claims` for their hosts and queue their work messages; how many
+    were claimed (fewer when some were taken meanwhile: a cancel, a suspend, another claim).
+    Locks: the row of each task it claims."""
+    if not claims:
+        return 0
+    count = await conn.fetchval(
+        _CLAIM,
+        *met_arrays(),
+        [c.job_id for c in claims],
+        [c.host_id for c in claims],
+        [c.count for c in claims],
+        [json.dumps([list(g) for g in c.gpu_ids]) for c in claims],
+    )
+    return int(count)
+
+
+async def write_waits(
+    conn: Connection, waits: Mapping[str, tuple[str, str, str]], gone: Sequence[str]
+) -> None:
+    """Upsert each job's reason (`waits`: job id -> reason, message, detail as JSON) and
+    delete the rows of jobs in `gone` (nothing waits any more, or it waits on its own
+    tasks' prerequisites). Locks: those rows of `job_waits`."""
+    if waits:
+        await conn.execute(
+            "INSERT INTO job_waits (job_id, reason, message, detail, at)"
+            " SELECT w.job_id, w.reason, w.message, w.detail::jsonb, now()"
+            " FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])"
+            "   AS w(job_id, reason, message, detail)"
+            " JOIN jobs j ON j.id = w.job_id"
+            " ON CONFLICT (job_id) DO UPDATE SET reason = excluded.reason,"
+            " message = excluded.message, detail = excluded.detail, at = excluded.at",
+            list(waits),
+            [w[0] for w in waits.values()],
+            [w[1] for w in waits.values()],
+            [w[2] for w in waits.values()],
+        )
+    if gone:
+        await conn.execute("DELETE FROM job_waits WHERE job_id = ANY($1::text[])", list(gone))
+
+
+async def clear_waits_but(conn: Connection, keep: Sequence[str]) -> None:
+    """Delete every reason but those of `keep` (a new leader's first round: what the last
+    one left may be stale). Locks: the rows it deletes."""
+    await conn.execute("DELETE FROM job_waits WHERE job_id <> ALL($1::text[])", list(keep))
+
+
+async def charge(conn: Connection, usage: Mapping[str, float]) -> None:
+    """Set each user's decayed usage as of now (`fairshare.charged`). Locks: their rows."""
+    if usage:
+        await conn.execute(
+            "UPDATE users u SET usage = c.usage, usage_at = now()"
+            " FROM unnest($1::text[], $2::float8[]) AS c(id, usage) WHERE u.id = c.id",
+            list(usage),
+            list(usage.values()),
+        )
+
+
+#: New tasks claimed for a host whose worker is gone (no worker, or silent for the dead-host
+#: time) and not taken yet: their claims are given back, so that the next round places them
+#: elsewhere. A message left in that host's queue is then stale (its claim fences it).
+_GIVE_BACK: Final = """
+UPDATE tasks t SET claim = NULL, gpu_ids = NULL, updated_at = now()
+FROM hosts h
+WHERE t.host = h.id AND t.state = 'new' AND t.claim IS NOT NULL AND t.worker IS NULL
+  AND (h.worker IS NULL OR h.heartbeat_at < now() - make_interval(secs => $1))
+RETURNING t.id
+"""
+
+
+async def give_back_from_gone_hosts(conn: Connection, dead_after_s: float) -> int:
+    """Give back the claims of new tasks placed on hosts whose worker is gone; how many.
+    Locks: the row of each task it changes."""
+    return len(await conn.fetch(_GIVE_BACK, dead_after_s))
