@@ -222,25 +222,32 @@ def _user(row: Any) -> UserRow:
 #: Claim `n` releasable tasks of each assigned job in index order for its host (compare-and-
 #: set: still unclaimed and new), with each task's GPU devices (the assignment's list, by the
 #: task's place in it), and queue each one's `RunStage` to the host's queue through the
-#: outbox (as `release_round` writes a resting task's). The parameters: the met arrays,
-#: then job ids, host ids, counts, and each assignment's devices as a JSON array of
-#: arrays.
+#: outbox (as `release_round` writes a resting task's). A job placed on several hosts has
+#: its first tasks read once (`total`), then dealt out to its assignments in turn (`off`).
+#: The parameters: the met arrays, then job ids, host ids, counts, and each assignment's
+#: devices as a JSON array of arrays.
 _CLAIM: Final = f"""
 WITH a AS (
-    SELECT * FROM unnest($5::text[], $6::text[], $7::int[], $8::text[]) AS a(job_id, host, n, gpus)
+    SELECT a.*, sum(a.n) OVER (PARTITION BY a.job_id ORDER BY a.ord) - a.n AS off
+    FROM unnest($5::text[], $6::text[], $7::int[], $8::text[]) WITH ORDINALITY
+        AS a(job_id, host, n, gpus, ord)
+), wanted AS (
+    SELECT a.job_id, sum(a.n)::int AS total FROM a GROUP BY a.job_id
 ), picked AS (
-    SELECT p.id, a.host, a.gpus::jsonb -> (p.k - 1)::int AS gpus
-    FROM a JOIN jobs j ON j.id = a.job_id
+    SELECT w.job_id, p.id, row_number() OVER (PARTITION BY w.job_id ORDER BY p.index) AS k
+    FROM wanted w JOIN jobs j ON j.id = w.job_id
     CROSS JOIN LATERAL (
-        SELECT t.id, row_number() OVER (ORDER BY t.index) AS k FROM tasks t
-        WHERE {_releasable(1)}
-        ORDER BY t.index LIMIT a.n) p
+        SELECT t.id, t.index FROM tasks t WHERE {_releasable(1)}
+        ORDER BY t.index LIMIT w.total) p
     WHERE j.state = 'active' OR (j.state = 'configuring' AND {_NOT_STOPPED})
+), dealt AS (
+    SELECT p.id, a.host, a.gpus::jsonb -> (p.k - a.off - 1)::int AS gpus
+    FROM picked p JOIN a ON a.job_id = p.job_id AND p.k > a.off AND p.k <= a.off + a.n
 ), claimed AS (
     UPDATE tasks t SET claim = gen_random_uuid(), host = p.host, updated_at = now(),
         gpu_ids = CASE WHEN jsonb_array_length(coalesce(p.gpus, '[]')) = 0 THEN NULL
                   ELSE ARRAY(SELECT jsonb_array_elements_text(p.gpus)) END
-    FROM picked p
+    FROM dealt p
     WHERE t.id = p.id AND t.claim IS NULL AND t.state = 'new'
     RETURNING t.id, t.job_id, t.host, t.claim
 ), queued AS (

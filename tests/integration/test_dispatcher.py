@@ -190,6 +190,19 @@ async def test_work_is_handed_to_a_host_only_for_the_capacity_it_has_free(pool: 
     assert "2 cpus free" not in waits[1]
 
 
+async def test_a_job_placed_on_several_hosts_sends_each_a_task_of_its_own(pool: Pool) -> None:
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        hosts = {await _host(conn, cpus=1) for _ in range(3)}
+        job = await _submitted(conn, NewJob("spread", "shell", "true", list("abcd")))
+
+        assert (await dispatcher.run_once()).released == 3
+        rows = await conn.fetch(
+            "SELECT host FROM tasks WHERE job_id = $1 AND claim IS NOT NULL", job.id
+        )
+    assert sorted(r["host"] for r in rows) == sorted(hosts)
+
+
 async def test_a_user_who_comes_later_gets_the_next_free_capacity_not_the_queue(
     pool: Pool,
 ) -> None:
