@@ -9,8 +9,9 @@ in the broker. What this module keeps between rounds (the planner is pure):
 
 - the hosts held for large requests (`Plan.reservations`), in memory: a new leader starts
   with none, and holds again at the next pass-over (the bound counts from there);
-- the reasons it last wrote, so that a round writes only those that changed (a new leader
-  clears what the last one left);
+- the reasons it last wrote, so that a round writes a reason that changed at once and new
+  numbers of the same reason every `REFRESH_WAITS_S` (a new leader clears what the last one
+  left);
 - when it last charged usage: every `CHARGE_EVERY_S`, each user holding resources (or held
   at the last charge) has its decayed usage brought up to now (`fairshare.charged`).
 
@@ -43,6 +44,9 @@ from shared.store.db import Connection
 
 logger = logging.getLogger(__name__)
 
+#: How often the numbers of an unchanged reason are written again (seconds).
+REFRESH_WAITS_S: Final = 2.0
+
 #: How often users' usage is charged (seconds): often enough that fair share follows what
 #: runs, rarely enough that a busy round does not write every user.
 CHARGE_EVERY_S: Final = 5.0
@@ -68,6 +72,7 @@ class Planning:
     reservations: dict[str, str] = field(default_factory=dict)
     _written: dict[str, tuple[str, str, str]] | None = None
     _charged_at: float = 0.0
+    _refreshed_at: float = 0.0
     _charged: set[str] = field(default_factory=set)
 
     async def run_once(self, conn: Connection) -> Placed:
@@ -149,10 +154,24 @@ class Planning:
         if self._written is None:  # a new leader: what the last one left may be stale
             await plan_repo.clear_waits_but(conn, list(now))
             self._written = {}
-        changed = {job: w for job, w in now.items() if self._written.get(job) != w}
-        gone = [job for job in self._written if job not in now]
+        # a new reason is written at once; new numbers of the same reason (tasks ahead, what
+        # the closest host has free) at most every REFRESH_WAITS_S: in a busy pool each task
+        # placed moves the numbers of most waiting jobs
+        clock = time.monotonic()
+        refresh = clock - self._refreshed_at >= REFRESH_WAITS_S
+        if refresh:
+            self._refreshed_at = clock
+        written = self._written
+        changed = {
+            job: w
+            for job, w in now.items()
+            if (old := written.get(job)) is None or old[0] != w[0] or (refresh and old != w)
+        }
+        gone = [job for job in written if job not in now]
         await plan_repo.write_waits(conn, changed, gone)
-        self._written = now
+        for job in gone:
+            del written[job]
+        written.update(changed)
 
     async def _charge(self, conn: Connection, feed: plan_repo.Feed) -> None:
         clock = time.monotonic()
