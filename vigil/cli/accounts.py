@@ -35,16 +35,20 @@ class UserVerb(StrEnum):
 @command()
 def users(
     ctx: typer.Context,
-    verb: Annotated[UserVerb | None, typer.Argument(help="share NAME X.")] = None,
-    name: Annotated[str | None, typer.Argument(help="The user's name.")] = None,
+    verb: Annotated[
+        UserVerb | None, typer.Argument(metavar="share", help="share NAME X: set NAME's share.")
+    ] = None,
+    name: Annotated[str | None, typer.Argument(metavar="NAME", help="The user's name.")] = None,
     value: Annotated[
         float | None, typer.Argument(metavar="X", help="share: the user's share (> 0).")
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """List the users: role, fair share, decayed usage (CPU-seconds), live tokens, disabled;
-    or set a user's share (`vigil users share bob 2`: bob's waiting work gets twice the pool
-    of a user of share 1). Operators only."""
+    """List the users; or set one's fair share: `users share NAME X` (operators).
+
+    The list: role, fair share, decayed usage (CPU-seconds), live tokens, disabled. A share
+    is a weight: `vigil users share bob 2` gives bob's waiting work twice the pool of a user
+    of share 1 (the default) when both wait."""
     if verb is None:
         with session(ctx).client() as client:
             found = client.users()

@@ -87,8 +87,10 @@ def submit(
 ) -> None:
     """Submit the job in FILE and print its id (--json: the job; with --wait, as it ended).
     The job's own files (its `files:` list, paths relative to FILE's dir, and each --file and
-    --dir) are sent with it and placed read-only in every task's work dir. --cpus,
-    --memory-mb, --gpus and --priority replace FILE's `resources:` and `priority:`."""
+    --dir) are sent with it and placed read-only in every task's work dir.
+
+    What each task needs and the job's priority: FILE's `resources: {cpus, memory_mb, gpus}`
+    and `priority:`; --cpus, --memory-mb, --gpus and --priority replace them one by one."""
     if configuring and wait:
         raise UsageError(
             "--wait with --configuring would wait for ever: nothing but tests runs"

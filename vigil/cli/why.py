@@ -9,8 +9,10 @@ from vigil.cli.base import IdArg, JsonFlag, command, id_kind, print_json, sessio
 
 @command()
 def why(ctx: typer.Context, some_id: IdArg, as_json: JsonFlag = False) -> None:
-    """Say why a task waits (its state, the reason and its numbers), or a job's tasks (how
-    many wait and why, and its tasks per state).
+    """Say why a task waits, or a job's tasks: the reason, its message and its numbers.
+
+    A task: its state, and when it waits the reason. A job: its tasks per state, its priority
+    and request when not the default, and how many of its tasks wait and why.
 
     --json: the task as `GET /tasks/{id}` gives it (`waiting_reason`), or the job as
     `GET /jobs/{id}` does (`waiting`, `counts`)."""
