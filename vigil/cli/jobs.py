@@ -163,8 +163,9 @@ def edit(
     job_id: Annotated[str, typer.Argument(metavar="JOB")],
     file: Annotated[Path, typer.Argument(help="YAML or JSON: the fields to change.")],
 ) -> None:
-    """Change fields of a job (a configuring one: anything; an active one: the throttle and
-    the policy's budgets). `policy` in FILE names only the policy fields that change."""
+    """Change fields of a job (a configuring one: anything; an active one: the throttle, the
+    priority and the policy's budgets). `policy` in FILE names only the policy fields that
+    change."""
     expect_id("job", job_id, "edit")
     changes = jobfile.load(file)
     with session(ctx).client() as client:
