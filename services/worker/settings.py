@@ -3,17 +3,30 @@
 from pydantic import Field
 
 from services.worker.confinement import Isolation
+from shared.host import capacity as host_capacity
 from shared.runtime.config import HostSettings
 
 
 class WorkerSettings(HostSettings):
-    """`VIGIL_WORKER_SLOTS` tasks at once on this host, taken from `VIGIL_WORKER_POOL`."""
+    """Tasks run on this host as far as its capacity holds their requests, taken from
+    `VIGIL_WORKER_POOL` and from the host's own queue."""
 
+    #: The host's capacity (issue 39, `shared/host/capacity.py`): its CPUs
+    #: (`VIGIL_HOST_CPUS`, fractions allowed), memory (`VIGIL_HOST_MEMORY_MB`) and GPU devices
+    #: (`VIGIL_HOST_GPUS`, ids separated by commas: "0,1"; "": none). Each one unset is
+    #: detected (affinity and cgroup `cpu.max`, `/proc/meminfo` and `memory.max`,
+    #: `nvidia-smi -L`).
+    host_cpus: float | None = Field(default=None, ge=0.01, le=65536)
+    host_memory_mb: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    host_gpus: str | None = Field(default=None, max_length=4096)
+    #: Legacy (`VIGIL_WORKER_SLOTS`): set and `VIGIL_HOST_CPUS` not, the host's CPUs, so
+    #: that a deployment that set it runs as many default (1-CPU) tasks at once as before.
+    #: Its default (4) counts for nothing: unset, the CPUs are detected.
     worker_slots: int = Field(default=4, ge=1, le=1024)
-    #: Tasks taken beyond the slots (`VIGIL_WORKER_PREFETCH`): they are set up while the
-    #: slots run commands, then wait `queued` for a slot of this host. It helps campaigns of
-    #: short tasks; keep 0 for long tasks over many hosts (a task taken here runs here, and is
-    #: failed as lost if this worker dies before it ran).
+    #: Tasks taken beyond what the host can run at once (`VIGIL_WORKER_PREFETCH`): they are
+    #: set up while others run commands, then wait `queued` for room on this host. It helps
+    #: campaigns of short tasks; keep 0 for long tasks over many hosts (a task taken here runs
+    #: here, and is failed as lost if this worker dies before it ran).
     worker_prefetch: int = Field(default=0, ge=0, le=4096)
     #: Whether jobs run confined (`services/worker/confinement.py`): `auto` when the worker
     #: is root, `on` (refuse to start otherwise), `off`.
@@ -43,3 +56,13 @@ class WorkerSettings(HostSettings):
     output_keep_total_bytes: int = Field(default=16 * 1024 * 1024, ge=0, le=1024 * 1024 * 1024)
     #: The port of `GET /healthz` (`VIGIL_WORKER_HEALTH_PORT`, on `VIGIL_HEALTH_HOST`; 0: none).
     worker_health_port: int = Field(default=0, ge=0, le=65535)
+
+    def capacity(self) -> host_capacity.HostCapacity:
+        """The host's capacity: as set, else detected (at each call: the worker asks once, at
+        its start)."""
+        return host_capacity.decide(
+            self.host_cpus,
+            self.host_memory_mb,
+            self.host_gpus,
+            self.worker_slots if "worker_slots" in self.model_fields_set else None,
+        )
