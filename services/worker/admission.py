@@ -7,7 +7,7 @@ from enum import StrEnum
 
 
 class Admission(StrEnum):
-    OPEN = "open"  # `slots + prefetch` tasks at once
+    OPEN = "open"  # as many tasks as the intake takes (`consumer.py`)
     PROBING = "probing"  # one task at a time, from take to its last stage
     SHUT = "shut"  # none
 

@@ -74,7 +74,7 @@ class Held:
     #: The attempt the last move opened (its stage's), until the stage takes it.
     opened: int | None = None
     #: The setup attempt of a task set up but not yet recorded `queued` (it goes through
-    #: `queued` to `on_cpu` in one move when a slot is free).
+    #: `queued` to `on_cpu` in one move when its request is free).
     set_up: int | None = None
     #: How many times the input's cluster stage started before this take (its lineage too).
     cluster_starts: int = 0
@@ -102,13 +102,18 @@ class Taker:
         return self.work_root / job_id / task_id
 
     async def take(
-        self, message: RunStage, fold: Callable[[jobs_repo.Job], bool] | None = None
+        self,
+        message: RunStage,
+        fold: Callable[[tasks_repo.Task, jobs_repo.Job], bool] | None = None,
+        refuse: Callable[[tasks_repo.Task, jobs_repo.Job], str | None] | None = None,
     ) -> Held | None:
         """Make the message's claim this worker's; None when the message is stale (a no-op).
 
-        With `fold` saying yes for the job, a setup is not written here: the task is held as it
-        is, `taken` False, and its take rides on the move that makes it `on_cpu` (or, on any
-        other path, is made durable first: `take_now`).
+        With `fold` saying yes for the task, a setup is not written here: the task is held as
+        it is, `taken` False, and its take rides on the move that makes it `on_cpu` (or, on any
+        other path, is made durable first: `take_now`). With `refuse` saying why for a new
+        task (this host can never run it), its claim is given back untaken, for the scheduler
+        to place it again, and None returned.
 
         Setup and hooks move the task into their running state (`setting_up`, `recovering_*`,
         `restarting_*`); the cluster and post-processing stages adopt a resting task. Work of
@@ -125,7 +130,7 @@ class Taker:
         if row is None:
             return None
         task, job = _task_and_job(row)
-        if task.claim != message.claim:
+        if task.claim != message.claim or await self._refused(task, job, message, refuse):
             return None
         held: Held | None = None
         if (
@@ -134,7 +139,7 @@ class Taker:
             and job.state is JobState.ACTIVE
             and task.state is S.NEW
             and not _promised(task.input)
-            and fold(job)
+            and fold(task, job)
         ):
             # the setup attempt it will open is numbered now: only this claim moves the counter
             held = Held(task, job, message.claim, S.SETTING_UP, task.input, task.attempt + 1)
@@ -160,6 +165,25 @@ class Taker:
         if held is not None:
             held.cluster_starts = int(row["cluster_starts"])
         return held
+
+    async def _refused(
+        self,
+        task: tasks_repo.Task,
+        job: jobs_repo.Job,
+        message: RunStage,
+        refuse: Callable[[tasks_repo.Task, jobs_repo.Job], str | None] | None,
+    ) -> bool:
+        """Whether the setup of a new task was refused (`take`'s `refuse`): its claim given
+        back, if it was still new under it."""
+        if refuse is None or message.stage is not Stage.SETUP or task.state is not S.NEW:
+            return False
+        why = refuse(task, job)
+        if why is None:
+            return False
+        logger.warning("task %s given back untaken: %s", task.id, why, extra={"task_id": task.id})
+        async with self.pool.acquire() as conn:
+            await tasks_repo.give_back(conn, task.id, message.claim, S.NEW)
+        return True
 
     async def take_now(self, held: Held) -> None:
         """Make a folded take durable, as `take` would have (the setup attempt it opens gets

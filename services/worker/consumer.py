@@ -1,12 +1,20 @@
-"""Taking work messages from the pool and host queues, `slots + prefetch` tasks at once.
+"""Taking work messages from the pool and host queues into a bounded intake of tasks.
 
 A message is acked once its task is durably this worker's (see `StageRunner.take`: for a
 setup whose take is folded into the `on_cpu` move, once that move committed); the task then
 runs in a tracked asyncio task. A task counts against the intake from its take to
-its command's exit: what follows (post-processing, bookkeeping) overlaps the next tasks. At most
-`slots` commands run at once (the runner's slots); with `prefetch`, that many more tasks are
-taken and set up meanwhile, each waiting `queued` for a slot. Messages beyond that stay
-unacked, so the broker hands them to someone else if this worker dies.
+its command's exit: what follows (post-processing, bookkeeping) overlaps the next tasks. Which
+commands run at once is the runner's business (its ledger: each holds its request of the
+host's capacity); the tasks taken beyond them are set up meanwhile, each waiting `queued` for
+its request to be free. Messages beyond the intake stay unacked, so the broker hands them to
+someone else if this worker dies.
+
+Two bounds (issue 39): the host queue carries what the scheduler placed on this host, already
+bounded by its capacity (plus `prefetch`), so its intake only guards the worker against a
+flood: `intake_bound`, room for tasks of a quarter CPU. The pool queue, whose work nobody
+placed (the legacy path, and any work sent there during an upgrade), is taken as before the
+shared pool: `slots + prefetch` tasks at once (`slots`: the host's CPUs rounded up), so that
+one worker does not take and hold work that other hosts could run now.
 
 Every `reconcile_s` the consumer compares what PostgreSQL says this worker instance holds
 with what its handlings drive (`reconcile`): a task held but driven by none (the reply of its
@@ -18,7 +26,9 @@ which the triage then recovers or resubmits.
 
 import asyncio
 import logging
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
@@ -39,16 +49,39 @@ from shared.store import tasks_repo
 logger = logging.getLogger(__name__)
 
 
-class Permit:
-    """A place in the intake, given back once (when the command exits, or at the end)."""
+def intake_bound(slots: int, prefetch: int) -> int:
+    """How many tasks the worker holds at once from its take to its command's exit: four a
+    CPU (`slots`: the host's CPUs rounded up), at least 8, plus `prefetch`. Room for tasks of
+    a quarter CPU each; what the scheduler sends a host is bounded by its capacity already,
+    so this only keeps a flood (a scheduler gone wrong) from being taken all at once."""
+    return max(8, 4 * slots) + prefetch
 
-    def __init__(self, semaphore: asyncio.Semaphore) -> None:
-        self._semaphore: asyncio.Semaphore | None = semaphore
+
+class Permit:
+    """A place in the intake (and in the pool queue's, for its work), given back once (when
+    the command exits, or at the end)."""
+
+    def __init__(self, *semaphores: asyncio.Semaphore) -> None:
+        self._semaphores = semaphores
+
+    @classmethod
+    async def acquire(cls, *semaphores: asyncio.Semaphore) -> "Permit":
+        """Places in each of `semaphores`, in their order (always the pool's first: no two
+        handlings wait for each other's)."""
+        taken: list[asyncio.Semaphore] = []
+        try:
+            for semaphore in semaphores:
+                await semaphore.acquire()
+                taken.append(semaphore)
+        except BaseException:
+            cls(*taken).release()
+            raise
+        return cls(*taken)
 
     def release(self) -> None:
-        if self._semaphore is not None:
-            self._semaphore.release()
-            self._semaphore = None
+        semaphores, self._semaphores = self._semaphores, ()
+        for semaphore in semaphores:
+            semaphore.release()
 
 
 class _Ack:
@@ -69,11 +102,14 @@ class Consumer:
 
     def __init__(self, runner: StageRunner, slots: int, prefetch: int = 0) -> None:
         self._runner = runner
-        self._prefetch = slots + prefetch
+        self._prefetch = intake_bound(slots, prefetch)
         self._intake = asyncio.Semaphore(self._prefetch)
+        #: The pool queue's own bound, within the intake (its work nobody placed).
+        self._pool_prefetch = slots + prefetch
+        self._pool_intake = asyncio.Semaphore(self._pool_prefetch)
         self._tasks: set[asyncio.Task[None]] = set()
         self._consuming: list[tuple[AbstractQueue, str]] = []
-        #: The pool queue on the channel of `slots + prefetch`, and on one of a single
+        #: The pool queue on a channel of `slots + prefetch`, and on one of a single
         #: delivery for probing (`Admission.PROBING`).
         self._pool_queue: AbstractQueue | None = None
         self._probe_queue: AbstractQueue | None = None
@@ -98,9 +134,10 @@ class Consumer:
         pool_q, host_q, _ = await declare_all_work_queues(
             channel, broker.topology, host_id, pool_name
         )
-        self._pool_queue = pool_q
+        # passive declares: a robust channel restores its consumer after a broker restart
+        pool_channel = await broker.channel_for_consuming(self._pool_prefetch)
+        self._pool_queue = await pool_channel.get_queue(pool_q.name)
         probe_channel = await broker.channel_for_consuming(1)
-        # a passive declare: a robust channel restores its consumer after a broker restart
         self._probe_queue = await probe_channel.get_queue(pool_q.name)
         self._consuming.append((host_q, await host_q.consume(self._on_message)))
         await self.admit(admission)
@@ -117,7 +154,7 @@ class Consumer:
             return
         was, self._admission = self._admission, admission
         for queue, handler in (
-            (self._pool_queue, self._on_message),
+            (self._pool_queue, self._on_pool_message),
             (self._probe_queue, self._on_probe_message),
         ):
             wanted = admission is (
@@ -134,16 +171,19 @@ class Consumer:
         log("host admission %s -> %s (pool queue %s)", was, admission, self._pool_queue.name)
 
     async def _on_message(self, incoming: AbstractIncomingMessage) -> None:
-        task = asyncio.create_task(self._handle(incoming), name=f"work-{incoming.delivery_tag}")
+        """A message of the host queue."""
+        self._track(self._handle(incoming), f"work-{incoming.delivery_tag}")
+
+    async def _on_pool_message(self, incoming: AbstractIncomingMessage) -> None:
+        self._track(self._handle(incoming, pool=True), f"pool-{incoming.delivery_tag}")
+
+    def _track(self, handling: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(handling, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _on_probe_message(self, incoming: AbstractIncomingMessage) -> None:
-        task = asyncio.create_task(
-            self._probe_with(incoming), name=f"probe-{incoming.delivery_tag}"
-        )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._track(self._probe_with(incoming), f"probe-{incoming.delivery_tag}")
 
     async def _probe_with(self, incoming: AbstractIncomingMessage) -> None:
         """A probing host runs one task of its pool at a time; one that waited while the
@@ -152,9 +192,10 @@ class Consumer:
             if self._admission is Admission.SHUT:
                 await settle(incoming, ack=False, requeue=True)
                 return
-            await self._handle(incoming)
+            await self._handle(incoming, pool=True)
 
-    async def _handle(self, incoming: AbstractIncomingMessage) -> None:
+    async def _handle(self, incoming: AbstractIncomingMessage, pool: bool = False) -> None:
+        """Handle one work message (`pool`: of the pool queue, within its own bound too)."""
         try:
             message = decode(incoming.body)
             if not isinstance(message, RemoveWorkdirs | RunStage):
@@ -164,9 +205,9 @@ class Consumer:
             await settle(incoming, ack=False, requeue=False)
             return
         if isinstance(message, RunStage):
-            await self._run(incoming, message)
+            await self._run(incoming, message, pool)
             return
-        try:  # takes no slot: it runs no task
+        try:  # takes no place in the intake: it runs no task
             await cleanup.remove_workdirs(Path(self._runner.settings.work_root), message)
         except Exception:
             logger.exception("work message failed")
@@ -174,16 +215,17 @@ class Consumer:
         else:
             await settle(incoming, ack=True)
 
-    async def _run(self, incoming: AbstractIncomingMessage, message: RunStage) -> None:
-        """Take the message's task and drive it, within the intake; acked once the task is
-        durably this worker's (or the message is stale)."""
+    async def _run(self, incoming: AbstractIncomingMessage, message: RunStage, pool: bool) -> None:
+        """Take the message's task and drive it, within the intake (and the pool queue's bound,
+        for its work); acked once the task is durably this worker's (or the message is
+        stale)."""
         key = (message.task_id, message.claim)
         if not await self._first_delivery(incoming, key):
             return
         ack = _Ack(incoming)
         try:
-            await self._intake.acquire()
-            permit = Permit(self._intake)
+            bounds = (self._pool_intake, self._intake) if pool else (self._intake,)
+            permit = await Permit.acquire(*bounds)
             try:
                 if self._stopping:  # received before intake stopped, not started: give it back
                     await settle(incoming, ack=False, requeue=True)
@@ -287,8 +329,7 @@ class Consumer:
                 held.state,
                 extra={"task_id": task.id},
             )
-            await self._intake.acquire()
-            permit = Permit(self._intake)
+            permit = await Permit.acquire(self._intake)
             try:
                 if not self._stopping:  # else its worker goes: the supervisor reaps its tasks
                     await self._runner.drive(held, permit)
@@ -300,7 +341,7 @@ class Consumer:
             self._handling.discard((task.id, claim))
 
     async def stop_intake(self) -> None:
-        """Stop receiving new messages; those running go on, those waiting for a slot go back."""
+        """Stop receiving new messages; those running go on, those waiting for a place go back."""
         self._stopping = True
         self._stopped.set()
         if self._reconciling is not None:

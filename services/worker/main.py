@@ -31,7 +31,8 @@ logger = logging.getLogger(__name__)
 async def main(settings: WorkerSettings) -> None:
     """Run until SIGTERM, then stop intake, drain up to the graceful timeout, and close."""
     instance = f"{settings.host_id}-{os.getpid()}-{secrets.token_hex(3)}"
-    presence = Presence(settings.host_id, instance, settings.worker_slots)
+    capacity = settings.capacity()
+    presence = Presence(settings.host_id, instance, capacity)
     keys = RedisKeys(settings.namespace)
     confined = confinement.decide(settings.job_isolation, settings.job_uid_base)
     confinement.check_reach(confined, Path(settings.work_root))
@@ -66,11 +67,12 @@ async def main(settings: WorkerSettings) -> None:
             instance,
             cgroups,
             confined,
+            capacity,
         )
         admission = await register(pool, redis, keys, presence, settings.worker_pool)
-        consumer = Consumer(runner, settings.worker_slots, settings.worker_prefetch)
+        consumer = Consumer(runner, capacity.slots, settings.worker_prefetch)
         await consumer.start(broker, settings.host_id, settings.worker_pool, admission)
-        logger.info("worker %s up with %d slots", instance, settings.worker_slots)
+        logger.info("worker %s up: %s", instance, capacity.describe())
         drained = asyncio.Event()  # the heartbeat goes on while draining: the worker lives
         lease = Lease()
         intake = lambda: {"intake": consumer.intake()}  # noqa: E731

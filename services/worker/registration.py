@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 
 from services.worker.admission import Admission, of_host
 from shared.domain.errors import UNAVAILABLE
+from shared.host.capacity import HostCapacity
 from shared.host.fence import Lease
 from shared.host.processes import create_time
 from shared.messaging.presence import WorkerIdentity, announce
@@ -28,26 +29,34 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Presence:
-    """Who this worker is, as the supervisor and the scheduler see it."""
+    """Who this worker is, and what its host has, as the supervisor and the scheduler see
+    it."""
 
     host_id: str
     instance: str
-    slots: int
+    capacity: HostCapacity
 
     def identity(self) -> WorkerIdentity:
         pid = os.getpid()
-        return WorkerIdentity(self.instance, pid, create_time(pid) or 0.0, self.slots)
+        return WorkerIdentity(self.instance, pid, create_time(pid) or 0.0, self.capacity.slots)
 
 
 async def register(
     pool: Pool, redis: Redis, keys: RedisKeys, presence: Presence, pool_name: str
 ) -> Admission:
     """Announce this worker (idempotent): Redis hash with a TTL, and the `hosts` row (with the
-    worker pool it consumes). Returns what the host's quarantine lets it take."""
+    worker pool it consumes and the host's capacity, by which the scheduler places tasks
+    here). Returns what the host's quarantine lets it take."""
     await announce(redis, keys, presence.host_id, presence.identity())
+    capacity = presence.capacity
     async with pool.acquire() as conn:
         row = await hosts_repo.register_worker(
-            conn, presence.host_id, presence.slots, presence.instance, pool_name
+            conn,
+            presence.host_id,
+            presence.instance,
+            pool_name,
+            capacity.resources,
+            capacity.gpu_ids,
         )
     return of_host(row["quarantined"], row["probing"], row["draining"])
 

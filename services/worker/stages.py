@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 from services.worker import limits, process
 from services.worker.claims import Held, Taker, release
 from services.worker.confinement import Confinement
+from services.worker.ledger import Hold, Ledger
 from services.worker.log_shipper import LogShipper
 from services.worker.settings import WorkerSettings
 from shared.domain.bundle import BundleFile
@@ -38,6 +39,7 @@ from shared.domain.policy import Policy
 from shared.domain.states import ACTIONS, QUIET, FailureClass, Stage, TaskState
 from shared.domain.status_report import StatusReport
 from shared.host import bundle, job_files, marks
+from shared.host.capacity import HostCapacity
 from shared.host.cgroups import Cgroups, TaskLimits
 from shared.host.processes import signal_tree
 from shared.host.status_file import read_status, surely_absent
@@ -72,23 +74,6 @@ class _Suspended(Exception):
     """The job was suspended between setup and the command's start."""
 
 
-class _Slot:
-    """One of the host's execution slots for one command: taken just before its spawn, and
-    given back once, as soon as its main process has ended (or it never ran)."""
-
-    def __init__(self, slots: asyncio.Semaphore) -> None:
-        self._slots, self._held = slots, False
-
-    async def take(self) -> None:
-        await self._slots.acquire()
-        self._held = True
-
-    def free(self) -> None:
-        if self._held:
-            self._held = False
-            self._slots.release()
-
-
 def _dump(status: StatusReport | None) -> dict[str, Any] | None:
     return status.model_dump(mode="json") if status else None
 
@@ -98,6 +83,13 @@ def _failing_severities(held: Held, failing: LogRecord | None) -> list[Severity]
     if failing is None:
         return None
     return list(Policy.model_validate(held.job.policy).fail_on_log)
+
+
+def _never_outcome(host_id: str, why: str) -> Outcome:
+    """A task whose command can never start on its host (`Ledger.why_never`): the host's
+    failure (class `host`), which triage may retry elsewhere."""
+    brief = f"cannot run on host {host_id}: {why}"
+    return Outcome(S.FAILED_ON_CLUSTER, FailureClass.HOST, brief=brief)
 
 
 T = TypeVar("T")
@@ -155,6 +147,8 @@ class StageRunner:
     cgroups: Cgroups | None = None
     #: How jobs are confined (None: they run as the worker's user).
     confinement: Confinement | None = None
+    #: The host's capacity (None: the settings', `WorkerSettings.capacity`).
+    capacity: HostCapacity | None = None
 
     def __post_init__(self) -> None:
         #: The worker's moves of all its tasks, committed together when they overlap.
@@ -166,10 +160,11 @@ class StageRunner:
             Path(self.settings.work_root),
             self.writer,
         )
-        #: The host's execution slots: one is held from a command's spawn to its exit (`_Slot`);
-        #: the bookkeeping around it (taking, setup, the work dir and cgroup made ready, the
-        #: output drained, post-processing) runs outside them.
-        self.slots = asyncio.Semaphore(self.settings.worker_slots)
+        #: What the host's commands hold of its capacity: a command holds its job's request
+        #: from its spawn to its exit (`ledger.Hold`); the bookkeeping around it (taking,
+        #: setup, the work dir and cgroup made ready, the output drained, post-processing) holds
+        #: nothing.
+        self.ledger = Ledger(self.capacity or self.settings.capacity())
         self._pending: set[asyncio.Task[None]] = set()
         self._job_uids: dict[str, int] = {}  # owner -> users.job_uid (never changes)
         #: A task's memory limit when its job gives none (MiB; 0: none).
@@ -178,22 +173,27 @@ class StageRunner:
     async def take(self, message: RunStage) -> Held | None:
         """Make the message's claim this worker's; None when the message is stale (a no-op).
 
-        A setup whose hooks run on the loop, with a slot free, is not written here: its take
-        rides on the `on_cpu` move (`_mark_on_cpu`), one commit for `new -> setting_up ->
-        queued -> on_cpu`; any other path makes it durable first (`_taken`)."""
-        return await self.taker.take(message, fold=self._foldable)
+        A setup whose hooks run on the loop, with its request free, is not written here: its
+        take rides on the `on_cpu` move (`_mark_on_cpu`), one commit for `new -> setting_up ->
+        queued -> on_cpu`; any other path makes it durable first (`_taken`). A new task whose
+        request this host can never hold is not taken: its claim goes back (`_never_here`)."""
+        return await self.taker.take(message, fold=self._foldable, refuse=self._never_here)
 
-    def _foldable(self, job: jobs_repo.Job) -> bool:
-        """Whether a setup of `job` may fold its take into the `on_cpu` move: nothing it does
+    def _foldable(self, task: tasks_repo.Task, job: jobs_repo.Job) -> bool:
+        """Whether a setup of `task` may fold its take into the `on_cpu` move: nothing it does
         before that move leaves the loop (its type's setup and cluster_commands are inline),
-        and a slot is free, so that the command is spawned at once."""
+        and its request is free, so that the command is spawned at once."""
         task_type = self.task_types.get(job.type)
         return (
             task_type is not None
             and task_type.inline_hooks >= _FOLDED_HOOKS
-            and not self.slots.locked()
+            and self._fits(task, job)
             and not job.files  # placed in a thread (and fetched once per host)
         )
+
+    def _never_here(self, task: tasks_repo.Task, job: jobs_repo.Job) -> str | None:
+        """Why `task`'s command can never start on this host (None: it can, in its turn)."""
+        return self.ledger.why_never(job.request, task.gpu_ids or ())
 
     async def _taken(self, held: Held) -> None:
         """Make a folded take durable before any other write of the task (StaleState if it
@@ -303,7 +303,9 @@ class StageRunner:
             await self._finish(held, S.SETTING_UP, attempt, failure)
             return False
         held.set_up = attempt
-        if self.slots.locked():  # no slot free: the task waits `queued` for one
+        if not self._fits(
+            held.task, held.job
+        ):  # its request is not free: the task waits `queued` for it
             await self._queue(held)
         return True
 
@@ -338,8 +340,8 @@ class StageRunner:
     # -- cluster -----------------------------------------------------------------------------
 
     async def _cluster(self, held: Held, intake: Releasable | None) -> bool:
-        """Run the command in one of the host's slots (held from its spawn to its exit); True
-        when the task went on to data_ready (or post-processing)."""
+        """Run the command with its request held (from its spawn to its exit); True when the
+        task went on to data_ready (or post-processing)."""
         ran = await self._run_command(held)
         if intake is not None:
             intake.release()
@@ -391,7 +393,12 @@ class StageRunner:
 
     async def _run_command(self, held: Held) -> _Ran | None:
         """Spawn the command held at its gate, make the task on_cpu, run it to its exit, or
-        None when it did not run (its hook failed, or the job was suspended meanwhile)."""
+        None when it did not run (its hook failed, the host can never hold its request, or the
+        job was suspended meanwhile)."""
+        never = self._never_here(held.task, held.job)
+        if never is not None:  # taken before this worker was (restarted) smaller
+            await self._fail_queued(held, _never_outcome(self.settings.host_id, never))
+            return None
         # opened with on_cpu, numbered as the task's next (after the setup attempt of a take
         # folded into that move)
         attempt = held.task.attempt + (1 if held.taken else 2)
@@ -404,10 +411,10 @@ class StageRunner:
         policy = Policy.model_validate(held.job.policy)
         settings = self.settings
         bounds = limits.resolve(
-            policy.limits, self._memory_mb, settings.job_cpus, settings.job_pids
+            policy.limits, held.job.request, self._memory_mb, settings.job_cpus, settings.job_pids
         )
-        slot = _Slot(self.slots)
-        running = await self._spawn_in_slot(held, ctx, script, policy, bounds, slot)
+        hold = self.ledger.hold(held.job.request, held.task.gpu_ids or ())
+        running = await self._spawn_held(held, ctx, script, policy, bounds, hold)
         try:  # the gate opens once the process is in its cgroup and the task durably on_cpu
             _, on_cpu = await asyncio.gather(
                 running.join_cgroup(), self._mark_on_cpu(held, attempt, running)
@@ -417,7 +424,7 @@ class StageRunner:
         except BaseException as exc:  # not ours any more (or we stop): never run the script
             running.close_gate()
             signal_tree(running.pid, running.create_time, running.cgroup, signal.SIGKILL)
-            slot.free()
+            hold.free()
             await running.process.wait()
             if self.cgroups is not None:
                 self.cgroups.remove(held.task.id, held.claim)
@@ -429,10 +436,10 @@ class StageRunner:
         over_memory = None
         try:
             returncode, failing, syntax_error = await self._watch_output(
-                held, attempt, ctx, running, policy, slot.free
+                held, attempt, ctx, running, policy, hold.free
             )
         finally:
-            slot.free()
+            hold.free()
             if self.cgroups is not None:
                 # what the kernel's counts tell matters only for a command that failed
                 failed = running.process.returncode not in (None, 0)
@@ -456,41 +463,48 @@ class StageRunner:
         )
         if failure is None and isinstance(script, str):
             return script
-        if held.set_up is not None:
-            await self._queue(held)
-        attempt = await self._start_attempt(held, Stage.CLUSTER.value)
-        await self._finish(
-            held,
-            S.QUEUED,
-            attempt,
-            failure or hook_failed(S.FAILED_ON_CLUSTER, "cluster_commands", None, None),
+        await self._fail_queued(
+            held, failure or hook_failed(S.FAILED_ON_CLUSTER, "cluster_commands", None, None)
         )
         return None
 
-    async def _spawn_in_slot(
+    async def _fail_queued(self, held: Held, failure: Outcome) -> None:
+        """Fail a task whose command will not start, from `queued`, with a cluster attempt
+        that says why."""
+        if held.set_up is not None:
+            await self._queue(held)
+        attempt = await self._start_attempt(held, Stage.CLUSTER.value)
+        await self._finish(held, S.QUEUED, attempt, failure)
+
+    async def _spawn_held(
         self,
         held: Held,
         ctx: TaskContext,
         script: str,
         policy: Policy,
         bounds: TaskLimits,
-        slot: _Slot,
+        hold: Hold,
     ) -> process.Running:
-        """Make the command's cgroup and work dir ready, then take `slot` and spawn it, held
-        at its gate until on_cpu is durable (on failure, the slot and cgroup are given back)."""
+        """Make the command's cgroup and work dir ready, then take `hold` (its request) and
+        spawn it, held at its gate until on_cpu is durable (on failure, the hold and cgroup are
+        given back)."""
         cgroup, limiters = None, []
         if self.cgroups is not None:
             cgroup = self.cgroups.create(held.task.id, held.claim, bounds)
             limiters = self.cgroups.limiter_paths(held.task.id, held.claim) if cgroup else []
-        env = ctx.environment() | {
-            "HOME": str(ctx.workdir),
-            marks.VARIABLE: marks.mark(
-                self.settings.namespace, self.settings.host_id, held.task.id, held.claim
-            ),
-        }
         try:
             prefix, hand_over = await self._confine(held, ctx, policy)
-            await self._take_slot(held, slot)
+            await self._take_request(held, hold)
+            env = (
+                ctx.environment()
+                | hold.environment()
+                | {
+                    "HOME": str(ctx.workdir),
+                    marks.VARIABLE: marks.mark(
+                        self.settings.namespace, self.settings.host_id, held.task.id, held.claim
+                    ),
+                }
+            )
             return await process.spawn(
                 script,
                 ctx.workdir,
@@ -501,17 +515,22 @@ class StageRunner:
                 prepare=hand_over,
             )
         except BaseException:
-            slot.free()
+            hold.free()
             if self.cgroups is not None:
                 self.cgroups.remove(held.task.id, held.claim)
             raise
 
-    async def _take_slot(self, held: Held, slot: _Slot) -> None:
-        """Wait for a slot for the command about to be spawned; a task just set up that must
-        wait for one waits durably `queued` (as `_setup` makes it when none is free then)."""
-        if self.slots.locked() and held.set_up is not None:
+    async def _take_request(self, held: Held, hold: Hold) -> None:
+        """Wait for the request of the command about to be spawned; a task just set up that
+        must wait for it waits durably `queued` (as `_setup` makes it when it is not free
+        then)."""
+        if not self._fits(held.task, held.job) and held.set_up is not None:
             await self._queue(held)
-        await slot.take()
+        await hold.take()
+
+    def _fits(self, task: tasks_repo.Task, job: jobs_repo.Job) -> bool:
+        """Whether `task`'s command would start at once (`Ledger.fits`)."""
+        return self.ledger.fits(job.request, task.gpu_ids or ())
 
     async def _confine(
         self, held: Held, ctx: TaskContext, policy: Policy

@@ -7,30 +7,45 @@ Locks: each statement takes the row lock of every host row it changes (an upsert
 inserts or updates), held until the caller's transaction ends; none takes any other.
 """
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from asyncpg import Record
 
+from shared.domain.scheduling.resources import Resources
 from shared.store.db import Connection
 
 # -- registration and heartbeats ------------------------------------------------------------
 
 
 async def register_worker(
-    conn: Connection, host_id: str, slots: int, instance: str, pool: str
+    conn: Connection,
+    host_id: str,
+    instance: str,
+    pool: str,
+    capacity: Resources,
+    gpu_ids: Sequence[str] = (),
 ) -> Record:
-    """Make (or take over) the host's row for this worker instance, serving `pool`; the row's
-    admission fields: `quarantined`, `probing`, `draining`. Locks: the host's row (the
-    upsert's insert or update)."""
+    """Make (or take over) the host's row for this worker instance, serving `pool`, with the
+    host's capacity as the worker found it (CPUs, memory, GPU devices `gpu_ids`: issue 39;
+    `slots`, its CPUs rounded up, for what still shows slots); the row's admission fields:
+    `quarantined`, `probing`, `draining`. Locks: the host's row (the upsert's insert or
+    update)."""
     row = await conn.fetchrow(
-        "INSERT INTO hosts (id, slots, worker, started_at, heartbeat_at, pool)"
-        " VALUES ($1, $2, $3, now(), now(), $4) ON CONFLICT (id) DO UPDATE SET slots = $2,"
-        " worker = $3, started_at = now(), heartbeat_at = now(), pool = $4"
+        "INSERT INTO hosts (id, slots, worker, started_at, heartbeat_at, pool,"
+        " capacity_millicpus, capacity_memory_mb, gpu_ids)"
+        " VALUES ($1, $2, $3, now(), now(), $4, $5, $6, $7::text[])"
+        " ON CONFLICT (id) DO UPDATE SET slots = $2, worker = $3, started_at = now(),"
+        " heartbeat_at = now(), pool = $4, capacity_millicpus = $5, capacity_memory_mb = $6,"
+        " gpu_ids = $7::text[]"
         " RETURNING quarantined, probing_since IS NOT NULL AS probing, draining",
         host_id,
-        slots,
+        -(-capacity.millicpus // 1000),
         instance,
         pool,
+        capacity.millicpus,
+        capacity.memory_mb,
+        list(gpu_ids),
     )
     assert row is not None  # an upsert returns its row
     return row

@@ -37,17 +37,23 @@ for pid in children:
 PY"""
 
 
-@pytest.fixture
-def cgroups() -> Iterator[Cgroups]:
+def limiting(*controllers: str) -> Iterator[Cgroups]:
+    """This host's cgroups for a test's tasks, if they can limit with `controllers` (else the
+    test is skipped); removed after it (every test waits for its tasks' cgroups to go)."""
     found = Cgroups.detect(f"limits-{uuid.uuid4().hex[:8]}")
-    if found is None or not {"memory", "pids"} <= found.limitable:
+    if found is None or not set(controllers) <= found.limitable:
         pytest.skip(
-            "this kernel gives no usable memory and pids cgroup controllers to root here"
-            " (not installable: run on a host with cgroups, as CI's machine has)"
+            f"this kernel gives no usable {' and '.join(controllers)} cgroup controllers to"
+            " root here (not installable: run on a host with cgroups, as CI's machine has)"
         )
     yield found
     for path in (found.root, *(root for _, root in found.v1_roots)):
-        path.rmdir()  # empty by now: every test waits for its task's cgroups to go
+        path.rmdir()
+
+
+@pytest.fixture
+def cgroups() -> Iterator[Cgroups]:
+    yield from limiting("memory", "pids")
 
 
 async def _run(

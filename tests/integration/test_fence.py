@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 from services.worker.admission import Admission
 from services.worker.registration import Presence, heartbeat
 from shared.host import marks
+from shared.host.capacity import HostCapacity
 from shared.host.fence import Lease, fence_after, fence_if_expired
 from shared.messaging.redis_keys import RedisKeys
 from shared.store import db
@@ -96,7 +97,14 @@ async def test_a_worker_with_redis_away_still_renews_its_lease_through_the_datab
 
     beating = asyncio.create_task(
         heartbeat(
-            pool, redis, RedisKeys("t"), Presence(host, "w-1", 1), 0.01, stop, admitted, lease
+            pool,
+            redis,
+            RedisKeys("t"),
+            Presence(host, "w-1", HostCapacity.of(1, 0)),
+            0.01,
+            stop,
+            admitted,
+            lease,
         )
     )
     try:

@@ -21,7 +21,7 @@ from services.worker.settings import WorkerSettings
 from services.worker.stages import StageRunner
 from shared.domain.messages import RunStage, WatchProcess, decode
 from shared.domain.states import NORMAL_PATH, Stage
-from shared.messaging.amqp import open_broker
+from shared.messaging.amqp import Broker, open_broker
 from shared.messaging.redis_keys import RedisKeys
 from shared.messaging.topology import Topology, declare_all_work_queues
 from shared.store import db, jobs_repo, users_repo
@@ -49,6 +49,16 @@ def _settings(database_url: str, namespace: str, work_root: Path, **more: Any) -
     )
 
 
+def _runner(
+    settings: WorkerSettings, pool: db.Pool, broker: Broker, redis: Redis, **more: Any
+) -> StageRunner:
+    """A stage runner of the host of `settings`, every task type installed (`more`: its
+    optional fields)."""
+    keys = RedisKeys(settings.namespace)
+    instance = f"{settings.host_id}-test"
+    return StageRunner(settings, pool, broker, redis, keys, load_task_types(), instance, **more)
+
+
 @pytest.fixture
 async def runner(
     pool: db.Pool, session_database_url: str, namespace: str, tmp_path: Path
@@ -56,15 +66,7 @@ async def runner(
     settings = _settings(session_database_url, namespace, tmp_path, worker_slots=2)
     redis = Redis.from_url(REDIS_URL)
     async with open_broker(AMQP_URL, Topology(namespace), name="test-stages") as broker:
-        yield StageRunner(
-            settings,
-            pool,
-            broker,
-            redis,
-            RedisKeys(namespace),
-            load_task_types(),
-            f"{settings.host_id}-test",
-        )
+        yield _runner(settings, pool, broker, redis)
     await redis.aclose()
 
 
@@ -378,17 +380,16 @@ async def test_a_folded_take_of_a_job_suspended_meanwhile_gives_its_claim_back_u
     assert (task["state"], task["claim"]) == ("new", None)  # released again on resume
 
 
-async def test_with_no_slot_free_a_setup_is_taken_the_general_way(
+async def test_with_its_request_not_free_a_setup_is_taken_the_general_way(
     runner: StageRunner, pool: db.Pool
 ) -> None:
     message = await _claimed(pool, "true")
-    for _ in range(runner.settings.worker_slots):
-        await runner.slots.acquire()
+    others = runner.ledger.hold(runner.ledger.capacity.resources)
+    await others.take()
     try:
         held = await runner.take(message)
     finally:
-        for _ in range(runner.settings.worker_slots):
-            runner.slots.release()
+        others.free()
 
     assert held is not None and held.taken
     assert (await _task(pool, message.task_id))["state"] == "setting_up"
@@ -396,23 +397,22 @@ async def test_with_no_slot_free_a_setup_is_taken_the_general_way(
     assert (await _task(pool, message.task_id))["state"] == "completed"
 
 
-async def test_a_command_whose_slots_went_while_it_was_made_ready_waits_durably_queued(
+async def test_a_command_whose_request_went_while_it_was_made_ready_waits_durably_queued(
     runner: StageRunner, pool: db.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A slot is taken just before the spawn: the work dir, cgroup and confinement are made
-    # ready without one, and other commands may take every slot meanwhile.
+    # Its request is taken just before the spawn: the work dir, cgroup and confinement are
+    # made ready without it, and other commands may take the whole host meanwhile.
     message, held = await _folded(runner, pool, "true")
-    slots = runner.settings.worker_slots
+    others = runner.ledger.hold(runner.ledger.capacity.resources)
     confine = runner._confine
 
-    async def while_others_take_every_slot(
+    async def while_others_take_the_whole_host(
         *args: Any,
     ) -> tuple[list[str], Callable[[], None] | None]:
-        for _ in range(slots):
-            await runner.slots.acquire()
+        await others.take()
         return await confine(*args)
 
-    monkeypatch.setattr(runner, "_confine", while_others_take_every_slot)
+    monkeypatch.setattr(runner, "_confine", while_others_take_the_whole_host)
     driving = asyncio.ensure_future(runner.drive(held))
     try:
         async with asyncio.timeout(10):
@@ -420,8 +420,7 @@ async def test_a_command_whose_slots_went_while_it_was_made_ready_waits_durably_
                 await asyncio.sleep(0.02)
         assert not driving.done()
     finally:
-        for _ in range(slots):
-            runner.slots.release()
+        others.free()
 
     async with asyncio.timeout(10):
         await driving
@@ -431,9 +430,7 @@ async def test_a_command_whose_slots_went_while_it_was_made_ready_waits_durably_
         ("cluster", "data_ready"),
         ("post_processing", "completed"),
     ]
-    async with asyncio.timeout(1):  # every slot was given back
-        for _ in range(slots):
-            await runner.slots.acquire()
+    assert runner.ledger.free == runner.ledger.capacity.resources  # all given back
 
 
 async def test_a_streams_run_file_is_made_at_its_first_line_only(

@@ -6,7 +6,7 @@ import uuid
 from types import SimpleNamespace
 from typing import Any, cast
 
-from services.worker.consumer import Consumer
+from services.worker.consumer import Consumer, intake_bound
 from shared.domain.messages import RunStage, encode
 from shared.domain.states import Stage
 
@@ -113,3 +113,29 @@ async def test_a_folded_take_that_found_its_task_gone_is_acked_as_stale() -> Non
     await _delivered(consumer, incoming)
 
     assert incoming.rejects == 0
+
+
+async def test_host_queue_work_is_taken_up_to_the_intake_and_pool_work_up_to_slots() -> None:
+    # the scheduler bounds what it places on a host by its capacity (tasks of a quarter CPU:
+    # four a CPU); what comes through the pool queue nobody placed: one task a CPU, as before
+    runner = _Runner()
+    consumer = Consumer(cast(Any, runner), slots=2, prefetch=1)
+    assert intake_bound(2, 1) == 9 and intake_bound(4, 0) == 16
+
+    def message(n: int) -> _Incoming:
+        run = RunStage(job_id="j-1", task_id=f"t-{n}", stage=Stage.SETUP, claim=uuid.uuid4())
+        return _Incoming(run, n)
+
+    for n in range(5):
+        await consumer._on_pool_message(cast(Any, message(n)))
+    await asyncio.sleep(0.05)
+    assert runner.takes.qsize() == 3  # slots + prefetch
+    for n in range(5, 15):
+        await consumer._on_message(cast(Any, message(n)))
+    await asyncio.sleep(0.05)
+    assert runner.takes.qsize() == 9  # the intake: host work fills what pool work left
+
+    runner.go.set()
+    async with asyncio.timeout(5):
+        while runner.takes.qsize() < 15:  # noqa: ASYNC110  (the consumer has no event for it)
+            await asyncio.sleep(0.01)

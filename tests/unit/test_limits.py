@@ -11,17 +11,40 @@ from pydantic import ValidationError
 from services.worker.limits import HOST_SHARE, default_memory_mb, resolve
 from shared.domain.outcomes import limit_outcome
 from shared.domain.policy import Limits, Policy
+from shared.domain.scheduling.resources import Resources
 from shared.domain.states import FailureClass, TaskState
 from shared.host.cgroups import Cgroups, TaskLimits, _v1_mounts
 
 
-def test_the_jobs_limits_win_over_the_workers_and_zero_means_none() -> None:
+def test_what_the_request_does_not_name_is_the_jobs_limit_else_the_workers_and_zero_is_none() -> (
+    None
+):
     asked = Limits(memory_mb=64, cpus=None, pids=None)
+    one_cpu = Resources.of(1)  # no memory asked
 
-    limits = resolve(asked, memory_mb=1024, cpus=0.0, pids=4096)
+    limits = resolve(asked, one_cpu, memory_mb=1024, cpus=0.0, pids=4096)
 
-    assert limits == TaskLimits(memory_bytes=64 * 2**20, cpus=None, pids=4096)
-    assert resolve(Limits(), 0, 0.0, 0) == TaskLimits()
+    assert limits == TaskLimits(memory_bytes=64 * 2**20, cpus=1.0, pids=4096)
+    assert resolve(Limits(), one_cpu, 1024, 0.0, 0) == TaskLimits(1024 * 2**20, 1.0, None)
+    assert resolve(Limits(), one_cpu, 0, 0.0, 0) == TaskLimits(cpus=1.0)
+
+
+def test_the_request_sets_cpus_and_memory_and_the_jobs_limits_may_only_narrow_them() -> None:
+    request = Resources.of(0.5, memory_mb=256)
+
+    alone = resolve(Limits(), request, memory_mb=1024, cpus=2.0, pids=4096)
+    wider = resolve(Limits(memory_mb=512, cpus=2, pids=16), request, 1024, 2.0, 4096)
+    narrower = resolve(Limits(memory_mb=64, cpus=0.25), request, 1024, 2.0, 4096)
+
+    assert alone == TaskLimits(memory_bytes=256 * 2**20, cpus=0.5, pids=4096)
+    assert wider == TaskLimits(memory_bytes=256 * 2**20, cpus=0.5, pids=16)
+    assert narrower == TaskLimits(memory_bytes=64 * 2**20, cpus=0.25, pids=4096)
+    # quota = millicpus * period / 1000
+    assert alone.v2_files()["cpu.max"] == "50000 100000"
+    assert resolve(Limits(), Resources(1500), 0, 0.0, 0).v1_files("cpu") == {
+        "cpu.cfs_period_us": "100000",
+        "cpu.cfs_quota_us": "150000",
+    }
 
 
 def test_v2_and_v1_files_set_memory_with_its_swap_cpu_quota_and_pids() -> None:
