@@ -92,6 +92,11 @@ class UserSummary:
     tokens: int
     created_at: datetime
     disabled_at: datetime | None = None
+    #: Their fair share (issue 39: operators set it) and decayed usage in CPU-seconds as of
+    #: `usage_at`, as the leading scheduler last charged it.
+    share: float = 1.0
+    usage: float = 0.0
+    usage_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -164,8 +169,8 @@ async def add_token(
 async def list_users(conn: Connection, name: str | None = None) -> list[UserSummary]:
     """Every user by name (or only `name`), with the number of live tokens each holds."""
     rows = await conn.fetch(
-        "SELECT u.id, u.name, u.role, u.created_at, u.disabled_at,"
-        " count(t.token_hash) FILTER (WHERE t.revoked_at IS NULL) AS tokens"
+        "SELECT u.id, u.name, u.role, u.created_at, u.disabled_at, u.share, u.usage,"
+        " u.usage_at, count(t.token_hash) FILTER (WHERE t.revoked_at IS NULL) AS tokens"
         " FROM users u LEFT JOIN tokens t ON t.user_id = u.id"
         " WHERE $1::text IS NULL OR u.name = $1"
         " GROUP BY u.id ORDER BY u.name",
@@ -173,7 +178,13 @@ async def list_users(conn: Connection, name: str | None = None) -> list[UserSumm
     )
     return [
         UserSummary(
-            User(r["id"], r["name"], r["role"]), int(r["tokens"]), r["created_at"], r["disabled_at"]
+            User(r["id"], r["name"], r["role"]),
+            int(r["tokens"]),
+            r["created_at"],
+            r["disabled_at"],
+            share=float(r["share"]),
+            usage=float(r["usage"]),
+            usage_at=r["usage_at"],
         )
         for r in rows
     ]
@@ -212,6 +223,16 @@ async def disable_user(conn: Connection, name: str) -> UserSummary:
     status = await conn.execute(
         "UPDATE users SET disabled_at = coalesce(disabled_at, now()) WHERE name = $1", name
     )
+    if status.endswith(" 0"):
+        raise NotFound(f"no user named {name[:100]!r}")
+    [found] = await list_users(conn, name)
+    return found
+
+
+async def set_share(conn: Connection, name: str, share: float) -> UserSummary:
+    """Give user `name` the fair share `share` (> 0; the next planning round uses it);
+    `NotFound` for no such user. Locks: the user's row (its UPDATE)."""
+    status = await conn.execute("UPDATE users SET share = $2 WHERE name = $1", name, share)
     if status.endswith(" 0"):
         raise NotFound(f"no user named {name[:100]!r}")
     [found] = await list_users(conn, name)

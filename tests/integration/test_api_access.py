@@ -91,6 +91,7 @@ MATRIX: Final[dict[Key, Row]] = {
     ("GET", "/admin/emergency-stop"): Row(200, operators_only=True),
     ("POST", "/admin/resume"): Row(202, operators_only=True, stop_first=True),
     ("GET", "/admin/users"): Row(200, operators_only=True),
+    ("PATCH", "/admin/users/{user_name}"): Row(200, body={"share": 2}, operators_only=True),
     ("POST", "/admin/users"): Row(201, body={"name": "new-{job_id}"}, operators_only=True),
     ("GET", "/admin/users/{user_name}/tokens"): Row(200, operators_only=True),
     ("POST", "/admin/users/{user_name}/tokens"): Row(201, body={}, operators_only=True),

@@ -17,6 +17,7 @@ from services.api.schemas.admin import (
     NewToken,
     NewUser,
     TokenPublic,
+    UserEdit,
     UserPublic,
 )
 from shared.domain.errors import Conflict
@@ -84,9 +85,24 @@ _NO_USER: Final[dict[int | str, dict[str, Any]]] = {404: {"description": "No suc
 
 @router.get("/users", responses=_OPERATORS)
 async def list_users(user: OperatorUser, pool: PoolDep) -> list[UserPublic]:
-    """Every user by name: role, live tokens, creation, disabled or not."""
+    """Every user by name: role, live tokens, creation, disabled or not, fair share and
+    decayed usage."""
     async with pool.acquire() as conn:
         return [UserPublic.of(found) for found in await users_repo.list_users(conn)]
+
+
+@router.patch("/users/{user_name}", responses=_OPERATORS | _NO_USER)
+async def edit_user(
+    user: OperatorUser, user_name: UserName, body: UserEdit, pool: PoolDep
+) -> UserPublic:
+    """Set a user's fair `share` (issue 39; more than 0, at most 1,000,000): the scheduler's
+    next round serves users in proportion to their shares. 200 with the user."""
+    async with pool.acquire() as conn:
+        found = await users_repo.set_share(conn, user_name, body.share)
+    logger.info(
+        "share of %s set to %g by %s", user_name, body.share, user.name, extra={"user": user.name}
+    )
+    return UserPublic.of(found)
 
 
 @router.post(

@@ -54,6 +54,17 @@ class UserPublic(BaseModel):
     tokens: int = Field(description="Tokens not revoked.")
     created_at: datetime
     disabled_at: datetime | None = Field(description="Set: none of the user's tokens works.")
+    share: float = Field(
+        default=1.0,
+        description="Their fair share of the pool (issue 39): users are served in proportion"
+        " to their shares. Operators set it (PATCH /admin/users/{name}).",
+    )
+    usage: float = Field(
+        default=0.0,
+        description="Their decayed usage in CPU-seconds (each task's cost: its dominant share"
+        " of the pool, in CPUs), as of `usage_at`, as the scheduler last charged it.",
+    )
+    usage_at: datetime | None = None
 
     @classmethod
     def of(cls, found: UserSummary) -> "UserPublic":
@@ -63,7 +74,37 @@ class UserPublic(BaseModel):
             tokens=found.tokens,
             created_at=found.created_at,
             disabled_at=found.disabled_at,
+            share=found.share,
+            usage=found.usage,
+            usage_at=found.usage_at,
         )
+
+
+#: The largest share an operator may give (a share is a weight: only ratios matter), and the
+#: smallest (kept as a 4-byte real: a smaller one could round to 0).
+MAX_SHARE: Final = 1_000_000.0
+MIN_SHARE: Final = 0.000001
+
+
+def _check_share(share: float) -> float:
+    if not MIN_SHARE <= share <= MAX_SHARE:  # NaN too
+        raise ValueError(
+            f"share {share!r} is out of range: more than 0, from {MIN_SHARE:g} to"
+            f" {MAX_SHARE:,.0f} (a weight: only the ratios of users' shares matter)"
+        )
+    return share
+
+
+class UserEdit(BaseModel):
+    """The body of `PATCH /admin/users/{name}`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    share: Annotated[float, Field(strict=True), AfterValidator(_check_share)] = Field(
+        description="Their fair share, more than 0 (at least 0.000001) and at most 1,000,000"
+        " (a weight: a user of share 3 gets three times the pool of one of share 1 when both"
+        " wait)."
+    )
 
 
 class TokenPublic(BaseModel):
