@@ -1,14 +1,15 @@
 """The fleet as `GET /hosts` and the dashboard show it: one row per host, from PostgreSQL and Redis.
 
 PostgreSQL's `hosts` rows give slots, the worker's and the supervisor's heartbeats and the
-quarantine; running tasks are counted from `tasks.host` over the in-flight states; Redis says
+quarantine; running tasks are counted from `tasks.host` over the in-flight states; capacity
+and what is free from what the host's tasks hold (`shared.store.pool_repo.loads`); Redis says
 whether the worker is registered now (its presence hash, `shared.messaging.presence`, expires a few
 seconds after its last heartbeat). Ages are measured by the database's clock, the one that
 stamped the heartbeats.
 """
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
@@ -16,8 +17,10 @@ from asyncpg import Record
 from redis.asyncio import Redis
 
 from shared.domain.errors import UNAVAILABLE
+from shared.domain.scheduling.resources import NOTHING, Resources
 from shared.domain.states import IN_FLIGHT
 from shared.messaging.redis_keys import RedisKeys
+from shared.store import pool_repo
 from shared.store.db import Connection
 
 logger = logging.getLogger(__name__)
@@ -61,14 +64,31 @@ class HostView:
     probing_since: datetime | None = None
     #: An operator drains it: it finishes what it holds and takes no new task.
     draining: bool = False
+    #: What its worker advertised it has (issue 39; 0 CPUs until it did), and what its tasks
+    #: leave free: `{"cpus", "memory_mb", "gpus": [device ids]}`.
+    capacity: dict[str, object] = field(default_factory=lambda: amount(NOTHING, ()))
+    free: dict[str, object] = field(default_factory=lambda: amount(NOTHING, ()))
+
+
+def amount(resources: Resources, gpu_ids: tuple[str, ...]) -> dict[str, object]:
+    """An amount as `GET /hosts` shows it: CPUs, MiB, and the GPUs by device id."""
+    return {
+        "cpus": resources.millicpus / 1000,
+        "memory_mb": resources.memory_mb,
+        "gpus": list(gpu_ids),
+    }
 
 
 def _age(seconds: float | None) -> float | None:
     return None if seconds is None else round(max(seconds, 0.0), 3)
 
 
-def view_of(row: Record, running: int, registered: bool | None) -> HostView:
+def view_of(
+    row: Record, running: int, registered: bool | None, load: pool_repo.HostLoad | None = None
+) -> HostView:
     """A host's view from its `hosts` row (with the ages) and the live facts."""
+    capacity = amount(load.capacity, load.gpu_ids) if load else amount(NOTHING, ())
+    free = amount(load.free, load.free_gpu_ids) if load else amount(NOTHING, ())
     return HostView(
         id=row["id"],
         slots=row["slots"],
@@ -86,6 +106,8 @@ def view_of(row: Record, running: int, registered: bool | None) -> HostView:
         breaker=row["breaker"],
         probing_since=row["probing_since"],
         draining=row["draining"],
+        capacity=capacity,
+        free=free,
     )
 
 
@@ -95,8 +117,12 @@ async def list_hosts(conn: Connection, redis: Redis, keys: RedisKeys) -> list[Ho
     ids = [row["id"] for row in rows]
     counts = await conn.fetch(_RUNNING_SQL, ids, sorted(s.value for s in IN_FLIGHT))
     running = {r["host"]: int(r["n"]) for r in counts}
+    loads = await pool_repo.loads(conn, ids)
     present = await _registered(redis, keys, ids)
-    return [view_of(row, running.get(row["id"], 0), present.get(row["id"])) for row in rows]
+    return [
+        view_of(row, running.get(row["id"], 0), present.get(row["id"]), loads.get(row["id"]))
+        for row in rows
+    ]
 
 
 async def _registered(redis: Redis, keys: RedisKeys, ids: list[str]) -> dict[str, bool]:

@@ -28,7 +28,8 @@ async def list_hosts(
     user: CurrentUser, pool: PoolDep, redis: RedisDep, request: Request
 ) -> list[HostPublic]:
     """Every host by id: heartbeat ages of its worker and supervisor, slots, running tasks
-    (in-flight states) and quarantine."""
+    (in-flight states), quarantine, and its `capacity` and what is `free` (CPUs, MiB, GPU
+    device ids)."""
     keys: RedisKeys = request.app.state.redis_keys
     async with pool.acquire() as conn:
         found = await hosts.list_hosts(conn, redis, keys)

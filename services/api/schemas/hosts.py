@@ -8,6 +8,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from shared.operations import quarantine
 
 
+class HostAmount(BaseModel):
+    """An amount of a host's resources: CPUs, memory in MiB, and its GPUs by device id."""
+
+    cpus: float
+    memory_mb: int
+    gpus: list[str]
+
+
 class HostPublic(BaseModel):
     """One host. Ages are in seconds (null: never heard of); `worker_registered` is null when
     Redis does not answer."""
@@ -33,6 +41,15 @@ class HostPublic(BaseModel):
     draining: bool = Field(
         default=False,
         description="An operator drains it: it finishes the tasks it holds and takes no new one.",
+    )
+    capacity: HostAmount = Field(
+        default_factory=lambda: HostAmount(cpus=0, memory_mb=0, gpus=[]),
+        description="What its worker advertised (issue 39; 0 CPUs until it did).",
+    )
+    free: HostAmount = Field(
+        default_factory=lambda: HostAmount(cpus=0, memory_mb=0, gpus=[]),
+        description="Its capacity less what its tasks hold (each its job's request and its"
+        " GPU devices, from its placement to its command's end); never below 0.",
     )
 
 
