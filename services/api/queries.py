@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from shared.domain.scheduling.resources import Resources
 from shared.domain.states import FAILED, IN_FLIGHT
 from shared.store import emergency_repo
 from shared.store.db import SCHEDULER_LOCK_KEY, Connection
@@ -255,3 +256,19 @@ async def host_quarantines(conn: Connection, limit: int) -> dict[str, tuple[bool
 async def emergency_stop_in_force(conn: Connection) -> bool:
     """True while an emergency stop is in force."""
     return await emergency_repo.in_force_id(conn) is not None
+
+
+async def live_capacities(conn: Connection, pool: str, fresh_s: float) -> dict[str, Resources]:
+    """The capacity of each host of `pool` whose worker heartbeated within `fresh_s` seconds
+    and advertised one (issue 39: 0 CPUs until its worker did)."""
+    rows = await conn.fetch(
+        "SELECT id, capacity_millicpus, capacity_memory_mb, cardinality(gpu_ids) AS gpus"
+        " FROM hosts WHERE pool = $1 AND worker IS NOT NULL AND capacity_millicpus > 0"
+        " AND heartbeat_at > now() - make_interval(secs => $2)",
+        pool,
+        fresh_s,
+    )
+    return {
+        r["id"]: Resources(r["capacity_millicpus"], r["capacity_memory_mb"], int(r["gpus"]))
+        for r in rows
+    }

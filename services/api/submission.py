@@ -22,6 +22,8 @@ from services.api.access import owner_filter
 from services.api.errors import invalid
 from services.api.rate_limit import TaskQuota
 from services.api.schemas.jobs import JobCreate
+from shared.domain.scheduling.reasons import TooLarge
+from shared.domain.scheduling.resources import Resources, coverage
 from shared.operations import datasets, harvest, stop_guard
 from shared.operations.datasets import UPSTREAM_KEY
 from shared.store import emergency_repo, jobs_repo, outbox, release_round
@@ -181,3 +183,34 @@ async def _check_references(conn: Connection, user: User, body: JobCreate) -> No
         errors.extend(invalid(("body", "inputs_from"), msg).errors())
     if errors:
         raise RequestValidationError(errors)
+
+
+def unsatisfiable(request: Resources, capacities: Mapping[str, Resources]) -> str | None:
+    """Why no host of `capacities` (host id -> capacity) can ever hold `request`, naming the
+    one that comes closest (the most of the request, by its scarcest resource; then the
+    largest); None when one can, or when none is known."""
+    if not capacities or any(request.fits_in(c) for c in capacities.values()):
+        return None
+    host, largest = max(
+        capacities.items(),
+        key=lambda item: (
+            coverage(request, item[1]),
+            item[1].gpus,
+            item[1].millicpus,
+            item[1].memory_mb,
+            item[0],
+        ),
+    )
+    return TooLarge(request, host, largest).message()
+
+
+async def check_satisfiable(
+    conn: Connection, request: Resources, pool_name: str, fresh_s: float
+) -> None:
+    """A 422 on `resources` when no live host of the pool (its worker heartbeated within
+    `fresh_s`) can ever hold `request` (`VIGIL_REFUSE_UNSATISFIABLE`). Hosts that have not
+    advertised a capacity are left out; with none known, nothing is refused."""
+    capacities = await queries.live_capacities(conn, pool_name, fresh_s)
+    why = unsatisfiable(request, capacities)
+    if why is not None:
+        raise invalid(("body", "resources"), f"{why} (the api refuses what no host can hold)")

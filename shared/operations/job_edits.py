@@ -1,10 +1,11 @@
 """Editing a submitted job (`PATCH /jobs/{id}`): what may change in which state, and the change.
 
 While a job is configuring everything it runs can change: name, command, inputs, outputs,
-params, policy, throttle and retention. Once it is active (or suspended, or finished) tasks
-have run its command, so only operational settings change: the throttle, the retention and the
-policy's budgets, backoff and probing. A cancelled job changes no more. Every applied edit is
-recorded in `job_edits` (who, when, the job's state, the new values).
+params, policy, resources, priority, throttle and retention. Once it is active (or suspended,
+or finished) tasks have run its command, so only operational settings change: the priority,
+the throttle, the retention and the policy's budgets, backoff and probing (its resources no
+more: its tasks are placed and held on their hosts by them). A cancelled job changes no more.
+Every applied edit is recorded in `job_edits` (who, when, the job's state, the new values).
 """
 
 from collections.abc import Collection, Mapping
@@ -26,9 +27,17 @@ FIELDS: Final = (
     "max_in_flight",
     "release_per_tick",
     "retention_s",
+    "priority",
+    "req_millicpus",
+    "req_memory_mb",
+    "req_gpus",
 )
 #: What may change once the job is active.
-OPERATIONAL_FIELDS: Final = frozenset({"max_in_flight", "release_per_tick", "retention_s"})
+OPERATIONAL_FIELDS: Final = frozenset(
+    {"max_in_flight", "release_per_tick", "retention_s", "priority"}
+)
+#: The columns of a job's request of resources, named `resources` to whoever edits them.
+RESOURCE_FIELDS: Final = frozenset({"req_millicpus", "req_memory_mb", "req_gpus"})
 OPERATIONAL_POLICY: Final = frozenset(
     {"max_infra_retries", "max_app_retries", "backoff", "probe_failure_rate", "probe_window"}
 )
@@ -57,9 +66,12 @@ def refusal(job_id: str, state: JobState, changes: Collection[str]) -> Refusal |
             "submit a new job with the changes (`vigil submit`)",
         )
     refused = sorted(
-        name
-        for name in changes
-        if name not in OPERATIONAL_FIELDS and name.removeprefix("policy.") not in OPERATIONAL_POLICY
+        {
+            "resources" if name in RESOURCE_FIELDS else name
+            for name in changes
+            if name not in OPERATIONAL_FIELDS
+            and name.removeprefix("policy.") not in OPERATIONAL_POLICY
+        }
     )
     if not refused:
         return None

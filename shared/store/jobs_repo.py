@@ -16,8 +16,9 @@ from shared.domain import bundle
 from shared.domain.errors import StaleState
 from shared.domain.ids import new_id, new_ids
 from shared.domain.messages import JobEvent, JobOutcome
-from shared.domain.states import JobState, TaskState, job_sources_for
+from shared.domain.scheduling.model import DEFAULT_REQUEST
 from shared.domain.scheduling.resources import Resources
+from shared.domain.states import JobState, TaskState, job_sources_for
 from shared.messaging.topology import event_key
 from shared.store import bundle_repo, outbox, sql_states
 from shared.store.db import Connection
@@ -45,6 +46,9 @@ class NewJob:
     release_per_tick: int | None = None
     #: Its bundle: the files it was submitted with, path -> (bytes, executable).
     files: dict[str, tuple[bytes, bool]] = field(default_factory=dict)
+    #: Its rank among its owner's jobs, and what each of its tasks asks for (issue 39).
+    priority: int = 0
+    request: Resources = DEFAULT_REQUEST
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,6 @@ class Job:
         data["superseded"] = superseded
         return cls(**{f.name: data[f.name] for f in fields(cls)})
 
-
     @property
     def request(self) -> Resources:
         """What each of its tasks asks for (`shared/domain/scheduling`)."""
@@ -120,6 +123,10 @@ class Job:
 _COUNTED: Final = ("counts", "test_counts", "superseded")
 #: The columns of a job's row (what `Job` holds but its task counts).
 COLUMNS: Final = tuple(f.name for f in fields(Job) if f.name not in _COUNTED)
+
+
+#: The parameters of `create`'s INSERT that every job has ($1 to $17); throttles follow.
+_FIXED: Final = 17
 
 
 async def create(
@@ -143,17 +150,19 @@ async def create(
             if value is not None
         }
         extra_columns = "".join(f", {name}" for name in throttles)
-        extra_values = "".join(f", ${14 + i}" for i in range(len(throttles)))
+        extra_values = "".join(f", ${_FIXED + 1 + i}" for i in range(len(throttles)))
         insert_job = (
             "INSERT INTO jobs (id, owner_id, name, type, command, outputs, params, policy,"
-            f" prerequisites, inputs_from, idempotency_key, state, inputs{extra_columns})"
-            f" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13{extra_values})"
+            " prerequisites, inputs_from, idempotency_key, state, inputs, priority,"
+            f" req_millicpus, req_memory_mb, req_gpus{extra_columns})"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,"
+            f" $17{extra_values})"
             " ON CONFLICT (owner_id, idempotency_key) DO NOTHING RETURNING *"
         )
         with_tasks = bool(job.inputs) and not job.configuring
         task_ids = new_ids("t", len(job.inputs)) if with_tasks else []
         if with_tasks:  # the job, its tasks and their events: one statement, one round trip
-            ids, inputs = f"${14 + len(throttles)}", f"${15 + len(throttles)}"
+            ids, inputs = f"${_FIXED + 1 + len(throttles)}", f"${_FIXED + 2 + len(throttles)}"
             insert_job = (
                 f"WITH job AS ({insert_job}), added AS ("
                 + _insert_tasks(
@@ -182,6 +191,10 @@ async def create(
             job.idempotency_key,
             (JobState.CONFIGURING if job.configuring else JobState.ACTIVE).value,
             job.inputs if job.configuring else None,
+            job.priority,
+            job.request.millicpus,
+            job.request.memory_mb,
+            job.request.gpus,
             *throttles.values(),
             *((task_ids, job.inputs) if with_tasks else ()),
         )

@@ -46,8 +46,9 @@ async def test_when_a_job_is_submitted__it_has_one_new_task_per_input_and_their_
     )
     events = [r["routing_key"] for r in keys if r["exchange"] == "events"]
     assert events == [f"task.new.{job['id']}"] * 3
-    # and the three are released at once: a work message each, after their events
-    assert [(r["exchange"], r["routing_key"]) for r in keys[3:]] == [("work", "pool.default")] * 3
+    # and none is placed by the submission: the scheduler's planning round places them by the
+    # pool's free capacity (issue 39)
+    assert [r["exchange"] for r in keys] == ["events"] * 3
 
 
 async def test_when_no_inputs_are_given__the_job_has_one_task_with_an_empty_input(
@@ -142,10 +143,18 @@ async def test_when_an_operator_reads_a_users_job__it_is_shown(api: Api) -> None
     response = await api.client.get(f"/jobs/{job['id']}", headers=api.operator.headers)
 
     assert response.status_code == 200
-    # a read also says why the job waits (this api's pool has no worker); a submission does not
+    # a read also says why the job waits (this api's pool has no worker; its task waits for
+    # the scheduler's round); a submission does not
     shown = response.json()
     assert shown.pop("waiting_on") == "no worker of pool default has a fresh heartbeat"
+    assert shown.pop("waiting") == {
+        "reason": "pending",
+        "message": "waiting for the scheduler's next round",
+        "detail": {},
+        "tasks": 1,
+    }
     assert job.pop("waiting_on") is None
+    assert job.pop("waiting") is None
     assert job.pop("warnings") == []  # what the submitter is told, once
     assert shown == job
 

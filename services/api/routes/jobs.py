@@ -11,7 +11,7 @@ from typing import Annotated, Any, Final, Literal
 from fastapi import APIRouter, Header, Query, Response, status
 from pydantic import AfterValidator
 
-from services.api import cursor, queries, submission
+from services.api import cursor, queries, submission, waiting
 from services.api.access import check_visible, owner_filter, visible_job
 from services.api.deps import (
     AUTH_RESPONSES,
@@ -44,6 +44,7 @@ from services.api.schemas.jobs import (
     LogPublic,
     LogsPage,
     TestRequest,
+    check_priority,
 )
 from services.api.schemas.tasks import TaskPublic
 from shared.domain.actions import JobAction
@@ -135,7 +136,13 @@ async def submit_job(
     is returned with 200 (the body is not compared). A 422 names the field at fault.
     """
     body.check_against(task_types, settings.max_inputs, analysers)
+    check_priority(body.priority, user.is_operator, settings.priority_user_range)
     check_retention(body.retention_s, settings.min_retention_s)
+    if settings.refuse_unsatisfiable:
+        async with pool.acquire() as conn:
+            await submission.check_satisfiable(
+                conn, body.resources.to_resources(), settings.worker_pool, settings.dead_host_s
+            )
     release = submission.Release(pool_key(settings.worker_pool), settings.max_in_flight_per_user)
     job, created = await submission.submit(pool, user, body, idempotency_key, quota, release)
     if created:
@@ -191,11 +198,13 @@ async def list_jobs(
 async def get_job(
     user: CurrentUser, job_id: JobIdPath, pool: PoolDep, settings: SettingsDep
 ) -> JobPublic:
-    """One job with its task counts per state, and why it waits if it does (`waiting_on`)."""
+    """One job with its task counts per state, why it waits if it does (`waiting_on`: the
+    pool), and why its tasks not yet placed wait (`waiting`: the scheduler's reason)."""
     async with pool.acquire() as conn:
         job = await visible_job(conn, user, job_id)
         hosts = await pool_status.read(conn, settings.worker_pool, settings.dead_host_s)
-    return JobPublic.from_job(job, hosts)
+        waits = await waiting.of_job(conn, job)
+    return JobPublic.from_job(job, hosts, waits)
 
 
 @router.get("/{job_id}/errors", responses=_NOT_FOUND)
@@ -454,15 +463,24 @@ async def edit_job(
     """Change some fields of the job; `policy` names only the policy fields that change.
 
     A configuring job can change name, command, inputs (replacing the held ones), outputs,
-    params, policy, throttle and `retention_s`; once active only the throttle, the retention
-    (null: keep until purged by hand) and the policy's budgets, backoff and probing (409 names
-    the fields refused). The edited job is checked like a
-    submission (422).
+    params, policy, `resources`, `priority`, throttle and `retention_s`; once active only the
+    priority, the throttle, the retention (null: keep until purged by hand) and the policy's
+    budgets, backoff and probing (409 names the fields refused); a cancelled job nothing. The
+    edited job is checked like a submission (422; a user's priority within
+    VIGIL_PRIORITY_USER_RANGE).
     """
+    check_priority(body.priority, user.is_operator, settings.priority_user_range)
     async with pool.acquire() as conn, conn.transaction():
         await visible_job(conn, user, job_id)  # 404 before anything is locked
         current = await job_edits.lock(conn, job_id)
         wanted = body.validated(current, task_types, settings.max_inputs, analysers)
+        configuring = current.state is JobState.CONFIGURING  # else a change is refused (409)
+        if settings.refuse_unsatisfiable and body.resources is not None and configuring:
+            request = body.resources.to_resources()
+            if request != current.request:
+                await submission.check_satisfiable(
+                    conn, request, settings.worker_pool, settings.dead_host_s
+                )
         submission.check_network(user, wanted.get("policy") or {})
         if "inputs" in wanted:
             await submission.check_upstreams(conn, user, wanted["inputs"], ("body", "inputs"))

@@ -5,7 +5,7 @@ from typing import Any, Final
 
 from fastapi import APIRouter, status
 
-from services.api import queries
+from services.api import queries, waiting
 from services.api.access import visible_task
 from services.api.deps import (
     AUTH_RESPONSES,
@@ -39,15 +39,17 @@ _CONFLICT: Final[dict[int | str, dict[str, Any]]] = {
 
 @router.get("/{task_id}", responses=_NOT_FOUND)
 async def get_task(user: CurrentUser, task_id: TaskIdPath, pool: PoolDep) -> TaskDetail:
-    """The task, what it waits for, and every attempt of it (oldest first)."""
+    """The task, what it waits for, every attempt of it (oldest first), and why it waits
+    (`waiting_reason`) if it does."""
     async with pool.acquire() as conn:
         task = await visible_task(conn, user, task_id)
         found = await queries.prerequisites_of(conn, [task.id])
         attempts = await attempts_repo.list_for_task(conn, task.id)
         timing = (await queries.timings_of(conn, [task])).get(task.id)
+        why = await waiting.of_task(conn, task)
     prerequisites = [PrerequisitePublic.model_validate(p) for p in found.get(task.id, [])]
     return TaskDetail.from_parts(
-        task, prerequisites, attempts, detail=user.is_operator, timing=timing
+        task, prerequisites, attempts, detail=user.is_operator, timing=timing, waiting=why
     )
 
 

@@ -5,11 +5,13 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     AfterValidator,
+    BaseModel,
     Field,
 )
 
 from services.api import json_values
 from shared.domain.ids import is_safe_id
+from shared.domain.waiting import ALL_REASONS, Why
 
 MAX_NAME_CHARS: Final = 200
 
@@ -104,3 +106,21 @@ Name = Annotated[
 Command = Annotated[str, Field(max_length=MAX_COMMAND_CHARS), _text("command")]
 
 ParamValue = Annotated[Any, AfterValidator(lambda v: json_values.check(v, "parameter"))]
+
+
+class WaitingReasonPublic(BaseModel):
+    """Why a task (or a job's tasks) waits: one reason, a sentence, and its numbers."""
+
+    reason: str = Field(
+        description="One of: " + ", ".join(ALL_REASONS) + " (docs/scheduling.md, Reasons)."
+    )
+    message: str
+    detail: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The reason's numbers: amounts as `{cpus, memory_mb, gpus}`, hosts, jobs,"
+        " tasks ahead.",
+    )
+
+    @classmethod
+    def of(cls, why: Why) -> "WaitingReasonPublic":
+        return cls(reason=why.reason, message=why.message, detail=dict(why.detail))

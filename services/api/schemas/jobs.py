@@ -10,10 +10,11 @@ import base64
 import binascii
 from collections.abc import Collection, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Final
 
 from fastapi.exceptions import RequestValidationError
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -41,13 +42,17 @@ from services.api.schemas.common import (
     RequiredState,
     TaskId,
     ThrottleLimit,
+    WaitingReasonPublic,
 )
 from shared.domain import bundle
 from shared.domain.actions import JobAction
 from shared.domain.analysers import DEFAULT as DEFAULT_ANALYSER
 from shared.domain.policy import Policy
+from shared.domain.scheduling.model import DEFAULT_REQUEST
+from shared.domain.scheduling.resources import Resources
 from shared.domain.sizes import human_size
 from shared.domain.states import JobState
+from shared.domain.waiting import JobWaiting
 from shared.operations.configuring import TrialInput
 from shared.operations.pool_status import PoolStatus, job_waiting_on
 from shared.store.jobs_repo import Job, NewJob
@@ -101,6 +106,105 @@ def decoded_files(files: Mapping[str, FileIn]) -> dict[str, tuple[bytes, bool]]:
     return found
 
 
+#: Most CPUs, GPUs and MiB one task may ask for (issue 39): far above any host, below what
+#: the columns hold.
+MAX_CPUS: Final = 1024
+MAX_GPUS: Final = 64
+MAX_MEMORY_MB: Final = 2**31 - 1
+#: The priorities an operator may set, -this to this; a user's are within
+#: `VIGIL_PRIORITY_USER_RANGE` (`check_priority`).
+PRIORITY_LIMIT: Final = 1_000_000
+
+
+class ResourcesIn(BaseModel):
+    """What each task of the job asks for (issue 39): placed only on a host with that much
+    free, and charged to its owner's fair share by it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpus: float = Field(
+        default=DEFAULT_REQUEST.millicpus / 1000,
+        strict=True,
+        gt=0,
+        le=MAX_CPUS,
+        description=f"CPUs, more than 0, at most {MAX_CPUS}, to the thousandth (0.5, 2, 0.125).",
+    )
+    memory_mb: int = Field(
+        default=DEFAULT_REQUEST.memory_mb,
+        strict=True,
+        ge=0,
+        le=MAX_MEMORY_MB,
+        description="Memory in MiB (0: none asked).",
+    )
+    gpus: int = Field(
+        default=DEFAULT_REQUEST.gpus,
+        strict=True,
+        ge=0,
+        le=MAX_GPUS,
+        description=f"Whole GPUs, each its own (at most {MAX_GPUS}).",
+    )
+
+    @field_validator("cpus")
+    @classmethod
+    def _thousandths(cls, value: float) -> float:
+        if abs(value * 1000 - round(value * 1000)) > 1e-6:
+            raise ValueError(
+                f"cpus {value!r} has more than 3 decimals: CPUs are counted in thousandths"
+                " (0.001 to 1024)"
+            )
+        return value
+
+    def to_resources(self) -> Resources:
+        """As the scheduler counts it (millicores)."""
+        return Resources(round(self.cpus * 1000), self.memory_mb, self.gpus)
+
+
+class ResourcesPublic(BaseModel):
+    """A job's request, as submitted: `{"cpus", "memory_mb", "gpus"}`."""
+
+    cpus: float
+    memory_mb: int
+    gpus: int
+
+    @classmethod
+    def of(cls, amount: Resources) -> "ResourcesPublic":
+        return cls(cpus=amount.millicpus / 1000, memory_mb=amount.memory_mb, gpus=amount.gpus)
+
+
+def _check_priority(value: int) -> int:
+    if not -PRIORITY_LIMIT <= value <= PRIORITY_LIMIT:
+        raise ValueError(
+            f"priority {value} is out of range: at most {PRIORITY_LIMIT} either way"
+            f" (-{PRIORITY_LIMIT} to {PRIORITY_LIMIT}, operators; users within"
+            " VIGIL_PRIORITY_USER_RANGE of 0)"
+        )
+    return value
+
+
+Priority = Annotated[
+    int,
+    Field(
+        strict=True,
+        description="Its rank among its owner's jobs: higher first (age raises the others"
+        " in time). A user sets it within plus or minus VIGIL_PRIORITY_USER_RANGE (100 by"
+        f" default), an operator within plus or minus {PRIORITY_LIMIT}.",
+    ),
+    AfterValidator(_check_priority),
+]
+
+
+def check_priority(priority: int | None, is_operator: bool, user_range: int) -> None:
+    """A 422 naming the range when a user (not an operator) gives a priority beyond
+    `user_range` either way (operators' range is the schema's)."""
+    if priority is None or is_operator or -user_range <= priority <= user_range:
+        return
+    raise invalid(
+        ("body", "priority"),
+        f"priority {priority} is out of range: a user may set -{user_range} to {user_range}"
+        f" (VIGIL_PRIORITY_USER_RANGE); operators -{PRIORITY_LIMIT} to {PRIORITY_LIMIT}",
+    )
+
+
 class JobCreate(BaseModel):
     """The body of `POST /jobs`."""
 
@@ -149,6 +253,11 @@ class JobCreate(BaseModel):
         " it ends (at least the api's VIGIL_MIN_RETENTION_S, 60 by default; at most 10 years)."
         " Left out: kept until purged by hand.",
     )
+    resources: ResourcesIn = Field(
+        default_factory=ResourcesIn,
+        description="What each task asks for: `cpus` (1), `memory_mb` (0), `gpus` (0).",
+    )
+    priority: Priority = 0
 
     @field_validator("command")
     @classmethod
@@ -239,6 +348,8 @@ class JobCreate(BaseModel):
             max_in_flight=self.max_in_flight,
             release_per_tick=self.release_per_tick,
             files=decoded_files(self.files),
+            priority=self.priority,
+            request=self.resources.to_resources(),
         )
 
 
@@ -264,6 +375,16 @@ def _params_errors(model: type[BaseModel], params: dict[str, Any], type_name: st
             for e in exc.errors(include_url=False, include_input=False, include_context=False)
         ]
     return []
+
+
+class JobWaitingPublic(WaitingReasonPublic):
+    """Why a job's tasks that wait to be placed wait, and how many they are."""
+
+    tasks: int = Field(description="Its tasks that are new and not yet placed (claimed).")
+
+    @classmethod
+    def from_waiting(cls, waiting: JobWaiting) -> "JobWaitingPublic":
+        return cls(**dict(WaitingReasonPublic.of(waiting.why)), tasks=waiting.tasks)
 
 
 class JobPublic(BaseModel):
@@ -319,18 +440,39 @@ class JobPublic(BaseModel):
         " no live worker, the job probing after failures); null when nothing holds them."
         " Given by `GET /jobs` and `GET /jobs/{id}`.",
     )
+    priority: int = Field(
+        default=0, description="Its rank among its owner's jobs (higher first; issue 39)."
+    )
+    resources: ResourcesPublic = Field(
+        default_factory=lambda: ResourcesPublic.of(DEFAULT_REQUEST),
+        description="What each of its tasks asks for (`cpus`, `memory_mb`, `gpus`).",
+    )
+    waiting: JobWaitingPublic | None = Field(
+        default=None,
+        description="Why its tasks that wait to be placed (new, unclaimed) wait: the"
+        " scheduler's last reason for the job (or the job's suspension, an emergency stop),"
+        " its message and numbers, and how many tasks wait; null when none does. Given by"
+        " `GET /jobs/{id}` only (null in lists and in the answers to changes).",
+    )
 
     @classmethod
-    def from_job(cls, job: Job, pool: PoolStatus | None = None) -> "JobPublic":
-        """The job as clients see it; with the pool's status, why it waits (if it does)."""
+    def from_job(
+        cls, job: Job, pool: PoolStatus | None = None, waiting: JobWaiting | None = None
+    ) -> "JobPublic":
+        """The job as clients see it; with the pool's status, why it waits (if it does);
+        with `waiting`, why its unplaced tasks wait (`shared.domain.waiting.job_waiting`)."""
         held = len(job.inputs) if job.inputs is not None else None
-        names = set(cls.model_fields) - {"held_inputs", "waiting_on"}
-        waiting = None
+        names = set(cls.model_fields) - {"held_inputs", "waiting_on", "resources", "waiting"}
+        waiting_on = None
         if pool is not None and job.state in (JobState.ACTIVE, JobState.CONFIGURING):
             counts = job.counts if job.state is JobState.ACTIVE else job.test_counts
-            waiting = job_waiting_on(counts.get("new", 0), job.probing_since, pool)
+            waiting_on = job_waiting_on(counts.get("new", 0), job.probing_since, pool)
         return cls(
-            **{name: getattr(job, name) for name in names}, held_inputs=held, waiting_on=waiting
+            **{name: getattr(job, name) for name in names},
+            held_inputs=held,
+            waiting_on=waiting_on,
+            resources=ResourcesPublic.of(job.request),
+            waiting=JobWaitingPublic.from_waiting(waiting) if waiting is not None else None,
         )
 
 
@@ -484,6 +626,14 @@ class JobEdit(BaseModel):
         description="Purge the job's data this long after it ends; null: keep it until purged"
         " by hand.",
     )
+    resources: ResourcesIn | None = Field(
+        default=None,
+        description="What each task asks for (while configuring only; the fields left out"
+        " take their defaults, as at submission).",
+    )
+    priority: Priority | None = Field(
+        default=None, description="Its rank among its owner's jobs (in any state but cancelled)."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -528,6 +678,8 @@ class JobEdit(BaseModel):
             "outputs": given.get("outputs", job.outputs),
             "params": given.get("params", job.params),
             "policy": policy,
+            "resources": given.get("resources", job.request.as_json()),
+            "priority": given.get("priority", job.priority),
         }
         if "inputs" in given:
             candidate["inputs"] = given["inputs"]
@@ -543,4 +695,12 @@ class JobEdit(BaseModel):
             given["policy"] = checked.policy.model_dump(mode="json")
         if "params" in given:
             given["params"] = dict(checked.params)
+        if "resources" in given:  # the columns of the request (`job_edits.RESOURCE_FIELDS`)
+            del given["resources"]
+            request = checked.resources.to_resources()
+            given |= {
+                "req_millicpus": request.millicpus,
+                "req_memory_mb": request.memory_mb,
+                "req_gpus": request.gpus,
+            }
         return given

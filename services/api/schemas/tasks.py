@@ -12,9 +12,10 @@ from pydantic import (
 )
 
 from services.api.queries import Timing
-from services.api.schemas.common import RequiredState, Stage
+from services.api.schemas.common import RequiredState, Stage, WaitingReasonPublic
 from shared.domain.actions import TaskAction
 from shared.domain.states import FAILED, FailureClass, TaskState
+from shared.domain.waiting import Why
 from shared.store.attempts_repo import Attempt
 from shared.store.tasks_repo import Task
 
@@ -169,9 +170,16 @@ class AttemptPublic(BaseModel):
 
 
 class TaskDetail(TaskPublic):
-    """`GET /tasks/{id}`: the task and every attempt of it, oldest first."""
+    """`GET /tasks/{id}`: the task and every attempt of it, oldest first, and why it waits."""
 
     attempts: list[AttemptPublic]
+    waiting_reason: WaitingReasonPublic | None = Field(
+        default=None,
+        description="Why it waits (issue 39): new and not yet placed (an emergency stop, its"
+        " job suspended or configuring, a prerequisite, its backoff, then the scheduler's"
+        " reason for its job, or `pending` until the next round), placed and `starting`,"
+        " `held` by an operator, or `queued_on_host`; null when it is not waiting.",
+    )
 
     @classmethod
     def from_parts(
@@ -182,6 +190,7 @@ class TaskDetail(TaskPublic):
         *,
         detail: bool,
         timing: Timing | None = None,
+        waiting: Why | None = None,
     ) -> "TaskDetail":
         last = attempts[-1] if attempts else None
         decision = None
@@ -191,7 +200,8 @@ class TaskDetail(TaskPublic):
             task, prerequisites, detail=detail, decision=decision, timing=timing
         )
         shown = [AttemptPublic.from_attempt(a, detail=detail) for a in attempts]
-        return cls(**dict(view), attempts=shown)
+        reason = WaitingReasonPublic.of(waiting) if waiting is not None else None
+        return cls(**dict(view), attempts=shown, waiting_reason=reason)
 
 
 class TaskActionRequest(BaseModel):
