@@ -32,8 +32,7 @@ def stack(tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
             namespace=e2e_namespace,
             root=tmp_path,
             hosts=list(HOSTS),
-            slots=2,
-            extra_env=dict(E2E_ENV),
+            extra_env={**E2E_ENV, "VIGIL_WORKER_SLOTS": "2"},  # 2 CPUs each
         )
         s.work_root.mkdir(parents=True, exist_ok=True)
         try:
