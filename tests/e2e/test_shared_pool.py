@@ -1,0 +1,150 @@
+"""A shared pool on the real services (issue 39): work is released by free capacity, so a
+user who comes later is not queued behind another's backlog; requests are placed where they
+fit, GPUs are never shared; every waiting task says why."""
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from tests.e2e.conftest import Events, running_stack, wait_job
+from tests.e2e.stack import E2E_ENV, Stack
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def stack(tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
+    """One host of 4 CPUs (the legacy `VIGIL_WORKER_SLOTS`) with two GPUs, 0 and 1."""
+    with running_stack(tmp_path, e2e_namespace, {**E2E_ENV, "VIGIL_HOST_GPUS": "0,1"}) as s:
+        yield s
+
+
+async def _user(client: httpx.AsyncClient, stack: Stack, name: str) -> httpx.AsyncClient:
+    """A client for a new plain user (made by the stack's operator)."""
+    made = await client.post("/admin/users", json={"name": f"{name}-{stack.namespace}"})
+    assert made.status_code == 201, made.text
+    headers = {"Authorization": f"Bearer {made.json()['token']}"}
+    return httpx.AsyncClient(base_url=stack.base_url, headers=headers, timeout=10)
+
+
+async def _submit(client: httpx.AsyncClient, **body: Any) -> str:
+    response = await client.post("/jobs", json=body)
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+async def _cluster_attempts(stack: Stack, job_id: str) -> list[Any]:
+    conn = await asyncpg.connect(stack.database_url)
+    try:
+        return list(
+            await conn.fetch(
+                "SELECT a.started_at, a.ended_at FROM attempts a JOIN tasks t ON t.id = a.task_id"
+                " WHERE t.job_id = $1 AND a.stage = 'cluster' ORDER BY a.started_at",
+                job_id,
+            )
+        )
+    finally:
+        await conn.close()
+
+
+def _most_at_once(attempts: list[Any]) -> int:
+    edges = sorted(
+        [(a["started_at"], 1) for a in attempts] + [(a["ended_at"], -1) for a in attempts],
+        key=lambda edge: (edge[0], edge[1]),  # an end before a start at the same instant
+    )
+    running = most = 0
+    for _, step in edges:
+        running += step
+        most = max(most, running)
+    return most
+
+
+async def _reason_while_waiting(client: httpx.AsyncClient, task_id: str) -> str | None:
+    """The task's waiting reason once the scheduler gave it one (None if it started first)."""
+    async with asyncio.timeout(20):
+        while True:
+            task = (await client.get(f"/tasks/{task_id}")).json()
+            why = task.get("waiting_reason")
+            if task["state"] != "new" or (why and why["reason"] not in ("pending", "starting")):
+                return why["reason"] if task["state"] == "new" and why else None
+            await asyncio.sleep(0.1)
+
+
+async def test_a_user_who_comes_later_runs_next_not_behind_the_others_backlog(
+    stack: Stack, client: httpx.AsyncClient, events: Events
+) -> None:
+    alice = await _user(client, stack, "alice")
+    bob = await _user(client, stack, "bob")
+    async with alice, bob:
+        # given Alice's 12 tasks of 4 s filling the host's 4 CPUs
+        alice_job = await _submit(
+            alice, command="sleep 4", inputs=[str(i) for i in range(12)], name="alice"
+        )
+        async with asyncio.timeout(30), events.changed:
+            while (
+                len({b["task_id"] for k, b in events.received if k == f"task.on_cpu.{alice_job}"})
+                < 4
+            ):
+                await events.changed.wait()
+
+        # when Bob submits one task
+        bob_job = await _submit(bob, command="echo hi", inputs=["x"], name="bob")
+        [bob_task] = (await bob.get(f"/jobs/{bob_job}/tasks")).json()
+
+        # then it waits for capacity, saying so, and is the next to run
+        assert await _reason_while_waiting(bob, bob_task["id"]) == "resources"
+        assert (await wait_job(bob, events, bob_job, within=30))["state"] == "completed"
+        bob_started = (await _cluster_attempts(stack, bob_job))[0]["started_at"]
+        alice_attempts = await _cluster_attempts(stack, alice_job)
+        assert sum(a["started_at"] < bob_started for a in alice_attempts) == 4
+
+
+async def test_requests_are_placed_where_they_fit_and_each_gpu_task_has_its_own(
+    stack: Stack, client: httpx.AsyncClient, events: Events
+) -> None:
+    # given jobs asking 2 CPUs, one GPU, and nothing special, on a host of 4 CPUs and 2 GPUs
+    show = 'echo "$VIGIL_INPUT gpus=[${CUDA_VISIBLE_DEVICES-unset}] vigil=[${VIGIL_GPUS-unset}]"'
+    wide = await _submit(
+        client, command="sleep 1", inputs=list("abcd"), resources={"cpus": 2}, name="wide"
+    )
+    gpu = await _submit(
+        client, command=f"{show}; sleep 1", inputs=list("efgh"), resources={"gpus": 1}
+    )
+    plain = await _submit(client, command=show, inputs=["plain"])
+
+    # then each completes, never more at once than the host holds
+    for job_id in (wide, gpu, plain):
+        assert (await wait_job(client, events, job_id, within=60))["state"] == "completed"
+    assert _most_at_once(await _cluster_attempts(stack, wide)) <= 2
+    assert _most_at_once(await _cluster_attempts(stack, gpu)) <= 2
+    # and a GPU task sees its own device, a plain one none
+    lines = []
+    for job_id in (gpu, plain):
+        lines += [i["line"] for i in (await client.get(f"/jobs/{job_id}/logs")).json()["items"]]
+    gpu_lines = sorted(line for line in lines if not line.startswith("plain"))
+    assert len(gpu_lines) == 4
+    assert {line.split(" ", 1)[1] for line in gpu_lines} <= {
+        "gpus=[0] vigil=[0]",
+        "gpus=[1] vigil=[1]",
+    }
+    assert "plain gpus=[] vigil=[unset]" in lines
+
+
+async def test_a_request_no_host_can_hold_waits_saying_so(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    job_id = await _submit(client, command="true", inputs=["a"], resources={"cpus": 64})
+    async with asyncio.timeout(20):
+        while True:  # the scheduler's next round says why
+            waiting = (await client.get(f"/jobs/{job_id}")).json().get("waiting")
+            if waiting is not None and waiting["reason"] != "pending":
+                break
+            await asyncio.sleep(0.1)
+    assert waiting["reason"] == "too_large"
+    assert waiting["tasks"] == 1
+    assert "no host can ever hold it" in waiting["message"]
