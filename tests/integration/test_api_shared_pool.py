@@ -463,3 +463,78 @@ async def test_a_configuring_jobs_waiting_tasks_are_its_test_tasks(api: Api) -> 
 
     assert (await _job(api, job["id"]))["waiting"]["tasks"] == 1
     assert (await _task(api, job["id"], -1))["waiting_reason"]["reason"] == "pending"
+
+
+# -- the dashboard ---------------------------------------------------------------------------
+
+
+async def _page(api: Api, caller: Caller, path: str) -> str:
+    response = await api.client.get(path, headers=caller.headers)
+    assert response.status_code == 200, response.text
+    return response.text
+
+
+async def test_the_job_and_task_pages_show_priority_request_and_why_it_waits(api: Api) -> None:
+    job = await api.submit(
+        api.user, inputs=["a", "b"], priority=-7, resources={"cpus": 2.5, "memory_mb": 512}
+    )
+    await _wait_row(api, job["id"], "fair_share", "fair share: 4 tasks of other users ahead")
+    task_id = await api.pool.fetchval(
+        "SELECT id FROM tasks WHERE job_id = $1 AND index = 0", job["id"]
+    )
+
+    page = await _page(api, api.user, f"/ui/jobs/{job['id']}")
+    summary = await _page(api, api.user, f"/ui/jobs/{job['id']}/summary")
+    task_page = await _page(api, api.user, f"/ui/tasks/{task_id}")
+
+    for text in (page, summary):
+        assert '<dd id="job-priority">-7</dd>' in text
+        assert '<dd id="job-resources">2.5 cpus, 512 MiB</dd>' in text
+        assert '<dd id="job-waiting" data-reason="fair_share">2 task(s) not yet placed:' in text
+        assert "fair share: 4 tasks of other users ahead" in text
+    assert 'name="priority"' in page
+    assert 'data-reason="fair_share"><b>fair share</b>: fair share: 4 tasks' in task_page
+
+
+async def test_a_configuring_jobs_page_offers_its_request_to_edit(api: Api) -> None:
+    job = await api.submit(api.user, configuring=True, resources={"cpus": 0.25, "gpus": 1})
+
+    page = await _page(api, api.user, f"/ui/jobs/{job['id']}")
+    form = await _page(api, api.user, "/ui/new")
+
+    assert 'name="resources.cpus" data-kind="float"' in page and 'value="0.25"' in page
+    assert 'name="resources.gpus" data-kind="int"' in page
+    for name in ("resources.cpus", "resources.memory_mb", "resources.gpus", "priority"):
+        assert f'name="{name}"' in form
+
+
+async def test_the_hosts_page_shows_capacity_and_what_is_free(api: Api) -> None:
+    host_id = await _live_host(api, 4, 8192, ["0", "1"])
+    job = await api.submit(api.user, resources={"cpus": 1.5, "memory_mb": 1024, "gpus": 1})
+    await api.pool.execute(
+        "UPDATE tasks SET state = 'on_cpu', host = $2, gpu_ids = ARRAY['1'],"
+        " claim = gen_random_uuid() WHERE job_id = $1",
+        job["id"],
+        host_id,
+    )
+
+    rows = await _page(api, api.user, "/ui/hosts/rows")
+    page = await _page(api, api.user, "/ui/hosts")
+
+    row = rows[rows.index(f'data-host-id="{host_id}"') :].split("</tr>")[0]
+    assert '<td class="cpus-free">2.5 of 4</td>' in row
+    assert '<td class="memory-free">7168 of 8192 MiB</td>' in row
+    assert '<td class="gpus-free">1 of 2 <small class="mono">(0)</small></td>' in row
+    assert "<th>CPUs free</th>" in page
+
+
+async def test_the_users_page_shows_shares_and_usage_with_a_form_to_set_a_share(api: Api) -> None:
+    name = api.other.user.name
+    await api.pool.execute("UPDATE users SET share = 2.5, usage = 3600.4 WHERE name = $1", name)
+
+    page = await _page(api, api.operator, "/ui/users")
+
+    row = page[page.index(f'data-user="{name}"') :].split("</tr>")[0]
+    assert '<span class="share-value">2.5</span>' in row
+    assert f'data-method="PATCH" data-path="/admin/users/{name}"' in row
+    assert '<td class="usage"' in row and ">3600</td>" in row

@@ -20,7 +20,7 @@ from fastapi.security.utils import get_authorization_scheme_param
 from fastapi.staticfiles import StaticFiles
 from pydantic import StringConstraints
 
-from services.api import cursor, dashboard, hosts, queries, session
+from services.api import cursor, dashboard, hosts, queries, session, waiting
 from services.api.access import owner_filter, visible_job, visible_task
 from services.api.deps import (
     CurrentUser,
@@ -36,6 +36,7 @@ from shared.domain.errors import NotFound
 from shared.domain.ids import ID_PATTERN
 from shared.domain.states import FailureClass, JobState, TaskState
 from shared.domain.topics import MAX_TOPICS
+from shared.domain.waiting import JobWaiting, Why
 from shared.messaging.redis_keys import RedisKeys
 from shared.store import (
     attempts_repo,
@@ -79,6 +80,8 @@ class JobRow:
     actions: list[str]
     progress: tuple[int, int]  # tasks at rest, tasks
     elapsed_s: float  # since its submission, to its end if it ended
+    #: Why its tasks not yet placed wait (the job page's head only).
+    waiting: JobWaiting | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,9 +109,13 @@ class TaskView:
     #: When its job was purged, what to say instead of its outputs (their files and kept bytes
     #: are gone; the records stay for the history).
     purged: str | None = None
+    #: Why it waits, if it does (issue 39).
+    waiting: Why | None = None
 
 
-def _job_row(job: Job, owners: dict[str, str], viewer: User) -> JobRow:
+def _job_row(
+    job: Job, owners: dict[str, str], viewer: User, waits: JobWaiting | None = None
+) -> JobRow:
     return JobRow(
         job=job,
         owner=owners.get(job.owner_id, job.owner_id),
@@ -117,6 +124,7 @@ def _job_row(job: Job, owners: dict[str, str], viewer: User) -> JobRow:
         actions=dashboard.job_actions(job),
         progress=dashboard.progress(job.counts),
         elapsed_s=dashboard.elapsed_s(job, _now()),
+        waiting=waits,
     )
 
 
@@ -363,6 +371,7 @@ async def job_page(
         logs = await dashboard.log_tail(conn, job_id)
         owners = await dashboard.owner_names(conn, [job.owner_id])
         pictures = await dashboard.job_charts(conn, job, _now())
+        waits = await waiting.of_job(conn, job)
     tasks, next_after = tasks_repo.first_indexes(read, limit)
     data = {
         "job_id": job_id,
@@ -377,7 +386,7 @@ async def job_page(
         user,
         "job",
         data,
-        view=_job_row(job, owners, user),
+        view=_job_row(job, owners, user, waits),
         tasks=[_task_row(t) for t in tasks],
         failed=failed,
         errors=errors,
@@ -402,11 +411,13 @@ async def job_row(user: CurrentUser, job_id: JobIdPath, pool: PoolDep) -> Respon
 
 @router.get("/ui/jobs/{job_id}/summary")
 async def job_summary(user: CurrentUser, job_id: JobIdPath, pool: PoolDep) -> Response:
-    """The head of the job page: state, counts and controls (HTML fragment)."""
+    """The head of the job page: state, counts, why its tasks wait, and controls (HTML
+    fragment)."""
     async with pool.acquire() as conn:
         job = await visible_job(conn, user, job_id)
         owners = await dashboard.owner_names(conn, [job.owner_id])
-    return _pages.fragment("_rows.html", "job_summary", _job_row(job, owners, user))
+        waits = await waiting.of_job(conn, job)
+    return _pages.fragment("_rows.html", "job_summary", _job_row(job, owners, user, waits))
 
 
 @router.get("/ui/charts")
@@ -526,6 +537,7 @@ async def _task_view(conn: Connection, task: Task, user: User) -> TaskView:
             if job is not None and purged is not None
             else None
         ),
+        waiting=await waiting.of_task(conn, task),
     )
 
 
