@@ -8,9 +8,10 @@ each, with users of their own: two users of equal shares, then two of shares 3 a
 phase both users submit, at the same moment, more `sleep --task-s` tasks than the phase can
 run (so both wait throughout), and the benchmark adds up, from the attempts' start and end
 times, the CPU-seconds each user's commands held within the phase (its first task's length
-left out, while the first placements settle). It also runs a lone user for one task length
-and checks that it gets the whole host (work-conserving). Prints each user's part of the
-capacity; asserts nothing. The issue's target: 50 / 50 and 75 / 25, each ± 5 %.
+left out, while the first placements settle). It also runs a lone user for five task
+lengths (how busy it keeps the host: work-conserving), and times a late user's one `echo`
+behind another's 12 x `sleep 8` and 5,000 x `sleep 2` (issue 39's Bob). Prints each user's
+part of the capacity; asserts nothing. The issue's target: 50 / 50 and 75 / 25, each ± 5 %.
 """
 
 import argparse
@@ -96,6 +97,30 @@ async def _phase(
     return [100 * h / total for h in held], busy
 
 
+async def _late_user(
+    ops: httpx.AsyncClient, db: asyncpg.Connection, tasks: int, task_s: float
+) -> float:
+    """Seconds from a late user's one `echo`, submitted 1 s after another user's `tasks`
+    tasks of `task_s` s, to its job's end."""
+    tag = uuid.uuid4().hex[:6]
+    alice, bob = await _user(ops, f"alice-{tag}", 1), await _user(ops, f"bob-{tag}", 1)
+    alice_job = await _submit(alice, tasks, task_s)
+    await asyncio.sleep(1)
+    submitted = time.monotonic()
+    response = await bob.post("/jobs", json={"command": "echo hi", "inputs": ["x"]})
+    response.raise_for_status()
+    bob_job = response.json()["id"]
+    while True:
+        if await db.fetchval("SELECT finished_at FROM jobs WHERE id = $1", bob_job):
+            break
+        await asyncio.sleep(0.05)
+    took = time.monotonic() - submitted
+    await _cancel(alice, alice_job)
+    await alice.aclose()
+    await bob.aclose()
+    return took
+
+
 async def main(args: argparse.Namespace) -> None:
     admin_url = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
     name = f"vigil_fair_{uuid.uuid4().hex[:8]}"
@@ -121,11 +146,17 @@ async def main(args: argparse.Namespace) -> None:
             _, lone_busy = await _phase(ops, db, [1], 5 * args.task_s, args.cpus, args.task_s)
             equal, equal_busy = await _phase(ops, db, [1, 1], seconds, args.cpus, args.task_s)
             weighted, _ = await _phase(ops, db, [3, 1], seconds, args.cpus, args.task_s)
+            behind_12 = await _late_user(ops, db, 12, 8)
+            behind_5000 = await _late_user(ops, db, 5000, 2)
         await db.close()
         print(f"one host of {args.cpus} CPUs, tasks of {args.task_s:g} s, phases of {seconds:g} s")
         print(f"shares 1 : 1 -> {equal[0]:.1f} % / {equal[1]:.1f} %  (target 50 / 50 +- 5)")
         print(f"shares 3 : 1 -> {weighted[0]:.1f} % / {weighted[1]:.1f} %  (target 75 / 25 +- 5)")
         print(f"a lone user keeps the host {lone_busy:.0f} % busy; two users {equal_busy:.0f} %")
+        print(f"a late user's echo ends {behind_12:.1f} s after its submission behind another's")
+        print(
+            f"  12 x sleep 8 (target <= 10 s), {behind_5000:.1f} s behind 5,000 x sleep 2 (<= 5 s)"
+        )
         print(f"elapsed {time.monotonic() - began:.0f} s")
     finally:
         await asyncio.to_thread(cluster.stop_all)
