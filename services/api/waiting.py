@@ -49,13 +49,17 @@ async def of_task(conn: Connection, task: Task) -> Why | None:
 
 
 async def of_job(conn: Connection, job: Job) -> JobWaiting | None:
-    """Why `job`'s tasks that wait to be placed wait (and how many), or None. A configuring
-    job's are its test tasks; an ended job has none."""
+    """Why `job`'s tasks that wait to be placed wait (and how many), or None. `job` comes
+    with its counts (`jobs_repo.get`): those waiting are its `new` tasks less those placed. A
+    configuring job's are its test tasks; an ended job has none."""
     if job.state not in (JobState.ACTIVE, JobState.SUSPENDED, JobState.CONFIGURING):
         return None
     tests = job.state is JobState.CONFIGURING
-    count = await waits_repo.waiting_tasks(conn, job.id, tests=tests)
-    if not count:
+    new = (job.test_counts if tests else job.counts).get(TaskState.NEW.value, 0)
+    if not new:
+        return None
+    count = new - await waits_repo.placed_tasks(conn, job.id, tests=tests)
+    if count <= 0:
         return None
     return job_waiting(
         job_state=job.state,
