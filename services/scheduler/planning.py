@@ -96,20 +96,20 @@ class Planning:
     def _round(self, feed: plan_repo.Feed) -> tuple[Round, set[str]]:
         hosts, probing = [], set()
         for h in feed.hosts:
+            load = h.load
             accepting = h.live and not h.draining and (not h.quarantined or h.probing)
             if h.quarantined and h.probing:
-                accepting = accepting and h.tasks == 0
-                probing.add(h.host_id)
-            free = (h.capacity - h.held).at_least_zero()
-            room_for_pending = max(0, h.capacity.millicpus - h.running_millicpus)
-            staged = max(0, h.pending - room_for_pending // DEFAULT_REQUEST.millicpus)
+                accepting = accepting and load.tasks == 0
+                probing.add(load.host_id)
+            room_for_pending = max(0, load.capacity.millicpus - load.running_millicpus)
+            staged = max(0, load.pending - room_for_pending // DEFAULT_REQUEST.millicpus)
             hosts.append(
                 HostState(
-                    h.host_id,
-                    h.capacity,
-                    free,
-                    tuple(g for g in h.gpu_ids if g not in h.held_gpu_ids)[: free.gpus],
-                    accepting and h.capacity.millicpus > 0,
+                    load.host_id,
+                    load.capacity,
+                    load.free,
+                    load.free_gpu_ids[: load.free.gpus],
+                    accepting and load.capacity.millicpus > 0,
                     staged,
                 )
             )
@@ -178,7 +178,7 @@ class Planning:
         if clock - self._charged_at < CHARGE_EVERY_S:
             return
         self._charged_at = clock
-        total = sum((h.capacity for h in feed.hosts), start=NOTHING)
+        total = sum((h.load.capacity for h in feed.hosts), start=NOTHING)
         pricing = Pricing.of_pool(total)
         half_life = self.settings.half_life_s
         usage = {

@@ -20,7 +20,7 @@ from shared.domain.prerequisites import met_arrays, unmet_sql
 from shared.domain.scheduling.resources import Resources
 from shared.store import sql_states
 from shared.store.db import Connection
-from shared.store.pool_repo import HOLDING_SQL
+from shared.store.pool_repo import HELD_BY_HOST, HOLDING_SQL, LOAD_COLUMNS, HostLoad, load_of
 
 #: Emergency stops: nothing is placed while one is in force.
 _NOT_STOPPED: Final = "NOT EXISTS (SELECT 1 FROM emergency_stops WHERE resumed_at IS NULL)"
@@ -60,27 +60,12 @@ CROSS JOIN LATERAL (
 WHERE (j.state = 'active' OR (j.state = 'configuring' AND {_NOT_STOPPED})) AND w.n > 0
 """
 
-#: The pool's hosts with a worker: capacity, whether they take work, and what they hold.
-#: `pending` counts the tasks handed to it that have not started their command; `running`
-#: the CPUs of those that have (to tell the tasks staged beyond capacity).
+#: The pool's hosts with a worker: capacity, what their tasks hold, whether they take work.
 _HOSTS: Final = f"""
-SELECT h.id, h.capacity_millicpus, h.capacity_memory_mb, h.gpu_ids,
+SELECT {LOAD_COLUMNS},
        h.heartbeat_at > now() - make_interval(secs => $2) AS live,
-       h.draining, h.quarantined, h.probing_since IS NOT NULL AS probing,
-       coalesce(l.tasks, 0) AS tasks, coalesce(l.pending, 0) AS pending,
-       coalesce(l.millicpus, 0) AS millicpus, coalesce(l.memory_mb, 0) AS memory_mb,
-       coalesce(l.running, 0) AS running, coalesce(l.gpu_ids, '{{}}') AS held_gpu_ids
-FROM hosts h LEFT JOIN (
-    SELECT t.host, count(*) AS tasks,
-           count(*) FILTER (WHERE t.state <> 'on_cpu') AS pending,
-           sum(j.req_millicpus)::bigint AS millicpus,
-           sum(j.req_memory_mb)::bigint AS memory_mb,
-           coalesce(sum(j.req_millicpus) FILTER (WHERE t.state = 'on_cpu'), 0)::bigint AS running,
-           array_agg(g.id) FILTER (WHERE g.id IS NOT NULL) AS gpu_ids
-    FROM tasks t JOIN jobs j ON j.id = t.job_id
-    LEFT JOIN LATERAL unnest(t.gpu_ids) AS g(id) ON true
-    WHERE {HOLDING_SQL}
-    GROUP BY t.host) l ON l.host = h.id
+       h.draining, h.quarantined, h.probing_since IS NOT NULL AS probing
+FROM hosts h LEFT JOIN ({HELD_BY_HOST}) l ON l.host = h.id
 WHERE h.pool = $1 AND h.worker IS NOT NULL
 """
 
@@ -104,18 +89,13 @@ WHERE u.id = ANY($1::text[]) OR l.owner_id IS NOT NULL
 
 @dataclass(frozen=True)
 class HostRow:
-    host_id: str
-    capacity: Resources
-    gpu_ids: tuple[str, ...]
+    """A host of the pool: what it holds, and whether it takes work."""
+
+    load: HostLoad
     live: bool
     draining: bool
     quarantined: bool
     probing: bool
-    tasks: int  # tasks holding resources there
-    pending: int  # of those, not yet running their command
-    held: Resources
-    running_millicpus: int
-    held_gpu_ids: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -155,7 +135,7 @@ def counted_per_job(hosts: Sequence[HostRow], prefetch: int, batch: int) -> int:
     """How many of a job's waiting tasks the feed counts: what one round could place of
     small tasks (four per free CPU, plus the prefetch of each host), within `batch`, at
     least one (to know that it waits)."""
-    free = sum(max(0, h.capacity.millicpus - h.held.millicpus) for h in hosts)
+    free = sum(h.load.free.millicpus for h in hosts)
     return max(1, min(batch, free // 250 + prefetch * len(hosts)))
 
 
@@ -173,23 +153,12 @@ async def read(conn: Connection, pool: str, fresh_s: float, prefetch: int, batch
 
 
 def _host(row: Any) -> HostRow:
-    gpu_ids = tuple(row["gpu_ids"])
-    held_ids = frozenset(row["held_gpu_ids"])
     return HostRow(
-        host_id=row["id"],
-        capacity=Resources(row["capacity_millicpus"], row["capacity_memory_mb"], len(gpu_ids)),
-        gpu_ids=gpu_ids,
+        load=load_of(row),
         live=bool(row["live"]),
         draining=bool(row["draining"]),
         quarantined=bool(row["quarantined"]),
         probing=bool(row["probing"]),
-        tasks=int(row["tasks"]),
-        pending=int(row["pending"]),
-        held=Resources(
-            int(row["millicpus"]), int(row["memory_mb"]), len(held_ids & frozenset(gpu_ids))
-        ),
-        running_millicpus=int(row["running"]),
-        held_gpu_ids=held_ids,
     )
 
 

@@ -14,7 +14,7 @@ Locks: none (reads).
 """
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from shared.domain.scheduling.resources import Resources
 from shared.domain.states import TaskState
@@ -43,18 +43,27 @@ HOLDING_SQL: Final = (
     " AND (t.state <> 'new' OR t.claim IS NOT NULL)"
 )
 
-#: Per host: what its tasks hold, their GPU devices, and how many tasks there are.
-_HELD: Final = f"""
+#: Per host: what its tasks hold, their GPU devices, how many tasks there are, how many of
+#: them have not started their command yet (`pending`), and the CPUs of those that have.
+HELD_BY_HOST: Final = f"""
 SELECT t.host,
        count(*) AS tasks,
+       count(*) FILTER (WHERE t.state <> 'on_cpu') AS pending,
        sum(j.req_millicpus)::bigint AS millicpus,
        sum(j.req_memory_mb)::bigint AS memory_mb,
-       coalesce(array_agg(g.id) FILTER (WHERE g.id IS NOT NULL), '{{}}') AS gpu_ids
+       coalesce(sum(j.req_millicpus) FILTER (WHERE t.state = 'on_cpu'), 0)::bigint AS running,
+       array_agg(g.id) FILTER (WHERE g.id IS NOT NULL) AS gpu_ids
 FROM tasks t JOIN jobs j ON j.id = t.job_id
 LEFT JOIN LATERAL unnest(t.gpu_ids) AS g(id) ON true
 WHERE {HOLDING_SQL}
 GROUP BY t.host
 """
+
+#: A host `h` and what its tasks hold `l` (`HELD_BY_HOST`, left-joined), as `load_of` reads it.
+LOAD_COLUMNS: Final = """h.id, h.capacity_millicpus, h.capacity_memory_mb, h.gpu_ids,
+       coalesce(l.tasks, 0) AS tasks, coalesce(l.pending, 0) AS pending,
+       coalesce(l.millicpus, 0) AS millicpus, coalesce(l.memory_mb, 0) AS memory_mb,
+       coalesce(l.running, 0) AS running, coalesce(l.gpu_ids, '{}') AS held_gpu_ids"""
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,10 @@ class HostLoad:
     held: Resources
     held_gpu_ids: frozenset[str]
     tasks: int
+    #: Of its tasks, those that have not started their command yet, and the CPUs of those
+    #: that have (to tell the tasks handed to it beyond its capacity: the prefetch).
+    pending: int = 0
+    running_millicpus: int = 0
 
     @property
     def free(self) -> Resources:
@@ -78,30 +91,29 @@ class HostLoad:
         return tuple(g for g in self.gpu_ids if g not in self.held_gpu_ids)
 
 
+def load_of(row: Any) -> HostLoad:
+    """A row of `LOAD_COLUMNS`."""
+    gpu_ids = tuple(row["gpu_ids"])
+    held_ids = frozenset(row["held_gpu_ids"])
+    return HostLoad(
+        host_id=row["id"],
+        capacity=Resources(row["capacity_millicpus"], row["capacity_memory_mb"], len(gpu_ids)),
+        gpu_ids=gpu_ids,
+        held=Resources(
+            int(row["millicpus"]), int(row["memory_mb"]), len(held_ids & frozenset(gpu_ids))
+        ),
+        held_gpu_ids=held_ids,
+        tasks=int(row["tasks"]),
+        pending=int(row["pending"]),
+        running_millicpus=int(row["running"]),
+    )
+
+
 async def loads(conn: Connection, host_ids: list[str]) -> dict[str, HostLoad]:
     """Each named host's capacity and what its tasks hold (hosts not in `hosts` left out)."""
-    held = {row["host"]: row for row in await conn.fetch(_HELD)}
     rows = await conn.fetch(
-        "SELECT id, capacity_millicpus, capacity_memory_mb, gpu_ids FROM hosts"
-        " WHERE id = ANY($1::text[])",
+        f"SELECT {LOAD_COLUMNS} FROM hosts h LEFT JOIN ({HELD_BY_HOST}) l ON l.host = h.id"
+        " WHERE h.id = ANY($1::text[])",
         host_ids,
     )
-    result: dict[str, HostLoad] = {}
-    for row in rows:
-        h = held.get(row["id"])
-        held_ids = frozenset(h["gpu_ids"]) if h is not None else frozenset()
-        result[row["id"]] = HostLoad(
-            host_id=row["id"],
-            capacity=Resources(
-                row["capacity_millicpus"], row["capacity_memory_mb"], len(row["gpu_ids"])
-            ),
-            gpu_ids=tuple(row["gpu_ids"]),
-            held=Resources(
-                int(h["millicpus"]) if h else 0,
-                int(h["memory_mb"]) if h else 0,
-                len(held_ids & frozenset(row["gpu_ids"])),
-            ),
-            held_gpu_ids=held_ids,
-            tasks=int(h["tasks"]) if h else 0,
-        )
-    return result
+    return {row["id"]: load_of(row) for row in rows}

@@ -5,13 +5,13 @@ import asyncio
 import base64
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import httpx
 import pytest
 
 from tests.conftest import AMQP_URL, REDIS_URL, fresh_database
+from tests.e2e.attempts import cluster_attempts, most_at_once
 from tests.e2e.conftest import Events, wait_job
 from tests.e2e.stack import E2E_ENV, Stack
 
@@ -47,33 +47,6 @@ def stack(tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
                 print(f"----- {name} -----\n{s.log(name)}")  # noqa: T201
 
 
-async def _cluster_attempts(stack: Stack, job_id: str) -> list[Any]:
-    conn = await asyncpg.connect(stack.database_url)
-    try:
-        return list(
-            await conn.fetch(
-                "SELECT a.host, a.started_at, a.ended_at FROM attempts a"
-                " JOIN tasks t ON t.id = a.task_id"
-                " WHERE t.job_id = $1 AND a.stage = 'cluster' ORDER BY a.started_at",
-                job_id,
-            )
-        )
-    finally:
-        await conn.close()
-
-
-def _most_at_once(attempts: list[Any]) -> int:
-    edges = sorted(
-        [(a["started_at"], 1) for a in attempts] + [(a["ended_at"], -1) for a in attempts],
-        key=lambda edge: (edge[0], edge[1]),  # an end before a start at the same instant
-    )
-    running = most = 0
-    for _, step in edges:
-        running += step
-        most = max(most, running)
-    return most
-
-
 async def test_a_host_that_joins_takes_work_and_max_in_flight_holds_across_hosts(
     stack: Stack, client: httpx.AsyncClient, events: Events
 ) -> None:
@@ -90,10 +63,10 @@ async def test_a_host_that_joins_takes_work_and_max_in_flight_holds_across_hosts
 
     # then: every task completes, the new host ran some, and never more than 3 ran at once
     assert (await wait_job(client, events, job_id, within=60))["state"] == "completed"
-    attempts = await _cluster_attempts(stack, job_id)
+    attempts = await cluster_attempts(stack, job_id)
     assert len(attempts) == 12
     assert {a["host"] for a in attempts} == set(HOSTS), "the joining host took work"
-    assert _most_at_once(attempts) <= 3
+    assert most_at_once(attempts) <= 3
     conn = await asyncpg.connect(stack.database_url)
     try:
         joined = await conn.fetchval("SELECT started_at FROM hosts WHERE id = $1", HOSTS[1])
@@ -136,7 +109,7 @@ async def test_a_jobs_own_files_reach_its_tasks_on_every_host(
 
     # then: each host placed the files and ran its tasks
     assert (await wait_job(client, events, job_id, within=60))["state"] == "completed"
-    attempts = await _cluster_attempts(stack, job_id)
+    attempts = await cluster_attempts(stack, job_id)
     assert {a["host"] for a in attempts} == set(HOSTS)
     lines = (await client.get(f"/jobs/{job_id}/logs")).json()["items"]
     assert sorted(item["line"] for item in lines) == ["ran a", "ran b", "ran c", "ran d"]

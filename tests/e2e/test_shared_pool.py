@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 import pytest
 
+from tests.e2e.attempts import cluster_attempts, most_at_once
 from tests.e2e.conftest import Events, running_stack, wait_job
 from tests.e2e.stack import E2E_ENV, Stack
 
@@ -36,32 +36,6 @@ async def _submit(client: httpx.AsyncClient, **body: Any) -> str:
     response = await client.post("/jobs", json=body)
     assert response.status_code == 201, response.text
     return str(response.json()["id"])
-
-
-async def _cluster_attempts(stack: Stack, job_id: str) -> list[Any]:
-    conn = await asyncpg.connect(stack.database_url)
-    try:
-        return list(
-            await conn.fetch(
-                "SELECT a.started_at, a.ended_at FROM attempts a JOIN tasks t ON t.id = a.task_id"
-                " WHERE t.job_id = $1 AND a.stage = 'cluster' ORDER BY a.started_at",
-                job_id,
-            )
-        )
-    finally:
-        await conn.close()
-
-
-def _most_at_once(attempts: list[Any]) -> int:
-    edges = sorted(
-        [(a["started_at"], 1) for a in attempts] + [(a["ended_at"], -1) for a in attempts],
-        key=lambda edge: (edge[0], edge[1]),  # an end before a start at the same instant
-    )
-    running = most = 0
-    for _, step in edges:
-        running += step
-        most = max(most, running)
-    return most
 
 
 async def _reason_while_waiting(client: httpx.AsyncClient, task_id: str) -> str | None:
@@ -99,8 +73,8 @@ async def test_a_user_who_comes_later_runs_next_not_behind_the_others_backlog(
         # then it waits for capacity, saying so, and is the next to run
         assert await _reason_while_waiting(bob, bob_task["id"]) == "resources"
         assert (await wait_job(bob, events, bob_job, within=30))["state"] == "completed"
-        bob_started = (await _cluster_attempts(stack, bob_job))[0]["started_at"]
-        alice_attempts = await _cluster_attempts(stack, alice_job)
+        bob_started = (await cluster_attempts(stack, bob_job))[0]["started_at"]
+        alice_attempts = await cluster_attempts(stack, alice_job)
         assert sum(a["started_at"] < bob_started for a in alice_attempts) == 4
 
 
@@ -120,8 +94,8 @@ async def test_requests_are_placed_where_they_fit_and_each_gpu_task_has_its_own(
     # then each completes, never more at once than the host holds
     for job_id in (wide, gpu, plain):
         assert (await wait_job(client, events, job_id, within=60))["state"] == "completed"
-    assert _most_at_once(await _cluster_attempts(stack, wide)) <= 2
-    assert _most_at_once(await _cluster_attempts(stack, gpu)) <= 2
+    assert most_at_once(await cluster_attempts(stack, wide)) <= 2
+    assert most_at_once(await cluster_attempts(stack, gpu)) <= 2
     # and a GPU task sees its own device, a plain one none
     lines = []
     for job_id in (gpu, plain):

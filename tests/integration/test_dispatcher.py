@@ -245,7 +245,7 @@ async def test_a_request_goes_where_it_fits_and_one_no_host_holds_says_so(pool: 
     assert placed_on == large
     assert reason is not None and reason[0] == "too_large"
     assert large in reason[1]
-    free = {h.host_id: (h.capacity - h.held).millicpus for h in loads.hosts}
+    free = {h.load.host_id: h.load.free.millicpus for h in loads.hosts}
     assert free == {small: 2000, large: 0}
 
 
