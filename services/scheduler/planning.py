@@ -111,6 +111,7 @@ class Planning:
                     load.free_gpu_ids[: load.free.gpus],
                     accepting and load.capacity.millicpus > 0,
                     staged,
+                    h.ends_at,
                 )
             )
         pricing = Pricing.of_pool(sum((h.capacity for h in hosts if h.accepting), start=NOTHING))
@@ -136,6 +137,7 @@ class Planning:
                 j.since,
                 j.in_flight,
                 j.max_in_flight,
+                j.walltime_s,
             )
             for j in feed.jobs
         ]

@@ -45,6 +45,7 @@ def _releasable(first: int) -> str:
 _JOBS: Final = f"""
 SELECT j.id, j.owner_id, j.priority, j.req_millicpus, j.req_memory_mb, j.req_gpus,
        CASE WHEN j.probing_since IS NULL THEN j.max_in_flight ELSE 1 END AS max_in_flight,
+       (j.policy->>'walltime')::float8 AS walltime,
        w.n AS waiting, extract(epoch FROM w.since)::float8 AS since,
        (SELECT count(*) FROM tasks x WHERE x.job_id = j.id
           AND (x.claim IS NOT NULL OR x.state NOT IN {sql_states.NOT_IN_FLIGHT})) AS in_flight
@@ -64,7 +65,8 @@ WHERE (j.state = 'active' OR (j.state = 'configuring' AND {_NOT_STOPPED})) AND w
 _HOSTS: Final = f"""
 SELECT {LOAD_COLUMNS},
        h.heartbeat_at > now() - make_interval(secs => $2) AS live,
-       h.draining, h.quarantined, h.probing_since IS NOT NULL AS probing
+       h.draining, h.quarantined, h.probing_since IS NOT NULL AS probing,
+       extract(epoch FROM h.ends_at)::float8 AS ends_at
 FROM hosts h LEFT JOIN ({HELD_BY_HOST}) l ON l.host = h.id
 WHERE h.pool = $1 AND h.worker IS NOT NULL
 """
@@ -96,6 +98,7 @@ class HostRow:
     draining: bool
     quarantined: bool
     probing: bool
+    ends_at: float | None = None  # a pilot's end (epoch seconds)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ class JobRow:
     waiting: int
     since: float  # epoch seconds
     in_flight: int
+    walltime_s: float | None = None  # `policy.walltime`
 
 
 @dataclass(frozen=True)
@@ -159,6 +163,7 @@ def _host(row: Any) -> HostRow:
         draining=bool(row["draining"]),
         quarantined=bool(row["quarantined"]),
         probing=bool(row["probing"]),
+        ends_at=row["ends_at"],
     )
 
 
@@ -172,6 +177,7 @@ def _job(row: Any) -> JobRow:
         waiting=int(row["waiting"]),
         since=float(row["since"]),
         in_flight=int(row["in_flight"]),
+        walltime_s=row["walltime"],
     )
 
 

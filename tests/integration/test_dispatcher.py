@@ -392,3 +392,31 @@ async def test_a_suspended_jobs_tasks_do_not_wait_to_be_released(pool: Pool) -> 
         job = await _submitted(conn, NewJob("paused", "shell", "true", ["a"]))
         await conn.execute("UPDATE jobs SET state = 'suspended' WHERE id = $1", job.id)
     assert await _waiting_after(pool, 1) == [False]
+
+
+async def test_a_task_goes_only_to_a_pilot_whose_allocation_outlasts_its_walltime(
+    pool: Pool,
+) -> None:
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        soon = await _host(conn, cpus=4)
+        later = await _host(conn, cpus=1)
+        await conn.execute(
+            "UPDATE hosts SET ends_at = now() + CASE id WHEN $1 THEN interval '10 minutes'"
+            " ELSE interval '2 hours' END WHERE id = ANY($2::text[])",
+            soon,
+            [soon, later],
+        )
+        job = await _submitted(conn, NewJob("hour", "shell", "true", ["a", "b"]))
+        await conn.execute(
+            "UPDATE jobs SET policy = '{\"walltime\": 3600}'::jsonb WHERE id = $1", job.id
+        )
+
+        await dispatcher.run_once()
+        hosts = await conn.fetch(
+            "SELECT host FROM tasks WHERE job_id = $1 AND claim IS NOT NULL", job.id
+        )
+        reason = await _wait(conn, job.id)
+
+    assert [r["host"] for r in hosts] == [later]  # one CPU: the other task waits
+    assert reason is not None and reason[0] == "resources"

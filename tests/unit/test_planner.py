@@ -660,3 +660,29 @@ def test_when_others_come_first__fair_share_counts_the_tasks_ahead() -> None:
     assert result.waits["j"] == FairShare(ahead=5)  # light's 5 all come before heavy's next
     assert result.waits["j"].message() == "fair share: 5 tasks of other users ahead"
     assert {w.reason for w in result.waits.values()} <= set(WaitingReason)
+
+
+# -- pilots: hosts that end ---------------------------------------------------------------------
+
+
+def test_when_a_pilot_ends_before_a_task_could__the_task_goes_where_it_has_the_time() -> None:
+    soon = replace(HostState.idle("pilot-soon", R(4)), ends_at=NOW + 600)
+    later = replace(HostState.idle("pilot-later", R(8)), ends_at=NOW + 7200)
+    hosts = [soon, later]
+    hour = JobDemand("hour", "u", 3, R(1), walltime_s=3600, waiting_since=NOW)
+    unsaid = JobDemand("unsaid", "v", 1, R(1), waiting_since=NOW)
+
+    result = plan(Round(NOW, hosts, [hour, unsaid]))
+
+    assert {a.host_id for a in result.assignments if a.job_id == "hour"} == {"pilot-later"}
+    assert _placed(result, "unsaid") == 1  # no walltime: any host, a pilot's too
+
+
+def test_when_no_host_lasts_long_enough__the_task_waits_for_resources() -> None:
+    soon = replace(HostState.idle("pilot-soon", R(4)), ends_at=NOW + 600)
+    hour = JobDemand("hour", "u", 1, R(1), walltime_s=3600, waiting_since=NOW)
+
+    result = plan(Round(NOW, [soon], [hour]))
+
+    assert result.assignments == ()
+    assert result.waits["hour"].reason is WaitingReason.RESOURCES

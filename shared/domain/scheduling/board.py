@@ -38,6 +38,11 @@ class Host:
     staged: int
     hold: Resources = NOTHING  # what a reservation keeps here for `held_for`
     held_for: str | None = None
+    ends_at: float | None = None  # a pilot's end (`HostState.ends_at`)
+
+    def lasts_until(self, until: float | None) -> bool:
+        """Whether it takes work until `until` (None: no time asked)."""
+        return until is None or self.ends_at is None or self.ends_at >= until
 
     @property
     def room(self) -> Resources:
@@ -88,7 +93,15 @@ class Board:
 
     def __init__(self, hosts: Sequence[HostState]) -> None:
         self.hosts = [
-            Host(n, h.host_id, h.capacity, h.free.at_least_zero(), list(h.free_gpu_ids), h.staged)
+            Host(
+                n,
+                h.host_id,
+                h.capacity,
+                h.free.at_least_zero(),
+                list(h.free_gpu_ids),
+                h.staged,
+                ends_at=h.ends_at,
+            )
             for n, h in enumerate(x for x in hosts if x.accepting)
         ]
         self._by_id = {h.host_id: h for h in self.hosts}
@@ -107,16 +120,19 @@ class Board:
 
     # -- placing ------------------------------------------------------------------------------
 
-    def best_fit(self, need: Resources) -> Host | None:
-        """The host whose room holds `need` most tightly (see the module), or None."""
-        if need.gpus == 0 and (found := self._first(self._plain, need, gpu_list=False)):
+    def best_fit(self, need: Resources, until: float | None = None) -> Host | None:
+        """The host whose room holds `need` most tightly (see the module), taking work until
+        `until` at least (a task's walltime from now), or None."""
+        if need.gpus == 0 and (found := self._first(self._plain, need, False, until)):
             return found
-        return self._first(self._gpus, need, gpu_list=True)
+        return self._first(self._gpus, need, True, until)
 
-    def _first(self, keys: list[_Key], need: Resources, gpu_list: bool) -> Host | None:
+    def _first(
+        self, keys: list[_Key], need: Resources, gpu_list: bool, until: float | None
+    ) -> Host | None:
         for n in range(bisect_left(keys, _probe(need, gpu_list)), len(keys)):
-            if _holds(keys[n], need):
-                return self.hosts[keys[n][-1]]
+            if _holds(keys[n], need) and (host := self.hosts[keys[n][-1]]).lasts_until(until):
+                return host
         return None
 
     def take(self, host: Host, need: Resources, count: int = 1) -> list[tuple[str, ...]]:
@@ -159,18 +175,22 @@ class Board:
 
     # -- reservations and prefetch ----------------------------------------------------------
 
-    def host_to_hold(self, need: Resources) -> Host | None:
-        """The host to hold for a large request: of those not held whose capacity holds it,
-        the one with the least left to drain, then the smallest (keep larger hosts for
-        larger requests), then by id."""
-        candidates = [h for h in self.hosts if h.held_for is None and need.fits_in(h.capacity)]
+    def host_to_hold(self, need: Resources, until: float | None = None) -> Host | None:
+        """The host to hold for a large request: of those not held whose capacity holds it
+        (and that take work until `until`), the one with the least left to drain, then the
+        smallest (keep larger hosts for larger requests), then by id."""
+        candidates = [
+            h
+            for h in self.hosts
+            if h.held_for is None and need.fits_in(h.capacity) and h.lasts_until(until)
+        ]
         return min(
             candidates,
             key=lambda h: (-coverage(need, h.free), h.capacity.millicpus, h.host_id),
             default=None,
         )
 
-    def stage(self, need: Resources, prefetch: int) -> Host | None:
+    def stage(self, need: Resources, prefetch: int, until: float | None = None) -> Host | None:
         """Hand one task beyond free capacity (the worker's prefetch) to a host not held, with
         fewer than `prefetch` staged, whose capacity holds it, the least staged first; never
         a GPU task (its devices are given when it is placed). The host, or None."""
@@ -180,7 +200,7 @@ class Board:
             self._staging = sorted((h.staged, h.index) for h in self.hosts if h.staged < prefetch)
         for n, (_, index) in enumerate(self._staging):
             host = self.hosts[index]
-            if host.held_for is None and need.fits_in(host.capacity):
+            if host.held_for is None and need.fits_in(host.capacity) and host.lasts_until(until):
                 del self._staging[n]
                 host.staged += 1
                 if host.staged < prefetch:

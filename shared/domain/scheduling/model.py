@@ -32,6 +32,10 @@ class HostState:
     accepting: bool = True
     #: Tasks handed to it beyond its free capacity (the worker's prefetch), not started yet.
     staged: int = 0
+    #: When it stops taking work for good (a pilot's allocation ends: its walltime), in the
+    #: round's clock; None: never. A task whose walltime would not fit before then is not
+    #: placed there.
+    ends_at: float | None = None
 
     def __post_init__(self) -> None:
         if len(self.free_gpu_ids) != max(self.free.gpus, 0):
@@ -62,6 +66,9 @@ class JobDemand:
     in_flight: int = 0
     #: The job's throttle (1 while it probes); None: none.
     max_in_flight: int | None = None
+    #: How long each task may run (`policy.walltime`); None: not said (placed on any host,
+    #: a pilot's too, where the end of the allocation may stop it: a lost host, not its fault).
+    walltime_s: float | None = None
 
     def __post_init__(self) -> None:
         # Every task takes some CPU: a request of nothing would fit anywhere without end,

@@ -135,7 +135,8 @@ class _Planner:
     pricing: Pricing = field(init=False)
     users: dict[str, _User] = field(init=False)
     pending: list[_Job] = field(default_factory=list)  # passed over long enough, no host yet
-    no_room: set[Resources] = field(default_factory=set)  # requests that found no room
+    #: Requests (with the time they must last until) that found no room this round.
+    no_room: set[tuple[Resources, float | None]] = field(default_factory=set)
     placements: dict[tuple[str, str, bool], list[tuple[str, ...]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -220,7 +221,7 @@ class _Planner:
         for job in self.pending:
             if len(self.board.held()) >= self.settings.max_reservations:
                 break
-            host = self.board.host_to_hold(job.demand.request)
+            host = self.board.host_to_hold(job.demand.request, self._until(job))
             if host is not None:
                 self.board.hold(host, job.demand.job_id, job.demand.request)
         self.pending.clear()
@@ -257,11 +258,11 @@ class _Planner:
     def _place(self, user: _User, job: _Job, after: _Next) -> int:
         """Tasks of `job` on the best-fit host's room while its user stays the lowest, or
         none (the job is passed over)."""
-        need = job.demand.request
-        known_not = self.no_room and need in self.no_room
-        host = None if known_not else self.board.best_fit(need)
+        need, until = job.demand.request, self._until(job)
+        known_not = self.no_room and (need, until) in self.no_room
+        host = None if known_not else self.board.best_fit(need, until)
         if host is None:
-            self.no_room.add(need)
+            self.no_room.add((need, until))
             self._pass_over(job)
             return 0
         if self.pending:
@@ -272,6 +273,12 @@ class _Planner:
         self._record(user, job, host, count, staged=False)
         self.board.unhold(job.demand.job_id)  # a hold for it has done its work
         return count
+
+    def _until(self, job: _Job) -> float | None:
+        """Until when a host must take work for a task of `job` to end there (its walltime
+        from now), or None: not said."""
+        walltime = job.demand.walltime_s
+        return None if walltime is None else self.round_.now + walltime
 
     def _while_lowest(self, user: _User, need: Resources, after: _Next, most: int) -> int:
         """How many tasks of `need` (1 to `most`) the user is given before their level passes
@@ -289,7 +296,7 @@ class _Planner:
     def _stage(self, user: _User, job: _Job, after: _Next) -> int:
         """One task of `job` staged on a host beyond its free capacity (prefetch), or none.
         It takes no capacity now, so it holds no host for a job passed over either."""
-        host = self.board.stage(job.demand.request, self.settings.prefetch)
+        host = self.board.stage(job.demand.request, self.settings.prefetch, self._until(job))
         if host is None:
             return 0
         self._record(user, job, host, 1, staged=True)
