@@ -17,7 +17,18 @@ from services.api.command_check import SyntaxCheck
 from services.api.event_hub import EventHub
 from services.api.metrics import Metrics
 from services.api.rate_limit import SubmitLimiter, TaskQuota
-from services.api.routes import admin, bulk, events, health, hosts, jobs, outputs, pages, tasks
+from services.api.routes import (
+    admin,
+    bulk,
+    events,
+    health,
+    hosts,
+    jobs,
+    outputs,
+    pages,
+    pilots,
+    tasks,
+)
 from services.api.settings import ApiSettings
 from shared.domain import analysers
 from shared.domain.errors import SchemaOutOfDate
@@ -93,7 +104,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         per_holder=settings.max_event_streams_per_user,
     )
     errors.install(app)
-    for module in (health, jobs, tasks, admin, events, hosts, bulk, outputs):
+    for module in (health, jobs, tasks, admin, events, hosts, pilots, bulk, outputs):
         app.include_router(module.router)
     pages.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

@@ -4,7 +4,7 @@ Nothing is read at import: each service builds its settings once in `main()` and
 """
 
 import socket
-from typing import Annotated, Final
+from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -58,6 +58,10 @@ class CommonSettings(BaseSettings):
     #: A host whose worker and supervisor have not heartbeated for this long is dead: its
     #: tasks are lost (the scheduler), and it counts as gone (the api's `waiting_on`, health).
     dead_host_s: float = Field(default=10.0, gt=0)
+    #: The batch system that pilots are submitted to (issue 40, `VIGIL_PILOTS_BACKEND`):
+    #: `slurm`, or `none` (no pilots; `POST /pilots` refused). The scheduler also asks for
+    #: pilots on its own when work waits that no host can take.
+    pilots_backend: Literal["none", "slurm"] = "none"
     #: Where the scheduler, the worker and the supervisor serve `GET /healthz`
     #: (`VIGIL_HEALTH_HOST`), each on a port of its own (`VIGIL_SCHEDULER_HEALTH_PORT`,
     #: `VIGIL_WORKER_HEALTH_PORT`, `VIGIL_SUPERVISOR_HEALTH_PORT`; `shared/runtime/health.py`).

@@ -84,6 +84,19 @@ async def beat_supervisor(conn: Connection, host_id: str, instance: str) -> None
     )
 
 
+async def prepare_pilot(conn: Connection, host_id: str, pool: str, ends_at: float) -> None:
+    """A pilot's host (issue 40): its row made (or taken over), not draining, with the end of
+    its allocation (`ends_at`, epoch seconds), before its worker registers. Locks: the host's
+    row (the upsert's insert or update)."""
+    await conn.execute(
+        "INSERT INTO hosts (id, slots, pool, ends_at) VALUES ($1, 0, $2, to_timestamp($3))"
+        " ON CONFLICT (id) DO UPDATE SET pool = $2, ends_at = to_timestamp($3), draining = false",
+        host_id,
+        pool,
+        ends_at,
+    )
+
+
 # -- operators: quarantine and drain --------------------------------------------------------
 
 

@@ -82,6 +82,10 @@ MATRIX: Final[dict[Key, Row]] = {
     ("GET", "/events"): Row(200, query={"topic": "job.*.{job_id}"}),
     ("GET", "/hosts"): Row(200),
     ("GET", "/analysers"): Row(200),
+    # no batch system configured for the matrix's api: an operator's request is refused
+    ("POST", "/pilots"): Row(409, body={"count": 1}, operators_only=True),
+    ("GET", "/pilots"): Row(200),
+    ("DELETE", "/pilots/{pilot_id}"): Row(202, operators_only=True),
     ("POST", "/hosts/{host_id}/actions"): Row(
         202, body={"action": "quarantine", "reason": "matrix"}, operators_only=True
     ),
@@ -166,6 +170,8 @@ def test_the_published_contract_lists_each_route_of_the_matrix_with_its_refusals
 OPERATOR_ROUTES: Final = frozenset(
     {
         ("POST", "/hosts/{host_id}/actions"),
+        ("POST", "/pilots"),  # the batch system's allocations: the site's, not a user's
+        ("DELETE", "/pilots/{pilot_id}"),
         ("GET", "/ui/charts"),  # the whole system's activity: a user's jobs are theirs alone
         ("GET", "/ui/users"),  # users and tokens
     }
@@ -216,6 +222,12 @@ class RouteCall:
         await self.api.pool.execute("INSERT INTO hosts (id, slots) VALUES ($1, 1)", host_id)
         if self.row.output:
             await self.api.pool.execute(_OUTPUT, task_id, host_id)
+        pilot_id = f"p-{job_id[2:]}"
+        await self.api.pool.execute(
+            "INSERT INTO pilots (id, pool, backend, cpus, walltime_s, requested_by)"
+            " VALUES ($1, 'default', 'slurm', 1, 60, 'matrix')",
+            pilot_id,
+        )
         token = uuid.uuid4().hex  # a throwaway user's, for the account routes
         async with self.api.pool.acquire() as conn:
             someone = await users_repo.ensure_user(conn, f"someone-{job_id}", "user", token)
@@ -223,6 +235,7 @@ class RouteCall:
             "job_id": job_id,
             "task_id": str(task_id),
             "host_id": host_id,
+            "pilot_id": pilot_id,
             "name": "out.txt",
             "user_name": someone.name,
             "token_id": users_repo.token_id(users_repo.hash_token(token)),
