@@ -177,6 +177,15 @@ class AsyncClient:
     async def host_action(self, host_id: str, action: str, **fields: Any) -> dict[str, Any]:
         return cast(dict[str, Any], await self._send(calls.host_action(host_id, action, fields)))
 
+    async def pilots(self, live: bool = False) -> list[dict[str, Any]]:
+        return cast(list[dict[str, Any]], await self._send(calls.pilots(live)))
+
+    async def add_pilots(self, **fields: Any) -> list[dict[str, Any]]:
+        return cast(list[dict[str, Any]], await self._send(calls.add_pilots(fields)))
+
+    async def remove_pilot(self, pilot_id: str) -> dict[str, Any]:
+        return cast(dict[str, Any], await self._send(calls.remove_pilot(pilot_id)))
+
     async def analysers(self) -> list[str]:
         return cast(list[str], await self._send(calls.analysers()))
 

@@ -147,6 +147,18 @@ def host_action(host_id: str, action: str, fields: Mapping[str, Any]) -> Call:
     return Call("POST", f"/hosts/{check_id('host', host_id)}/actions", json=body)
 
 
+def pilots(live: bool) -> Call:
+    return Call("GET", "/pilots", params=[("live", "true")] if live else [])
+
+
+def add_pilots(fields: Mapping[str, Any]) -> Call:
+    return Call("POST", "/pilots", json={k: v for k, v in fields.items() if v is not None})
+
+
+def remove_pilot(pilot_id: str) -> Call:
+    return Call("DELETE", f"/pilots/{check_id('pilot', pilot_id)}")
+
+
 def analysers() -> Call:
     return Call("GET", "/analysers")
 

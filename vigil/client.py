@@ -226,6 +226,20 @@ class Client:
         (operators only)."""
         return cast(dict[str, Any], self._send(calls.host_action(host_id, action, fields)))
 
+    def pilots(self, live: bool = False) -> list[dict[str, Any]]:
+        """The pilots (hosts run as batch jobs), newest first; only those not ended with
+        `live`."""
+        return cast(list[dict[str, Any]], self._send(calls.pilots(live)))
+
+    def add_pilots(self, **fields: Any) -> list[dict[str, Any]]:
+        """Ask the batch system for pilots (`count`, `walltime_s`, `cpus`, `memory_mb`,
+        `gpus`; operators only; `Conflict` when no batch system is configured)."""
+        return cast(list[dict[str, Any]], self._send(calls.add_pilots(fields)))
+
+    def remove_pilot(self, pilot_id: str) -> dict[str, Any]:
+        """Stop a pilot (operators only): its batch job is cancelled; returns it."""
+        return cast(dict[str, Any], self._send(calls.remove_pilot(pilot_id)))
+
     def analysers(self) -> list[str]:
         """The analysers a job's `policy.analyser` may name (`default` and those installed)."""
         return cast(list[str], self._send(calls.analysers()))

@@ -233,6 +233,26 @@ def hosts_table(hosts: Sequence[Mapping[str, Any]]) -> Table:
     return table
 
 
+def pilots_table(pilots: Sequence[Mapping[str, Any]]) -> Table:
+    """One row per pilot: its state (and the batch system's reason, or why it ended), batch
+    job, host, what it asked for, and when its allocation ends."""
+    table = Table("PILOT", "STATE", "BATCH JOB", "HOST", "CPUS", "WALLTIME", "ENDS", box=None)
+    for pilot in pilots:
+        state = pilot.get("state")
+        if pilot.get("reason"):
+            state = f"{state} ({pilot['reason']})"
+        table.add_row(
+            cell(pilot.get("id")),
+            cell(state),
+            cell(pilot.get("batch_job_id") or "-"),
+            cell(pilot.get("host_id") or "-"),
+            cell(pilot.get("cpus")),
+            cell(f"{pilot.get('walltime_s')} s"),
+            cell(pilot.get("ends_at") or "-"),
+        )
+    return table
+
+
 def users_table(users: Sequence[Mapping[str, Any]]) -> Table:
     """One row per user: role, fair share, decayed usage (CPU-seconds), live tokens,
     creation, disabled."""

@@ -1,4 +1,4 @@
-"""Operators' commands: `hosts`, `analysers`, `emergency-stop`, `resume-all`."""
+"""Operators' commands: `hosts`, `pilots`, `analysers`, `emergency-stop`, `resume-all`."""
 
 from enum import StrEnum
 from typing import Annotated, Any
@@ -54,6 +54,45 @@ def hosts(
         print_json(done)
     else:
         print(render.printable(f"host {host}: {verb.value} accepted"))
+
+
+class PilotVerb(StrEnum):
+    """What `vigil pilots VERB` does (`add` and `rm`: operators only)."""
+
+    LS = "ls"  # list them
+    ADD = "add"  # ask the batch system for more
+    RM = "rm"  # stop one: its batch job is cancelled
+
+
+@command()
+def pilots(
+    ctx: typer.Context,
+    verb: Annotated[PilotVerb, typer.Argument(help="ls, add, or rm PILOT.")] = PilotVerb.LS,
+    pilot: Annotated[str | None, typer.Argument(help="The pilot's id (rm).")] = None,
+    count: Annotated[int, typer.Option(min=1, help="How many pilots (add).")] = 1,
+    walltime: Annotated[int, typer.Option(min=60, help="Each one's walltime, seconds.")] = 3600,
+    cpus: Annotated[int, typer.Option(min=1, help="Each one's CPUs.")] = 1,
+    memory_mb: Annotated[int | None, typer.Option(min=1, help="Each one's memory, MiB.")] = None,
+    gpus: Annotated[int, typer.Option(min=0, help="Each one's GPUs.")] = 0,
+    live: Annotated[bool, typer.Option(help="Only those not ended (ls).")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """List the pilots (hosts run as batch jobs); or add some, or stop one."""
+    with session(ctx).client() as client:
+        if verb is PilotVerb.LS:
+            found: Any = client.pilots(live=live)
+        elif verb is PilotVerb.ADD:
+            found = client.add_pilots(
+                count=count, walltime_s=walltime, cpus=cpus, memory_mb=memory_mb, gpus=gpus
+            )
+        elif pilot is None:
+            raise UsageError("vigil pilots rm needs a PILOT")
+        else:
+            found = [client.remove_pilot(pilot)]
+    if as_json:
+        print_json(found)
+    else:
+        out.print(render.pilots_table(found))
 
 
 @command()
