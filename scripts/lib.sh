@@ -305,6 +305,28 @@ ensure_jq() { ensure_tool "the docs' examples" jq jq; }
 # rules of deploy/prometheus/ and the queries of deploy/grafana/ with it.
 ensure_promtool() { ensure_tool "the monitoring files' check" prometheus promtool; }
 
+# Debian's slurm-wlm and munge: scripts/slurm runs a one-node Slurm of them for the pilots and
+# their tests (issue 40, docs/pilots.md); tests/slurm_fixture.py fails, saying so, without them.
+# On a machine run by systemd, the packages start Debian's munged (scripts/slurm then uses it);
+# slurmctld and slurmd are started by scripts/slurm up only, with a slurm.conf of its own.
+ensure_slurm() {
+    local bin missing=()
+    for bin in sbatch slurmctld slurmd munged; do
+        PATH="$PATH:/usr/sbin:/sbin" command -v "$bin" >/dev/null 2>&1 || missing+=("$bin")
+    done
+    if ((${#missing[@]} == 0)); then
+        ok "slurm-wlm and munge present: $(command -v sbatch)"
+        return 0
+    fi
+    step "Installing slurm-wlm and munge (the Slurm tests; missing: ${missing[*]})"
+    if apt_install slurm-wlm munge && command -v sbatch >/dev/null 2>&1; then
+        ok "slurm-wlm and munge installed: $(command -v sbatch)"
+    else
+        warn "could not install slurm-wlm and munge; the Slurm tests will fail saying so"
+    fi
+    return 0
+}
+
 # ---------------------------------------------------------------------------------------------
 # Service processes
 # ---------------------------------------------------------------------------------------------
