@@ -31,7 +31,7 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from services.worker import confinement
+from services.worker import launch
 from services.worker.settings import WorkerSettings
 from services.worker.stages import StageRunner
 from shared.domain.messages import RunStage
@@ -105,8 +105,7 @@ async def _run(args: argparse.Namespace, work_root: Path) -> None:
             RedisKeys(namespace),
             load_task_types(),
             f"{settings.host_id}-bench",
-            Cgroups.detect(namespace, settings.cgroup_root),
-            confinement.decide(settings.job_isolation, settings.job_uid_base),
+            launch.choose(settings).launcher(pool, Cgroups.detect(namespace, settings.cgroup_root)),
         )
         job_id, messages = await _messages(pool, args.tasks)
         await _drive_all(runner, messages[: args.warmup], args.slots)  # plans, caches

@@ -1,26 +1,27 @@
-"""Taking and letting go of tasks: the compare-and-set steps fenced by the claim.
+"""Taking tasks: the compare-and-set steps fenced by the claim that make one this worker's.
 
 `take()` makes a work message's claim this worker's: setup and hooks move the task into their
 running state (`setting_up`, `recovering_*`, `restarting_*`); the cluster and post-processing
 stages adopt a task resting in `queued` / `data_ready`. After it the message can be acked: a
 worker that dies from then on is the supervisor's business. `resume()` holds again a task this
-worker holds but drives no more (the consumer's reconcile), where that is safe.
+worker holds but drives no more (the consumer's reconcile), where that is safe. What is taken
+is a `tenure.Tenure`, which makes every move of the task from then on; `lose()` fails as lost
+a task this worker holds without one.
 """
 
-import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 from uuid import UUID
 
-from shared.domain.errors import UNAVAILABLE, StaleState
+from services.worker.tenure import Tenure
+from shared.domain.errors import StaleState
 from shared.domain.messages import RunStage
-from shared.domain.outcomes import worker_failed
 from shared.domain.outputs import UpstreamOutput
-from shared.domain.states import ACTIONS, QUIET, JobState, Stage, TaskState, failure_state_for
+from shared.domain.states import ACTIONS, QUIET, JobState, Stage, TaskState
 from shared.operations import loss
 from shared.operations.datasets import UPSTREAM_KEY
 from shared.store import attempts_repo, jobs_repo, outputs_repo, tasks_repo
@@ -51,40 +52,12 @@ _TASK_AND_JOB: Final = (
     + " FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE t.id = $1 AND j.id = $2"
 )
 
-_FAIL_TRIES = 30
-_FAIL_PAUSE_S = 1.0
-
 #: The state a work message expects to find the task in, per stage.
 _ENTRY_STATE = {
     Stage.SETUP: S.NEW,
     Stage.CLUSTER: S.QUEUED,
     Stage.POST_PROCESSING: S.DATA_READY,
 }
-
-
-@dataclass
-class Held:
-    """A task this worker holds: the row as it was taken, its job, and the claim."""
-
-    task: tasks_repo.Task
-    job: jobs_repo.Job
-    claim: UUID
-    state: TaskState
-    input: Any = None  # the task's input, a chained one resolved to its upstream outputs
-    #: The attempt the last move opened (its stage's), until the stage takes it.
-    opened: int | None = None
-    #: The setup attempt of a task set up but not yet recorded `queued` (it goes through
-    #: `queued` to `on_cpu` in one move when its request is free).
-    set_up: int | None = None
-    #: How many times the input's cluster stage started before this take (its lineage too).
-    cluster_starts: int = 0
-    #: False while the take is folded into the `on_cpu` move (`Taker.take(fold=...)`): the task
-    #: is still `new` in the database, this worker's only by the message it has not acked.
-    taken: bool = True
-    #: Called once the take is durable (the consumer acks the message then).
-    on_taken: Callable[[], Awaitable[None]] | None = None
-    #: A chained task's upstream outputs, by name (what setup places in its work dir).
-    upstream: dict[str, UpstreamOutput] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -106,7 +79,7 @@ class Taker:
         message: RunStage,
         fold: Callable[[tasks_repo.Task, jobs_repo.Job], bool] | None = None,
         refuse: Callable[[tasks_repo.Task, jobs_repo.Job], str | None] | None = None,
-    ) -> Held | None:
+    ) -> Tenure | None:
         """Make the message's claim this worker's; None when the message is stale (a no-op).
 
         With `fold` saying yes for the task, a setup is not written here: the task is held as
@@ -132,7 +105,7 @@ class Taker:
         task, job = _task_and_job(row)
         if task.claim != message.claim or await self._refused(task, job, message, refuse):
             return None
-        held: Held | None = None
+        held: Tenure | None = None
         if (
             fold is not None
             and message.stage is Stage.SETUP
@@ -142,7 +115,9 @@ class Taker:
             and fold(task, job)
         ):
             # the setup attempt it will open is numbered now: only this claim moves the counter
-            held = Held(task, job, message.claim, S.SETTING_UP, task.input, task.attempt + 1)
+            held = Tenure(
+                self, task, job, message.claim, S.SETTING_UP, task.input, task.attempt + 1
+            )
             held.taken = False
         elif message.stage is Stage.SETUP and job.state is not JobState.SUSPENDED:
             taken = await self._take_setup(task, message.claim)
@@ -154,8 +129,15 @@ class Taker:
                         value, upstream = await _resolve_input(
                             conn, value, job.owner_id, self.workdir(task.job_id, task.id)
                         )
-                held = Held(
-                    taken, job, message.claim, S.SETTING_UP, value, taken.attempt, upstream=upstream
+                held = Tenure(
+                    self,
+                    taken,
+                    job,
+                    message.claim,
+                    S.SETTING_UP,
+                    value,
+                    taken.attempt,
+                    upstream=upstream,
                 )
         if held is None:
             async with self.pool.acquire() as conn, conn.transaction():
@@ -185,7 +167,7 @@ class Taker:
             await tasks_repo.give_back(conn, task.id, message.claim, S.NEW)
         return True
 
-    async def take_now(self, held: Held) -> None:
+    async def take_now(self, held: Tenure) -> None:
         """Make a folded take durable, as `take` would have (the setup attempt it opens gets
         the number `held` was given: the task's next, under the claim); StaleState when the
         task is not this claim's any more (a suspended job's claim given back meanwhile).
@@ -240,7 +222,7 @@ class Taker:
 
     async def _take(
         self, conn: Connection, task: tasks_repo.Task, job: jobs_repo.Job, message: RunStage
-    ) -> Held | None:
+    ) -> Tenure | None:
         # Read again inside the transaction: after a refused setup move, the job may have been
         # suspended (or the task moved) since the first read.
         task = await tasks_repo.get(conn, message.task_id) or task
@@ -266,12 +248,12 @@ class Taker:
         claim: UUID,
         state: TaskState,
         opened: int | None = None,
-    ) -> Held:
+    ) -> Tenure:
         """The task held under `claim` in `state`, its input resolved."""
         value, upstream = await _resolve_input(
             conn, task.input, job.owner_id, self.workdir(task.job_id, task.id)
         )
-        return Held(task, job, claim, state, value, opened, upstream=upstream)
+        return Tenure(self, task, job, claim, state, value, opened, upstream=upstream)
 
     async def _enter(
         self, conn: Connection, task: tasks_repo.Task, message: RunStage
@@ -306,33 +288,6 @@ class Taker:
             return entry
         return None
 
-    async def release(self, held: Held, state: TaskState) -> None:
-        """Let go of a task that now waits (its claim returns to the scheduler)."""
-        async with self.pool.acquire() as conn:
-            await release(conn, held, state)
-
-    async def fail(self, held: Held, exc: BaseException, detail: str) -> None:
-        """The worker hit an error of its own while driving the task: fail the task with it.
-
-        Retried for a while, since the error may be the database itself restarting.
-        """
-        for _ in range(_FAIL_TRIES):
-            try:
-                async with self.pool.acquire() as conn:
-                    task = await tasks_repo.get(conn, held.task.id)
-                    if task is None or task.claim != held.claim:
-                        return
-                    outcome = worker_failed(failure_state_for(task.state), exc, detail)
-                    await loss.declare(conn, task, outcome)
-                    return
-            except UNAVAILABLE as db_error:
-                logger.warning("cannot record the failure of %s yet: %s", held.task.id, db_error)
-                await asyncio.sleep(_FAIL_PAUSE_S)
-
-    async def abandon(self, held: Held, why: str) -> None:
-        """The worker is stopping with this task in its hands: fail it as lost."""
-        await self.lose(held.task.id, held.claim, why)
-
     async def lose(self, task_id: str, claim: UUID, why: str) -> bool:
         """Fail the task as lost if this worker instance still holds it under `claim`."""
         async with self.pool.acquire() as conn:
@@ -341,7 +296,7 @@ class Taker:
                 return await loss.declare(conn, task, why=why)
         return False
 
-    async def resume(self, task_id: str, job_id: str, claim: UUID) -> Held | None:
+    async def resume(self, task_id: str, job_id: str, claim: UUID) -> Tenure | None:
         """Hold again, to drive it, a task this worker instance holds in PostgreSQL under
         `claim` but drives no more (the reply of its take was lost after it committed, or its
         driver failed without recording why), as it rests, when no step after the take had
@@ -403,11 +358,6 @@ def resumed_attempt(
     if stage is not None and opened == [(latest, stage)]:
         return True, latest
     return False, None
-
-
-async def release(conn: Connection, held: Held, state: TaskState) -> None:
-    """Give the claim of a task resting in `state` back to the scheduler (no state change)."""
-    await tasks_repo.give_back(conn, held.task.id, held.claim, state)
 
 
 def _promised(value: Any) -> bool:

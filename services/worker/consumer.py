@@ -35,8 +35,8 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
 
 from services.worker import cleanup
 from services.worker.admission import Admission
-from services.worker.claims import Held
 from services.worker.stages import StageRunner
+from services.worker.tenure import Tenure
 from shared.domain.errors import InvalidMessage
 from shared.domain.messages import RemoveWorkdirs, RunStage, decode
 from shared.messaging.amqp import Broker, settle
@@ -270,7 +270,7 @@ class Consumer:
         self._handling.add(key)
         return True
 
-    async def _take(self, message: RunStage) -> Held | None:
+    async def _take(self, message: RunStage) -> Tenure | None:
         """`take`, waiting for a database that went away (a restart) rather than handing the
         message back at once: its redelivery would fail the same way within milliseconds, and
         each one spends the message's delivery limit, after which it is dead-lettered and its

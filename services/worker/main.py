@@ -5,9 +5,8 @@ import logging
 import os
 import secrets
 from contextlib import AsyncExitStack
-from pathlib import Path
 
-from services.worker import confinement, limits
+from services.worker import launch, limits
 from services.worker.consumer import Consumer
 from services.worker.registration import Presence, heartbeat, register, unregister
 from services.worker.settings import WorkerSettings
@@ -34,8 +33,7 @@ async def main(settings: WorkerSettings) -> None:
     capacity = settings.capacity()
     presence = Presence(settings.host_id, instance, capacity)
     keys = RedisKeys(settings.namespace)
-    confined = confinement.decide(settings.job_isolation, settings.job_uid_base)
-    confinement.check_reach(confined, Path(settings.work_root))
+    launched = launch.choose(settings)  # CannotConfine before connecting to anything
     health = Health("worker")
     async with stop_on_signals() as stop, AsyncExitStack() as stack:
         await stack.enter_async_context(
@@ -57,22 +55,19 @@ async def main(settings: WorkerSettings) -> None:
         if cgroups is not None and (hint := slow_moves_hint()) is not None:
             logger.warning(hint)
         logger.info(limits.enforced(cgroups))
+        launcher = launched.launcher(pool, cgroups)
         runner = StageRunner(
-            settings,
-            pool,
-            broker,
-            redis,
-            keys,
-            load_task_types(),
-            instance,
-            cgroups,
-            confined,
-            capacity,
+            settings, pool, broker, redis, keys, load_task_types(), instance, launcher, capacity
         )
         admission = await register(pool, redis, keys, presence, settings.worker_pool)
         consumer = Consumer(runner, capacity.slots, settings.worker_prefetch)
         await consumer.start(broker, settings.host_id, settings.worker_pool, admission)
-        logger.info("worker %s up: %s", instance, capacity.describe())
+        logger.info(
+            "worker %s up: %s; commands run %s",
+            instance,
+            capacity.describe(),
+            launcher.describe(),
+        )
         drained = asyncio.Event()  # the heartbeat goes on while draining: the worker lives
         lease = Lease()
         intake = lambda: {"intake": consumer.intake()}  # noqa: E731

@@ -16,10 +16,10 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final, Literal
+from typing import IO, Any, Final, Literal
 
 from shared.host import cgroups
 from shared.host.processes import create_time, signal_tree
@@ -153,6 +153,24 @@ class Running:
         if self.gate is not None:
             os.close(self.gate)
             self.gate = None
+
+    @property
+    def returncode(self) -> int | None:
+        """Its exit status once reaped (negative: the signal that killed it)."""
+        return self.process.returncode
+
+    def stop(self) -> None:
+        """Never let the script run, and kill whatever was started (its tree, its cgroup)."""
+        self.close_gate()
+        signal_tree(self.pid, self.create_time, self.cgroup, signal.SIGKILL)
+
+    async def reaped(self) -> int:
+        """Wait for its process to end (after `stop`, say), and reap it; its exit status."""
+        return await self.process.wait()
+
+    def watch(self, sink: LineSink, on_exit: ExitNote) -> Coroutine[Any, Any, int]:
+        """Feed its output to `sink` until it exits (its gate opened): `wait`."""
+        return wait(self, sink, on_exit)
 
 
 async def spawn(

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from services.worker import claims
 from shared.domain.actions import JobAction, TaskAction
 from shared.domain.messages import JobEvent, JobOutcome, RunStage, TaskEvent, to_jsonable
 from shared.domain.states import QUIET, TERMINAL, Stage, TaskState
@@ -360,7 +359,7 @@ async def test_changes_that_make_tasks_releasable_without_an_event_wake_the_roun
             await _quiet(listener, notified)
             task = await tasks_repo.get(conn, task_id)
             assert task is not None
-            await claims.release(conn, claims.Held(task, job, claim, TaskState.NEW), TaskState.NEW)
+            await tasks_repo.give_back(conn, task.id, claim, TaskState.NEW)  # `Tenure.release`
             async with asyncio.timeout(5):
                 assert await notified.get() == "round"
         assert await conn.fetchval("SELECT claim FROM tasks WHERE id = $1", task_id) is None

@@ -9,16 +9,17 @@ message; what it asserts is what the database holds afterwards.
 import asyncio
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
-from services.worker.claims import Held
+from services.worker.launch import Command, Launch
 from services.worker.settings import WorkerSettings
 from services.worker.stages import StageRunner
+from services.worker.tenure import Tenure
 from shared.domain.messages import RunStage, WatchProcess, decode
 from shared.domain.states import NORMAL_PATH, Stage
 from shared.messaging.amqp import Broker, open_broker
@@ -298,7 +299,7 @@ async def test_a_types_inline_hooks_run_on_the_event_loop_and_the_others_in_a_th
 # -- a setup's take folded into the on_cpu move -------------------------------------------------
 
 
-async def _folded(runner: StageRunner, pool: db.Pool, command: str) -> tuple[RunStage, Held]:
+async def _folded(runner: StageRunner, pool: db.Pool, command: str) -> tuple[RunStage, Tenure]:
     """Given-step: a task of `command` claimed, and taken by `runner` with its take folded."""
     message = await _claimed(pool, command)
     held = await runner.take(message)
@@ -404,15 +405,13 @@ async def test_a_command_whose_request_went_while_it_was_made_ready_waits_durabl
     # made ready without it, and other commands may take the whole host meanwhile.
     message, held = await _folded(runner, pool, "true")
     others = runner.ledger.hold(runner.ledger.capacity.resources)
-    confine = runner._confine
+    prepare = runner.launcher.prepare
 
-    async def while_others_take_the_whole_host(
-        *args: Any,
-    ) -> tuple[list[str], Callable[[], None] | None]:
+    async def while_others_take_the_whole_host(command: Command) -> Launch:
         await others.take()
-        return await confine(*args)
+        return await prepare(command)
 
-    monkeypatch.setattr(runner, "_confine", while_others_take_the_whole_host)
+    monkeypatch.setattr(runner.launcher, "prepare", while_others_take_the_whole_host)
     driving = asyncio.ensure_future(runner.drive(held))
     try:
         async with asyncio.timeout(10):

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from services.worker.launch import LocalUnconfined
 from services.worker.stages import StageRunner
 from shared.domain.messages import RunStage
 from shared.domain.scheduling.resources import Resources
@@ -43,7 +44,8 @@ async def make_runner(
 
         def make(capacity: HostCapacity, cgroups: Cgroups | None = None) -> StageRunner:
             settings = _settings(session_database_url, namespace, tmp_path)
-            return _runner(settings, pool, broker, redis, cgroups=cgroups, capacity=capacity)
+            launcher = LocalUnconfined(cgroups)
+            return _runner(settings, pool, broker, redis, launcher=launcher, capacity=capacity)
 
         yield make
     await redis.aclose()

@@ -1,0 +1,249 @@
+"""Where a task's command runs, and how (issue 40, point 6): the seam between the stage
+machine (`stages.py`, `runs.py`) and the host.
+
+The cluster stage asks the worker's `Launcher` to `prepare` a `Command` (whose it is, its work
+dir, its limits, its network) and gets a `Launch`: all made ready that holds none of the
+host's capacity (a cgroup with its limits, who the command runs as). It then takes the
+command's request of the host (`ledger.py`) and `start`s it: a `RunningCommand`, held at its
+gate, known to the task row and the supervisor by its pid and the time its process was made.
+The stage puts it where its limits hold (`join_cgroup`) while the task is made `on_cpu`, then
+opens the gate, or `stop`s it unrun; `watch` feeds its output and returns its exit status;
+`Launch.end` cleans up after it, saying whether the kernel killed it for its memory.
+
+The launcher is chosen once, at the worker's start, from its settings (`choose`), never per
+task:
+
+- `LocalConfined`: a worker that is root (`VIGIL_JOB_ISOLATION` `auto` or `on`) starts the
+  command as its owner's uid, in its owner's network namespace with no network
+  (`confinement.py`), in a cgroup of its own where the host has cgroups.
+- `LocalUnconfined`: `VIGIL_JOB_ISOLATION=off` (what a pilot started by an unprivileged batch
+  user sets), or `auto` on a worker that is not root: the command runs as the worker's own
+  user, on its network (what `describe` says at the start), in a cgroup where this
+  host's cgroups let the worker make one (under a batch system, the allocation's cgroup is
+  the batch system's). `on` on a worker that cannot confine refuses to start
+  (`CannotConfine`, before the worker connects to anything).
+
+A container runtime would be a third launcher behind the same protocols. What it would not
+find here: the supervisor follows a command by its pid (`WatchProcess`, the task row's `pid`
+and `pid_create_time`, its kills and freezes), so it would need to learn the runtime's ways
+too.
+"""
+
+import functools
+import os
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+from uuid import UUID
+
+from services.worker import confinement, process
+from services.worker.confinement import Confinement, Network
+from services.worker.settings import WorkerSettings
+from shared.host.cgroups import Cgroups, TaskLimits
+from shared.store import users_repo
+from shared.store.db import Pool
+
+
+@dataclass(frozen=True)
+class Command:
+    """A task's command as its launcher needs to know it."""
+
+    task_id: str
+    claim: UUID
+    #: Whose job it is (`users.id`): a confined command runs as their uid.
+    owner_id: str
+    workdir: Path
+    #: What it may reach (`policy.network`).
+    network: Network
+    #: What it may use (`limits.resolve`).
+    limits: TaskLimits
+
+
+class RunningCommand(Protocol):
+    """A command started at its gate, until its exit (`process.Running` on this host)."""
+
+    #: What the task row (`pid`, `pid_create_time`) and the supervisor know it by.
+    pid: int
+    create_time: float
+    #: The cgroup holding its processes, once joined (None: none).
+    cgroup: Path | None
+    #: When its exit was seen (epoch seconds; None: not yet).
+    exited_at: float | None
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def join_cgroup(self) -> None:
+        """Put it where its limits hold, while it waits at its gate."""
+
+    def open_gate(self) -> None:
+        """Let it run (once its task is durably `on_cpu` under its claim)."""
+
+    def stop(self) -> None:
+        """Never let it run, and kill whatever was started."""
+
+    async def reaped(self) -> int:
+        """Wait for its end (after `stop`); its exit status."""
+        ...
+
+    def watch(self, sink: process.LineSink, on_exit: process.ExitNote) -> Awaitable[int]:
+        """Feed its output to `sink` until it exits; its exit status (negative: the signal
+        that killed it). `on_exit` is told the status as soon as it is known."""
+        ...
+
+
+class Launch(Protocol):
+    """A command made ready to start: nothing started yet, none of the host's capacity held."""
+
+    def start(self, script: str, workdir: Path, env: dict[str, str]) -> Awaitable[RunningCommand]:
+        """Start `bash -c script` in `workdir` with `env`, held at its gate."""
+        ...
+
+    def end(self, running: RunningCommand | None = None) -> bool:
+        """Clean up after the command (`running`: started, and now ended; None: never
+        started, or killed at its gate); whether the kernel killed one of its processes for
+        going over its memory limit (asked only of a command that failed)."""
+        ...
+
+
+class Launcher(Protocol):
+    """How this worker runs its tasks' commands."""
+
+    def describe(self) -> str:
+        """How commands run here, in a few words (said at the worker's start)."""
+        ...
+
+    async def prepare(self, command: Command) -> Launch:
+        """Make `command` ready to start (its cgroup, who it runs as); cleaned up if this
+        fails."""
+        ...
+
+
+@dataclass
+class _LocalLaunch:
+    """A command of this host made ready: its cgroup (if any), what bash is started through
+    and what gives its work dir to the uid it runs as (both none when unconfined)."""
+
+    cgroups: Cgroups | None
+    task_id: str
+    claim: UUID
+    cgroup: Path | None = None
+    limiters: Sequence[Path] = ()
+    through: Sequence[str] = ()
+    hand_over: Callable[[], None] | None = None
+
+    def start(
+        self, script: str, workdir: Path, env: dict[str, str]
+    ) -> Coroutine[Any, Any, process.Running]:
+        return process.spawn(
+            script,
+            workdir,
+            env,
+            self.cgroup,
+            prefix=self.through,
+            limiters=self.limiters,
+            prepare=self.hand_over,
+        )
+
+    def end(self, running: RunningCommand | None = None) -> bool:
+        if self.cgroups is None:
+            return False
+        # what the kernel's counts tell matters only for a command that failed
+        failed = running is not None and running.returncode not in (None, 0)
+        over_memory = (
+            failed
+            and running is not None
+            and running.cgroup is not None
+            and self.cgroups.over_memory(self.task_id, self.claim)
+        )
+        self.cgroups.remove(self.task_id, self.claim)
+        return over_memory
+
+
+class _Local:
+    """What both local launchers do: a cgroup per command, with its limits, where the host
+    has cgroups (`VIGIL_CGROUP_ROOT`)."""
+
+    def __init__(self, cgroups: Cgroups | None) -> None:
+        self.cgroups = cgroups
+
+    def _made_ready(self, command: Command) -> _LocalLaunch:
+        launch = _LocalLaunch(self.cgroups, command.task_id, command.claim)
+        if self.cgroups is not None:
+            launch.cgroup = self.cgroups.create(command.task_id, command.claim, command.limits)
+            if launch.cgroup:
+                launch.limiters = self.cgroups.limiter_paths(command.task_id, command.claim)
+        return launch
+
+
+class LocalUnconfined(_Local):
+    """Commands run on this host as the worker's own user, on its network: neither who they
+    run as nor what they reach is confined."""
+
+    def describe(self) -> str:
+        return f"unconfined: as the worker's own user (uid {os.geteuid()}), on its network"
+
+    async def prepare(self, command: Command) -> _LocalLaunch:
+        return self._made_ready(command)
+
+
+class LocalConfined(_Local):
+    """Commands run on this host as their owner's uid, in their owner's network namespace
+    (`confinement.py`); the work dir given to that uid in the spawn's thread."""
+
+    def __init__(
+        self, cgroups: Cgroups | None, confinement: Confinement, pool: Pool, work_root: Path
+    ) -> None:
+        super().__init__(cgroups)
+        self.confinement, self.pool, self.work_root = confinement, pool, work_root
+        self._job_uids: dict[str, int] = {}  # owner -> users.job_uid (never changes)
+
+    def describe(self) -> str:
+        return (
+            f"confined: as uid {self.confinement.uid_base} + their owner's number, in their"
+            " owner's network namespace"
+        )
+
+    async def prepare(self, command: Command) -> _LocalLaunch:
+        launch = self._made_ready(command)
+        try:
+            owner = command.owner_id
+            if owner not in self._job_uids:
+                async with self.pool.acquire() as conn:
+                    self._job_uids[owner] = await users_repo.job_uid(conn, owner)
+            job_uid = self._job_uids[owner]
+            launch.hand_over = functools.partial(
+                self.confinement.hand_over, self.work_root, command.workdir, job_uid
+            )
+            launch.through = self.confinement.argv(job_uid, command.network)
+        except BaseException:
+            launch.end()
+            raise
+        return launch
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The launcher a worker's settings make, decided at its start (`choose`)."""
+
+    #: How jobs are confined (None: they are not, `LocalUnconfined`).
+    confinement: Confinement | None
+    work_root: Path
+
+    def launcher(self, pool: Pool, cgroups: Cgroups | None) -> Launcher:
+        """The launcher, once the worker has its database pool and knows its cgroups."""
+        if self.confinement is None:
+            return LocalUnconfined(cgroups)
+        return LocalConfined(cgroups, self.confinement, pool, self.work_root)
+
+
+def choose(settings: WorkerSettings) -> Choice:
+    """Where and how this worker's commands run, from `VIGIL_JOB_ISOLATION`: confined when
+    the worker can (`auto`, `on`), unconfined when it cannot (`auto`: said in a warning) or
+    must not (`off`). `CannotConfine` when `on` was asked for and it cannot, or confined jobs
+    could not reach their work dirs."""
+    work_root = Path(settings.work_root)
+    confined = confinement.decide(settings.job_isolation, settings.job_uid_base)
+    confinement.check_reach(confined, work_root)
+    return Choice(confined, work_root)

@@ -1,0 +1,283 @@
+"""A run of a task's command on this host, from its request taken to its exit (the cluster
+stage's command: `stages.py` decides what its exit means).
+
+The command is made ready by the worker's launcher (`launch.py`: its cgroup, who it runs as),
+takes its request of the host's capacity (`ledger.py`), then starts held at its gate while its
+task is made durably `on_cpu` under its claim (`Tenure.on_cpu`); only then does the gate open.
+Its output is shipped (`log_shipper.py`), its exit noted in Redis for the supervisor, which is
+handed the command if it runs longer than `follow_after_s`; its request is given back as soon
+as its main process has ended.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Final
+
+from redis.asyncio import Redis
+
+from services.worker import limits
+from services.worker.launch import Command, Launch, Launcher, RunningCommand
+from services.worker.ledger import Hold, Ledger
+from services.worker.log_shipper import LogShipper
+from services.worker.process import ExitNote
+from services.worker.settings import WorkerSettings
+from services.worker.tenure import Tenure
+from shared.domain.errors import UNAVAILABLE
+from shared.domain.messages import LogRecord, WatchProcess
+from shared.domain.policy import Policy
+from shared.domain.states import TaskState
+from shared.domain.status_report import StatusReport
+from shared.host import job_files, marks
+from shared.host.cgroups import TaskLimits
+from shared.host.status_file import read_status as read_status_file
+from shared.host.status_file import surely_absent
+from shared.messaging.amqp import Broker
+from shared.messaging.redis_keys import JOB_TTL_S, RedisKeys
+from shared.messaging.topology import supervise_key
+from shared.store.db import Pool
+from shared.task_types import TaskContext
+
+logger = logging.getLogger(__name__)
+S = TaskState
+
+#: How long reading a status file may take (off the event loop) before the task fails on it.
+STATUS_READ_TIMEOUT_S: Final = 10.0
+
+
+async def read_status(ctx: TaskContext) -> StatusReport | None:
+    """The run's status file, read in a thread: a job's file never blocks the event loop
+    (`shared.host.status_file.read_status` refuses FIFOs, devices and links without waiting)."""
+    if surely_absent(ctx.workdir, ctx.status_file):  # most commands write none: no thread hop
+        return None
+    try:
+        async with asyncio.timeout(STATUS_READ_TIMEOUT_S):
+            return await asyncio.to_thread(read_status_file, ctx.workdir, ctx.status_file)
+    except TimeoutError:
+        message = f"the status file could not be read within {STATUS_READ_TIMEOUT_S:g} s"
+        return StatusReport(status="fatal", message=message)
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A command that ran to its exit."""
+
+    attempt: int
+    returncode: int  # negative: killed by that signal
+    failing: LogRecord | None  # its first line with a severity in `fail_on_log`
+    exited_at: float | None
+    status: StatusReport | None
+    #: Its memory limit, if the kernel killed one of its processes for going over it.
+    over_memory: TaskLimits | None = None
+    #: The line bash wrote on stderr when it could not parse the script, if it wrote one.
+    syntax_error: str | None = None
+
+
+class _Suspended(Exception):
+    """The job was suspended between setup and the command's start."""
+
+
+class Runs:
+    """The runs of this worker's commands."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        pool: Pool,
+        broker: Broker,
+        redis: Redis,
+        keys: RedisKeys,
+        ledger: Ledger,
+        launcher: Launcher,
+    ) -> None:
+        self.settings = settings
+        self.pool, self.broker, self.redis, self.keys = pool, broker, redis, keys
+        #: What the host's commands hold of its capacity (`StageRunner.ledger`).
+        self.ledger = ledger
+        self.launcher = launcher
+        #: A task's memory limit when its job gives none (MiB; 0: none).
+        self._memory_mb = limits.default_memory_mb(settings.job_memory_mb)
+        self._pending: set[asyncio.Task[None]] = set()
+
+    async def run(self, held: Tenure, ctx: TaskContext, script: str, attempt: int) -> Ran | None:
+        """Run `script`, the command of cluster attempt `attempt`, with its request held (from
+        its spawn to its exit), to its exit; None when it did not run (the job was suspended
+        meanwhile: the task is given back, `queued`)."""
+        # A diagnosis is about this attempt only.
+        job_files.remove_file(ctx.workdir, ctx.status_file.relative_to(ctx.workdir))
+        policy = Policy.model_validate(held.job.policy)
+        settings = self.settings
+        bounds = limits.resolve(
+            policy.limits, held.job.request, self._memory_mb, settings.job_cpus, settings.job_pids
+        )
+        hold = self.ledger.hold(held.job.request, held.task.gpu_ids or ())
+        launch, running = await self._start(held, ctx, script, policy, bounds, hold)
+        try:  # the gate opens once the process is in its cgroup and the task durably on_cpu
+            _, on_cpu = await asyncio.gather(
+                running.join_cgroup(),
+                held.on_cpu(
+                    attempt,
+                    running.pid,
+                    running.create_time,
+                    # Not awaited: the supervisor's periodic reconcile finds the process
+                    # anyway, and every verdict it reaches is fenced by the claim.
+                    lambda: self._background(self._hand_over(held, running)),
+                ),
+            )
+            if not on_cpu:
+                raise _Suspended
+        except BaseException as exc:  # not ours any more (or we stop): never run the script
+            running.stop()
+            hold.free()
+            await running.reaped()
+            launch.end()
+            if isinstance(exc, _Suspended):  # suspended since setup: given back unstarted
+                await held.release(S.QUEUED)
+                return None
+            raise
+        running.open_gate()
+        over_memory = None
+        try:
+            returncode, failing, syntax_error = await self._watch_output(
+                held, attempt, ctx, running, policy, hold.free
+            )
+        finally:
+            hold.free()
+            if launch.end(running):
+                over_memory = bounds
+        status = await read_status(ctx)
+        return Ran(
+            attempt, returncode, failing, running.exited_at, status, over_memory, syntax_error
+        )
+
+    async def _start(
+        self,
+        held: Tenure,
+        ctx: TaskContext,
+        script: str,
+        policy: Policy,
+        bounds: TaskLimits,
+        hold: Hold,
+    ) -> tuple[Launch, RunningCommand]:
+        """Make the command ready (its cgroup and work dir), then take `hold` (its request)
+        and start it, held at its gate until on_cpu is durable (on failure, the hold and
+        what was made ready are given back)."""
+        command = Command(
+            held.task.id, held.claim, held.job.owner_id, ctx.workdir, policy.network, bounds
+        )
+        launch = await self.launcher.prepare(command)
+        try:
+            await self._take_request(held, hold)
+            env = (
+                ctx.environment()
+                | hold.environment()
+                | {
+                    "HOME": str(ctx.workdir),
+                    marks.VARIABLE: marks.mark(
+                        self.settings.namespace, self.settings.host_id, held.task.id, held.claim
+                    ),
+                }
+            )
+            return launch, await launch.start(script, ctx.workdir, env)
+        except BaseException:
+            hold.free()
+            launch.end()
+            raise
+
+    async def _take_request(self, held: Tenure, hold: Hold) -> None:
+        """Wait for the request of the command about to be started; a task just set up that
+        must wait for it waits durably `queued` (as setup makes it when it is not free
+        then)."""
+        fits = self.ledger.fits(held.job.request, held.task.gpu_ids or ())
+        if not fits and held.set_up is not None:
+            await held.queue()
+        await hold.take()
+
+    async def _watch_output(
+        self,
+        held: Tenure,
+        attempt: int,
+        ctx: TaskContext,
+        running: RunningCommand,
+        policy: Policy,
+        exited: Callable[[], None],
+    ) -> tuple[int, LogRecord | None, str | None]:
+        """Ship the output until the command exits: (its exit status, its first line with a
+        severity in `fail_on_log`, the stderr line of a shell syntax error; each if any).
+        `exited` is called as soon as the command's main process has ended, before its output
+        is drained."""
+        shipper = LogShipper(
+            pool=self.pool,
+            broker=self.broker,
+            redis=self.redis,
+            keys=self.keys,
+            job_id=held.task.job_id,
+            task_id=held.task.id,
+            run_number=ctx.run_number,
+            attempt=attempt,
+            workdir=ctx.workdir,
+            files={"stdout": ctx.run_file("stdout"), "stderr": ctx.run_file("stderr")},
+            fail_on=frozenset(policy.fail_on_log),
+            quota_bytes=self.settings.log_quota_bytes,
+            flush_every_s=self.settings.log_flush_s,
+        )
+        try:
+            note = self._exit_noter(held)
+
+            async def on_exit(returncode: int) -> None:
+                exited()
+                await note(returncode)
+
+            returncode = await running.watch(shipper.add, on_exit)
+        finally:
+            await shipper.close()
+        return returncode, shipper.failing, shipper.syntax_error
+
+    def _exit_noter(self, held: Tenure) -> ExitNote:
+        """Notes every command's exit for the supervisor, handed over or not: its reconcile
+        follows any task it finds `on_cpu`, and judges an exit it finds unnoted by its grace
+        (a command whose many lines took longer to store than that was failed as `signal`:
+        `docs/performance.md`, step 35, tried and dropped)."""
+
+        async def note(returncode: int) -> None:
+            try:
+                key = self.keys.job_exits(held.task.job_id)
+                async with self.redis.pipeline(transaction=False) as pipe:  # one round trip
+                    pipe.hset(key, held.task.id, f"{held.claim} {returncode}")
+                    pipe.expire(key, JOB_TTL_S)
+                    await pipe.execute()
+            except UNAVAILABLE as exc:  # the supervisor then judges by its grace
+                logger.warning("could not note the exit of task %s: %s", held.task.id, exc)
+
+        return note
+
+    async def _hand_over(self, held: Tenure, running: RunningCommand) -> None:
+        """Hand the process to the supervisor once it has run `follow_after_s`: one that
+        exits sooner is seen to its end by this worker, its parent (what the supervisor
+        would do for it: see `services/supervisor/watchers.py`), and costs no message."""
+        await asyncio.sleep(self.settings.follow_after_s)
+        if running.exited_at is not None:
+            return
+        watch = WatchProcess(
+            job_id=held.task.job_id,
+            task_id=held.task.id,
+            claim=held.claim,
+            pid=running.pid,
+            create_time=running.create_time,
+            ran_s=self.settings.follow_after_s,
+        )
+        try:
+            await self.broker.publish_work(supervise_key(self.settings.host_id), watch)
+        except Exception as exc:
+            logger.warning("could not hand task %s to the supervisor: %s", watch.task_id, exc)
+
+    async def background_done(self) -> None:
+        """Wait for the background work (the hand-overs to the supervisor)."""
+        while self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+
+    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)

@@ -1,0 +1,394 @@
+"""A task this worker holds, from its take to its finish, and every move it makes under its
+claim (issue 40, point 6: the held task's one owner in the worker).
+
+A `Tenure` is made by the take (`claims.Taker`); the stage machine (`stages.py`, `runs.py`)
+asks it for each step: `advance` (a successful move in one statement, committed with the
+moves of other tasks that overlap it), `finish` (the attempt closed and the task moved, in one
+transaction; a late report kept on its attempt), `on_cpu`, `queue`, `release`, `fail`,
+`abandon`. Every one is a compare-and-set fenced by the claim: if anyone else moved the task
+(cancelled, declared lost), it fails with `StaleState` (or changes nothing), and the worker
+lets go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Final
+from uuid import UUID
+
+from shared.domain.errors import UNAVAILABLE, StaleState
+from shared.domain.messages import Severity
+from shared.domain.outcomes import Outcome, worker_failed
+from shared.domain.outputs import UpstreamOutput
+from shared.domain.states import QUIET, Stage, TaskState, failure_state_for
+from shared.domain.status_report import StatusReport
+from shared.operations import loss
+from shared.store import attempts_repo, job_errors_repo, jobs_repo, outputs_repo, tasks_repo
+from shared.store.db import Connection
+from shared.store.transition_writer import Move
+from shared.task_types.base import OutputRecord
+
+if TYPE_CHECKING:
+    from services.worker.claims import Taker
+
+S = TaskState
+logger = logging.getLogger(__name__)
+
+_FAIL_TRIES: Final = 30
+_FAIL_PAUSE_S: Final = 1.0
+
+
+@dataclass
+class Tenure:
+    """A task this worker holds: the row as it was taken, its job, and the claim."""
+
+    #: Who took it (this worker instance on this host): its pool, writer and ids.
+    taker: Taker
+    task: tasks_repo.Task
+    job: jobs_repo.Job
+    claim: UUID
+    state: TaskState
+    input: Any = None  # the task's input, a chained one resolved to its upstream outputs
+    #: The attempt the last move opened (its stage's), until the stage takes it.
+    opened: int | None = None
+    #: The setup attempt of a task set up but not yet recorded `queued` (it goes through
+    #: `queued` to `on_cpu` in one move when its request is free).
+    set_up: int | None = None
+    #: How many times the input's cluster stage started before this take (its lineage too).
+    cluster_starts: int = 0
+    #: False while the take is folded into the `on_cpu` move (`Taker.take(fold=...)`): the task
+    #: is still `new` in the database, this worker's only by the message it has not acked.
+    taken: bool = True
+    #: Called once the take is durable (the consumer acks the message then).
+    on_taken: Callable[[], Awaitable[None]] | None = None
+    #: A chained task's upstream outputs, by name (what setup places in its work dir).
+    upstream: dict[str, UpstreamOutput] = field(default_factory=dict)
+
+    async def durable(self) -> None:
+        """Make a folded take durable before any other write of the task (StaleState if it
+        is not ours any more: `Taker.take_now`)."""
+        if not self.taken:
+            await self.taker.take_now(self)
+
+    # -- moves -------------------------------------------------------------------------------
+
+    async def advance(
+        self,
+        path: tuple[TaskState, ...],
+        outcome: Outcome | None,
+        *,
+        changes: dict[str, Any] | None = None,
+        close: tasks_repo.CloseAttempt | None = None,
+        open_: Stage | None = None,
+        pid: int | None = None,
+        open_done: bool = False,
+        unless_suspended: bool = False,
+        unless_waits: str | None = None,
+        first: tasks_repo.OpenAttempt | None = None,
+    ) -> tasks_repo.Task | None:
+        """A successful move in one statement (`tasks_repo.advance_statement`, committed with
+        the moves of other tasks that overlap it); the task as it is now, or None when it did
+        not match (the caller then takes its general path). A folded take is made durable
+        first, unless this move is the one it rides on (`first`)."""
+        if first is None:
+            await self.durable()
+        taker = self.taker
+        opening = (
+            tasks_repo.OpenAttempt(
+                open_.value,
+                taker.host_id,
+                taker.instance,
+                pid,
+                done=open_done,  # ended with the move, with the status file closing the last
+                status=close.status if open_done and close is not None else None,
+            )
+            if open_ is not None
+            else None
+        )
+        sets = (outcome.changes() if outcome else {}) | (changes or {})
+        moved = await taker.writer.advance(
+            Move(
+                self.task,
+                self.claim,
+                path,
+                changes=sets,
+                close=close,
+                open_=opening,
+                unless_suspended=unless_suspended,
+                unless_waits=unless_waits,
+                first=first,
+            )
+        )
+        if moved is not None:
+            self.task, self.state = moved, moved.state
+            self.opened = moved.attempt if opening is not None else None
+        return moved
+
+    async def on_cpu(
+        self, attempt: int, pid: int, create_time: float, then: Callable[[], None]
+    ) -> bool:
+        """queued -> on_cpu with the cluster attempt opened (number `attempt`, with the
+        command's pid), then `then()` (the hand-over to the supervisor). A task just set up
+        goes through `queued` in the same move, closing its setup attempt. False when the job
+        was suspended since setup (the task is then `queued`); `StaleState` when the task is
+        not ours any more."""
+        set_up = self.set_up
+        taker = self.taker
+        if not self.taken:  # the take, the setup attempt and on_cpu: one move, one commit
+            moved = await self.advance(
+                (S.NEW, S.SETTING_UP, S.QUEUED, S.ON_CPU),
+                None,
+                changes=taker.take_changes(self.task)
+                | {"pid": pid, "pid_create_time": create_time},
+                open_=Stage.CLUSTER,
+                pid=pid,
+                unless_suspended=True,
+                first=tasks_repo.OpenAttempt(
+                    Stage.SETUP.value, taker.host_id, taker.instance, done=True, outcome=S.QUEUED
+                ),
+            )
+            if moved is None:  # take it the general way (or find out why not)...
+                await self.durable()
+                return await self.on_cpu(attempt, pid, create_time, then)  # ...and go on
+            self.taken = True
+            if self.on_taken is not None:
+                await self.on_taken()
+        else:
+            moved = await self.advance(
+                (S.SETTING_UP, S.QUEUED, S.ON_CPU) if set_up is not None else (S.QUEUED, S.ON_CPU),
+                None,
+                changes={"pid": pid, "pid_create_time": create_time},
+                close=tasks_repo.CloseAttempt(set_up) if set_up is not None else None,
+                open_=Stage.CLUSTER,
+                pid=pid,
+                unless_suspended=True,
+            )
+        if moved is None and set_up is not None:  # record `queued` (or find out why not)...
+            await self.queue()
+            return await self.on_cpu(attempt, pid, create_time, then)  # ...and try from there
+        if moved is None:
+            if await self._suspended():
+                return False
+            raise StaleState(f"task {self.task.id} is no longer queued under our claim")
+        self.set_up = None
+        if self.opened != attempt:  # the environment told the command another number
+            raise RuntimeError(f"task {self.task.id}: opened attempt {self.opened}, not {attempt}")
+        self.opened = None
+        then()
+        return True
+
+    async def _suspended(self) -> bool:
+        async with self.taker.pool.acquire() as conn:
+            return await jobs_repo.is_suspended(conn, self.job.id)
+
+    async def queue(self) -> None:
+        """setting_up -> queued, closing the setup attempt (StaleState if not ours any more)."""
+        attempt, self.set_up = self.set_up, None
+        assert attempt is not None
+        done = Outcome(S.QUEUED)
+        moved = await self.advance(
+            (S.SETTING_UP, S.QUEUED), done, close=tasks_repo.CloseAttempt(attempt)
+        )
+        if moved is None:  # not ours any more: the general path says why (and records it)
+            await self.finish(S.SETTING_UP, attempt, done, keep_claim=True)
+
+    async def post_processing(self) -> int | None:
+        """data_ready -> post_processing with its attempt opened (its number); None when the
+        task waits for prerequisites first (its claim is then given back)."""
+        async with self.taker.pool.acquire() as conn, conn.transaction():
+            if await tasks_repo.waits_on_prerequisites(conn, self.task.id, "post_processing"):
+                await self.give_back(conn, S.DATA_READY)
+                return None
+            self.task = await tasks_repo.transition(
+                conn,
+                self.task.id,
+                S.POST_PROCESSING,
+                among=frozenset({S.DATA_READY}),
+                claim=self.claim,
+                changes={"worker": self.taker.instance},
+            )
+            attempt = await self.open_attempt(conn, Stage.POST_PROCESSING.value)
+        await self.taker.writer.nudge()
+        self.state = S.POST_PROCESSING
+        return attempt
+
+    # -- attempts ----------------------------------------------------------------------------
+
+    async def start_attempt(self, stage: str) -> int:
+        await self.durable()
+        async with self.taker.pool.acquire() as conn, conn.transaction():
+            return await self.open_attempt(conn, stage)
+
+    async def open_attempt(self, conn: Connection, stage: str) -> int:
+        """Open the task's next attempt (of `stage` or a hook) in the caller's transaction."""
+        taker = self.taker
+        row = await attempts_repo.start(
+            conn, self.task.id, self.claim, stage, host=taker.host_id, worker=taker.instance
+        )
+        self.task = replace(self.task, attempt=row.attempt)
+        return row.attempt
+
+    async def end_hook(
+        self,
+        attempt: int,
+        state: TaskState,
+        failure: Outcome | None,
+        changes: dict[str, Any],
+    ) -> None:
+        """Record the hook's attempt and move the task (its failure fields stay as they were)."""
+        async with self.taker.pool.acquire() as conn, conn.transaction():
+            task = await tasks_repo.transition(
+                conn,
+                self.task.id,
+                state,
+                among=frozenset({self.state}),
+                claim=self.claim,
+                changes=changes if failure is None else {"claim": None, "worker": None},
+            )
+            await attempts_repo.finish(
+                conn,
+                self.task.id,
+                attempt,
+                state.value,
+                failure_class=failure.failure_class if failure else None,
+                error_brief=failure.brief if failure else None,
+                error_detail=failure.detail if failure else None,
+            )
+        if state in QUIET:
+            await self.taker.writer.nudge()
+        self.task, self.state = task, state
+
+    # -- the finish --------------------------------------------------------------------------
+
+    async def finish(
+        self,
+        src: TaskState,
+        attempt: int,
+        outcome: Outcome,
+        *,
+        keep_claim: bool = False,
+        status: StatusReport | None = None,
+        outputs: list[OutputRecord] | None = None,
+        errors_of: list[Severity] | None = None,
+        since: float | None = None,
+    ) -> None:
+        """Close the attempt and move the task, in one transaction (fenced by the claim).
+
+        `since`: when the failure happened (epoch seconds), for the detection latency.
+
+        `errors_of`: the task failed on its error log; keep those records with the job.
+
+        A failure is left for the scheduler's triage (recover, resubmit or give up). A report
+        that comes too late (the task was declared lost, timed out, cancelled...) changes
+        nothing; it is kept on the attempt row, and `StaleState` is raised.
+        """
+        await self.durable()
+        changes: dict[str, Any] = outcome.changes()
+        if not keep_claim or outcome.failure_class is not None:
+            changes |= {"claim": None, "worker": None}
+        taker = self.taker
+        try:
+            async with taker.pool.acquire() as conn, conn.transaction():
+                # the task row first, then the attempt: the order of every writer of both
+                task = await tasks_repo.transition(
+                    conn,
+                    self.task.id,
+                    outcome.state,
+                    among=frozenset({src}),
+                    claim=self.claim,
+                    changes=changes,
+                    job_event=outcome.job_event(self.task.job_id, self.task.id),
+                )
+                await attempts_repo.finish(
+                    conn,
+                    self.task.id,
+                    attempt,
+                    outcome.state.value,
+                    exit_code=outcome.exit_code,
+                    signal=outcome.signal,
+                    failure_class=outcome.failure_class,
+                    error_brief=outcome.brief,
+                    error_detail=outcome.detail,
+                    status=status.model_dump(mode="json") if status else None,
+                    detected_after_s=max(0.0, time.time() - since) if since else None,
+                )
+                if errors_of:
+                    await job_errors_repo.record_from_logs(
+                        conn, self.task.job_id, self.task.id, attempt, errors_of
+                    )
+                if outputs:
+                    await outputs_repo.save(
+                        conn, self.task.id, self.task.run_number, taker.host_id, outputs
+                    )
+        except StaleState as exc:
+            await self._record_late(attempt, outcome, str(exc))
+            raise
+        if outcome.state in QUIET:
+            await taker.writer.nudge()
+        self.task, self.state = task, outcome.state
+
+    async def fail_unstarted(self, failure: Outcome) -> None:
+        """Fail a task whose command will not start, from `queued`, with a cluster attempt
+        that says why."""
+        if self.set_up is not None:
+            await self.queue()
+        attempt = await self.start_attempt(Stage.CLUSTER.value)
+        await self.finish(S.QUEUED, attempt, failure)
+
+    async def _record_late(self, attempt: int, outcome: Outcome, why: str) -> None:
+        """Keep the fenced-off report on its attempt row (best effort: it changes nothing)."""
+        report = {
+            "state": outcome.state.value,
+            "failure_class": outcome.failure_class.value if outcome.failure_class else None,
+            "exit_code": outcome.exit_code,
+            "signal": outcome.signal,
+            "brief": outcome.brief,
+            "rejected_because": why,
+            "worker": self.taker.instance,
+        }
+        try:
+            async with self.taker.pool.acquire() as conn:
+                await attempts_repo.record_late_report(conn, self.task.id, attempt, report)
+        except UNAVAILABLE as exc:
+            logger.warning("could not record the late report of task %s: %s", self.task.id, exc)
+        logger.warning(
+            "task %s: late report rejected (%s)", self.task.id, why, extra={"task_id": self.task.id}
+        )
+
+    # -- letting go --------------------------------------------------------------------------
+
+    async def release(self, state: TaskState) -> None:
+        """Let go of a task that now waits (its claim returns to the scheduler)."""
+        async with self.taker.pool.acquire() as conn:
+            await self.give_back(conn, state)
+
+    async def give_back(self, conn: Connection, state: TaskState) -> None:
+        """Give the claim of the task resting in `state` back to the scheduler (no state
+        change), in the caller's transaction."""
+        await tasks_repo.give_back(conn, self.task.id, self.claim, state)
+
+    async def fail(self, exc: BaseException, detail: str) -> None:
+        """The worker hit an error of its own while driving the task: fail the task with it.
+
+        Retried for a while, since the error may be the database itself restarting.
+        """
+        for _ in range(_FAIL_TRIES):
+            try:
+                async with self.taker.pool.acquire() as conn:
+                    task = await tasks_repo.get(conn, self.task.id)
+                    if task is None or task.claim != self.claim:
+                        return
+                    outcome = worker_failed(failure_state_for(task.state), exc, detail)
+                    await loss.declare(conn, task, outcome)
+                    return
+            except UNAVAILABLE as db_error:
+                logger.warning("cannot record the failure of %s yet: %s", self.task.id, db_error)
+                await asyncio.sleep(_FAIL_PAUSE_S)
+
+    async def abandon(self, why: str) -> None:
+        """The worker is stopping with this task in its hands: fail it as lost."""
+        await self.taker.lose(self.task.id, self.claim, why)
