@@ -25,18 +25,20 @@ from dataclasses import dataclass
 import asyncpg
 from redis.asyncio import Redis
 
-from services.scheduler import breaker, dead_letters, pruning, statistics
+from services.scheduler import breaker, dead_letters, pilots, pruning, statistics
 from services.scheduler import health as scheduler_health
 from services.scheduler.dispatcher import Dispatcher
 from services.scheduler.due import Due, Pace, gather_wait, relay_wait
 from services.scheduler.finaliser import SWEEP_EVERY_S, Finaliser
 from services.scheduler.leader import Leadership
+from services.scheduler.pilots import PilotPool
 from services.scheduler.reaper import Reaper
 from services.scheduler.relay import Relay
 from services.scheduler.retention import Retention
 from services.scheduler.settings import SchedulerSettings
 from services.scheduler.triage import Triage, TriageSettings, end_probing
 from services.scheduler.waiters import Waiters
+from shared.batch.slurm import BatchError, Slurm
 from shared.domain.analysers import load_analysers
 from shared.domain.errors import UNAVAILABLE
 from shared.domain.messages import JobOutcome
@@ -90,6 +92,13 @@ class Scheduler:
             pool, redis, RedisKeys(settings.namespace), settings.scheduler_batch
         )
         self.reaper = Reaper(pool, settings.dead_host_s)
+        #: Pilots on a batch system (issue 40), when one is configured.
+        self.pilots = (
+            PilotPool(pool, Slurm(), settings.pilots())
+            if settings.pilots_backend == "slurm"
+            else None
+        )
+        self._last_pilots = 0.0
         #: Wakes the relay (set by `main` to the relay loop's event).
         self.wake_relay: Callable[[], None] = lambda: None
         self.retention = Retention(pool, _RETENTION_BATCH)
@@ -147,6 +156,9 @@ class Scheduler:
                 self.release_due.tell()
             ran = ran.plus(probed, probed > 0)
             ran = ran.plus(await breaker.sweep(self.pool, self.breaker_settings))
+        if self.pilots is not None and now - self._last_pilots >= pilots.EVERY_S:
+            self._last_pilots = now
+            ran = ran.plus(await self._look_at_pilots(self.pilots))
         if now - self._last_tally >= _TALLY_EVERY_S:
             self._last_tally = now
             async with self.pool.acquire() as conn:
@@ -160,6 +172,15 @@ class Scheduler:
             await pruning.prune(self.pool, self.settings)
             ran = ran.plus(await self.retention.run_once())
         return ran
+
+    async def _look_at_pilots(self, pool: PilotPool) -> int:
+        """The pilot pool's look; a batch system that does not answer is logged and tried
+        again at the next look (the round goes on)."""
+        try:
+            return await pool.run_once()
+        except BatchError as exc:
+            logger.warning("pilots: the batch system did not answer: %s", exc)
+            return 0
 
     async def _give_back_from_gone_hosts(self) -> int:
         """New tasks placed on a host whose worker is gone, not taken: placed again."""

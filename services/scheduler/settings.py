@@ -1,7 +1,10 @@
 """Scheduler settings (`VIGIL_*` environment variables)."""
 
+import shlex
+
 from pydantic import Field
 
+from services.scheduler.pilots import PilotSettings
 from shared.domain.scheduling.model import Settings
 from shared.runtime.config import CommonSettings
 
@@ -63,4 +66,49 @@ class SchedulerSettings(CommonSettings):
             reserve_after_s=self.reserve_after_s,
             max_reservations=self.max_reservations,
             prefetch=self.worker_prefetch,
+        )
+
+    #: Pilots (issue 40, `docs/pilots.md`; with `VIGIL_PILOTS_BACKEND`): at most this many
+    #: alive (`VIGIL_PILOTS_MAX`), each of `VIGIL_PILOTS_CPUS` CPUs, `VIGIL_PILOTS_MEMORY_MB`
+    #: (unset: the batch system's default) and `VIGIL_PILOTS_WALLTIME_S`, cancelled after
+    #: `VIGIL_PILOTS_IDLE_S` without a task; their batch jobs' files go to
+    #: `VIGIL_PILOTS_DIR`. Slurm's partition, account and further `sbatch` options
+    #: (`VIGIL_SLURM_PARTITION`, `VIGIL_SLURM_ACCOUNT`, `VIGIL_SLURM_OPTIONS`, split as a
+    #: shell would); the pilot's drain and stop margins (`VIGIL_PILOT_DRAIN_S`,
+    #: `VIGIL_PILOT_STOP_S`) are passed on to it.
+    pilots_max: int = Field(default=4, ge=0, le=10000)
+    pilots_cpus: int = Field(default=1, ge=1, le=4096)
+    pilots_memory_mb: int | None = Field(default=None, ge=1)
+    pilots_walltime_s: int = Field(default=3600, ge=60)
+    pilots_idle_s: float = Field(default=300.0, ge=0)
+    pilots_dir: str = "/tmp/vigil-pilots"
+    slurm_partition: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.,-]+$")
+    slurm_account: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
+    slurm_options: str = ""
+    pilot_drain_s: float | None = Field(default=None, ge=0)
+    pilot_stop_s: float | None = Field(default=None, ge=0)
+
+    def pilots(self) -> PilotSettings:
+        """The pilot pool's settings."""
+        env = {
+            name: str(value)
+            for name, value in (
+                ("VIGIL_PILOT_DRAIN_S", self.pilot_drain_s),
+                ("VIGIL_PILOT_STOP_S", self.pilot_stop_s),
+            )
+            if value is not None
+        }
+        return PilotSettings(
+            backend=self.pilots_backend,
+            worker_pool=self.worker_pool,
+            most=self.pilots_max,
+            idle_s=self.pilots_idle_s,
+            cpus=self.pilots_cpus,
+            memory_mb=self.pilots_memory_mb,
+            walltime_s=self.pilots_walltime_s,
+            workdir=self.pilots_dir,
+            partition=self.slurm_partition,
+            account=self.slurm_account,
+            extra=tuple(shlex.split(self.slurm_options)),
+            env=env,
         )

@@ -60,7 +60,8 @@ class Ask:
 async def request(
     conn: Connection, pool: str, backend: str, ask: Ask, count: int, by: str
 ) -> list[Pilot]:
-    """`count` new pilots of `ask`, `requested` (the scheduler submits them)."""
+    """`count` new pilots of `ask`, `requested` (the scheduler submits them). Locks: none
+    beyond the rows it inserts."""
     rows = await conn.fetch(
         "INSERT INTO pilots (id, pool, backend, cpus, memory_mb, gpus, walltime_s,"
         " requested_by) SELECT i, $2, $3, $4, $5, $6, $7, $8 FROM unnest($1::text[]) AS i"
@@ -95,7 +96,8 @@ async def get(conn: Connection, pilot_id: str) -> Pilot | None:
 
 async def withdraw(conn: Connection, pilot_id: str, reason: str) -> Pilot | None:
     """Stop a pilot: one never submitted ends at once, one submitted drains (the scheduler
-    cancels its batch job); an ended one is left as it is. None: no such pilot."""
+    cancels its batch job); an ended one is left as it is. None: no such pilot. Locks: the
+    pilot's row (its UPDATE)."""
     row = await conn.fetchrow(
         "UPDATE pilots SET"
         " state = CASE WHEN state = 'requested' THEN 'ended' ELSE 'draining' END,"
@@ -110,7 +112,8 @@ async def withdraw(conn: Connection, pilot_id: str, reason: str) -> Pilot | None
 
 
 async def submitted(conn: Connection, pilot_id: str, batch_job_id: str, host_id: str) -> None:
-    """The batch system took a requested pilot: `pending` there, as batch job `batch_job_id`."""
+    """The batch system took a requested pilot: `pending` there, as batch job `batch_job_id`.
+    Locks: the pilot's row (its UPDATE)."""
     await conn.execute(
         "UPDATE pilots SET state = 'pending', batch_job_id = $2, host_id = $3"
         " WHERE id = $1 AND state = 'requested'",
@@ -121,6 +124,8 @@ async def submitted(conn: Connection, pilot_id: str, batch_job_id: str, host_id:
 
 
 async def failed_to_submit(conn: Connection, pilot_id: str, why: str) -> None:
+    """The batch system refused a requested pilot: ended, with why. Locks: the pilot's row
+    (its UPDATE)."""
     await conn.execute(
         "UPDATE pilots SET state = 'ended', ended_at = now(), reason = $2"
         " WHERE id = $1 AND state = 'requested'",
@@ -138,7 +143,8 @@ async def follow(
     ends_at: datetime | None,
 ) -> None:
     """The batch state seen for a live pilot: `pending` (with the batch system's reason),
-    `running` (a draining one stays draining), or `ended` (with why)."""
+    `running` (a draining one stays draining), or `ended` (with why). Locks: the pilot's row
+    (its UPDATE)."""
     await conn.execute(
         "UPDATE pilots SET"
         " state = CASE WHEN $2 = 'running' AND state = 'draining' THEN state ELSE $2 END,"
@@ -156,7 +162,8 @@ async def follow(
 
 
 async def idle(conn: Connection, pilot_id: str, is_idle: bool) -> datetime | None:
-    """Note whether a running pilot's host holds no task; since when it has held none."""
+    """Note whether a running pilot's host holds no task; since when it has held none.
+    Locks: the pilot's row (its UPDATE)."""
     since: datetime | None = await conn.fetchval(
         "UPDATE pilots SET idle_since = CASE WHEN $2 THEN coalesce(idle_since, now()) END"
         " WHERE id = $1 RETURNING idle_since",
