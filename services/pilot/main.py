@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Mapping
 from contextlib import suppress
+from typing import Final
 
 from services.pilot.allocation import Allocation, from_slurm
 from services.pilot.settings import PilotSettings
@@ -17,6 +18,10 @@ from shared.store import hosts_repo
 from shared.store.db import Pool, open_pool
 
 logger = logging.getLogger(__name__)
+
+#: Why a pilot stops, besides its allocation's end.
+_SIGNALLED: Final = "told to stop (a signal: the batch system's cancel or walltime)"
+_CHILD_EXITED: Final = "its worker or supervisor exited"
 
 #: Settings of the pilot's own that its children must not read as theirs.
 _NOT_INHERITED = ("VIGIL_WORKER_SLOTS",)
@@ -39,15 +44,20 @@ async def _start(service: str, env: Mapping[str, str]) -> asyncio.subprocess.Pro
     )
 
 
-async def _stop(process: asyncio.subprocess.Process, within_s: float) -> None:
-    """SIGTERM, then SIGKILL after `within_s`."""
-    if process.returncode is not None:
-        return
-    with suppress(ProcessLookupError):
-        process.send_signal(signal.SIGTERM)
-    try:
-        await asyncio.wait_for(process.wait(), within_s)
-    except TimeoutError:
+async def _stop(process: asyncio.subprocess.Process, within_s: float, signalled: bool) -> None:
+    """Stop a child: SIGTERM (unless the batch system signalled the whole job: the child
+    has its signal already, and a second one would stop it hard), then SIGTERM anyway if it
+    still runs after `within_s` (the signal was the pilot's alone: `scancel --batch`), then
+    SIGKILL after as long again."""
+    for send in (not signalled, True):
+        if process.returncode is not None:
+            return
+        if send:
+            with suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+        with suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), within_s)
+    if process.returncode is None:
         with suppress(ProcessLookupError):
             process.kill()
         await process.wait()
@@ -83,9 +93,10 @@ async def run(settings: PilotSettings) -> int:
         worker = await _start("worker", env)
         why = await _watch(pool, host_id, allocation, settings, stop, (supervisor, worker))
         logger.info("pilot %s stopping: %s", host_id, why)
-        await _stop(worker, settings.graceful_timeout_s + 5)
-        await _stop(supervisor, 10)
-    return 0 if why != "a child exited" else 1
+        signalled = why == _SIGNALLED
+        await _stop(worker, settings.graceful_timeout_s + 5, signalled)
+        await _stop(supervisor, 10, signalled)
+    return 1 if why == _CHILD_EXITED else 0
 
 
 async def _watch(
@@ -117,9 +128,9 @@ async def _watch(
                 [*exits, stopped], timeout=max(wake, 0.05), return_when=asyncio.FIRST_COMPLETED
             )
             if stopped in done:
-                return "told to stop (a signal)"
+                return _SIGNALLED
             if any(e in done for e in exits):
-                return "a child exited"
+                return _CHILD_EXITED
     finally:
         for future in (*exits, stopped):
             future.cancel()

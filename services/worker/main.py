@@ -91,6 +91,7 @@ async def main(settings: WorkerSettings) -> None:
                 name="fence",
             )
             await stop.wait()
+            runner.stopping.set()  # a command killed with it is the host's loss (`_judged`)
             await consumer.stop_intake()
             logger.info("intake stopped; %d task(s) in flight", consumer.in_flight)
             cancelled = await consumer.drain(settings.graceful_timeout_s)

@@ -11,11 +11,13 @@ runs through `runs.py` (its request of the host, its start by the worker's launc
 
 import asyncio
 import logging
+import signal
 import traceback
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from redis.asyncio import Redis
 
@@ -34,6 +36,7 @@ from shared.domain.outcomes import (
     error_log_outcome,
     hook_failed,
     limit_outcome,
+    lost_outcome,
 )
 from shared.domain.policy import Policy
 from shared.domain.states import ACTIONS, FailureClass, Stage, TaskState
@@ -88,6 +91,11 @@ def _never_outcome(host_id: str, why: str) -> Outcome:
 
 T = TypeVar("T")
 
+#: The signals a host's shutdown sends every process (`StageRunner._judged`).
+_SHUTDOWN: Final = frozenset({signal.SIGTERM, signal.SIGKILL, signal.SIGHUP, signal.SIGINT})
+#: How long a command's death by one of them waits for the worker's own stop to be seen.
+_STOP_SEEN_WITHIN_S: Final = 0.5
+
 #: Running hook state -> its action state.
 _HOOK_OF_RUNNING = {running: action for action, (running, _, _) in ACTIONS.items()}
 _RESTARTS = frozenset({S.RESTART_SETUP, S.RESTART_CLUSTER, S.RESTART_POST_PROCESSING})
@@ -111,6 +119,8 @@ class StageRunner:
     launcher: Launcher = field(default_factory=lambda: LocalUnconfined(None))
     #: The host's capacity (None: the settings', `WorkerSettings.capacity`).
     capacity: HostCapacity | None = None
+    #: Set when the worker is told to stop (`main`): see `_judged`.
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         #: The worker's moves of all its tasks, committed together when they overlap.
@@ -130,6 +140,25 @@ class StageRunner:
         #: The commands' runs, from their request taken to their exit.
         self.runs = Runs(
             self.settings, self.pool, self.broker, self.redis, self.keys, self.ledger, self.launcher
+        )
+
+    async def _judged(self, outcome: Outcome, returncode: int) -> Outcome:
+        """A command killed by a shutdown's signal while this worker is being stopped is the
+        host's loss (`lost`: resubmitted, charged to infra), not the program's: a host's
+        shutdown (systemd's stop), a batch system's cancel or walltime (a pilot's end) signal
+        every process, the commands with the worker. The worker's own stop may be seen a
+        moment after the command's exit: it is waited for, briefly, for those signals only."""
+        if outcome.failure_class is not FailureClass.SIGNAL or -returncode not in _SHUTDOWN:
+            return outcome
+        if not self.stopping.is_set():
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), _STOP_SEEN_WITHIN_S)
+        if not self.stopping.is_set():
+            return outcome
+        return lost_outcome(
+            S.ON_CPU,
+            f"{outcome.brief} while its host was being stopped (a shutdown, or the batch"
+            " system's cancel or walltime): the host's loss, not the program's",
         )
 
     async def take(self, message: RunStage) -> Tenure | None:
@@ -279,7 +308,7 @@ class StageRunner:
         if ran is None:
             return False
         attempt, status = ran.attempt, ran.status
-        outcome = _outcome(ran)
+        outcome = await self._judged(_outcome(ran), ran.returncode)
         if outcome.state is S.DATA_READY:
             if self._results_are_saved(held, attempt, ran.returncode, status):
                 moved = await held.advance(  # post-processing has nothing to do

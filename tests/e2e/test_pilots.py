@@ -1,0 +1,239 @@
+"""Pilots on a real Slurm (issue 40): the scheduler asks for pilots when work waits that no
+host can take, a job completes on them, an idle pilot is cancelled, a pilot `scancel`ed
+mid-job loses nothing (its tasks run again elsewhere, never twice at once), a pilot whose
+walltime ends charges nothing to the application, and a pilot Slurm cannot start says why.
+
+The stack has no host of its own: only the api and the scheduler run, and every host is a
+pilot that Slurm starts (`scripts/slurm`, the `slurm_conf` fixture)."""
+
+import asyncio
+import itertools
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from shared.batch.slurm import Slurm
+from tests.conftest import AMQP_URL, REDIS_URL, fresh_database
+from tests.e2e.attempts import cluster_attempts
+from tests.e2e.conftest import Events, wait_job
+from tests.e2e.stack import E2E_ENV, Stack
+
+pytestmark = pytest.mark.e2e
+
+#: The pilots' settings: one CPU each, at most two (the node has two), idle ones cancelled
+#: after 3 s.
+PILOT_ENV = {
+    "VIGIL_PILOTS_BACKEND": "slurm",
+    "VIGIL_PILOTS_MAX": "2",
+    "VIGIL_PILOTS_CPUS": "1",
+    "VIGIL_PILOTS_WALLTIME_S": "600",
+    "VIGIL_PILOTS_IDLE_S": "3",
+    # a lost task is resubmitted once its process is known dead, or after this long
+    "VIGIL_FENCE_TIMEOUT_S": "10",
+}
+
+
+def _stack(root: Path, namespace: str, slurm_conf: str, **env: str) -> Iterator[Stack]:
+    with fresh_database("vigil_e2e") as url:
+        s = Stack(
+            database_url=url,
+            amqp_url=AMQP_URL,
+            redis_url=REDIS_URL,
+            namespace=namespace,
+            root=root,
+            hosts=["unused"],  # no host of its own: pilots only
+            extra_env={
+                **E2E_ENV,
+                **PILOT_ENV,
+                "SLURM_CONF": slurm_conf,
+                "VIGIL_PILOTS_DIR": str(root / "pilots"),
+                **env,
+            },
+        )
+        s.work_root.mkdir(parents=True, exist_ok=True)
+        try:
+            s.start("api")
+            s.start("scheduler")
+            s.wait_healthy()
+            yield s
+        finally:
+            s.stop_all()
+            asyncio.run(_cancel_all(slurm_conf, list((root / "pilots").glob("pilot-*.out"))))
+            s.remove_work_root()
+            for name in s.procs:
+                print(f"----- {name} -----\n{s.log(name)}")  # noqa: T201
+            for out in sorted((root / "pilots").glob("pilot-*.out")):
+                print(f"----- {out.name} -----\n{out.read_text(errors='replace')}")  # noqa: T201
+
+
+async def _cancel_all(slurm_conf: str, outputs: list[Path]) -> None:
+    """Cancel every pilot this stack submitted (their outputs name their batch jobs)."""
+    slurm = Slurm(slurm_conf)
+    for out in outputs:
+        await slurm.cancel(out.stem.removeprefix("pilot-"))
+
+
+@pytest.fixture
+def stack(tmp_path: Path, e2e_namespace: str, slurm_conf: str) -> Iterator[Stack]:
+    yield from _stack(tmp_path, e2e_namespace, slurm_conf)
+
+
+async def _pilots(client: httpx.AsyncClient) -> list[dict[str, Any]]:
+    response = await client.get("/pilots")
+    assert response.status_code == 200, response.text
+    return list(response.json())
+
+
+async def _until(check: Any, within: float = 90.0) -> Any:
+    """The first true answer of `check()` (awaited), polled every 0.2 s, within `within` s."""
+    async with asyncio.timeout(within):
+        while True:
+            if found := await check():
+                return found
+            await asyncio.sleep(0.2)
+
+
+async def _task_rows(stack: Stack, job_id: str) -> list[Any]:
+    conn = await asyncpg.connect(stack.database_url)
+    try:
+        return list(
+            await conn.fetch(
+                "SELECT index, state, failure_class, app_retries, infra_retries, host"
+                " FROM tasks WHERE job_id = $1 ORDER BY index, created_at",
+                job_id,
+            )
+        )
+    finally:
+        await conn.close()
+
+
+async def test_pilots_come_on_demand_run_a_job_and_go_when_idle(
+    stack: Stack, client: httpx.AsyncClient, events: Events
+) -> None:
+    # given no host at all, when a job of three tasks is submitted
+    response = await client.post(
+        "/jobs", json={"command": "echo $VIGIL_INPUT", "inputs": list("abc")}
+    )
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+
+    # then pilots are asked for, Slurm runs them, and the job completes on them
+    assert (await wait_job(client, events, job_id, within=120))["state"] == "completed"
+    hosts = {a["host"] for a in await cluster_attempts(stack, job_id)}
+    pilots = await _pilots(client)
+    assert hosts and hosts <= {p["host_id"] for p in pilots}
+    assert all(p["requested_by"] == "scheduler" and p["batch_job_id"] for p in pilots)
+
+    # and once idle, each is cancelled
+    async def all_ended() -> bool:
+        return all(p["state"] == "ended" for p in await _pilots(client))
+
+    await _until(all_ended, within=60)
+    assert {p["reason"] for p in await _pilots(client)} <= {"idle", "cancelled", "completed"}
+
+
+async def test_a_pilot_cancelled_mid_job_loses_nothing_and_runs_nothing_twice_at_once(
+    stack: Stack, client: httpx.AsyncClient, events: Events, slurm_conf: str
+) -> None:
+    # given a job of two restartable 5-second tasks running on pilots
+    body = {"command": "sleep 5", "inputs": ["a", "b"], "policy": {"restartable": True}}
+    response = await client.post("/jobs", json=body)
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    await events.wait_key(f"task.on_cpu.{job_id}", within=120)
+
+    # when the pilot running one of them is cancelled in Slurm
+    async def running_pilot() -> dict[str, Any] | None:
+        rows = await _task_rows(stack, job_id)
+        busy = {r["host"] for r in rows if r["state"] == "on_cpu"}
+        return next((p for p in await _pilots(client) if p["host_id"] in busy), None)
+
+    pilot = await _until(running_pilot)
+    await Slurm(slurm_conf).cancel(pilot["batch_job_id"])
+
+    # then the job completes anyway: the lost task ran again, charged to infra, and no
+    # input's commands ever overlapped
+    assert (await wait_job(client, events, job_id, within=180))["state"] == "completed"
+    rows = await _task_rows(stack, job_id)
+    lost = [r for r in rows if r["failure_class"] == "lost"]
+    assert lost, rows
+    assert all(r["app_retries"] == 0 for r in rows)
+    conn = await asyncpg.connect(stack.database_url)
+    try:
+        attempts = await conn.fetch(
+            "SELECT t.index, a.started_at, coalesce(a.ended_at, now()) AS ended_at"
+            " FROM attempts a JOIN tasks t ON t.id = a.task_id"
+            " WHERE t.job_id = $1 AND a.stage = 'cluster' ORDER BY t.index, a.started_at",
+            job_id,
+        )
+    finally:
+        await conn.close()
+    assert len(attempts) >= 3
+    for before, after in itertools.pairwise(attempts):
+        if before["index"] == after["index"]:
+            assert before["ended_at"] <= after["started_at"], (before, after)
+
+
+@pytest.fixture
+def short_stack(tmp_path: Path, e2e_namespace: str, slurm_conf: str) -> Iterator[Stack]:
+    """Pilots of one minute, stopping themselves 30 s before their end."""
+    yield from _stack(
+        tmp_path,
+        e2e_namespace,
+        slurm_conf,
+        VIGIL_PILOTS_WALLTIME_S="60",
+        VIGIL_PILOTS_MAX="1",
+        VIGIL_PILOT_DRAIN_S="40",
+        VIGIL_PILOT_STOP_S="30",
+    )
+
+
+@pytest.fixture
+async def short_client(short_stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
+    headers = {"Authorization": f"Bearer {short_stack.token}"}
+    async with httpx.AsyncClient(base_url=short_stack.base_url, headers=headers, timeout=10) as c:
+        yield c
+
+
+async def test_a_pilot_reaching_its_walltime_charges_nothing_to_the_application(
+    short_stack: Stack, short_client: httpx.AsyncClient
+) -> None:
+    # given a restartable task longer than any pilot lives
+    body = {"command": "sleep 300", "inputs": ["long"], "policy": {"restartable": True}}
+    response = await short_client.post("/jobs", json=body)
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+
+    # when its pilot reaches the end of its allocation, then the task was lost to infra and
+    # resubmitted, its application's budget untouched
+    async def resubmitted() -> list[Any]:
+        rows = await _task_rows(short_stack, job_id)
+        return rows if len(rows) >= 2 else []
+
+    rows = await _until(resubmitted, within=120)
+    first = rows[0]
+    assert first["failure_class"] == "lost"
+    assert all(r["app_retries"] == 0 for r in rows)
+    assert rows[-1]["infra_retries"] >= 1
+
+
+async def test_a_pilot_slurm_cannot_start_says_why(client: httpx.AsyncClient) -> None:
+    cpus = (os.cpu_count() or 2) * 16
+    response = await client.post("/pilots", json={"cpus": cpus, "walltime_s": 60})
+    assert response.status_code == 201, response.text
+    [pilot] = response.json()
+
+    async def explained() -> dict[str, Any] | None:
+        found = next(p for p in await _pilots(client) if p["id"] == pilot["id"])
+        return found if found["state"] != "requested" and found["reason"] else None
+
+    seen = await _until(explained, within=30)
+    assert seen["state"] in ("pending", "ended")
+    assert seen["reason"]
+    deleted = await client.delete(f"/pilots/{pilot['id']}")
+    assert deleted.status_code == 202, deleted.text
