@@ -308,7 +308,9 @@ class StageRunner:
         if ran is None:
             return False
         attempt, status = ran.attempt, ran.status
-        outcome = await self._judged(_outcome(ran), ran.returncode)
+        outcome = _outcome(ran)
+        if outcome.failure_class is FailureClass.SIGNAL:  # rare: no await on the common path
+            outcome = await self._judged(outcome, ran.returncode)
         if outcome.state is S.DATA_READY:
             if self._results_are_saved(held, attempt, ran.returncode, status):
                 moved = await held.advance(  # post-processing has nothing to do
