@@ -96,9 +96,7 @@ async def main(args: argparse.Namespace) -> None:
     try:
         async with db.open_pool(url, max_size=2) as pool:
             async with pool.acquire() as conn:
-                await _populate(
-                    conn, args.tasks, args.jobs, args.users, args.hosts, args.history
-                )
+                await _populate(conn, args.tasks, args.jobs, args.users, args.hosts, args.history)
             dispatcher = Dispatcher(pool, 500, POOL, policy=Settings(), fresh_s=3600.0)
             idle_ms, placed = await _timed(dispatcher)
             while (await dispatcher.run_once()).released:  # fill every host

@@ -56,6 +56,7 @@ async def test_a_jobs_request_and_priority_are_kept_in_its_columns_and_shown(api
         "SELECT priority, req_millicpus, req_memory_mb, req_gpus FROM jobs WHERE id = $1",
         job["id"],
     )
+    assert row is not None
     assert tuple(row) == (40, 500, 2048, 1)
     shown = (await api.client.get(f"/jobs/{job['id']}", headers=api.user.headers)).json()
     assert (shown["resources"], shown["priority"]) == (job["resources"], 40)
@@ -65,7 +66,7 @@ async def test_a_malformed_request_or_a_priority_out_of_range_is_a_422_that_writ
     api: Api,
 ) -> None:
     before = await api.jobs_of(api.user)
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"resources": {"cpus": 0}}, "resources.cpus: Input should be greater than 0"),
         ({"resources": {"cpus": 2.0005}}, "more than 3 decimals"),
         ({"resources": {"cpus": 4096}}, "less than or equal to 1024"),
