@@ -17,6 +17,7 @@ from shared.store.attempts_repo import Attempt
 from shared.store.db import Connection
 from shared.store.jobs_repo import Job
 from shared.store.logs_repo import StoredLog
+from shared.store.pilots_repo import Pilot
 from shared.store.tasks_repo import BY_INDEX, Task
 
 #: Tasks per page of the job page (and most rows one live refresh asks for).
@@ -244,6 +245,65 @@ async def job_charts(conn: Connection, job: Job, now: datetime) -> list[charts.C
         ),
         charts.histogram("run-times", "How long the commands ran", [float(r["s"]) for r in took]),
     ]
+
+
+#: Most live pilots the hosts page lists (as many as `GET /pilots` gives).
+MAX_PILOTS: Final = 500
+
+_LIVE_PILOTS: Final = (
+    "SELECT p.*, h.id IS NOT NULL AS host_up, coalesce(p.ends_at, h.ends_at) AS ends,"
+    " extract(epoch FROM coalesce(p.ends_at, h.ends_at) - now())::float8 AS left_s"
+    " FROM pilots p LEFT JOIN hosts h ON h.id = p.host_id"
+    " WHERE p.state <> 'ended' ORDER BY p.created_at DESC, p.id LIMIT $1"
+)
+
+
+@dataclass(frozen=True)
+class PilotRow:
+    """A live pilot as the hosts page shows it (issue 40)."""
+
+    pilot: Pilot
+    #: Its host has come up (a `hosts` row): a pending pilot's host id is only its name to be.
+    host_up: bool
+    #: When its allocation ends (the pilot's, else what its host said), and in how long
+    #: (seconds, by the database's clock).
+    ends_at: datetime | None
+    left_s: float | None
+
+    @property
+    def left(self) -> str:
+        """Its remaining walltime in words ("7 min left"); empty while unknown."""
+        return walltime_left(self.left_s)
+
+
+def walltime_left(seconds: float | None) -> str:
+    """Remaining walltime in words: "40 s left", "7 min left", "2 h 05 min left"."""
+    if seconds is None:
+        return ""
+    if seconds <= 0:
+        return "walltime over"
+    if seconds < 120:
+        return f"{int(seconds)} s left"
+    minutes = int(seconds // 60)
+    if minutes < 120:
+        return f"{minutes} min left"
+    return f"{minutes // 60} h {minutes % 60:02d} min left"
+
+
+async def live_pilots(conn: Connection) -> list[PilotRow]:
+    """The pilots not ended, newest first (at most `MAX_PILOTS`), with their hosts' end: one
+    query for the whole page (the partial index `pilots_live` holds just these rows)."""
+    rows = await conn.fetch(_LIVE_PILOTS, MAX_PILOTS)
+    return [PilotRow(Pilot.from_record(r), r["host_up"], r["ends"], r["left_s"]) for r in rows]
+
+
+def pilots_by_host(pilots: list[PilotRow]) -> dict[str, PilotRow]:
+    """Host id -> the live pilot that is that host (the newest, should two name it)."""
+    found: dict[str, PilotRow] = {}
+    for row in pilots:
+        if row.host_up and row.pilot.host_id is not None:
+            found.setdefault(row.pilot.host_id, row)
+    return found
 
 
 def _minutes(width: timedelta) -> str:

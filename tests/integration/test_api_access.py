@@ -116,6 +116,7 @@ MATRIX: Final[dict[Key, Row]] = {
     ("GET", "/ui/users"): Row(200, page=True, operators_only=True),
     ("GET", "/ui/hosts"): Row(200, page=True),
     ("GET", "/ui/hosts/rows"): Row(200),
+    ("GET", "/ui/hosts/pilots"): Row(200),
     # a user's selector is limited to their own jobs: no 404 to expect (test_api_bulk.py)
     ("POST", "/bulk/actions"): Row(
         200, body={"action": "hold", "selector": {"states": ["new"]}, "dry_run": True}

@@ -319,8 +319,82 @@ async def test_when_a_cookie_signs_a_read__no_header_is_needed(api: Api) -> None
 async def test_the_hosts_page_and_its_rows_render_for_any_user(api: Api) -> None:
     page = await api.client.get("/ui/hosts", headers=_cookie(api.user))
     rows = await api.client.get("/ui/hosts/rows", headers=_cookie(api.user))
+    pilots = await api.client.get("/ui/hosts/pilots", headers=_cookie(api.user))
     assert page.status_code == 200 and 'id="hosts"' in page.text
+    assert 'id="pilots"' in page.text and "<th>Batch job</th>" in page.text
     assert rows.status_code == 200
+    assert pilots.status_code == 200
+
+
+async def _pilot(api: Api, state: str, **columns: Any) -> str:
+    """Given-step: a `pilots` row in `state` (made in SQL: no scheduler runs here)."""
+    pilot_id = f"p-{uuid.uuid4().hex[:12]}"
+    await api.pool.execute(
+        "INSERT INTO pilots (id, pool, backend, state, cpus, walltime_s, requested_by)"
+        " VALUES ($1, 'default', 'slurm', $2, 4, 3600, 'op')",
+        pilot_id,
+        state,
+    )
+    for name, value in columns.items():
+        await api.pool.execute(f"UPDATE pilots SET {name} = $2 WHERE id = $1", pilot_id, value)
+    return pilot_id
+
+
+def _batch_id() -> str:
+    return str(uuid.uuid4().int % 10**9)  # one batch job id per pilot (a unique index)
+
+
+async def test_the_hosts_page_shows_which_hosts_are_pilots_and_the_live_pilots(api: Api) -> None:
+    # given: a host that is a running pilot, ending in 7.5 minutes (the pilot's end)
+    mark = uuid.uuid4().hex[:8]
+    host_id, other_host = f"pilot-{mark}", f"pilot-{mark}-b"
+    await api.pool.execute(
+        "INSERT INTO hosts (id, slots, heartbeat_at) VALUES ($1, 0, now()), ($2, 0, now())",
+        host_id,
+        other_host,
+    )
+    ends = await api.pool.fetchval("SELECT now() + interval '450 seconds'")
+    running_batch, host_batch, pending_batch = _batch_id(), _batch_id(), _batch_id()
+    running = await _pilot(
+        api, "running", batch_job_id=running_batch, host_id=host_id, ends_at=ends
+    )
+    # and one whose end only its host told (hosts.ends_at), two hours and five minutes away
+    await api.pool.execute(
+        "UPDATE hosts SET ends_at = now() + interval '7530 seconds' WHERE id = $1", other_host
+    )
+    by_host = await _pilot(api, "running", batch_job_id=host_batch, host_id=other_host)
+    # and one pending in the batch system (its host is not up), with a hostile reason
+    pending = await _pilot(
+        api, "pending", batch_job_id=pending_batch, host_id=f"pilot-{mark}-c", reason=HOSTILE
+    )
+    ended = await _pilot(api, "ended", reason="walltime", ended_at=ends)
+
+    page = await api.client.get("/ui/hosts", headers=_cookie(api.user))
+    rows = await api.client.get("/ui/hosts/rows", headers=_cookie(api.user))
+    table = await api.client.get("/ui/hosts/pilots", headers=_cookie(api.user))
+
+    assert page.status_code == rows.status_code == table.status_code == 200
+    for text in (page.text, rows.text):
+        row = text[text.index(f'data-host-id="{host_id}"') :].split("</tr>")[0]
+        assert f'data-pilot-id="{running}"' in row
+        assert f"pilot {running} · batch {running_batch} · 7 min left" in row
+        row = text[text.index(f'data-host-id="{other_host}"') :].split("</tr>")[0]
+        assert f"pilot {by_host} · batch {host_batch} · 2 h 05 min left" in row
+    for text in (page.text, table.text):
+        pilot_row = text[text.index(f'<tr data-pilot-id="{running}"') :].split("</tr>")[0]
+        assert 'data-state="running"' in pilot_row
+        assert f'<td class="mono batch">{running_batch}</td>' in pilot_row
+        assert f'<td class="mono pilot-host">{host_id}</td>' in pilot_row
+        assert "<td>4</td>" in pilot_row and "(7 min left)" in pilot_row
+        pilot_row = text[text.index(f'<tr data-pilot-id="{pending}"') :].split("</tr>")[0]
+        assert f"pending <small>({html.escape(HOSTILE, quote=False)})</small>" in pilot_row
+        assert '<td class="mono pilot-host"><span class="off">not yet</span></td>' in pilot_row
+        assert "walltime 1:00:00" in pilot_row
+        assert HOSTILE not in text
+        assert ended not in text
+    assert 'id="no-pilots" hidden' in page.text
+    # the pending pilot's host to be is no host's row
+    assert f'data-host-id="pilot-{mark}-c"' not in page.text
 
 
 async def test_the_static_files_are_served(api: Api) -> None:

@@ -119,3 +119,18 @@ def test_durations_are_shown_as_squeue_shows_them() -> None:
     shown = [duration(s) for s in (None, 0.4, 75, 3600, 93_784.9)]
 
     assert shown == ["", "0:00", "1:15", "1:00:00", "1-02:03:04"]
+
+
+def test_a_pilots_remaining_walltime_is_said_in_seconds_minutes_or_hours() -> None:
+    shown = [dashboard.walltime_left(s) for s in (None, -3, 0, 40.7, 119.9, 450, 7199, 7530)]
+
+    assert shown == [
+        "",
+        "walltime over",
+        "walltime over",
+        "40 s left",
+        "119 s left",
+        "7 min left",
+        "119 min left",
+        "2 h 05 min left",
+    ]

@@ -546,13 +546,23 @@ async def _task_view(conn: Connection, task: Task, user: User) -> TaskView:
 
 @router.get("/ui/hosts")
 async def hosts_page(request: Request, pool: PoolDep, redis: RedisDep) -> Response:
-    """Every host: heartbeats, load and quarantine (refreshed by the page every few seconds)."""
+    """Every host: heartbeats, load and quarantine, and the live pilots (issue 40): those that
+    are a host say so in its row (refreshed by the page every few seconds)."""
     async with pool.acquire() as conn:
         user = await _page_user(request, conn)
         if user is None:
             return _to_login()
         found = await hosts.list_hosts(conn, redis, _keys(request))
-    return _page("hosts.html", user, "hosts", {"topics": []}, hosts=found)
+        pilots = await dashboard.live_pilots(conn)
+    return _page(
+        "hosts.html",
+        user,
+        "hosts",
+        {"topics": []},
+        hosts=found,
+        pilots=pilots,
+        pilot_of=dashboard.pilots_by_host(pilots),
+    )
 
 
 @router.get("/ui/hosts/rows")
@@ -562,7 +572,18 @@ async def host_rows(
     """The hosts table's rows (HTML fragment)."""
     async with pool.acquire() as conn:
         found = await hosts.list_hosts(conn, redis, _keys(request))
-    return _pages.fragment("_rows.html", "host_rows", found, user.is_operator)
+        pilots = await dashboard.live_pilots(conn)
+    return _pages.fragment(
+        "_rows.html", "host_rows", found, user.is_operator, dashboard.pilots_by_host(pilots)
+    )
+
+
+@router.get("/ui/hosts/pilots")
+async def pilot_rows(user: CurrentUser, pool: PoolDep) -> Response:
+    """The rows of the hosts page's table of live pilots (HTML fragment)."""
+    async with pool.acquire() as conn:
+        pilots = await dashboard.live_pilots(conn)
+    return _pages.fragment("_rows.html", "pilot_rows", pilots)
 
 
 def _keys(request: Request) -> RedisKeys:

@@ -682,14 +682,21 @@
 
   // ----- hosts --------------------------------------------------------------------------
 
-  // Hosts have no events (heartbeats are not published): the table is fetched again instead.
-  async function refreshHosts() {
-    const html = await fragment("/ui/hosts/rows");
-    const body = document.querySelector("#hosts tbody");
+  // Hosts have no events (heartbeats are not published): the tables are fetched again instead.
+  async function refreshTable(path, tableId, emptyId) {
+    const html = await fragment(path);
+    const body = document.querySelector("#" + tableId + " tbody");
     if (html === null || !body) return;
     body.innerHTML = html; // rendered and escaped by the server
-    const empty = document.getElementById("no-hosts");
+    const empty = document.getElementById(emptyId);
     if (empty) empty.hidden = body.childElementCount > 0;
+  }
+
+  async function refreshHosts() {
+    await Promise.all([
+      refreshTable("/ui/hosts/rows", "hosts", "no-hosts"),
+      refreshTable("/ui/hosts/pilots", "pilots", "no-pilots"),
+    ]);
   }
 
   function startHosts() {
