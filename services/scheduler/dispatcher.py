@@ -28,10 +28,22 @@ class Dispatcher:
         *,
         policy: Settings | None = None,
         fresh_s: float = 10.0,
+        short_prefetch: int = 0,
+        short_task_s: float = 0.5,
     ) -> None:
         self._pool, self._batch = pool, batch
         self._query = release_round.statement()
-        self.planning = Planning(worker_pool, policy or Settings(), fresh_s, batch, per_user)
+        policy = policy or Settings()
+        self.planning = Planning(
+            worker_pool,
+            policy,
+            fresh_s,
+            batch,
+            per_user,
+            prefetch=policy.prefetch,
+            short_prefetch=short_prefetch,
+            short_task_s=short_task_s,
+        )
 
     async def run_once(self) -> release_round.Released:
         """Place new tasks (`Planning.run_once`) and release one batch of resting ones, in one

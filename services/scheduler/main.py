@@ -87,6 +87,8 @@ class Scheduler:
             settings.max_in_flight_per_user,
             policy=settings.policy(),
             fresh_s=settings.dead_host_s,
+            short_prefetch=settings.short_prefetch,
+            short_task_s=settings.short_task_s,
         )
         self.finaliser = Finaliser(
             pool, redis, RedisKeys(settings.namespace), settings.scheduler_batch

@@ -10,8 +10,8 @@ in the broker. What this module keeps between rounds (the planner is pure):
 - the hosts held for large requests (`Plan.reservations`), in memory: a new leader starts
   with none, and holds again at the next pass-over (the bound counts from there);
 - the reasons it last wrote, so that a round writes a reason that changed at once and new
-  numbers of the same reason every `REFRESH_WAITS_S` (a new leader clears what the last one
-  left);
+  numbers of the same reason at the next full round (`FULL_EVERY_S`; a new leader clears
+  what the last one left);
 - when it last charged usage: every `CHARGE_EVERY_S`, each user holding resources (or held
   at the last charge) has its decayed usage brought up to now (`fairshare.charged`).
 
@@ -22,7 +22,7 @@ none, and given one task at most.
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from shared.domain.scheduling import fairshare
@@ -44,8 +44,18 @@ from shared.store.db import Connection
 
 logger = logging.getLogger(__name__)
 
-#: How often the numbers of an unchanged reason are written again (seconds).
-REFRESH_WAITS_S: Final = 2.0
+#: A full round (every job with tasks to place: every reason, with its numbers) runs this
+#: often (seconds); quick rounds between read each user's best-ranked jobs only, `QUICK_EXTRA`
+#: more than one round could place (`plan_repo._TOP_JOBS`): a round's cost then grows with
+#: users and what it places, not with how many jobs wait.
+FULL_EVERY_S: Final = 2.0
+QUICK_EXTRA: Final = 4
+
+#: Which users' work is short is looked at this often (seconds), over the commands that
+#: started in the last `SHORT_WITHIN_S`, at least `SHORT_AT_LEAST` of them.
+SHORT_EVERY_S: Final = 2.0
+SHORT_WITHIN_S: Final = 10.0
+SHORT_AT_LEAST: Final = 3
 
 #: How often users' usage is charged (seconds): often enough that fair share follows what
 #: runs, rarely enough that a busy round does not write every user.
@@ -69,24 +79,56 @@ class Planning:
     fresh_s: float  # a host's heartbeat counts as fresh this long
     batch: int  # at most this many tasks of a job are counted (and placed) per round
     user_cap: int | None = None
+    #: Tasks handed to a host beyond its free capacity for every job (`VIGIL_WORKER_PREFETCH`).
+    prefetch: int = 0
+    #: ... and for jobs of users whose commands are short (shorter than `short_task_s`,
+    #: median, lately): a task staged behind short ones waits little, and the host's next
+    #: task is ready when one ends (`VIGIL_SHORT_PREFETCH`, `VIGIL_SHORT_TASK_S`).
+    short_prefetch: int = 0
+    short_task_s: float = 0.5
+    _short: frozenset[str] = frozenset()
+    _short_at: float = -SHORT_EVERY_S
     reservations: dict[str, str] = field(default_factory=dict)
     _written: dict[str, tuple[str, str, str]] | None = None
     _charged_at: float = 0.0
-    _refreshed_at: float = 0.0
+    _full_at: float = 0.0
     _charged: set[str] = field(default_factory=set)
 
     async def run_once(self, conn: Connection) -> Placed:
-        """One round, in the caller's transaction."""
-        feed = await plan_repo.read(
-            conn, self.pool, self.fresh_s, self.settings.prefetch, self.batch
-        )
+        """One round, in the caller's transaction: a full one (every job with tasks to place)
+        every `FULL_EVERY_S`, quick ones (each user's best-ranked jobs only) between."""
+        clock = time.monotonic()
+        full = self._written is None or clock - self._full_at >= FULL_EVERY_S
+        if full:
+            self._full_at = clock
+        staging = max(self.prefetch, self.short_prefetch)
+        top = None if full else (QUICK_EXTRA, self.settings.age_per_hour)
+        feed = await plan_repo.read(conn, self.pool, self.fresh_s, staging, self.batch, top)
+        await self._look_at_short_work(conn)
         round_, probing = self._round(feed)
-        result = _one_each_on(probing, plan(round_, self.settings))
-        self.reservations = dict(result.reservations)
+        settings = replace(self.settings, prefetch=staging)
+        result = _one_each_on(probing, plan(round_, settings))
+        seen = {j.job_id for j in feed.jobs}
+        self.reservations = dict(result.reservations) | {
+            job: host for job, host in self.reservations.items() if not full and job not in seen
+        }
         claimed = await plan_repo.claim(conn, [_claim(a) for a in result.assignments])
-        await self._write_waits(conn, result)
+        await self._write_waits(conn, result, None if full else seen)
         await self._charge(conn, feed)
-        return Placed(claimed, len(result.waits))
+        # a quick round saw some jobs only: those it did not see may wait
+        waiting = len(result.waits) if full else max(len(result.waits), len(feed.jobs))
+        return Placed(claimed, waiting)
+
+    async def _look_at_short_work(self, conn: Connection) -> None:
+        if self.short_prefetch <= self.prefetch:
+            return
+        clock = time.monotonic()
+        if clock - self._short_at < SHORT_EVERY_S:
+            return
+        self._short_at = clock
+        self._short = await plan_repo.short_users(
+            conn, self.pool, SHORT_WITHIN_S, self.short_task_s, SHORT_AT_LEAST
+        )
 
     def forget(self) -> None:
         """Leadership lost: what this instance kept is no longer the truth."""
@@ -138,13 +180,16 @@ class Planning:
                 j.in_flight,
                 j.max_in_flight,
                 j.walltime_s,
+                stageable=self.prefetch > 0 or j.owner_id in self._short,
             )
             for j in feed.jobs
         ]
         round_ = Round(feed.now, hosts, jobs, users, dict(self.reservations), feed.stopped)
         return round_, probing
 
-    async def _write_waits(self, conn: Connection, result: Plan) -> None:
+    async def _write_waits(self, conn: Connection, result: Plan, seen: set[str] | None) -> None:
+        """The reasons that changed, of every job (a full round) or of those `seen` (a
+        quick one: only a reason of another kind, the numbers wait for the next full one)."""
         now = {
             job_id: (
                 wait.reason.value,
@@ -157,19 +202,17 @@ class Planning:
             await plan_repo.clear_waits_but(conn, list(now))
             self._written = {}
         # a new reason is written at once; new numbers of the same reason (tasks ahead, what
-        # the closest host has free) at most every REFRESH_WAITS_S: in a busy pool each task
-        # placed moves the numbers of most waiting jobs
-        clock = time.monotonic()
-        refresh = clock - self._refreshed_at >= REFRESH_WAITS_S
-        if refresh:
-            self._refreshed_at = clock
+        # the closest host has free) by full rounds only: in a busy pool each task placed
+        # moves the numbers of most waiting jobs
+        refresh = seen is None
         written = self._written
         changed = {
             job: w
             for job, w in now.items()
             if (old := written.get(job)) is None or old[0] != w[0] or (refresh and old != w)
         }
-        gone = [job for job in written if job not in now]
+        looked_at = written.keys() if seen is None else seen & written.keys()
+        gone = [job for job in looked_at if job not in now]
         await plan_repo.write_waits(conn, changed, gone)
         for job in gone:
             del written[job]

@@ -36,29 +36,55 @@ def _releasable(first: int) -> str:
   AND NOT {unmet_sql("setup", first=first)}"""
 
 
-#: Jobs with tasks to place: active ones, and configuring ones (their test tasks) while no
-#: stop is in force. Each is probed for a first unclaimed new task (`tasks_new`, as the
-#: dispatcher does: an index probe per job, never the job's whole history), then its
-#: releasable tasks are counted up to $1 (more would not change the plan, only the "tasks
-#: ahead" of its reasons, which are then lower bounds), with the moment the first began to
-#: wait; and its tasks in flight (`tasks_in_flight`).
-_JOBS: Final = f"""
-SELECT j.id, j.owner_id, j.priority, j.req_millicpus, j.req_memory_mb, j.req_gpus,
+#: A job's columns as the feed reads them, and its waiting tasks (`w`) and in flight.
+_JOB_COLUMNS: Final = f"""j.id, j.owner_id, j.priority, j.req_millicpus, j.req_memory_mb,
+       j.req_gpus,
        CASE WHEN j.probing_since IS NULL THEN j.max_in_flight ELSE 1 END AS max_in_flight,
        (j.policy->>'walltime')::float8 AS walltime,
        w.n AS waiting, extract(epoch FROM w.since)::float8 AS since,
        (SELECT count(*) FROM tasks x WHERE x.job_id = j.id
-          AND (x.claim IS NOT NULL OR x.state NOT IN {sql_states.NOT_IN_FLIGHT})) AS in_flight
-FROM jobs j
-CROSS JOIN LATERAL (
+          AND (x.claim IS NOT NULL OR x.state NOT IN {sql_states.NOT_IN_FLIGHT})) AS in_flight"""
+
+#: A job `j`'s probes: a first unclaimed new task (`tasks_new`, as the dispatcher does: an
+#: index probe per job, never the job's whole history), then its releasable tasks counted
+#: up to $1 (more would not change the plan, only the "tasks ahead" of its reasons, which
+#: are then lower bounds), with the moment the first began to wait.
+_JOB_PROBES: Final = f"""CROSS JOIN LATERAL (
     SELECT 1 FROM tasks n WHERE n.job_id = j.id AND n.claim IS NULL AND n.state = 'new'
     ORDER BY n.index LIMIT 1) has_new
 CROSS JOIN LATERAL (
     SELECT count(*) AS n, min(r.since) AS since FROM (
         SELECT greatest(t.created_at, coalesce(t.not_before, t.created_at)) AS since
         FROM tasks t WHERE {_releasable(2)}
-        ORDER BY t.index LIMIT $1) r) w
-WHERE (j.state = 'active' OR (j.state = 'configuring' AND {_NOT_STOPPED})) AND w.n > 0
+        ORDER BY t.index LIMIT $1) r) w"""
+
+#: Jobs with tasks to place: active ones, and configuring ones (their test tasks) while no
+#: stop is in force.
+_PLACEABLE: Final = f"(j.state = 'active' OR (j.state = 'configuring' AND {_NOT_STOPPED}))"
+
+#: Every job with tasks to place (a full round): probes per active job.
+_JOBS: Final = f"""
+SELECT {_JOB_COLUMNS}
+FROM jobs j
+{_JOB_PROBES}
+WHERE {_PLACEABLE} AND w.n > 0
+"""
+
+#: Each user's best-ranked jobs with tasks to place, at most $6 (a quick round): a user's
+#: jobs are sorted by rank (priority plus $7 points per hour since the job was made: the
+#: planner's rank with the job's age for its oldest task's), job rows only, then probed in
+#: that order until $6 have tasks to place: the cost is the users' jobs' rows and $6 probes
+#: a user, not a probe per job.
+_TOP_JOBS: Final = f"""
+SELECT x.* FROM (SELECT DISTINCT j.owner_id FROM jobs j WHERE {_PLACEABLE}) o
+CROSS JOIN LATERAL (
+    SELECT {_JOB_COLUMNS}
+    FROM (SELECT j.* FROM jobs j WHERE j.owner_id = o.owner_id AND {_PLACEABLE}
+          ORDER BY j.priority + $7 * extract(epoch FROM now() - j.created_at) / 3600 DESC,
+                   j.created_at, j.id) j
+    {_JOB_PROBES}
+    WHERE w.n > 0
+    LIMIT $6) x
 """
 
 #: The pool's hosts with a worker: capacity, what their tasks hold, whether they take work.
@@ -143,14 +169,27 @@ def counted_per_job(hosts: Sequence[HostRow], prefetch: int, batch: int) -> int:
     return max(1, min(batch, free // 250 + prefetch * len(hosts)))
 
 
-async def read(conn: Connection, pool: str, fresh_s: float, prefetch: int, batch: int) -> Feed:
+async def read(
+    conn: Connection,
+    pool: str,
+    fresh_s: float,
+    prefetch: int,
+    batch: int,
+    top: tuple[int, float] | None = None,
+) -> Feed:
     """The feed of one round for `pool` (a heartbeat fresh for `fresh_s` seconds; waiting
-    tasks counted per job as `counted_per_job` says). Call it in the round's transaction."""
+    tasks counted per job as `counted_per_job` says): every job with tasks to place, or,
+    with `top` (how many a user, and the age's points per hour), each user's best-ranked
+    ones only (`_TOP_JOBS`). Call it in the round's transaction."""
     now = float(await conn.fetchval("SELECT extract(epoch FROM now())::float8"))
     stopped = bool(await conn.fetchval(f"SELECT NOT {_NOT_STOPPED}"))
     hosts = [_host(row) for row in await conn.fetch(_HOSTS, pool, fresh_s)]
     per_job = counted_per_job(hosts, prefetch, batch)
-    jobs = [_job(row) for row in await conn.fetch(_JOBS, per_job, *met_arrays())]
+    if top is None:
+        rows = await conn.fetch(_JOBS, per_job, *met_arrays())
+    else:
+        rows = await conn.fetch(_TOP_JOBS, per_job, *met_arrays(), top[0] + per_job, top[1])
+    jobs = [_job(row) for row in rows]
     owners = sorted({j.owner_id for j in jobs})
     users = {row["id"]: _user(row) for row in await conn.fetch(_USERS, owners)}
     return Feed(now, stopped, hosts, jobs, users)
@@ -189,6 +228,34 @@ def _user(row: Any) -> UserRow:
         usage_age_s=max(0.0, float(row["usage_age"])),
         in_flight=int(row["in_flight"]),
         held=Resources(int(row["millicpus"]), int(row["memory_mb"]), int(row["gpus"])),
+    )
+
+
+#: Per user, how long their commands ran lately on the pool's hosts: the cluster attempts
+#: started in the last $2 seconds and ended (`attempts_of_host`: a probe per host), their
+#: count and median length.
+_RECENT_RUNS: Final = """
+SELECT j.owner_id, count(*) AS n,
+       percentile_cont(0.5) WITHIN GROUP (
+           ORDER BY extract(epoch FROM a.ended_at - a.started_at)) AS median_s
+FROM hosts h CROSS JOIN LATERAL (
+    SELECT a.task_id, a.started_at, a.ended_at FROM attempts a
+    WHERE a.host = h.id AND a.started_at > now() - make_interval(secs => $2)
+      AND a.stage = 'cluster' AND a.ended_at IS NOT NULL) a
+JOIN tasks t ON t.id = a.task_id JOIN jobs j ON j.id = t.job_id
+WHERE h.pool = $1
+GROUP BY j.owner_id
+"""
+
+
+async def short_users(
+    conn: Connection, pool: str, within_s: float, short_s: float, at_least: int
+) -> frozenset[str]:
+    """The users whose commands on `pool` ran, over the last `within_s` seconds, at least
+    `at_least` times and for less than `short_s` seconds (median): their work is short."""
+    rows = await conn.fetch(_RECENT_RUNS, pool, within_s)
+    return frozenset(
+        r["owner_id"] for r in rows if r["n"] >= at_least and float(r["median_s"]) < short_s
     )
 
 

@@ -420,3 +420,63 @@ async def test_a_task_goes_only_to_a_pilot_whose_allocation_outlasts_its_walltim
 
     assert [r["host"] for r in hosts] == [later]  # one CPU: the other task waits
     assert reason is not None and reason[0] == "resources"
+
+
+async def _ran_lately(conn: Connection, job: jobs_repo.Job, host: str, seconds: float) -> None:
+    """Given-step: three of the job's tasks ran on `host` a moment ago, `seconds` each."""
+    tasks = await conn.fetch("SELECT id FROM tasks WHERE job_id = $1 ORDER BY index", job.id)
+    for n, task in enumerate(tasks[:3]):
+        await conn.execute("UPDATE tasks SET state = 'completed' WHERE id = $1", task["id"])
+        await conn.execute(
+            "INSERT INTO attempts (task_id, attempt, run_number, stage, host, started_at,"
+            " ended_at) VALUES ($1, $2, 1, 'cluster', $3, now() - make_interval(secs => $4),"
+            " now())",
+            task["id"],
+            n + 1,
+            host,
+            seconds,
+        )
+
+
+@pytest.mark.parametrize(("seconds", "claimed"), [(0.05, 1 + 4), (5.0, 1)])
+async def test_a_host_is_handed_more_than_it_can_run_only_of_short_work(
+    pool: Pool, seconds: float, claimed: int
+) -> None:
+    dispatcher = Dispatcher(pool, 10_000, POOL, policy=Settings(), short_prefetch=4)
+    async with pool.acquire() as conn:
+        host = await _host(conn, cpus=1)
+        job = await _submitted(conn, NewJob("w1", "shell", "true", list("abcdefghij")))
+        await _ran_lately(conn, job, host, seconds)
+
+        await dispatcher.run_once()
+        assert await _claimed(conn, job.id) == claimed
+
+
+async def test_a_quick_round_takes_the_users_next_job_and_keeps_the_others_reasons(
+    pool: Pool,
+) -> None:
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        # given one user's 20 one-task jobs, made oldest first, on a host of 1 CPU
+        await _host(conn, cpus=1)
+        user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+        jobs = []
+        for n in range(20):
+            job = await _submitted(conn, NewJob(f"w{n}", "shell", "true", ["x"]), user.id)
+            await conn.execute(
+                "UPDATE jobs SET created_at = now() - make_interval(secs => $2) WHERE id = $1",
+                job.id,
+                100 - n,
+            )
+            jobs.append(job)
+        await dispatcher.run_once()  # the first round of a leader is a full one
+        waiting_after_full = await conn.fetchval("SELECT count(*) FROM job_waits")
+
+        # when the first job's task ends and a quick round follows
+        await _end_one(conn, jobs[0].id)
+        await dispatcher.run_once()
+
+        # then it placed the next oldest, and the reasons of the jobs it did not read stay
+        assert [await _claimed(conn, j.id) for j in jobs[:3]] == [0, 1, 0]
+        assert waiting_after_full == 19
+        assert await conn.fetchval("SELECT count(*) FROM job_waits") == 18

@@ -686,3 +686,14 @@ def test_when_no_host_lasts_long_enough__the_task_waits_for_resources() -> None:
 
     assert result.assignments == ()
     assert result.waits["hour"].reason is WaitingReason.RESOURCES
+
+
+def test_when_a_job_is_not_stageable__nothing_of_it_is_handed_beyond_free_capacity() -> None:
+    full = replace(HostState.idle("h1", R(1)), free=NOTHING)
+    long = JobDemand("long", "u", 5, R(1), waiting_since=NOW, stageable=False)
+    short = JobDemand("short", "v", 5, R(1), waiting_since=NOW)
+
+    result = plan(Round(NOW, [full], [long, short]), Settings(prefetch=2))
+
+    assert _placed(result, "long", staged=True) == 0
+    assert _placed(result, "short", staged=True) == 2

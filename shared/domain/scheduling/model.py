@@ -69,6 +69,10 @@ class JobDemand:
     #: How long each task may run (`policy.walltime`); None: not said (placed on any host,
     #: a pilot's too, where the end of the allocation may stop it: a lost host, not its fault).
     walltime_s: float | None = None
+    #: Whether its tasks may be handed to a host beyond its free capacity (the prefetch):
+    #: the caller says so when they are known to be short, so that staged work delays a
+    #: task placed after it by little.
+    stageable: bool = True
 
     def __post_init__(self) -> None:
         # Every task takes some CPU: a request of nothing would fit anywhere without end,

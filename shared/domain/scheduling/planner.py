@@ -296,6 +296,8 @@ class _Planner:
     def _stage(self, user: _User, job: _Job, after: _Next) -> int:
         """One task of `job` staged on a host beyond its free capacity (prefetch), or none.
         It takes no capacity now, so it holds no host for a job passed over either."""
+        if not job.demand.stageable:
+            return 0
         host = self.board.stage(job.demand.request, self.settings.prefetch, self._until(job))
         if host is None:
             return 0
