@@ -40,13 +40,16 @@ EVERY_S: Final = 2.0
 #: The reasons of jobs that wait for a host the pool does not have.
 WANTING_HOSTS: Final = ("no_host", "resources", "too_large")
 
-#: Per job waiting for a host: its request and how many of its tasks wait (counted up to
-#: 1,000: enough to size what to ask for).
+#: Per job waiting for a host that a pilot could hold ($2 millicpus, $3 MiB, no GPU: a
+#: pilot asked for is no use to the others, and would be kept up by them for nothing): its
+#: request and how many of its tasks wait (counted up to 1,000: enough to size what to ask
+#: for).
 _WANTED: Final = """
 SELECT j.req_millicpus, (SELECT count(*) FROM (SELECT 1 FROM tasks t
     WHERE t.job_id = w.job_id AND t.state = 'new' AND t.claim IS NULL LIMIT 1000) x) AS n
 FROM job_waits w JOIN jobs j ON j.id = w.job_id
-WHERE w.reason = ANY($1::text[])
+WHERE w.reason = ANY($1::text[]) AND j.req_millicpus <= $2 AND j.req_gpus = 0
+  AND ($3::int IS NULL OR j.req_memory_mb <= $3)
 """
 
 
@@ -181,7 +184,9 @@ class PilotPool:
 
     async def _wanted_cpus(self) -> float:
         async with self._pool.acquire() as conn:
-            rows = await conn.fetch(_WANTED, list(WANTING_HOSTS))
+            rows = await conn.fetch(
+                _WANTED, list(WANTING_HOSTS), self.settings.cpus * 1000, self.settings.memory_mb
+            )
         return float(sum(r["req_millicpus"] / 1000 * r["n"] for r in rows))
 
     async def _on_demand(self, live: list[Pilot], wanted: float) -> int:
