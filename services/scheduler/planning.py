@@ -81,9 +81,10 @@ class Planning:
     user_cap: int | None = None
     #: Tasks handed to a host beyond its free capacity for every job (`VIGIL_WORKER_PREFETCH`).
     prefetch: int = 0
-    #: ... and for jobs of users whose commands are short (shorter than `short_task_s`,
-    #: median, lately): a task staged behind short ones waits little, and the host's next
-    #: task is ready when one ends (`VIGIL_SHORT_PREFETCH`, `VIGIL_SHORT_TASK_S`).
+    #: When that is 0: for jobs of users whose commands are short (shorter than
+    #: `short_task_s`, median, lately) only, so that a task staged behind them waits little
+    #: and the host's next task is ready when one ends (`VIGIL_SHORT_PREFETCH`,
+    #: `VIGIL_SHORT_TASK_S`).
     short_prefetch: int = 0
     short_task_s: float = 0.5
     _short: frozenset[str] = frozenset()
@@ -101,7 +102,7 @@ class Planning:
         full = self._written is None or clock - self._full_at >= FULL_EVERY_S
         if full:
             self._full_at = clock
-        staging = max(self.prefetch, self.short_prefetch)
+        staging = self.prefetch or self.short_prefetch  # the operator's, when set, for all
         top = None if full else (QUICK_EXTRA, self.settings.age_per_hour)
         feed = await plan_repo.read(conn, self.pool, self.fresh_s, staging, self.batch, top)
         await self._look_at_short_work(conn)
@@ -120,7 +121,7 @@ class Planning:
         return Placed(claimed, waiting)
 
     async def _look_at_short_work(self, conn: Connection) -> None:
-        if self.short_prefetch <= self.prefetch:
+        if self.prefetch or not self.short_prefetch:
             return
         clock = time.monotonic()
         if clock - self._short_at < SHORT_EVERY_S:

@@ -57,9 +57,10 @@ class SchedulerSettings(CommonSettings):
     reserve_after_s: float = Field(default=600.0, ge=0)
     max_reservations: int = Field(default=4, ge=0)
     worker_prefetch: int = Field(default=0, ge=0, le=4096)
-    #: Tasks handed to a host beyond its free capacity for users whose commands are short
-    #: lately (median under `VIGIL_SHORT_TASK_S`): the host's next task is set up while one
-    #: runs, and a task placed after them waits little (`VIGIL_SHORT_PREFETCH`; 0: never).
+    #: With no `VIGIL_WORKER_PREFETCH`: tasks handed to a host beyond its free capacity for
+    #: users whose commands are short lately (median under `VIGIL_SHORT_TASK_S`): the host's
+    #: next task is set up while one runs, and a task placed after them waits little
+    #: (`VIGIL_SHORT_PREFETCH`; 0: never).
     short_prefetch: int = Field(default=4, ge=0, le=4096)
     short_task_s: float = Field(default=0.5, gt=0, le=60)
 
