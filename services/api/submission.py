@@ -1,6 +1,6 @@
 """Submitting a job: references checked, then job, tasks, events and prerequisites written in
-one transaction, so that a failure anywhere leaves no trace (never a half-created job), with
-the release of an active job's first tasks (claims and work messages).
+one transaction, so that a failure anywhere leaves no trace (never a half-created job). Its
+tasks are placed by the leading scheduler's round (issue 39), which the commit wakes.
 
 A job with `inputs_from` is created without inputs and chained (design §6): one promised input
 per task of the upstream job, each waiting for its upstream task to complete. A job submitted
@@ -26,21 +26,12 @@ from shared.domain.scheduling.reasons import TooLarge
 from shared.domain.scheduling.resources import Resources, coverage
 from shared.operations import datasets, harvest, stop_guard
 from shared.operations.datasets import UPSTREAM_KEY
-from shared.store import emergency_repo, jobs_repo, outbox, release_round
+from shared.store import jobs_repo, outbox
 from shared.store.db import Connection, Pool
 from shared.store.jobs_repo import Job
 from shared.store.users_repo import User
 
 logger = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class Release:
-    """Where a new job's first tasks go, and the per-user cap (the settings the scheduler's
-    rounds release with): under a cap, a submission releases nothing."""
-
-    pool_key: str
-    per_user: int | None
 
 
 async def submit(
@@ -49,13 +40,11 @@ async def submit(
     body: JobCreate,
     idempotency_key: str | None,
     quota: TaskQuota,
-    release: Release,
 ) -> tuple[Job, bool]:
     """Create the job (or find the one made earlier with `idempotency_key`); (job, created).
-    An active job's first tasks are released in the same transaction, as the scheduler's
-    next round would release them (`release_round.release_job`): their work messages go out
-    without waiting for a round. Not under a per-user cap: concurrent submissions could not
-    see each other's claims and would pass it together; the rounds, one at a time, keep it.
+    It places none of its tasks: where they run depends on every host's free capacity and
+    every user's share, which the scheduler's rounds, one at a time, see whole; its commit
+    wakes the round.
 
     Raises a 422 `RequestValidationError` naming any prerequisite task, `inputs_from` job or
     input's `upstream_task` that does not exist or that the user may not see, `Conflict`
@@ -64,7 +53,7 @@ async def submit(
     """
     async with pool.acquire() as conn, conn.transaction():
         # First: the job may be held by a stop (see stop_guard). Its statements are lookups by
-        # key: one plan each per connection (the release's took 1.4 ms to plan, db.GENERIC_PLANS).
+        # key: one plan each per connection (db.GENERIC_PLANS).
         await stop_guard.share(conn, generic_plans=True)
         await _check_references(conn, user, body)
         if body.inputs_from is not None:
@@ -80,15 +69,9 @@ async def submit(
         if created and not body.configuring:  # a configuring job is filled at activation
             job = await _fill(conn, job, body)
             await quota.charge(user, sum(job.counts.values()))
-            if release.per_user is None:  # the release reads the stop too (one round trip)
-                done = await release_round.release_job(conn, job.id, release.pool_key, None)
-                released, stop_id = done.released, done.stop_id
-            else:
-                released, stop_id = 0, await emergency_repo.in_force_id(conn)
-            if await stop_guard.hold_under(conn, stop_id, job.id):  # made during a stop
+            if await stop_guard.hold_if_stopped(conn, job.id, shared=True):  # made in a stop
                 job = await _read(conn, job.id)
-            if released < sum(job.counts.values()):  # what it left is the rounds' to release
-                await outbox.wake_round(conn)
+            await outbox.wake_round(conn)  # the round places its tasks
     if created:
         logger.info(
             "job submitted with %d task(s)",

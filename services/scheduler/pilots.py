@@ -19,6 +19,7 @@ again (`plan_repo.give_back_from_gone_hosts`).
 
 import logging
 import math
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -103,6 +104,8 @@ class PilotPool:
     def __init__(self, pool: Pool, batch: BatchSystem, settings: PilotSettings) -> None:
         self._pool, self._batch, self.settings = pool, batch, settings
         Path(settings.workdir).mkdir(parents=True, exist_ok=True)  # the batch jobs' files
+        #: Every pilot's batch script: the pilot, run by the scheduler's Python.
+        self._script = f"#!/bin/sh\nexec {shlex.quote(settings.python)} -m services.pilot\n"
 
     async def run_once(self) -> int:
         """One look; how many pilots changed."""
@@ -119,9 +122,6 @@ class PilotPool:
         changed += await self._retire_idle([p for p in live if p.state == "running"], wanted)
         return changed
 
-    def _script(self, pilot: Pilot) -> str:
-        return f"#!/bin/sh\nexec {self.settings.python} -m services.pilot\n"
-
     async def _submit(self, requested: list[Pilot]) -> int:
         for pilot in requested:
             env = {
@@ -131,7 +131,7 @@ class PilotPool:
             }
             try:
                 batch_id = await self._batch.submit(
-                    self._script(pilot),
+                    self._script,
                     name=f"vigil-{pilot.id}",
                     cpus=pilot.cpus,
                     memory_mb=pilot.memory_mb,

@@ -39,8 +39,7 @@ async def hold_if_stopped(conn: Connection, job_id: str, *, shared: bool = False
 async def hold_under(conn: Connection, stop_id: int | None, job_id: str) -> bool:
     """Suspend `job_id`, just made active, as the stop `stop_id`'s (None: no stop, nothing
     to do); True if there was a stop. The caller holds the lock (`share`) and read `stop_id`
-    under it (`emergency_repo.in_force_id`, or a statement that read it too:
-    `release_round.release_job`)."""
+    under it (`emergency_repo.in_force_id`)."""
     if stop_id is None:
         return False
     await emergency_repo.hold_job(conn, stop_id, job_id)

@@ -10,8 +10,7 @@ from typing import Final
 
 from shared.store.db import Connection
 
-#: The id of the stop in force, if any (a scalar subquery, also read inside other statements:
-#: `release_round.job_statement`). At most one is in force (`emergency_stops_in_force`).
+#: The id of the stop in force, if any. At most one is in force (`emergency_stops_in_force`).
 IN_FORCE: Final = "SELECT id FROM emergency_stops WHERE resumed_at IS NULL"
 
 

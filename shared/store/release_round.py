@@ -11,7 +11,6 @@ from typing import Final
 
 from shared.domain.prerequisites import met_arrays, unmet_sql
 from shared.domain.states import ACTIONS, Stage, TaskState
-from shared.store import emergency_repo
 from shared.store.db import GENERIC_PLANS, Connection
 
 #: An emergency stop suspends active jobs; a configuring job has no suspended state, so its
@@ -129,24 +128,3 @@ async def release(conn: Connection, query: str, batch: int) -> Released:
         row = await conn.fetchrow(query, batch, *met_arrays(), _ACTION_STATES)
     assert row is not None  # an aggregate: one row
     return Released(int(row[0]), bool(row[1]))
-
-
-@dataclass(frozen=True)
-class JobRelease:
-    """What `release_job` did: how many tasks it released (none: since issue 39 the leading
-    scheduler's planning round places every new task, by the pool's free capacity), and the
-    emergency stop in force (None: none)."""
-
-    released: int
-    stop_id: int | None
-
-
-async def release_job(
-    conn: Connection, job_id: str, pool_key: str, per_user: int | None
-) -> JobRelease:
-    """What a submission's transaction releases of its job's first tasks: nothing since the
-    pool is shared by capacity (`services/scheduler/planning.py` places them at its next
-    round, which the submission wakes); the stop in force, which the caller needs (it holds
-    the stop lock shared, then suspends the job: `stop_guard`)."""
-    del job_id, pool_key, per_user
-    return JobRelease(0, await emergency_repo.in_force_id(conn))

@@ -94,8 +94,8 @@ async def _wait(conn: Connection, job_id: str) -> tuple[str, str] | None:
     return None if row is None else (row["reason"], row["message"])
 
 
-def _dispatcher(pool: Pool, per_user: int | None = None, **policy: float) -> Dispatcher:
-    return Dispatcher(pool, 10_000, POOL, per_user, policy=Settings(**policy))  # type: ignore[arg-type]
+def _dispatcher(pool: Pool, per_user: int | None = None) -> Dispatcher:
+    return Dispatcher(pool, 10_000, POOL, per_user, policy=Settings())
 
 
 async def test_a_configuring_jobs_test_task_waits_out_an_emergency_stop(pool: Pool) -> None:

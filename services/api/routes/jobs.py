@@ -51,7 +51,6 @@ from shared.domain.actions import JobAction
 from shared.domain.ids import ID_PATTERN
 from shared.domain.messages import Severity
 from shared.domain.states import JobState, TaskState
-from shared.messaging.topology import pool_key
 from shared.operations import (
     configuring,
     datasets,
@@ -143,8 +142,7 @@ async def submit_job(
             await submission.check_satisfiable(
                 conn, body.resources.to_resources(), settings.worker_pool, settings.dead_host_s
             )
-    release = submission.Release(pool_key(settings.worker_pool), settings.max_in_flight_per_user)
-    job, created = await submission.submit(pool, user, body, idempotency_key, quota, release)
+    job, created = await submission.submit(pool, user, body, idempotency_key, quota)
     if created:
         metrics.jobs_submitted.inc()
     else:
