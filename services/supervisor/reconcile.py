@@ -42,15 +42,7 @@ async def reconcile(
 ) -> None:
     """One comparison round (idempotent); `suspensions` carries what each command owed its
     job's suspension from one round to the next (None: nothing is stopped or continued)."""
-    async with pool.acquire() as conn:
-        running = await conn.fetch(
-            "SELECT t.id, t.job_id, t.claim, t.pid, t.pid_create_time,"
-            " j.state = 'suspended' AS suspended FROM tasks t JOIN jobs j ON j.id = t.job_id"
-            " WHERE t.host = $1 AND t.state = 'on_cpu' AND t.claim IS NOT NULL"
-            " AND t.pid IS NOT NULL",
-            host_id,
-        )
-    for row in running:
+    for row in await on_cpu_here(pool, host_id):
         if not watchers.is_watching(row["id"], row["claim"]):
             watchers.watch(
                 row["id"], row["job_id"], row["claim"], row["pid"], row["pid_create_time"] or 0.0
@@ -59,7 +51,7 @@ async def reconcile(
             _keep_suspension(row, cgroups, suspensions)
     if suspensions is not None:
         suspensions.next_round()
-    await _reap_stale(pool, redis, keys, host_id, cgroups)
+    await reap_stale(pool, redis, keys, host_id, cgroups)
     await kill_strays(pool, namespace, host_id, cgroups)
     await kill_owed(pool, namespace, host_id, cgroups)
 
@@ -85,9 +77,24 @@ def _keep_suspension(
         )
 
 
-async def _reap_stale(
+async def on_cpu_here(pool: Pool, host_id: str) -> list[Record]:
+    """The tasks PostgreSQL says run a command on this host: id, job_id, claim, pid,
+    pid_create_time, and whether their job is suspended."""
+    async with pool.acquire() as conn:
+        return await conn.fetch(
+            "SELECT t.id, t.job_id, t.claim, t.pid, t.pid_create_time,"
+            " j.state = 'suspended' AS suspended FROM tasks t JOIN jobs j ON j.id = t.job_id"
+            " WHERE t.host = $1 AND t.state = 'on_cpu' AND t.claim IS NOT NULL"
+            " AND t.pid IS NOT NULL",
+            host_id,
+        )
+
+
+async def reap_stale(
     pool: Pool, redis: Redis, keys: RedisKeys, host_id: str, cgroups: Cgroups | None
 ) -> None:
+    """Fail as lost the tasks still held by worker instances of this host that are not its
+    registered one."""
     # Holders are read before the registration: a worker registers before it takes any task,
     # so a holder that is not the registration read afterwards is dead or replaced.
     holders = await stale_instances(pool, host_id, None)

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import signal
+from uuid import UUID
 
 from shared.host.cgroups import Cgroups
 from shared.host.marks import Marked, marked_processes
@@ -24,6 +25,16 @@ logger = logging.getLogger(__name__)
 _LEGIT_STATES = ("new", "setting_up", "queued", "on_cpu")
 
 
+async def legitimate(pool: Pool, task_ids: set[str]) -> set[tuple[str, UUID]]:
+    """The (task, claim) of those of `task_ids` whose task may have a command running."""
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT id, claim, state::text AS state FROM tasks WHERE id = ANY($1)",
+            sorted(task_ids),
+        )
+    return {(r["id"], r["claim"]) for r in rows if r["state"] in _LEGIT_STATES}
+
+
 async def kill_strays(
     pool: Pool, namespace: str, host_id: str, cgroups: Cgroups | None
 ) -> list[Marked]:
@@ -31,12 +42,7 @@ async def kill_strays(
     marked = [m for m in marked_processes(namespace, host_id) if m.pid != os.getpid()]
     if not marked:
         return []
-    async with pool.acquire() as conn:
-        rows = await conn.fetch(
-            "SELECT id, claim, state::text AS state FROM tasks WHERE id = ANY($1)",
-            sorted({m.task_id for m in marked}),
-        )
-    legit = {(r["id"], r["claim"]) for r in rows if r["state"] in _LEGIT_STATES}
+    legit = await legitimate(pool, {m.task_id for m in marked})
     strays = [m for m in marked if (m.task_id, m.claim) not in legit]
     for stray in strays:
         if cgroups is not None:

@@ -1,0 +1,234 @@
+"""The control plane at cluster scale (issue 41): what hosts and tasks cost centrally.
+
+Starts an installation of its own (`bench.cluster`: an api and a scheduler, in a database and
+namespace of their own, no host), then for each host count runs `bench.simhosts` with that
+many simulated hosts and measures, with `bench.cpu`'s accounting of the central processes
+(the api, the scheduler, PostgreSQL, RabbitMQ, Redis; never the simulator, which stands for
+the hosts):
+
+- idle: central CPU per idle host per second, over `--idle-s`;
+- one job of `--tasks` inputs: wall time, completions/s, central CPU per task by process;
+- `--jobs` one-task jobs submitted `--concurrency` at a time (W1's shape): the same;
+- RabbitMQ's connections and memory, and the simulator's own CPU (what bounds it, here).
+
+    python -m bench.control_plane --hosts 10,100,1000 --tasks 20000 --jobs 2000
+
+Run it alone on the machine: the counters are every process's of each kind.
+"""
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from bench.cluster import Cluster, create_database, drop_database
+from bench.cpu import snapshot
+
+_CENTRAL = ("api", "scheduler", "postgres", "rabbitmq", "redis")
+
+
+def _central(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {kind: after.get(kind, 0.0) - before.get(kind, 0.0) for kind in _CENTRAL}
+
+
+def _cpu_of(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
+
+
+def _rabbit() -> tuple[int, float]:
+    """RabbitMQ's connection count and resident memory (MiB)."""
+    out = subprocess.run(
+        ["rabbitmqctl", "-q", "list_connections", "name"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    connections = len([line for line in out.splitlines() if line.strip()])
+    rss = sum(
+        p.memory_info().rss for p in psutil.process_iter(["name"]) if p.info["name"] == "beam.smp"
+    )
+    return connections, rss / 2**20
+
+
+class Sim:
+    """The simulator, as a process of its own."""
+
+    def __init__(self, cluster: Cluster, args: argparse.Namespace, hosts: int) -> None:
+        env = cluster._env(None, 0) | {"VIGIL_LOG_LEVEL": "WARNING"}
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.simhosts",
+                "--hosts",
+                str(hosts),
+                "--cpus",
+                str(args.cpus),
+                "--duration",
+                args.duration,
+                "--work-root",
+                str(cluster.root / "sim"),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=(cluster.root / "sim.log").open("ab"),
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("ready"):
+            raise RuntimeError(f"the simulator did not start: {line!r}")
+        print(f"  {line.strip()}", flush=True)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            out, _ = self.proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        if out.strip():
+            print(f"  {out.strip()}", flush=True)
+
+
+async def _wait_done(client: httpx.AsyncClient, name: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        page = (
+            await client.get("/jobs", params={"name": name, "state": "active", "limit": 1})
+        ).json()
+        if not page["items"]:
+            return
+        await asyncio.sleep(0.25)
+    raise SystemExit(f"jobs {name} still active after {timeout_s} s")
+
+
+async def _one_job(client: httpx.AsyncClient, name: str, tasks: int) -> None:
+    body = {"name": name, "command": "true", "inputs": [str(i) for i in range(tasks)]}
+    response = await client.post("/jobs", json=body, timeout=300)
+    response.raise_for_status()
+    await _wait_done(client, name, 3600)
+
+
+async def _many_jobs(client: httpx.AsyncClient, name: str, jobs: int, concurrency: int) -> None:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one() -> None:
+        async with gate:
+            response = await client.post("/jobs", json={"name": name, "command": "true"})
+            response.raise_for_status()
+
+    await asyncio.gather(*(one() for _ in range(jobs)))
+    await _wait_done(client, name, 3600)
+
+
+def _measure(
+    label: str, sim: Sim, count: int, unit: str, run: Callable[[], Awaitable[None]]
+) -> dict[str, Any]:
+    before, sim_before, began = snapshot(), _cpu_of(sim.proc.pid), time.monotonic()
+    asyncio.run(run())
+    wall = time.monotonic() - began
+    used = _central(before, snapshot())
+    sim_used = _cpu_of(sim.proc.pid) - sim_before
+    total = sum(used.values())
+    per = ", ".join(f"{k} {1000 * v / count:.2f}" for k, v in used.items())
+    print(
+        f"  {label}: {count} {unit} in {wall:.1f} s = {count / wall:.0f}/s;"
+        f" central {1000 * total / count:.2f} ms per {unit[:-1]} ({per});"
+        f" simulator {1000 * sim_used / count:.2f} ms",
+        flush=True,
+    )
+    return {"wall": wall, "rate": count / wall, "central_ms": 1000 * total / count}
+
+
+def _idle(sim: Sim, hosts: int, seconds: float) -> None:
+    time.sleep(min(10.0, seconds))  # the hosts' first rounds settle
+    before, sim_before = snapshot(), _cpu_of(sim.proc.pid)
+    time.sleep(seconds)
+    used = _central(before, snapshot())
+    sim_used = _cpu_of(sim.proc.pid) - sim_before
+    total = sum(used.values())
+    per = ", ".join(f"{k} {100 * v / seconds:.1f}" for k, v in used.items())
+    connections, rss = _rabbit()
+    print(
+        f"  idle: central {100 * total / seconds:.1f} % of a core"
+        f" ({1e3 * total / seconds / hosts:.3f} ms per host per s; % of a core: {per});"
+        f" simulator {100 * sim_used / seconds:.0f} %;"
+        f" RabbitMQ {connections} connections, {rss:.0f} MiB",
+        flush=True,
+    )
+
+
+def _run(args: argparse.Namespace, hosts: int) -> None:
+    admin = os.environ.get("VIGIL_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    name = f"cp{uuid.uuid4().hex[:8]}"
+    root = Path(tempfile.mkdtemp(prefix="vigil-cp-"))
+    url = asyncio.run(create_database(admin, name))
+    cluster = Cluster(
+        database_url=url,
+        amqp_url=os.environ.get("VIGIL_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+        redis_url=os.environ.get("VIGIL_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        namespace=name,
+        root=root,
+        hosts=[],
+        extra_env=dict(e.split("=", 1) for e in args.env),
+    )
+    print(f"{hosts} simulated hosts x {args.cpus:g} CPUs, commands {args.duration}", flush=True)
+    cluster.start_all()
+    sim = Sim(cluster, args, hosts)
+    headers = {"Authorization": f"Bearer {cluster.token}"}
+    try:
+        if args.idle_s > 0:
+            _idle(sim, hosts, args.idle_s)
+
+        def client() -> httpx.AsyncClient:
+            return httpx.AsyncClient(base_url=cluster.base_url, headers=headers, timeout=60)
+
+        if args.tasks:
+
+            async def one() -> None:
+                async with client() as c:
+                    await _one_job(c, f"{name}-one", args.tasks)
+
+            _measure("one job", sim, args.tasks, "tasks", one)
+        if args.jobs:
+
+            async def many() -> None:
+                async with client() as c:
+                    await _many_jobs(c, f"{name}-w1", args.jobs, args.concurrency)
+
+            _measure("one-task jobs", sim, args.jobs, "jobs", many)
+    finally:
+        sim.stop()
+        cluster.stop_all()
+        asyncio.run(drop_database(admin, name))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", default="10,100,1000", help="host counts, comma-separated")
+    parser.add_argument("--cpus", type=float, default=16)
+    parser.add_argument("--duration", default="fixed:1")
+    parser.add_argument("--idle-s", type=float, default=20)
+    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--jobs", type=int, default=2_000)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for services")
+    args = parser.parse_args()
+    for hosts in (int(h) for h in args.hosts.split(",")):
+        _run(args, hosts)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""`python -m bench.simhosts`: run simulated hosts against the services the environment names
+(`VIGIL_DATABASE_URL`, `VIGIL_AMQP_URL`, `VIGIL_REDIS_URL`, `VIGIL_NAMESPACE`...) until
+SIGTERM or SIGINT, then stop them as workers stop. Prints `ready N` once every host took its
+place, and what its supervisors killed at the end."""
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import tempfile
+import time
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+from bench.simhosts.commands import Durations
+from bench.simhosts.host import SimHost
+from services.supervisor.settings import SupervisorSettings
+from services.worker.settings import WorkerSettings
+from shared.host.capacity import HostCapacity
+from shared.messaging.amqp import open_broker
+from shared.messaging.redis_client import open_redis
+from shared.messaging.topology import Topology, declare_all_work_queues
+from shared.runtime.lifecycle import stop_on_signals
+from shared.store.db import check_schema, open_pool
+from shared.task_types import load_task_types
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.simhosts", description=__doc__)
+    parser.add_argument("--hosts", type=int, default=10)
+    parser.add_argument("--cpus", type=float, default=16, help="each host's CPUs")
+    parser.add_argument("--memory-mb", type=int, default=65536, help="each host's memory")
+    parser.add_argument("--duration", default="exp:1", help="fixed:S, uniform:A,B or exp:MEAN")
+    parser.add_argument("--prefix", default="sim", help="host ids: <prefix>-<n>")
+    parser.add_argument("--hosts-per-connection", type=int, default=50)
+    parser.add_argument("--db-connections", type=int, default=20)
+    parser.add_argument("--work-root", default="", help="default: a temporary directory")
+    parser.add_argument("--graceful-s", type=float, default=5.0)
+    parser.add_argument("--seed", type=int, default=1)
+    return parser.parse_args()
+
+
+async def _run(args: argparse.Namespace) -> None:
+    base = WorkerSettings()
+    supervising = SupervisorSettings()
+    durations = Durations.parse(args.duration)
+    capacity = HostCapacity.of(args.cpus, args.memory_mb)
+    work_root = Path(args.work_root or tempfile.mkdtemp(prefix="vigil-sim-"))
+    task_types = load_task_types()
+    topology = Topology(base.namespace)
+    async with stop_on_signals() as stop, AsyncExitStack() as stack:
+        pool = await stack.enter_async_context(
+            open_pool(base.database_url, max_size=args.db_connections, generic_plans=True)
+        )
+        await check_schema(pool)
+        redis = await stack.enter_async_context(open_redis(base.redis_url))
+        brokers = []
+        for n in range(0, args.hosts, args.hosts_per_connection):
+            brokers.append(
+                await stack.enter_async_context(
+                    open_broker(base.amqp_url, topology, f"{args.prefix}-hosts-{n}")
+                )
+            )
+        hosts = []
+        for n in range(args.hosts):
+            host_id = f"{args.prefix}-{n + 1}"
+            root = work_root / host_id
+            root.mkdir(parents=True, exist_ok=True)
+            hosts.append(
+                SimHost(
+                    base.model_copy(update={"host_id": host_id, "work_root": str(root)}),
+                    supervising.model_copy(update={"host_id": host_id}),
+                    capacity,
+                    pool,
+                    brokers[n // args.hosts_per_connection],
+                    redis,
+                    task_types,
+                    durations,
+                    args.seed * 1_000_003 + n,
+                )
+            )
+        began = time.monotonic()
+        # Every queue declared before any is consumed: a quorum queue consumed while its
+        # leader is still starting (many declared at once) closes the whole connection
+        # (RabbitMQ's `{badmatch,{error,noproc}}` in `rabbit_quorum_queue:consume`).
+        channel = await brokers[0].connection.channel()
+        for host in hosts:
+            await declare_all_work_queues(channel, topology, host.worker.host_id, base.worker_pool)
+        await channel.close()
+        starting = asyncio.Semaphore(16)
+
+        async def start(host: SimHost) -> None:
+            async with starting:
+                await host.start()
+
+        await asyncio.gather(*(start(host) for host in hosts))
+        print(
+            f"ready {len(hosts)} hosts in {time.monotonic() - began:.1f} s"
+            f" ({capacity.describe()} each; pid {os.getpid()})",
+            flush=True,
+        )
+        await stop.wait()
+        await asyncio.gather(*(host.stop(args.graceful_s) for host in hosts))
+        killed = sum(host.sup.killed for host in hosts)
+        fenced = sum(host.sup.fenced for host in hosts)
+        print(f"stopped: {killed} command(s) killed on order, {fenced} by the fence", flush=True)
+
+
+def main() -> None:
+    logging.basicConfig(level=os.environ.get("VIGIL_LOG_LEVEL", "WARNING"), stream=sys.stderr)
+    asyncio.run(_run(_arguments()))
+
+
+if __name__ == "__main__":
+    main()
