@@ -24,15 +24,17 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import httpx
 import psutil
 
 from bench.cluster import Cluster, create_database, drop_database
 from bench.cpu import snapshot
+from shared.messaging.topology import Topology, delete_all
 
 _CENTRAL = ("api", "scheduler", "postgres", "rabbitmq", "redis")
 
@@ -119,6 +121,8 @@ async def _one_job(client: httpx.AsyncClient, name: str, tasks: int) -> None:
     response = await client.post("/jobs", json=body, timeout=300)
     response.raise_for_status()
     await _wait_done(client, name, 3600)
+    job = (await client.get(f"/jobs/{response.json()['id']}")).json()
+    print(f"  the job {job['state']}: {job['counts']}, {job['superseded']} superseded", flush=True)
 
 
 async def _many_jobs(client: httpx.AsyncClient, name: str, jobs: int, concurrency: int) -> None:
@@ -134,7 +138,7 @@ async def _many_jobs(client: httpx.AsyncClient, name: str, jobs: int, concurrenc
 
 
 def _measure(
-    label: str, sim: Sim, count: int, unit: str, run: Callable[[], Awaitable[None]]
+    label: str, sim: Sim, count: int, unit: str, run: Callable[[], Coroutine[Any, Any, None]]
 ) -> dict[str, Any]:
     before, sim_before, began = snapshot(), _cpu_of(sim.proc.pid), time.monotonic()
     asyncio.run(run())
@@ -170,6 +174,14 @@ def _idle(sim: Sim, hosts: int, seconds: float) -> None:
     )
 
 
+async def _remove_queues(cluster: Cluster, host_ids: list[str]) -> None:
+    """The namespace's queues (two quorum queues a host: a broker keeps them, and recovers
+    each one at its start, until they are deleted)."""
+    connection = await aio_pika.connect(cluster.amqp_url)
+    async with connection:
+        await delete_all(await connection.channel(), Topology(cluster.namespace), host_ids)
+
+
 def _run(args: argparse.Namespace, hosts: int) -> None:
     admin = os.environ.get("VIGIL_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
     name = f"cp{uuid.uuid4().hex[:8]}"
@@ -185,10 +197,11 @@ def _run(args: argparse.Namespace, hosts: int) -> None:
         extra_env=dict(e.split("=", 1) for e in args.env),
     )
     print(f"{hosts} simulated hosts x {args.cpus:g} CPUs, commands {args.duration}", flush=True)
-    cluster.start_all()
-    sim = Sim(cluster, args, hosts)
     headers = {"Authorization": f"Bearer {cluster.token}"}
+    sim: Sim | None = None
     try:
+        cluster.start_all()
+        sim = Sim(cluster, args, hosts)
         if args.idle_s > 0:
             _idle(sim, hosts, args.idle_s)
 
@@ -210,8 +223,10 @@ def _run(args: argparse.Namespace, hosts: int) -> None:
 
             _measure("one-task jobs", sim, args.jobs, "jobs", many)
     finally:
-        sim.stop()
+        if sim is not None:
+            sim.stop()
         cluster.stop_all()
+        asyncio.run(_remove_queues(cluster, [f"sim-{n + 1}" for n in range(hosts)]))
         asyncio.run(drop_database(admin, name))
 
 

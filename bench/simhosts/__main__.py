@@ -13,13 +13,14 @@ import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 
+from redis.asyncio import BlockingConnectionPool, Redis
+
 from bench.simhosts.commands import Durations
 from bench.simhosts.host import SimHost
 from services.supervisor.settings import SupervisorSettings
 from services.worker.settings import WorkerSettings
 from shared.host.capacity import HostCapacity
 from shared.messaging.amqp import open_broker
-from shared.messaging.redis_client import open_redis
 from shared.messaging.topology import Topology, declare_all_work_queues
 from shared.runtime.lifecycle import stop_on_signals
 from shared.store.db import check_schema, open_pool
@@ -54,7 +55,14 @@ async def _run(args: argparse.Namespace) -> None:
             open_pool(base.database_url, max_size=args.db_connections, generic_plans=True)
         )
         await check_schema(pool)
-        redis = await stack.enter_async_context(open_redis(base.redis_url))
+        # one client for every host, on a bounded pool (a connection per command in flight
+        # would pass Redis' `maxclients`)
+        redis = Redis(
+            connection_pool=BlockingConnectionPool.from_url(
+                base.redis_url, max_connections=64, timeout=30, decode_responses=True
+            )
+        )
+        stack.push_async_callback(redis.aclose)
         brokers = []
         for n in range(0, args.hosts, args.hosts_per_connection):
             brokers.append(

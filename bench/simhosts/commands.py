@@ -80,10 +80,14 @@ class SimCommand:
     def stop(self) -> None:
         self.kill(signal.SIGKILL)
 
-    def kill(self, sig: int = signal.SIGKILL) -> None:
+    def kill(self, sig: int = signal.SIGKILL) -> bool:
+        """Whether it was killed (not exited already)."""
+        if self.exited_at is not None or self._killed.is_set():
+            return False
         self._signal = sig
         self._killed.set()
         self._gate.set()
+        return True
 
     def freeze(self, frozen: bool) -> None:
         if frozen:
@@ -147,6 +151,4 @@ class SimLauncher:
 
     def kill_all(self) -> int:
         """The fence: every command of the host killed."""
-        for command in self.running.values():
-            command.kill()
-        return len(self.running)
+        return sum(command.kill() for command in list(self.running.values()))

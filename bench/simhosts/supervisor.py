@@ -92,8 +92,7 @@ class SimSupervisor:
         if isinstance(message, KillTask):
             command = self.launcher.running.get(message.task_id)
             if command is not None and command.claim == message.claim:
-                command.kill()
-                self.killed += 1
+                self.killed += command.kill()
             async with self.pool.acquire() as conn:
                 await attempts_repo.mark_reaped(conn, message.task_id, message.pid)
         elif isinstance(message, FreezeTask):
@@ -119,16 +118,14 @@ class SimSupervisor:
         if running:
             legit = await legitimate(self.pool, set(running))
             for task_id, command in running.items():
-                if (task_id, command.claim) not in legit and command.exited_at is None:
-                    command.kill()
-                    self.killed += 1
+                if (task_id, command.claim) not in legit:
+                    self.killed += command.kill()
         async with self.pool.acquire() as conn:
             owed = await attempts_repo.kills_owed(conn, host_id)
         for kill in owed:
             still = self.launcher.running.get(kill.task_id)
             if still is not None and still.claim == kill.claim:
-                still.kill()
-                self.killed += 1
+                self.killed += still.kill()
             async with self.pool.acquire() as conn:
                 await attempts_repo.mark_reaped(conn, kill.task_id, kill.pid)
 
