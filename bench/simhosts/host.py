@@ -84,6 +84,7 @@ class SimHost:
                     self._drained,
                     self.consumer.admit,
                     self.lease,
+                    self.consumer.note_held,
                 )
             )
         )

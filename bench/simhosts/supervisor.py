@@ -17,7 +17,7 @@ from aio_pika.abc import AbstractIncomingMessage
 from redis.asyncio import Redis
 
 from bench.simhosts.commands import SimLauncher
-from services.supervisor.heartbeat import heartbeat
+from services.supervisor.heartbeat import LastBeat, heartbeat
 from services.supervisor.reconcile import on_cpu_here, reap_stale
 from services.supervisor.settings import SupervisorSettings
 from services.supervisor.strays import legitimate
@@ -51,6 +51,7 @@ class SimSupervisor:
         self.keys = RedisKeys(settings.namespace)
         self.instance = f"{settings.host_id}-sup"
         self.lease = Lease()
+        self.last = LastBeat()
         #: Kill orders and owed kills acted on; commands killed by the fence.
         self.killed = 0
         self.fenced = 0
@@ -67,7 +68,13 @@ class SimSupervisor:
 
         tag = await queue.consume(on_message)
         watch = WorkerWatch(
-            self.pool, self.redis, self.keys, settings.host_id, None, settings.dead_worker_s
+            self.pool,
+            self.redis,
+            self.keys,
+            settings.host_id,
+            None,
+            settings.dead_worker_s,
+            self.last,
         )
         try:
             async with asyncio.TaskGroup() as tg:
@@ -79,6 +86,8 @@ class SimSupervisor:
                         settings.heartbeat_s,
                         stop,
                         self.lease,
+                        settings.dead_worker_s,
+                        self.last,
                     )
                 )
                 tg.create_task(watch.run(stop, settings.worker_poll_s))
@@ -110,16 +119,21 @@ class SimSupervisor:
                 logger.warning("%s: reconcile failed: %s", self.settings.host_id, exc)
 
     async def reconcile(self) -> None:
-        """The real reconcile's reads, acted out on the simulated commands."""
-        host_id = self.settings.host_id
-        await on_cpu_here(self.pool, host_id)
-        await reap_stale(self.pool, self.redis, self.keys, host_id, None)
+        """The real reconcile's reads (those the last beat says would find something), acted
+        out on the simulated commands."""
+        host_id, seen = self.settings.host_id, self.last.beat
+        if seen.running:
+            await on_cpu_here(self.pool, host_id)
+        if seen.stale_holders:
+            await reap_stale(self.pool, self.redis, self.keys, host_id, None)
         running = dict(self.launcher.running)
         if running:
             legit = await legitimate(self.pool, set(running))
             for task_id, command in running.items():
                 if (task_id, command.claim) not in legit:
                     self.killed += command.kill()
+        if not seen.kills_owed:
+            return
         async with self.pool.acquire() as conn:
             owed = await attempts_repo.kills_owed(conn, host_id)
         for kill in owed:

@@ -1,37 +1,61 @@
 """The supervisor's own heartbeat in `hosts`: a host is dead only when both of its services
-are silent (the scheduler's reaper), since a live supervisor judges its worker itself."""
+are silent (the scheduler's reaper), since a live supervisor judges its worker itself.
+
+The beat reads, in the same statement, what the supervisor's other rounds need to know of
+its host (issue 41, `hosts_repo.SupervisorBeat`): whether its worker is silent (the worker
+watch), and whether any command runs here, any task is held by a gone instance, or any kill
+is owed (the reconcile looks further only where one is). An idle host costs one statement a
+beat."""
 
 import asyncio
 import logging
 import time
+from dataclasses import dataclass, field
 
 from shared.domain.errors import UNAVAILABLE
 from shared.host.fence import Lease
 from shared.runtime.lifecycle import wait_or_stop
 from shared.store import hosts_repo
 from shared.store.db import Pool
+from shared.store.hosts_repo import SupervisorBeat
 
 logger = logging.getLogger(__name__)
 
 
-async def beat(pool: Pool, host_id: str, instance: str) -> None:
+@dataclass
+class LastBeat:
+    """What the latest beat read of the host (before the first: `SupervisorBeat.unknown`)."""
+
+    beat: SupervisorBeat = field(default_factory=SupervisorBeat.unknown)
+
+
+async def beat(pool: Pool, host_id: str, instance: str, dead_worker_s: float) -> SupervisorBeat:
     """Record that this supervisor is alive (creates the host's row if no worker did yet)."""
     async with pool.acquire() as conn:
-        await hosts_repo.beat_supervisor(conn, host_id, instance)
+        return await hosts_repo.beat_supervisor(conn, host_id, instance, dead_worker_s)
 
 
 async def heartbeat(
-    pool: Pool, host_id: str, instance: str, every_s: float, stop: asyncio.Event, lease: Lease
+    pool: Pool,
+    host_id: str,
+    instance: str,
+    every_s: float,
+    stop: asyncio.Event,
+    lease: Lease,
+    dead_worker_s: float,
+    last: LastBeat,
 ) -> None:
-    """Beat every `every_s` until `stop`, renewing `lease` with each beat that lands; errors
-    are logged, not fatal (the lease then ages: see `shared/host/fence.py`)."""
+    """Beat every `every_s` until `stop`, renewing `lease` with each beat that lands and
+    keeping what it read in `last`; errors are logged, not fatal (the lease then ages: see
+    `shared/host/fence.py`)."""
     while True:
         sent_at = time.monotonic()
         try:
             async with asyncio.timeout(every_s * 5):
-                await beat(pool, host_id, instance)
+                last.beat = await beat(pool, host_id, instance, dead_worker_s)
         except (*UNAVAILABLE, TimeoutError) as exc:
             logger.warning("heartbeat failed: %s", exc or "timed out")
+            last.beat = SupervisorBeat.unknown()  # the rounds look at everything meanwhile
         else:
             lease.renew(sent_at)
         if await wait_or_stop(stop, every_s):

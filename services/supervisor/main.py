@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 
 from services.supervisor.error_logs import ErrorLogs
 from services.supervisor.freezes import Suspensions
-from services.supervisor.heartbeat import heartbeat
+from services.supervisor.heartbeat import LastBeat, heartbeat
 from services.supervisor.reconcile import reconcile
 from services.supervisor.settings import SupervisorSettings
 from services.supervisor.watchers import Watchers, WatchSettings
@@ -46,6 +46,7 @@ async def _reconcile_loop(
     watchers: Watchers,
     cgroups: Cgroups | None,
     stop: asyncio.Event,
+    last: LastBeat,
 ) -> None:
     keys = RedisKeys(settings.namespace)
     suspensions = Suspensions()
@@ -60,6 +61,7 @@ async def _reconcile_loop(
                 settings.namespace,
                 cgroups,
                 suspensions,
+                last.beat,
             )
         except UNAVAILABLE as exc:
             logger.warning("reconcile failed, will retry: %s", exc)
@@ -152,6 +154,7 @@ async def main(settings: SupervisorSettings) -> None:
             await deliver(incoming, handler)
 
         tag = await queue.consume(on_message)
+        last = LastBeat()
         worker_watch = WorkerWatch(
             pool,
             redis,
@@ -159,6 +162,7 @@ async def main(settings: SupervisorSettings) -> None:
             settings.host_id,
             cgroups,
             settings.dead_worker_s,
+            last,
         )
         logger.info(
             "supervising host %s (%s)",
@@ -170,7 +174,16 @@ async def main(settings: SupervisorSettings) -> None:
         health.up(host_health.probe(settings, lease, broker, redis, watched))
         async with asyncio.TaskGroup() as tg:
             tg.create_task(
-                heartbeat(pool, settings.host_id, instance, settings.heartbeat_s, stop, lease),
+                heartbeat(
+                    pool,
+                    settings.host_id,
+                    instance,
+                    settings.heartbeat_s,
+                    stop,
+                    lease,
+                    settings.dead_worker_s,
+                    last,
+                ),
                 name="heartbeat",
             )
             tg.create_task(
@@ -179,7 +192,8 @@ async def main(settings: SupervisorSettings) -> None:
             )
             tg.create_task(worker_watch.run(stop, settings.worker_poll_s), name="worker-watch")
             tg.create_task(
-                _reconcile_loop(settings, pool, redis, watchers, cgroups, stop), name="reconcile"
+                _reconcile_loop(settings, pool, redis, watchers, cgroups, stop, last),
+                name="reconcile",
             )
         await queue.cancel(tag)
     logger.info("supervisor stopped")

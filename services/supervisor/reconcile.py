@@ -26,6 +26,7 @@ from shared.host.cgroups import Cgroups
 from shared.messaging.presence import registered
 from shared.messaging.redis_keys import RedisKeys
 from shared.store.db import Pool
+from shared.store.hosts_repo import SupervisorBeat
 
 logger = logging.getLogger(__name__)
 
@@ -39,10 +40,14 @@ async def reconcile(
     namespace: str,
     cgroups: Cgroups | None,
     suspensions: freezes.Suspensions | None = None,
+    seen: SupervisorBeat | None = None,
 ) -> None:
     """One comparison round (idempotent); `suspensions` carries what each command owed its
-    job's suspension from one round to the next (None: nothing is stopped or continued)."""
-    for row in await on_cpu_here(pool, host_id):
+    job's suspension from one round to the next (None: nothing is stopped or continued).
+    `seen`, what the supervisor's last beat read of the host, spares the reads that would
+    find nothing (None: everything is read)."""
+    seen = seen or SupervisorBeat.unknown()
+    for row in await on_cpu_here(pool, host_id) if seen.running else []:
         if not watchers.is_watching(row["id"], row["claim"]):
             watchers.watch(
                 row["id"], row["job_id"], row["claim"], row["pid"], row["pid_create_time"] or 0.0
@@ -51,9 +56,11 @@ async def reconcile(
             _keep_suspension(row, cgroups, suspensions)
     if suspensions is not None:
         suspensions.next_round()
-    await reap_stale(pool, redis, keys, host_id, cgroups)
-    await kill_strays(pool, namespace, host_id, cgroups)
-    await kill_owed(pool, namespace, host_id, cgroups)
+    if seen.stale_holders:
+        await reap_stale(pool, redis, keys, host_id, cgroups)
+    await kill_strays(pool, namespace, host_id, cgroups)  # reads only for processes found
+    if seen.kills_owed:
+        await kill_owed(pool, namespace, host_id, cgroups)
 
 
 def _keep_suspension(

@@ -123,6 +123,9 @@ class Consumer:
         #: second run of its task.
         self._handling: set[tuple[str, UUID]] = set()
         self._reconciling: asyncio.Task[None] | None = None
+        #: How many tasks PostgreSQL said this instance holds at the last heartbeat (None:
+        #: not said yet); none held, the reconcile has nothing to read (`note_held`).
+        self._held: int | None = None
         self._stopped = asyncio.Event()
 
     async def start(
@@ -287,10 +290,19 @@ class Consumer:
             if await wait_or_stop(self._stopped, every_s):
                 return
 
+    def note_held(self, held: int) -> None:
+        """How many tasks the heartbeat read that this instance holds."""
+        self._held = held
+
     async def reconcile(self) -> int:
         """One comparison of what PostgreSQL says this worker instance holds with what its
         handlings drive; each task held but driven by none is driven again (or failed as lost,
-        `_drive_again`) in a tracked task of its own. Returns how many were found."""
+        `_drive_again`) in a tracked task of its own. Returns how many were found. Reads
+        nothing when the last heartbeat said this instance holds no task (an idle host's
+        reconcile costs the database nothing: issue 41); a task taken since is compared at
+        the round after the next beat."""
+        if self._held == 0:
+            return 0
         runner = self._runner
         async with runner.pool.acquire() as conn:
             held = await tasks_repo.held_by(conn, runner.instance)

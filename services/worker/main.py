@@ -83,6 +83,7 @@ async def main(settings: WorkerSettings) -> None:
                     drained,
                     consumer.admit,
                     lease,
+                    consumer.note_held,
                 ),
                 name="heartbeat",
             )

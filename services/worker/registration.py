@@ -70,13 +70,15 @@ async def heartbeat(
     stop: asyncio.Event,
     on_admission: Callable[[Admission], Awaitable[None]],
     lease: Lease,
+    on_held: Callable[[int], None] | None = None,
 ) -> None:
     """Refresh the presence every `every_s` seconds until `stop`; errors are logged, not fatal.
-        Each beat that lands in PostgreSQL renews `lease` (`shared/host/fence.py`).
+    Each beat that lands in PostgreSQL renews `lease` (`shared/host/fence.py`).
 
-        A worker that was silent long enough to be declared dead (frozen, partitioned) takes its
-        place again when it wakes. `on_admission` is told what the host's quarantine lets it take,
-    each time.
+    A worker that was silent long enough to be declared dead (frozen, partitioned) takes its
+    place again when it wakes. `on_admission` is told what the host's quarantine lets it take,
+    each time, and `on_held` how many tasks PostgreSQL says this instance holds (read by the
+    beat's statement: a worker holding none has nothing to reconcile).
     """
     while not await wait_or_stop(stop, every_s):
         try:
@@ -90,6 +92,8 @@ async def heartbeat(
                 row = await hosts_repo.beat_worker(conn, presence.host_id, presence.instance)
             if row is not None:
                 lease.renew(sent_at)
+                if on_held is not None:
+                    on_held(row["held"])
                 await on_admission(of_host(row["quarantined"], row["probing"], row["draining"]))
         except UNAVAILABLE as exc:
             logger.warning("heartbeat failed: %s", exc)

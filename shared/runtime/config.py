@@ -6,7 +6,7 @@ Nothing is read at import: each service builds its settings once in `main()` and
 import socket
 from typing import Annotated, Final, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.domain.ids import is_safe_id, to_safe_id
@@ -68,13 +68,21 @@ class CommonSettings(BaseSettings):
     health_host: str = "127.0.0.1"
 
 
+#: The longest default heartbeat (`HostSettings.heartbeat_s`).
+HEARTBEAT_MAX_S: Final = 3.0
+
+
 class HostSettings(CommonSettings):
     """Settings of the two per-host services, worker and supervisor."""
 
     host_id: HostId = Field(default_factory=default_host_id)
     work_root: str = "/tmp/vigil-work"
-    #: A host whose heartbeat is older than this is declared dead by the scheduler.
-    heartbeat_s: float = Field(default=1.0, gt=0)
+    #: How often the worker and the supervisor beat in `hosts` (`VIGIL_HEARTBEAT_S`). Unset, a
+    #: quarter of `dead_host_s`, at most 3 s (issue 41): four beats within the time after which
+    #: a silent host is dead, and each beat one statement of each service. What a beat is
+    #: for is a lost host, whose detection takes `dead_host_s` anyway: a dead command or
+    #: worker process is seen at once (pidfd), not by beats.
+    heartbeat_s: float = Field(default=HEARTBEAT_MAX_S, gt=0)
     #: The scheduler may resubmit a lost task elsewhere once its host has been silent this
     #: long (`VIGIL_FENCE_TIMEOUT_S`, read by the scheduler too): the supervisor of a host cut
     #: off from the database kills its commands after half of it (self-fencing).
@@ -89,3 +97,9 @@ class HostSettings(CommonSettings):
     #: fails it on its error log, and a worker that dies meanwhile is seen by the supervisor's
     #: watch of the worker and by its reconcile.
     follow_after_s: float = Field(default=0.25, ge=0, le=60)
+
+    @model_validator(mode="after")
+    def _beat_within_dead_host(self) -> "HostSettings":
+        if "heartbeat_s" not in self.model_fields_set:
+            self.heartbeat_s = min(HEARTBEAT_MAX_S, self.dead_host_s / 4)
+        return self

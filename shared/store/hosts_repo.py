@@ -8,11 +8,15 @@ inserts or updates), held until the caller's transaction ends; none takes any ot
 """
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Final
 
 from asyncpg import Record
 
 from shared.domain.scheduling.resources import Resources
+from shared.domain.states import TERMINAL
+from shared.store.attempts_repo import KILL_OWED_CLASSES
 from shared.store.db import Connection
 
 # -- registration and heartbeats ------------------------------------------------------------
@@ -53,12 +57,14 @@ async def register_worker(
 
 async def beat_worker(conn: Connection, host_id: str, instance: str) -> Record | None:
     """The worker's heartbeat, if the host is still this instance's (or no worker's: one
-    declared dead takes its place again); its admission fields, or None. Locks: the host's
-    row if it matches (its UPDATE)."""
+    declared dead takes its place again); its admission fields, and `held`: how many tasks
+    this instance holds (a worker holding none has nothing to reconcile: issue 41), or None.
+    Locks: the host's row if it matches (its UPDATE)."""
     return await conn.fetchrow(
         "UPDATE hosts SET heartbeat_at = now(), worker = $2"
         " WHERE id = $1 AND (worker = $2 OR worker IS NULL)"
-        " RETURNING quarantined, probing_since IS NOT NULL AS probing, draining",
+        " RETURNING quarantined, probing_since IS NOT NULL AS probing, draining,"
+        " (SELECT count(*) FROM tasks WHERE worker = $2 AND claim IS NOT NULL) AS held",
         host_id,
         instance,
     )
@@ -72,15 +78,56 @@ async def forget_worker(conn: Connection, host_id: str, instance: str) -> None:
     )
 
 
-async def beat_supervisor(conn: Connection, host_id: str, instance: str) -> None:
-    """The supervisor's heartbeat (makes the host's row if no worker did yet). Locks: the
-    host's row (the upsert's insert or update)."""
-    await conn.execute(
-        "INSERT INTO hosts (id, slots, supervisor, supervisor_heartbeat_at)"
-        " VALUES ($1, 0, $2, now()) ON CONFLICT (id) DO UPDATE"
-        " SET supervisor = $2, supervisor_heartbeat_at = now()",
-        host_id,
-        instance,
+@dataclass(frozen=True)
+class SupervisorBeat:
+    """What the supervisor's heartbeat read of its host (issue 41: its rounds look further
+    only where this says there is something to see)."""
+
+    #: The worker instance registered in the row (None: none).
+    worker: str | None
+    #: Whether that worker's own heartbeat is older than the supervisor's `dead_worker_s`.
+    worker_silent: bool
+    #: Whether a task of this host is `on_cpu` with a pid (commands to watch).
+    running: bool
+    #: Whether a task of this host is held by another instance than the registered worker.
+    stale_holders: bool
+    #: Whether a command of this host is owed a kill (`attempts_repo.kills_owed`).
+    kills_owed: bool
+
+    @classmethod
+    def unknown(cls) -> "SupervisorBeat":
+        """Before the first beat: everything is looked at."""
+        return cls(None, False, True, True, True)
+
+
+_BEAT_SUPERVISOR: Final = f"""
+INSERT INTO hosts (id, slots, supervisor, supervisor_heartbeat_at) VALUES ($1, 0, $2, now())
+ON CONFLICT (id) DO UPDATE SET supervisor = $2, supervisor_heartbeat_at = now()
+RETURNING worker,
+  coalesce(heartbeat_at < now() - make_interval(secs => $3), false) AS worker_silent,
+  EXISTS (SELECT 1 FROM tasks t WHERE t.host = $1 AND t.state = 'on_cpu'
+          AND t.claim IS NOT NULL AND t.pid IS NOT NULL) AS running,
+  EXISTS (SELECT 1 FROM tasks t WHERE t.host = $1 AND t.state <> ALL($4::task_state[])
+          AND t.claim IS NOT NULL AND t.worker IS NOT NULL
+          AND t.worker IS DISTINCT FROM hosts.worker) AS stale_holders,
+  EXISTS (SELECT 1 FROM attempts a WHERE a.host = $1 AND a.pid IS NOT NULL
+          AND a.reaped_at IS NULL AND a.ended_at IS NOT NULL
+          AND a.failure_class IN ({", ".join(f"'{c}'" for c in KILL_OWED_CLASSES)})) AS kills_owed
+"""
+
+
+async def beat_supervisor(
+    conn: Connection, host_id: str, instance: str, dead_worker_s: float
+) -> SupervisorBeat:
+    """The supervisor's heartbeat (makes the host's row if no worker did yet), and what it
+    read of the host in the same statement. Locks: the host's row (the upsert's insert or
+    update)."""
+    row = await conn.fetchrow(
+        _BEAT_SUPERVISOR, host_id, instance, dead_worker_s, sorted(s.value for s in TERMINAL)
+    )
+    assert row is not None  # an upsert returns its row
+    return SupervisorBeat(
+        row["worker"], row["worker_silent"], row["running"], row["stale_holders"], row["kills_owed"]
     )
 
 
