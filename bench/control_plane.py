@@ -13,11 +13,13 @@ the hosts):
 
     python -m bench.control_plane --hosts 10,100,1000 --tasks 20000 --jobs 2000
 
-Run it alone on the machine: the counters are every process's of each kind.
+The api, the scheduler and PostgreSQL's backends are this installation's own; RabbitMQ and
+Redis are counted whole: run it alone on the machine.
 """
 
 import argparse
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -33,14 +35,42 @@ import httpx
 import psutil
 
 from bench.cluster import Cluster, create_database, drop_database
-from bench.cpu import snapshot
 from shared.messaging.topology import Topology, delete_all
 
 _CENTRAL = ("api", "scheduler", "postgres", "rabbitmq", "redis")
 
 
+def _seconds(process: psutil.Process) -> float:
+    try:
+        t = process.cpu_times()
+    except (psutil.Error, OSError):
+        return 0.0
+    return float(t.user + t.system)
+
+
+def snapshot(cluster: Cluster) -> dict[str, float]:
+    """CPU seconds so far of this installation's central processes: its own api and
+    scheduler, PostgreSQL's backends serving its database and the server's own background
+    processes, and the whole of RabbitMQ and Redis (shared with whatever else runs)."""
+    seconds = dict.fromkeys(_CENTRAL, 0.0)
+    for name, proc in cluster.procs.items():
+        kind = name.partition("-")[0]
+        with contextlib.suppress(psutil.Error):
+            seconds[kind] += _seconds(psutil.Process(proc.pid))
+    database = cluster.database_url.rsplit("/", 1)[1]
+    for process in psutil.process_iter(["name", "cmdline"]):
+        name, args = process.info["name"] or "", " ".join(process.info["cmdline"] or ())
+        if name.startswith("postgres") and (f" {database} " in args or "(" not in args):
+            seconds["postgres"] += _seconds(process)
+        elif name.startswith("beam"):
+            seconds["rabbitmq"] += _seconds(process)
+        elif name.startswith("redis"):
+            seconds["redis"] += _seconds(process)
+    return seconds
+
+
 def _central(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    return {kind: after.get(kind, 0.0) - before.get(kind, 0.0) for kind in _CENTRAL}
+    return {kind: after[kind] - before[kind] for kind in _CENTRAL}
 
 
 def _cpu_of(pid: int) -> float:
@@ -138,12 +168,17 @@ async def _many_jobs(client: httpx.AsyncClient, name: str, jobs: int, concurrenc
 
 
 def _measure(
-    label: str, sim: Sim, count: int, unit: str, run: Callable[[], Coroutine[Any, Any, None]]
+    label: str,
+    cluster: Cluster,
+    sim: Sim,
+    count: int,
+    unit: str,
+    run: Callable[[], Coroutine[Any, Any, None]],
 ) -> dict[str, Any]:
-    before, sim_before, began = snapshot(), _cpu_of(sim.proc.pid), time.monotonic()
+    before, sim_before, began = snapshot(cluster), _cpu_of(sim.proc.pid), time.monotonic()
     asyncio.run(run())
     wall = time.monotonic() - began
-    used = _central(before, snapshot())
+    used = _central(before, snapshot(cluster))
     sim_used = _cpu_of(sim.proc.pid) - sim_before
     total = sum(used.values())
     per = ", ".join(f"{k} {1000 * v / count:.2f}" for k, v in used.items())
@@ -156,11 +191,11 @@ def _measure(
     return {"wall": wall, "rate": count / wall, "central_ms": 1000 * total / count}
 
 
-def _idle(sim: Sim, hosts: int, seconds: float) -> None:
+def _idle(cluster: Cluster, sim: Sim, hosts: int, seconds: float) -> None:
     time.sleep(min(10.0, seconds))  # the hosts' first rounds settle
-    before, sim_before = snapshot(), _cpu_of(sim.proc.pid)
+    before, sim_before = snapshot(cluster), _cpu_of(sim.proc.pid)
     time.sleep(seconds)
-    used = _central(before, snapshot())
+    used = _central(before, snapshot(cluster))
     sim_used = _cpu_of(sim.proc.pid) - sim_before
     total = sum(used.values())
     per = ", ".join(f"{k} {100 * v / seconds:.1f}" for k, v in used.items())
@@ -203,7 +238,7 @@ def _run(args: argparse.Namespace, hosts: int) -> None:
         cluster.start_all()
         sim = Sim(cluster, args, hosts)
         if args.idle_s > 0:
-            _idle(sim, hosts, args.idle_s)
+            _idle(cluster, sim, hosts, args.idle_s)
 
         def client() -> httpx.AsyncClient:
             return httpx.AsyncClient(base_url=cluster.base_url, headers=headers, timeout=60)
@@ -214,14 +249,14 @@ def _run(args: argparse.Namespace, hosts: int) -> None:
                 async with client() as c:
                     await _one_job(c, f"{name}-one", args.tasks)
 
-            _measure("one job", sim, args.tasks, "tasks", one)
+            _measure("one job", cluster, sim, args.tasks, "tasks", one)
         if args.jobs:
 
             async def many() -> None:
                 async with client() as c:
                     await _many_jobs(c, f"{name}-w1", args.jobs, args.concurrency)
 
-            _measure("one-task jobs", sim, args.jobs, "jobs", many)
+            _measure("one-task jobs", cluster, sim, args.jobs, "jobs", many)
     finally:
         if sim is not None:
             sim.stop()
