@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import aio_pika
+import asyncpg
 import httpx
 import psutil
 
@@ -209,6 +210,16 @@ def _idle(cluster: Cluster, sim: Sim, hosts: int, seconds: float) -> None:
     )
 
 
+async def _log_statements(url: str, database: str) -> None:
+    """Every statement run on `database` in the server's log (`--log-statements`), with its
+    duration: what a task costs PostgreSQL, statement by statement."""
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(f'ALTER DATABASE "{database}" SET log_min_duration_statement = 0')
+    finally:
+        await conn.close()
+
+
 async def _remove_queues(cluster: Cluster, host_ids: list[str]) -> None:
     """The namespace's queues (two quorum queues a host: a broker keeps them, and recovers
     each one at its start, until they are deleted)."""
@@ -222,6 +233,8 @@ def _run(args: argparse.Namespace, hosts: int) -> None:
     name = f"cp{uuid.uuid4().hex[:8]}"
     root = Path(tempfile.mkdtemp(prefix="vigil-cp-"))
     url = asyncio.run(create_database(admin, name))
+    if args.log_statements:
+        asyncio.run(_log_statements(url, name))
     cluster = Cluster(
         database_url=url,
         amqp_url=os.environ.get("VIGIL_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
@@ -275,6 +288,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2_000)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for services")
+    parser.add_argument(
+        "--log-statements", action="store_true", help="every statement in PostgreSQL's log"
+    )
     args = parser.parse_args()
     for hosts in (int(h) for h in args.hosts.split(",")):
         _run(args, hosts)

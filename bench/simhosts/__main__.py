@@ -36,6 +36,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--prefix", default="sim", help="host ids: <prefix>-<n>")
     parser.add_argument("--hosts-per-connection", type=int, default=50)
     parser.add_argument("--db-connections", type=int, default=20)
+    parser.add_argument("--beat-connections", type=int, default=4, help="the beats' own")
     parser.add_argument("--work-root", default="", help="default: a temporary directory")
     parser.add_argument("--graceful-s", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=1)
@@ -55,11 +56,14 @@ async def _run(args: argparse.Namespace) -> None:
             open_pool(base.database_url, max_size=args.db_connections, generic_plans=True)
         )
         await check_schema(pool)
+        beats = await stack.enter_async_context(
+            open_pool(base.database_url, max_size=args.beat_connections, generic_plans=True)
+        )
         # one client for every host, on a bounded pool (a connection per command in flight
         # would pass Redis' `maxclients`)
         redis = Redis(
             connection_pool=BlockingConnectionPool.from_url(
-                base.redis_url, max_connections=64, timeout=30, decode_responses=True
+                base.redis_url, max_connections=256, timeout=30, decode_responses=True
             )
         )
         stack.push_async_callback(redis.aclose)
@@ -81,6 +85,7 @@ async def _run(args: argparse.Namespace) -> None:
                     supervising.model_copy(update={"host_id": host_id}),
                     capacity,
                     pool,
+                    beats,
                     brokers[n // args.hosts_per_connection],
                     redis,
                     task_types,

@@ -34,6 +34,9 @@ class SimHost:
     supervisor: SupervisorSettings
     capacity: HostCapacity
     pool: Pool
+    #: The hosts' beats' own connections: a real host's beat waits behind its own few
+    #: tasks' moves, not behind every simulated host's.
+    beats: Pool
     broker: Broker
     redis: Redis
     task_types: dict[str, TaskType]
@@ -61,7 +64,9 @@ class SimHost:
             self.capacity,
         )
         self.consumer = Consumer(self.runner, self.capacity.slots, self.worker.worker_prefetch)
-        self.sup = SimSupervisor(self.supervisor, self.pool, self.broker, self.redis, self.launcher)
+        self.sup = SimSupervisor(
+            self.supervisor, self.pool, self.beats, self.broker, self.redis, self.launcher
+        )
         self.lease = Lease()
 
     async def start(self) -> None:
@@ -76,7 +81,7 @@ class SimHost:
         self._tasks.append(
             asyncio.create_task(
                 heartbeat(
-                    self.pool,
+                    self.beats,
                     self.redis,
                     self.keys,
                     self.presence,

@@ -42,11 +42,13 @@ class SimSupervisor:
         self,
         settings: SupervisorSettings,
         pool: Pool,
+        beats: Pool,
         broker: Broker,
         redis: Redis,
         launcher: SimLauncher,
     ) -> None:
         self.settings, self.pool, self.broker, self.redis = settings, pool, broker, redis
+        self.beats = beats
         self.launcher = launcher
         self.keys = RedisKeys(settings.namespace)
         self.instance = f"{settings.host_id}-sup"
@@ -80,7 +82,7 @@ class SimSupervisor:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(
                     heartbeat(
-                        self.pool,
+                        self.beats,
                         settings.host_id,
                         self.instance,
                         settings.heartbeat_s,
