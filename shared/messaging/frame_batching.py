@@ -6,6 +6,14 @@ on the scheduler's side and twenty TCP segments for RabbitMQ to read. Publishes 
 wait for the socket to drain (`Broker.publish`) queue their frames in one loop iteration;
 `CoalescingFrameGenerator` hands the writer whatever is queued, joined, in one write.
 
+aiormq bounds a connection's write queue at 10 frames (`Connection.FRAME_BUFFER_SIZE`): the
+11th publish of a batch waited for room while holding its channel's lock, and every publish
+behind it then went out alone, one `send()` each (issue 41: a relay batch of 20 to 40 rows
+was about two publishes a write, and the scheduler's writes to RabbitMQ a fifth of its CPU).
+`install()` raises the bound to `WRITE_QUEUE_FRAMES`, above a relay batch (500 rows), so that
+a batch's publishes all queue in the loop iteration that makes them; the queue is still
+bounded (the relay's batch and each service's own concurrency bound what is queued anyway).
+
 Nothing about a frame changes: the same bytes in the same order, each publisher's drain
 future set once its bytes are written, and a frame that closes the connection still ends the
 writer (nothing queued after it is joined). `install()` replaces aiormq's `FrameGenerator`,
@@ -22,6 +30,10 @@ from aiormq.abc import ChannelFrame
 
 #: At most this many bytes in one joined write (a queue never holds much more than a batch).
 MAX_JOINED_BYTES: Final = 256 * 1024
+
+#: Frames a connection's write queue holds before a publisher waits: more than the publishes
+#: of a relay batch (`VIGIL_SCHEDULER_BATCH`, 500 by default; each publish one frame).
+WRITE_QUEUE_FRAMES: Final = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,5 +78,7 @@ class CoalescingFrameGenerator(aiormq.connection.FrameGenerator):
 
 
 def install() -> None:
-    """Make every aiormq connection opened from now on write queued frames together."""
+    """Make every aiormq connection opened from now on write queued frames together, with
+    room in its write queue for a whole batch of publishes."""
     aiormq.connection.FrameGenerator = CoalescingFrameGenerator  # type: ignore[misc]
+    aiormq.connection.Connection.FRAME_BUFFER_SIZE = WRITE_QUEUE_FRAMES

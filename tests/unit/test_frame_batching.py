@@ -9,6 +9,7 @@ from aiormq.abc import ChannelFrame
 import shared.messaging.amqp  # noqa: F401  (installs the generator, as every service does)
 from shared.messaging.frame_batching import (
     MAX_JOINED_BYTES,
+    WRITE_QUEUE_FRAMES,
     CoalescingFrameGenerator,
     join_queued,
 )
@@ -82,3 +83,11 @@ def test_aiormq_writer_still_takes_its_frames_from_the_generator_we_install() ->
     assert "FrameGenerator(self.write_queue)" in writer
     assert "writer.write(channel_frame.payload)" in writer
     assert aiormq.connection.FrameGenerator is CoalescingFrameGenerator
+
+
+async def test_a_connection_queues_a_whole_relay_batch_before_a_publisher_waits() -> None:
+    # A tripwire for an aiormq upgrade too: its write queue must be sized by the class's
+    # FRAME_BUFFER_SIZE (10 frames by default: a batch's 11th publish then waited for room,
+    # and each one behind it was written alone).
+    connection = aiormq.connection.Connection("amqp://guest:guest@127.0.0.1:5672/")
+    assert connection.write_queue.maxsize == WRITE_QUEUE_FRAMES >= 500
