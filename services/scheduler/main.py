@@ -16,6 +16,7 @@ round.
 """
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -443,6 +444,10 @@ async def main(settings: SchedulerSettings) -> None:
         stack.push_async_callback(leadership.release)
         health.up(scheduler_health.probe(pool, broker, redis, leadership))
         scheduler = Scheduler(settings, pool, broker, redis)
+        # What the start made (modules, pools, connections) lives as long as the process: out
+        # of the collector's generations, its periodic passes walk only what the rounds make
+        # (issue 41: the collector was 8 % of the leader's samples).
+        gc.freeze()
         wake, relay_wake = asyncio.Event(), asyncio.Event()
         scheduler.wake_relay = relay_wake.set
         async with asyncio.TaskGroup() as tg:
