@@ -36,6 +36,7 @@ import httpx
 import psutil
 
 from bench.cluster import Cluster, create_database, drop_database
+from bench.throughput import _wait_done
 from shared.messaging.topology import Topology, delete_all
 
 _CENTRAL = ("api", "scheduler", "postgres", "rabbitmq", "redis")
@@ -133,18 +134,6 @@ class Sim:
             out, _ = self.proc.communicate()
         if out.strip():
             print(f"  {out.strip()}", flush=True)
-
-
-async def _wait_done(client: httpx.AsyncClient, name: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        page = (
-            await client.get("/jobs", params={"name": name, "state": "active", "limit": 1})
-        ).json()
-        if not page["items"]:
-            return
-        await asyncio.sleep(0.25)
-    raise SystemExit(f"jobs {name} still active after {timeout_s} s")
 
 
 async def _one_job(client: httpx.AsyncClient, name: str, tasks: int) -> None:
