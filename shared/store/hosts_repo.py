@@ -58,15 +58,18 @@ async def register_worker(
 async def beat_worker(conn: Connection, host_id: str, instance: str) -> Record | None:
     """The worker's heartbeat, if the host is still this instance's (or no worker's: one
     declared dead takes its place again); its admission fields, and `held`: how many tasks
-    this instance holds (a worker holding none has nothing to reconcile: issue 41), or None.
+    this instance holds as `tasks_repo.held_by` counts them (a worker holding none has nothing
+    to reconcile: issue 41), or None.
     Locks: the host's row if it matches (its UPDATE)."""
     return await conn.fetchrow(
         "UPDATE hosts SET heartbeat_at = now(), worker = $2"
         " WHERE id = $1 AND (worker = $2 OR worker IS NULL)"
         " RETURNING quarantined, probing_since IS NOT NULL AS probing, draining,"
-        " (SELECT count(*) FROM tasks WHERE worker = $2 AND claim IS NOT NULL) AS held",
+        " (SELECT count(*) FROM tasks WHERE worker = $2 AND claim IS NOT NULL"
+        "  AND state <> ALL($3::task_state[])) AS held",
         host_id,
         instance,
+        sorted(s.value for s in TERMINAL),
     )
 
 

@@ -125,6 +125,11 @@ async def test_the_worker_beat_counts_what_its_instance_holds(pool: db.Pool) -> 
     async with pool.acquire() as conn:
         row = await hosts_repo.beat_worker(conn, host_id, f"{host_id}-w")
     assert row is not None and row["held"] == 1
+    # ended, its claim kept for triage: not held (as `tasks_repo.held_by` says)
+    await pool.execute("UPDATE tasks SET state = 'failed_on_cluster' WHERE id = $1", task_id)
+    async with pool.acquire() as conn:
+        row = await hosts_repo.beat_worker(conn, host_id, f"{host_id}-w")
+    assert row is not None and row["held"] == 0
 
 
 class _Unread:
