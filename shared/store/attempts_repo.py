@@ -185,12 +185,19 @@ KILL_OWED_CLASSES: Final = tuple(
     )
 )
 
+#: The attempts `a` of host `$1` owed a kill: the predicate of the partial index
+#: `attempts_kill_owed` (migration 0035), read by `kills_owed` and by the supervisor's beat
+#: (`hosts_repo.beat_supervisor`).
+KILL_OWED_ON_HOST: Final = (
+    "a.host = $1 AND a.pid IS NOT NULL AND a.reaped_at IS NULL AND a.ended_at IS NOT NULL"
+    " AND a.failure_class IN (" + ", ".join(f"'{c}'" for c in KILL_OWED_CLASSES) + ")"
+)
+
 _KILLS_OWED: Final = f"""
 SELECT a.task_id, a.claim, a.pid, a.failure_class::text AS failure_class,
        CASE WHEN t.pid = a.pid THEN t.pid_create_time END AS created
 FROM attempts a JOIN tasks t ON t.id = a.task_id
-WHERE a.host = $1 AND a.pid IS NOT NULL AND a.reaped_at IS NULL AND a.ended_at IS NOT NULL
-  AND a.failure_class IN ({", ".join(f"'{c}'" for c in KILL_OWED_CLASSES)})
+WHERE {KILL_OWED_ON_HOST}
 ORDER BY a.id
 """
 

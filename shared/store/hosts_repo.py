@@ -16,7 +16,7 @@ from asyncpg import Record
 
 from shared.domain.scheduling.resources import Resources
 from shared.domain.states import TERMINAL
-from shared.store.attempts_repo import KILL_OWED_CLASSES
+from shared.store.attempts_repo import KILL_OWED_ON_HOST
 from shared.store.db import Connection
 
 # -- registration and heartbeats ------------------------------------------------------------
@@ -113,9 +113,7 @@ RETURNING worker,
   EXISTS (SELECT 1 FROM tasks t WHERE t.host = $1 AND t.state <> ALL($4::task_state[])
           AND t.claim IS NOT NULL AND t.worker IS NOT NULL
           AND t.worker IS DISTINCT FROM hosts.worker) AS stale_holders,
-  EXISTS (SELECT 1 FROM attempts a WHERE a.host = $1 AND a.pid IS NOT NULL
-          AND a.reaped_at IS NULL AND a.ended_at IS NOT NULL
-          AND a.failure_class IN ({", ".join(f"'{c}'" for c in KILL_OWED_CLASSES)})) AS kills_owed
+  EXISTS (SELECT 1 FROM attempts a WHERE {KILL_OWED_ON_HOST}) AS kills_owed
 """
 
 
