@@ -21,12 +21,11 @@ deleted (`outbox.vacuum`, a few ms): autovacuum's next look may be a minute away
 table then held a minute of traffic that each read walked through.
 """
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import Final
 
-from shared.messaging.amqp import Broker
+from shared.messaging.amqp import Broker, Publish
 from shared.messaging.topology import declare_work_queue
 from shared.store import outbox
 from shared.store.db import Pool
@@ -76,9 +75,7 @@ class Relay:
         if not rows:
             await self._vacuum_if_due()
             return 0
-        results = await asyncio.gather(
-            *(self._publish(row) for row in rows), return_exceptions=True
-        )
+        results = await self._publish(rows)
         self._confirmed = [
             row.id for row, result in zip(rows, results, strict=True) if result is None
         ]
@@ -117,15 +114,31 @@ class Relay:
                 "could not delete %d published outbox rows: %s", len(self._confirmed), exc
             )
 
-    async def _publish(self, row: outbox.OutboxRow) -> None:
-        body = row.body
-        if row.exchange == "events":
-            await self._broker.publish(
-                self._broker.events, row.routing_key, body, mandatory=False, seq=row.seq
-            )
-            return
-        await self._ensure_queue(row.routing_key)
-        await self._broker.publish(self._broker.work, row.routing_key, body, mandatory=True)
+    async def _publish(self, rows: list[outbox.OutboxRow]) -> list[BaseException | None]:
+        """Publish the batch in one step (`Broker.publish_batch`); what became of each row.
+        A work message for a host is sent only once its host queue is declared."""
+        results: list[BaseException | None] = [None] * len(rows)
+        messages: list[Publish] = []
+        sent: list[int] = []
+        broker = self._broker
+        for n, row in enumerate(rows):
+            if row.exchange == "events":
+                messages.append(Publish(broker.events, row.routing_key, row.body, False, row.seq))
+            else:
+                try:
+                    await self._ensure_queue(row.routing_key)
+                except Exception as exc:  # this row waits for the next round; the rest go
+                    results[n] = exc
+                    continue
+                messages.append(Publish(broker.work, row.routing_key, row.body, True))
+            sent.append(n)
+        try:
+            outcomes = await broker.publish_batch(messages)
+        except Exception as exc:  # none was sent: every row waits for the next round
+            return [exc] * len(rows)
+        for n, outcome in zip(sent, outcomes, strict=True):
+            results[n] = outcome
+        return results
 
     async def _ensure_queue(self, routing_key: str) -> None:
         """Declare the host queue a work message is for, so it is never dropped unrouted."""
