@@ -13,28 +13,52 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Due:
-    """A step's schedule: `due(now)` before it runs, `ran(left, now)` after."""
+    """A step's schedule: `due(now)` before it runs, `ran(left, now)` after.
+
+    `tell()` makes the next round look. What needs a look but not at once makes a round look
+    once `gap_s` has passed since the last look (issue 41): `tell_soon()` (a task ended, and
+    what waited on it may fit now; `soon_in` says when, for the round to wake then), or a
+    pass that left work (any round after the gap looks again). Under load task ends come many
+    to a round's time, and one look places what all of them freed.
+    """
 
     every_s: float
+    gap_s: float = 0.0
     _told: bool = True  # the first round looks
+    _soon: bool = False
     _left: bool = False
     _next: float = 0.0
+    _last: float = float("-inf")
 
     def tell(self) -> None:
         """Something the step acts on may have appeared: look in the next round."""
         self._told = True
 
+    def tell_soon(self) -> None:
+        """Something the step acts on may have appeared: look `gap_s` after the last look."""
+        self._soon = True
+
     def due(self, now: float) -> bool:
         """Whether the step runs now; if so, what it was told so far is taken (a tell that
         comes while it runs makes the next round look again)."""
-        if self._told or self._left or now >= self._next:
-            self._told = False
+        later = self._soon or self._left
+        if self._told or now >= self._next or (later and now >= self._last + self.gap_s):
+            self._told = self._soon = False
             return True
         return False
 
     def ran(self, left: bool, now: float) -> None:
-        """The step ran at `now`; `left`: it found work it did not finish (look again)."""
-        self._left, self._next = left, now + self.every_s
+        """The step ran at `now`; `left`: it found work it did not finish (look again in a
+        round `gap_s` from now)."""
+        self._left, self._last, self._next = left, now, now + self.every_s
+
+    def soon_in(self, now: float) -> float | None:
+        """Seconds from `now` until a look it was told of is due (None: none)."""
+        if self._told:
+            return 0.0
+        if self._soon:
+            return max(0.0, self._last + self.gap_s - now)
+        return None
 
 
 @dataclass

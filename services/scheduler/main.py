@@ -121,10 +121,11 @@ class Scheduler:
         #: while tasks were waiting.
         self.triage_due, self.waiters_due = Due(SWEEP_EVERY_S), Due(SWEEP_EVERY_S)
         #: The dispatcher looks when told (a 'round' notification: tasks added, a job made
-        #: active, a claim given back...; a triage decision; a probe ended), every round while
-        #: tasks wait (a throttle, a cap, a prerequisite, a backoff: a task's end may free
-        #: them), and at least every sweep. With none waiting, a task's end frees none.
-        self.release_due = Due(SWEEP_EVERY_S)
+        #: active, a claim given back...; a triage decision; a probe ended; a full batch
+        #: placed), `VIGIL_RELEASE_GAP_S` after its last look while tasks wait (a throttle, a
+        #: cap, a prerequisite, a backoff, capacity: a task's end may free them), and at
+        #: least every sweep. With none waiting, a task's end frees none.
+        self.release_due = Due(SWEEP_EVERY_S, settings.release_gap_s)
         #: Whether the dispatcher's last look saw tasks waiting (`Released.waiting`).
         self.waiting = True
         #: How long an idle round waits: from the tick up to the sweep's period.
@@ -144,6 +145,9 @@ class Scheduler:
         first (a submission is waiting on it), and the relay is woken in-process for what the
         round wrote, without waiting for the notification to come back."""
         ran = await self._release_and_decide(time.monotonic())
+        soon = self.release_due.soon_in(time.monotonic())
+        if soon:  # the dispatcher's next look waits for its gap: the round wakes for it
+            self.pace.due_in(soon, time.monotonic())
         ended = await self.finaliser.run_once()
         if ended:
             self.wake_relay()
@@ -213,6 +217,8 @@ class Scheduler:
                 self.wake_relay()
             done = release.released
             more = release.released >= self.settings.scheduler_batch
+            if more:  # what is left fits now: no gap
+                self.release_due.tell()
         if self.triage_due.due(now):
             decided = await self.triage.run_once()
             self.triage_due.ran(self.triage.left > 0, now)
@@ -237,7 +243,7 @@ class Scheduler:
             if leadership.held:
                 self.finaliser.touch(job_id)
                 if self.waiting:
-                    self.release_due.tell()
+                    self.release_due.tell_soon()
                     self.waiters_due.tell()
 
         return ended

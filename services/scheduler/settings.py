@@ -13,6 +13,10 @@ class SchedulerSettings(CommonSettings):
     """How often the scheduler looks, how much it does per look, when a host counts as dead."""
 
     scheduler_tick_s: float = Field(default=0.25, gt=0, le=60)
+    #: While tasks wait, the dispatcher looks for what task ends freed at most this often
+    #: (`VIGIL_RELEASE_GAP_S`, seconds; issue 41): one look places what all the ends of the
+    #: gap freed. A submission, a full batch or a triage decision is looked at at once.
+    release_gap_s: float = Field(default=0.1, ge=0, le=10)
     scheduler_batch: int = Field(default=500, ge=1, le=10000)
     #: The relay looks for unpublished rows this often while the system is busy (every 2 s
     #: after a quiet spell): the events of a task's normal path on its worker send no NOTIFY

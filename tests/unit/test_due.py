@@ -108,3 +108,41 @@ def test_the_relay_gathers_after_two_busy_reads_and_not_after_a_quiet_moment() -
     assert gather_wait(1, before=1, gather_s=0.006) == 0.006
     assert gather_wait(9, before=0, gather_s=0.006) == 0.0  # the first after a quiet moment
     assert gather_wait(0, before=9, gather_s=0.006) == 0.0  # nothing left: wait for a wake
+
+
+def test_a_task_end_is_looked_at_a_gap_after_the_last_look_and_wakes_the_round_then() -> None:
+    # given a dispatcher that looks at most every 0.1 s for what task ends freed
+    due = Due(every_s=2.0, gap_s=0.1)
+    assert due.due(0.0)
+    due.ran(False, 0.0)
+    # when tasks end 20 ms and 50 ms after its look
+    due.tell_soon()
+    due.tell_soon()
+    # then rounds before the gap do not look, and the round is told to wake at the gap
+    assert not due.due(0.02)
+    assert due.soon_in(0.05) == pytest.approx(0.05)
+    assert due.due(0.1)
+    due.ran(False, 0.1)
+    # and, both ends taken by that one look, nothing more is wanted
+    assert due.soon_in(0.1) is None
+    assert not due.due(0.5)
+
+
+def test_a_tell_is_looked_at_at_once_whatever_the_gap() -> None:
+    due = Due(every_s=2.0, gap_s=0.1)
+    assert due.due(0.0)
+    due.ran(False, 0.0)
+    due.tell()  # a submission
+    assert due.soon_in(0.01) == 0.0
+    assert due.due(0.01)
+
+
+def test_work_left_is_looked_at_by_a_round_after_the_gap_without_waking_one() -> None:
+    # given a pass that left tasks waiting (a throttle: no task end may free them)
+    due = Due(every_s=2.0, gap_s=0.1)
+    assert due.due(0.0)
+    due.ran(True, 0.0)
+    # then no round is woken for it, a round within the gap does not look, one after does
+    assert due.soon_in(0.0) is None
+    assert not due.due(0.05)
+    assert due.due(0.15)
