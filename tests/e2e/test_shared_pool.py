@@ -70,12 +70,15 @@ async def test_a_user_who_comes_later_runs_next_not_behind_the_others_backlog(
         bob_job = await _submit(bob, command="echo hi", inputs=["x"], name="bob")
         [bob_task] = (await bob.get(f"/jobs/{bob_job}/tasks")).json()
 
-        # then it waits for capacity, saying so, and is the next to run
+        # then it waits for capacity, saying so, and runs in the next wave: placed with the
+        # first of Alice's waiting tasks when her first four end (one look places what the
+        # ends of `VIGIL_RELEASE_GAP_S` freed; which of a wave starts first is the host's),
+        # never behind her backlog of eight
         assert await _reason_while_waiting(bob, bob_task["id"]) == "resources"
         assert (await wait_job(bob, events, bob_job, within=30))["state"] == "completed"
         bob_started = (await cluster_attempts(stack, bob_job))[0]["started_at"]
         alice_attempts = await cluster_attempts(stack, alice_job)
-        assert sum(a["started_at"] < bob_started for a in alice_attempts) == 4
+        assert 4 <= sum(a["started_at"] < bob_started for a in alice_attempts) < 8
 
 
 async def test_requests_are_placed_where_they_fit_and_each_gpu_task_has_its_own(
