@@ -113,6 +113,8 @@ class Sim:
                 args.duration,
                 "--work-root",
                 str(cluster.root / "sim"),
+                "--beat-connections",
+                str(args.beat_connections),
             ],
             env=env,
             stdout=subprocess.PIPE,
@@ -277,6 +279,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2_000)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for services")
+    parser.add_argument(
+        "--beat-connections",
+        type=int,
+        default=4,
+        help="the simulated hosts' beats' own database connections (a real host has its own)",
+    )
     parser.add_argument(
         "--log-statements", action="store_true", help="every statement in PostgreSQL's log"
     )
