@@ -45,6 +45,9 @@ HOLDING_SQL: Final = (
 
 #: Per host: what its tasks hold, their GPU devices, how many tasks there are, how many of
 #: them have not started their command yet (`pending`), and the CPUs of those that have.
+#: One row a task: a task's devices are joined into one list per host as text (a device id
+#: never holds a comma: `capacity.parse_gpu_ids`), not unnested, which made a row per device
+#: and counted a task of two GPUs twice (its tasks, CPUs and memory).
 HELD_BY_HOST: Final = f"""
 SELECT t.host,
        count(*) AS tasks,
@@ -52,9 +55,9 @@ SELECT t.host,
        sum(j.req_millicpus)::bigint AS millicpus,
        sum(j.req_memory_mb)::bigint AS memory_mb,
        coalesce(sum(j.req_millicpus) FILTER (WHERE t.state = 'on_cpu'), 0)::bigint AS running,
-       array_agg(g.id) FILTER (WHERE g.id IS NOT NULL) AS gpu_ids
+       string_to_array(string_agg(array_to_string(t.gpu_ids, ','), ',')
+                       FILTER (WHERE cardinality(t.gpu_ids) > 0), ',') AS gpu_ids
 FROM tasks t JOIN jobs j ON j.id = t.job_id
-LEFT JOIN LATERAL unnest(t.gpu_ids) AS g(id) ON true
 WHERE {HOLDING_SQL}
 GROUP BY t.host
 """

@@ -13,7 +13,7 @@ from shared.domain.scheduling.model import Settings
 from shared.domain.states import Stage
 from shared.operations import configuring, emergency
 from shared.operations.configuring import TrialInput
-from shared.store import db, jobs_repo, plan_repo, users_repo
+from shared.store import db, jobs_repo, plan_repo, pool_repo, users_repo
 from shared.store.db import Connection, Pool
 from shared.store.jobs_repo import NewJob
 from tests.conftest import fresh_database
@@ -263,6 +263,23 @@ async def test_each_gpu_task_gets_devices_of_its_own(pool: Pool) -> None:
 
     assert sorted(tuple(r["gpu_ids"]) for r in devices) == [("0",), ("1",)]
     assert reason is not None and reason[0] == "resources"
+
+
+async def test_a_task_holding_two_gpus_counts_once_in_its_hosts_load(pool: Pool) -> None:
+    # given a host of 4 CPUs and 4 GPUs, and a job of 1 CPU and 2 GPUs a task
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        host = await _host(conn, cpus=4, gpus=("0", "1", "2", "3"))
+        job = await _submitted(conn, NewJob("gpu2", "shell", "true", list("ab")), gpus=2)
+
+        # when both tasks are placed
+        await dispatcher.run_once()
+        [load] = (await pool_repo.loads(conn, [host])).values()
+        assert await conn.fetchval("SELECT count(*) FROM tasks WHERE job_id = $1", job.id) == 2
+
+    # then the host holds two tasks, 2 CPUs and all four devices, each counted once
+    assert (load.tasks, load.held.millicpus, load.held.gpus) == (2, 2000, 4)
+    assert sorted(load.held_gpu_ids) == ["0", "1", "2", "3"]
 
 
 async def test_each_user_stays_within_the_per_user_cap(pool: Pool) -> None:
