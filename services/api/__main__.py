@@ -15,6 +15,9 @@ from services.api.event_hub import EventHub
 from services.api.settings import ApiSettings
 from shared.runtime.logs import configure_logging
 
+#: Seconds an idle client connection is kept open.
+_KEEP_ALIVE_S = 75
+
 
 def main() -> None:
     """Read the settings once, configure logging, and serve until SIGTERM/SIGINT."""
@@ -31,6 +34,9 @@ def main() -> None:
         log_config=None,  # keep the records in our one-line format (configure_logging)
         timeout_graceful_shutdown=math.ceil(settings.graceful_timeout_s),
         server_header=False,
+        # Longer than any client keeps an idle connection (httpx: 5 s): a client that reuses
+        # one as uvicorn's default 5 s closes it gets a reset instead of an answer.
+        timeout_keep_alive=_KEEP_ALIVE_S,
         loop="uvloop",  # as the scheduler (shared.runtime.event_loop)
         http="httptools",  # C's HTTP parser, not h11's Python
     )
