@@ -7,7 +7,10 @@ PostgreSQL's CPU for them.
 
 Variants: `beats` (the services' own statements, `hosts_repo.beat_worker` and
 `beat_supervisor`), `plain` (a bare `UPDATE ... SET heartbeat_at = now()` each: what any
-committed write costs), `async` (the services' statements with `synchronous_commit = off`).
+committed write costs), `async` (the services' statements with `synchronous_commit = off`),
+`select1` (a `SELECT 1` each: a round trip with nothing to commit), `batched` (every host's
+beats of a second in one transaction, as the leading scheduler writes beats sent through
+Redis: `services/scheduler/beat_relay.py`).
 Run it alone: PostgreSQL's background processes are counted whole.
 """
 
@@ -44,7 +47,10 @@ def _postgres_seconds(database: str) -> float:
 
 async def _beats(pool: asyncpg.Pool, host: str, variant: str) -> None:
     async with pool.acquire() as conn:
-        if variant == "plain":
+        if variant == "select1":
+            await conn.fetchval("SELECT 1")
+            await conn.fetchval("SELECT 1")
+        elif variant == "plain":
             await conn.execute("UPDATE hosts SET heartbeat_at = now() WHERE id = $1", host)
             await conn.execute(
                 "UPDATE hosts SET supervisor_heartbeat_at = now() WHERE id = $1", host
@@ -72,6 +78,20 @@ async def _run(variant: str, hosts: int, period: float, seconds: float, connecti
 
         async def host_loop(host: str, offset: float) -> None:
             await asyncio.sleep(offset)
+            if variant == "batched":
+                if host != ids[0]:
+                    return
+                while True:  # every host's two beats in one transaction a second
+                    async with pool.acquire() as conn, conn.transaction():
+                        await conn.execute(
+                            "UPDATE hosts SET heartbeat_at = now() WHERE id = ANY($1)",
+                            ids[: int(hosts / period)],
+                        )
+                        await conn.execute(
+                            "UPDATE hosts SET supervisor_heartbeat_at = now() WHERE id = ANY($1)",
+                            ids[: int(hosts / period)],
+                        )
+                    await asyncio.sleep(1.0)
             while True:
                 await _beats(pool, host, variant)
                 await asyncio.sleep(period)
@@ -103,7 +123,7 @@ def main() -> None:
     parser.add_argument("--period", type=float, default=2.5, help="seconds between beats")
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--connections", type=int, default=4)
-    parser.add_argument("--variant", default="beats,plain,async")
+    parser.add_argument("--variant", default="beats,plain,async,select1,batched")
     args = parser.parse_args()
     for variant in args.variant.split(","):
         asyncio.run(_run(variant, args.hosts, args.period, args.seconds, args.connections))

@@ -15,6 +15,7 @@ from services.worker.consumer import Consumer
 from services.worker.registration import Presence, heartbeat, register, unregister
 from services.worker.settings import WorkerSettings
 from services.worker.stages import StageRunner
+from shared.host.beats import through_redis_if
 from shared.host.capacity import HostCapacity
 from shared.host.fence import Lease, fence_after
 from shared.messaging.amqp import Broker
@@ -90,6 +91,12 @@ class SimHost:
                     self.consumer.admit,
                     self.lease,
                     self.consumer.note_held,
+                    through_redis_if(
+                        self.worker.beats_through_redis,
+                        self.redis,
+                        self.keys,
+                        self.worker.dead_host_s,
+                    ),
                 )
             )
         )

@@ -24,6 +24,7 @@ from services.supervisor.strays import legitimate
 from services.supervisor.worker_watch import WorkerWatch
 from shared.domain.errors import UNAVAILABLE, InvalidMessage
 from shared.domain.messages import FreezeTask, KillTask, Message, WatchProcess
+from shared.host.beats import through_redis_if
 from shared.host.fence import Lease, fence_after
 from shared.messaging.amqp import Broker, deliver
 from shared.messaging.redis_keys import RedisKeys
@@ -90,6 +91,12 @@ class SimSupervisor:
                         self.lease,
                         settings.dead_worker_s,
                         self.last,
+                        through_redis_if(
+                            settings.beats_through_redis,
+                            self.redis,
+                            self.keys,
+                            settings.dead_host_s,
+                        ),
                     )
                 )
                 tg.create_task(watch.run(stop, settings.worker_poll_s))

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 import asyncpg
 from redis.asyncio import Redis
 
-from services.scheduler import breaker, dead_letters, pilots, pruning, statistics
+from services.scheduler import beat_relay, breaker, dead_letters, pilots, pruning, statistics
 from services.scheduler import health as scheduler_health
+from services.scheduler.beat_relay import BeatRelay
 from services.scheduler.dispatcher import Dispatcher
 from services.scheduler.due import Due, Pace, gather_wait, relay_wait
 from services.scheduler.finaliser import SWEEP_EVERY_S, Finaliser
@@ -45,6 +46,7 @@ from shared.domain.errors import UNAVAILABLE
 from shared.domain.messages import JobOutcome
 from shared.domain.states import FAILED
 from shared.messaging.amqp import Broker, open_broker
+from shared.messaging.beat_board import BeatBoard
 from shared.messaging.redis_client import open_redis
 from shared.messaging.redis_keys import RedisKeys
 from shared.messaging.topology import Topology, declare_work_queue, pool_key
@@ -95,6 +97,8 @@ class Scheduler:
             pool, redis, RedisKeys(settings.namespace), settings.scheduler_batch
         )
         self.reaper = Reaper(pool, settings.dead_host_s)
+        #: Hosts' beats from Redis into `hosts` (issue 41).
+        self.beats = BeatRelay(pool, BeatBoard(redis, RedisKeys(settings.namespace)))
         #: Pilots on a batch system (issue 40), when one is configured.
         self.pilots = (
             PilotPool(pool, Slurm(), settings.pilots())
@@ -307,6 +311,17 @@ class Scheduler:
                 polling = not wake.is_set()
         await self.relay.drain()
 
+    async def beat_loop(self, stop: asyncio.Event, lead: Leadership) -> None:
+        """Write hosts' beats from Redis into PostgreSQL while leading (`beat_relay.py`)."""
+        every = beat_relay.every_s(self.settings.dead_host_s)
+        while not await wait_or_stop(stop, every):
+            if not lead.held:
+                continue
+            try:
+                await self.beats.run_once()
+            except UNAVAILABLE as exc:  # the hosts beat PostgreSQL themselves meanwhile
+                logger.warning("hosts' beats not written: %s", exc)
+
     async def run(self, stop: asyncio.Event, wake: asyncio.Event, leadership: Leadership) -> None:
         """Loop until `stop`; a failing round is logged and retried (the servers may restart).
 
@@ -470,4 +485,5 @@ async def main(settings: SchedulerSettings) -> None:
             )
             tg.create_task(scheduler.run(stop, wake, leadership), name="loop")
             tg.create_task(scheduler.relay_loop(stop, relay_wake, wake, leadership), name="relay")
+            tg.create_task(scheduler.beat_loop(stop, leadership), name="beats")
     logger.info("scheduler stopped")

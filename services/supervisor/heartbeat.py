@@ -13,7 +13,9 @@ import time
 from dataclasses import dataclass, field
 
 from shared.domain.errors import UNAVAILABLE
+from shared.host.beats import ThroughRedis, through_redis
 from shared.host.fence import Lease
+from shared.messaging.beat_board import Kind
 from shared.runtime.lifecycle import wait_or_stop
 from shared.store import hosts_repo
 from shared.store.db import Pool
@@ -44,19 +46,60 @@ async def heartbeat(
     lease: Lease,
     dead_worker_s: float,
     last: LastBeat,
+    via: ThroughRedis | None = None,
 ) -> None:
     """Beat every `every_s` until `stop`, renewing `lease` with each beat that lands and
     keeping what it read in `last`; errors are logged, not fatal (the lease then ages: see
-    `shared/host/fence.py`)."""
+    `shared/host/fence.py`). Through Redis (`via`, `shared/host/beats.py`), a beat lands once
+    the leading scheduler has written it; one it has not answered goes to PostgreSQL."""
     while True:
-        sent_at = time.monotonic()
-        try:
-            async with asyncio.timeout(every_s * 5):
-                last.beat = await beat(pool, host_id, instance, dead_worker_s)
-        except (*UNAVAILABLE, TimeoutError) as exc:
-            logger.warning("heartbeat failed: %s", exc or "timed out")
-            last.beat = SupervisorBeat.unknown()  # the rounds look at everything meanwhile
-        else:
-            lease.renew(sent_at)
+        if not await _through_redis(via, pool, host_id, instance, dead_worker_s, lease, last):
+            await _beat_itself(pool, host_id, instance, every_s, dead_worker_s, lease, last, via)
         if await wait_or_stop(stop, every_s):
             return
+
+
+async def _through_redis(
+    via: ThroughRedis | None,
+    pool: Pool,
+    host_id: str,
+    instance: str,
+    dead_worker_s: float,
+    lease: Lease,
+    last: LastBeat,
+) -> bool:
+    """Whether a beat through Redis was answered (the lease renewed, `last` told)."""
+    if via is None:
+        return False
+    who = (Kind.SUPERVISOR, host_id, instance)
+    answered = await through_redis(
+        via, pool, who, lambda read: SupervisorBeat(**read), dead_worker_s
+    )
+    if answered is None:
+        return False
+    sent_at, last.beat = answered
+    lease.renew(sent_at)
+    return True
+
+
+async def _beat_itself(
+    pool: Pool,
+    host_id: str,
+    instance: str,
+    every_s: float,
+    dead_worker_s: float,
+    lease: Lease,
+    last: LastBeat,
+    via: ThroughRedis | None,
+) -> None:
+    sent_at = time.monotonic()
+    try:
+        async with asyncio.timeout(every_s * 5):
+            last.beat = await beat(pool, host_id, instance, dead_worker_s)
+    except (*UNAVAILABLE, TimeoutError) as exc:
+        logger.warning("heartbeat failed: %s", exc or "timed out")
+        last.beat = SupervisorBeat.unknown()  # the rounds look at everything meanwhile
+    else:
+        lease.renew(sent_at)
+        if via is not None:
+            via.book.reached(sent_at)

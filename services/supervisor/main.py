@@ -24,6 +24,7 @@ from shared.domain.errors import UNAVAILABLE, InvalidMessage
 from shared.domain.messages import FreezeTask, KillTask, Message, WatchProcess
 from shared.host import fence
 from shared.host import health as host_health
+from shared.host.beats import through_redis_if
 from shared.host.cgroups import Cgroups
 from shared.host.fence import Lease
 from shared.host.processes import signal_tree
@@ -183,6 +184,12 @@ async def main(settings: SupervisorSettings) -> None:
                     lease,
                     settings.dead_worker_s,
                     last,
+                    through_redis_if(
+                        settings.beats_through_redis,
+                        redis,
+                        RedisKeys(settings.namespace),
+                        settings.dead_host_s,
+                    ),
                 ),
                 name="heartbeat",
             )

@@ -13,6 +13,7 @@ from services.worker.settings import WorkerSettings
 from services.worker.stages import StageRunner
 from shared.host import fence
 from shared.host import health as host_health
+from shared.host.beats import through_redis_if
 from shared.host.cgroups import Cgroups, slow_moves_hint
 from shared.host.fence import Lease
 from shared.messaging.amqp import open_broker
@@ -84,6 +85,9 @@ async def main(settings: WorkerSettings) -> None:
                     consumer.admit,
                     lease,
                     consumer.note_held,
+                    through_redis_if(
+                        settings.beats_through_redis, redis, keys, settings.dead_host_s
+                    ),
                 ),
                 name="heartbeat",
             )

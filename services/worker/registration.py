@@ -15,14 +15,17 @@ from redis.asyncio import Redis
 
 from services.worker.admission import Admission, of_host
 from shared.domain.errors import UNAVAILABLE
+from shared.host.beats import ThroughRedis, through_redis
 from shared.host.capacity import HostCapacity
 from shared.host.fence import Lease
 from shared.host.processes import create_time
+from shared.messaging.beat_board import Kind
 from shared.messaging.presence import WorkerIdentity, announce
 from shared.messaging.redis_keys import WORKER_TTL_S, RedisKeys
 from shared.runtime.lifecycle import wait_or_stop
 from shared.store import hosts_repo
 from shared.store.db import Pool
+from shared.store.hosts_repo import WorkerBeat
 
 logger = logging.getLogger(__name__)
 
@@ -71,9 +74,11 @@ async def heartbeat(
     on_admission: Callable[[Admission], Awaitable[None]],
     lease: Lease,
     on_held: Callable[[int], None] | None = None,
+    via: ThroughRedis | None = None,
 ) -> None:
     """Refresh the presence every `every_s` seconds until `stop`; errors are logged, not fatal.
-    Each beat that lands in PostgreSQL renews `lease` (`shared/host/fence.py`).
+    Each beat that lands in PostgreSQL renews `lease` (`shared/host/fence.py`): through Redis
+    (`via`, `shared/host/beats.py`) once the leading scheduler has written it, else by itself.
 
     A worker that was silent long enough to be declared dead (frozen, partitioned) takes its
     place again when it wakes. `on_admission` is told what the host's quarantine lets it take,
@@ -86,17 +91,36 @@ async def heartbeat(
                 await announce(redis, keys, presence.host_id, presence.identity())
         except UNAVAILABLE as exc:  # Redis away is no partition from the database
             logger.warning("presence not refreshed in Redis: %s", exc)
+        if via is not None:
+            who = (Kind.WORKER, presence.host_id, presence.instance)
+            answered = await through_redis(via, pool, who, lambda read: WorkerBeat(**read))
+            if answered is not None:
+                sent_at, beat = answered
+                lease.renew(sent_at)
+                await _heard(beat, on_admission, on_held)
+                continue
         sent_at = time.monotonic()
         try:
             async with pool.acquire() as conn:
                 row = await hosts_repo.beat_worker(conn, presence.host_id, presence.instance)
             if row is not None:
                 lease.renew(sent_at)
-                if on_held is not None:
-                    on_held(row["held"])
-                await on_admission(of_host(row["quarantined"], row["probing"], row["draining"]))
+                if via is not None:
+                    via.book.reached(sent_at)
+                beat = WorkerBeat(row["quarantined"], row["probing"], row["draining"], row["held"])
+                await _heard(beat, on_admission, on_held)
         except UNAVAILABLE as exc:
             logger.warning("heartbeat failed: %s", exc)
+
+
+async def _heard(
+    beat: WorkerBeat,
+    on_admission: Callable[[Admission], Awaitable[None]],
+    on_held: Callable[[int], None] | None,
+) -> None:
+    if on_held is not None:
+        on_held(beat.held)
+    await on_admission(of_host(beat.quarantined, beat.probing, beat.draining))
 
 
 async def unregister(pool: Pool, redis: Redis, keys: RedisKeys, presence: Presence) -> None:

@@ -28,6 +28,17 @@ class RedisKeys:
         """Hash of the worker process on `host_id`: pid, create_time, instance, slots."""
         return self._key("host", host_id, "worker")
 
+    def beats(self) -> str:
+        """Hash of `<kind>:<host>` -> the last heartbeat of that host's worker (`w`) or
+        supervisor (`s`), for the leading scheduler to write into PostgreSQL
+        (`shared/messaging/beat_board.py`)."""
+        return self._key("beats")
+
+    def beat_answers(self) -> str:
+        """Hash of `<kind>:<host>` -> the scheduler's answer to that service's beats: the last
+        one it wrote into PostgreSQL, and what PostgreSQL said of the host then."""
+        return self._key("beats", "answers")
+
     def job_exits(self, job_id: str) -> str:
         """Hash of task id -> `<claim> <exit status>`, written by the worker the moment a
         command of the job exits.

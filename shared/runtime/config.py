@@ -72,6 +72,11 @@ class CommonSettings(BaseSettings):
 HEARTBEAT_MAX_S: Final = 3.0
 
 
+def default_heartbeat_s(dead_host_s: float) -> float:
+    """A host's heartbeat unless set: a quarter of `dead_host_s`, at most `HEARTBEAT_MAX_S`."""
+    return min(HEARTBEAT_MAX_S, dead_host_s / 4)
+
+
 class HostSettings(CommonSettings):
     """Settings of the two per-host services, worker and supervisor."""
 
@@ -87,6 +92,10 @@ class HostSettings(CommonSettings):
     #: long (`VIGIL_FENCE_TIMEOUT_S`, read by the scheduler too): the supervisor of a host cut
     #: off from the database kills its commands after half of it (self-fencing).
     fence_timeout_s: float = Field(default=60.0, gt=0)
+    #: Whether the worker and the supervisor beat through Redis, for the leading scheduler to
+    #: write all hosts' beats in one transaction (`VIGIL_BEATS_THROUGH_REDIS`;
+    #: `shared/host/beats.py`). Either way a beat nobody answers goes to PostgreSQL.
+    beats_through_redis: bool = True
     #: Where per-command cgroups (v2) go: "" finds a writable cgroup2 mount, "off" uses
     #: process groups only (see shared/host/cgroups.py).
     cgroup_root: str = ""
@@ -101,5 +110,5 @@ class HostSettings(CommonSettings):
     @model_validator(mode="after")
     def _beat_within_dead_host(self) -> "HostSettings":
         if "heartbeat_s" not in self.model_fields_set:
-            self.heartbeat_s = min(HEARTBEAT_MAX_S, self.dead_host_s / 4)
+            self.heartbeat_s = default_heartbeat_s(self.dead_host_s)
         return self

@@ -185,13 +185,20 @@ KILL_OWED_CLASSES: Final = tuple(
     )
 )
 
-#: The attempts `a` of host `$1` owed a kill: the predicate of the partial index
-#: `attempts_kill_owed` (migration 0035), read by `kills_owed` and by the supervisor's beat
-#: (`hosts_repo.beat_supervisor`).
-KILL_OWED_ON_HOST: Final = (
-    "a.host = $1 AND a.pid IS NOT NULL AND a.reaped_at IS NULL AND a.ended_at IS NOT NULL"
-    " AND a.failure_class IN (" + ", ".join(f"'{c}'" for c in KILL_OWED_CLASSES) + ")"
-)
+
+def kill_owed_on(host: str) -> str:
+    """The attempts `a` of the host named by the SQL expression `host` owed a kill: the
+    predicate of the partial index `attempts_kill_owed` (migration 0035), read by `kills_owed`
+    and by the supervisor's beat (`hosts_repo.beat_supervisor`, and the beats the scheduler
+    writes for it)."""
+    return (
+        f"a.host = {host} AND a.pid IS NOT NULL AND a.reaped_at IS NULL AND a.ended_at IS NOT NULL"
+        " AND a.failure_class IN (" + ", ".join(f"'{c}'" for c in KILL_OWED_CLASSES) + ")"
+    )
+
+
+#: The attempts `a` of host `$1` owed a kill (`kill_owed_on`).
+KILL_OWED_ON_HOST: Final = kill_owed_on("$1")
 
 _KILLS_OWED: Final = f"""
 SELECT a.task_id, a.claim, a.pid, a.failure_class::text AS failure_class,

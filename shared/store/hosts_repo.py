@@ -16,7 +16,7 @@ from asyncpg import Record
 
 from shared.domain.scheduling.resources import Resources
 from shared.domain.states import TERMINAL
-from shared.store.attempts_repo import KILL_OWED_ON_HOST
+from shared.store.attempts_repo import kill_owed_on
 from shared.store.db import Connection
 
 # -- registration and heartbeats ------------------------------------------------------------
@@ -103,17 +103,25 @@ class SupervisorBeat:
         return cls(None, False, True, True, True)
 
 
+def _supervisor_reads(host: str, dead_worker_s: str, terminal: str) -> str:
+    """What a supervisor's beat reads of its host (`SupervisorBeat`), for the host row `hosts`
+    of id `host`, its worker silent after `dead_worker_s` and the terminal states `terminal`
+    (SQL expressions)."""
+    return f"""hosts.worker,
+  coalesce(hosts.heartbeat_at < now() - make_interval(secs => {dead_worker_s}), false)
+    AS worker_silent,
+  EXISTS (SELECT 1 FROM tasks t WHERE t.host = {host} AND t.state = 'on_cpu'
+          AND t.claim IS NOT NULL AND t.pid IS NOT NULL) AS running,
+  EXISTS (SELECT 1 FROM tasks t WHERE t.host = {host} AND t.state <> ALL({terminal})
+          AND t.claim IS NOT NULL AND t.worker IS NOT NULL
+          AND t.worker IS DISTINCT FROM hosts.worker) AS stale_holders,
+  EXISTS (SELECT 1 FROM attempts a WHERE {kill_owed_on(host)}) AS kills_owed"""
+
+
 _BEAT_SUPERVISOR: Final = f"""
 INSERT INTO hosts (id, slots, supervisor, supervisor_heartbeat_at) VALUES ($1, 0, $2, now())
 ON CONFLICT (id) DO UPDATE SET supervisor = $2, supervisor_heartbeat_at = now()
-RETURNING worker,
-  coalesce(heartbeat_at < now() - make_interval(secs => $3), false) AS worker_silent,
-  EXISTS (SELECT 1 FROM tasks t WHERE t.host = $1 AND t.state = 'on_cpu'
-          AND t.claim IS NOT NULL AND t.pid IS NOT NULL) AS running,
-  EXISTS (SELECT 1 FROM tasks t WHERE t.host = $1 AND t.state <> ALL($4::task_state[])
-          AND t.claim IS NOT NULL AND t.worker IS NOT NULL
-          AND t.worker IS DISTINCT FROM hosts.worker) AS stale_holders,
-  EXISTS (SELECT 1 FROM attempts a WHERE {KILL_OWED_ON_HOST}) AS kills_owed
+RETURNING {_supervisor_reads("$1", "$3", "$4::task_state[]")}
 """
 
 
@@ -130,6 +138,100 @@ async def beat_supervisor(
     return SupervisorBeat(
         row["worker"], row["worker_silent"], row["running"], row["stale_holders"], row["kills_owed"]
     )
+
+
+# -- beats written by the leading scheduler (`services/scheduler/beat_relay.py`) -------------
+
+
+@dataclass(frozen=True)
+class RelayedBeat:
+    """A service's beat read from Redis, to be written into its host's row: which instance
+    sent it, how long ago it reached Redis, and (a supervisor's) its `dead_worker_s`."""
+
+    host_id: str
+    instance: str
+    age_s: float
+    dead_worker_s: float = 0.0
+
+
+_RELAY_WORKER_BEATS: Final = """
+UPDATE hosts SET heartbeat_at = greatest(heartbeat_at, now() - make_interval(secs => b.age))
+FROM unnest($1::text[], $2::text[], $3::float8[]) AS b(host, instance, age)
+WHERE hosts.id = b.host AND hosts.worker = b.instance
+RETURNING hosts.id, quarantined, probing_since IS NOT NULL AS probing, draining,
+  (SELECT count(*) FROM tasks WHERE worker = b.instance AND claim IS NOT NULL
+   AND state <> ALL($4::task_state[])) AS held
+"""
+
+_RELAY_SUPERVISOR_BEATS: Final = f"""
+UPDATE hosts SET supervisor_heartbeat_at =
+  greatest(supervisor_heartbeat_at, now() - make_interval(secs => b.age))
+FROM unnest($1::text[], $2::text[], $3::float8[], $4::float8[])
+  AS b(host, instance, age, dead_worker_s)
+WHERE hosts.id = b.host AND hosts.supervisor = b.instance
+RETURNING hosts.id, {_supervisor_reads("hosts.id", "b.dead_worker_s", "$5::task_state[]")}
+"""
+
+
+@dataclass(frozen=True)
+class WorkerBeat:
+    """What the worker's beat reads of its host (`beat_worker`'s fields)."""
+
+    quarantined: bool
+    probing: bool
+    draining: bool
+    #: How many tasks the worker's instance holds (`tasks_repo.held_by`).
+    held: int
+
+
+async def relay_worker_beats(
+    conn: Connection, beats: Sequence[RelayedBeat]
+) -> dict[str, WorkerBeat]:
+    """Workers' beats, each dated when it reached Redis (never earlier than the row already
+    says), into the rows that still name their instance: a worker declared dead or stopped
+    takes its place again only by a beat of its own (`beat_worker`). By host: what
+    `beat_worker` reads (admission fields and `held`). Locks: those hosts' rows (its UPDATE)."""
+    if not beats:
+        return {}
+    rows = await conn.fetch(
+        _RELAY_WORKER_BEATS,
+        [b.host_id for b in beats],
+        [b.instance for b in beats],
+        [b.age_s for b in beats],
+        sorted(s.value for s in TERMINAL),
+    )
+    return {
+        row["id"]: WorkerBeat(row["quarantined"], row["probing"], row["draining"], row["held"])
+        for row in rows
+    }
+
+
+async def relay_supervisor_beats(
+    conn: Connection, beats: Sequence[RelayedBeat]
+) -> dict[str, SupervisorBeat]:
+    """Supervisors' beats, as `relay_worker_beats` writes workers' (into rows that still name
+    their instance; a new supervisor's first beat is its own, `beat_supervisor`). By host:
+    what `beat_supervisor` reads. Locks: those hosts' rows (its UPDATE)."""
+    if not beats:
+        return {}
+    rows = await conn.fetch(
+        _RELAY_SUPERVISOR_BEATS,
+        [b.host_id for b in beats],
+        [b.instance for b in beats],
+        [b.age_s for b in beats],
+        [b.dead_worker_s for b in beats],
+        sorted(s.value for s in TERMINAL),
+    )
+    return {
+        row["id"]: SupervisorBeat(
+            row["worker"],
+            row["worker_silent"],
+            row["running"],
+            row["stale_holders"],
+            row["kills_owed"],
+        )
+        for row in rows
+    }
 
 
 async def prepare_pilot(conn: Connection, host_id: str, pool: str, ends_at: float) -> None:
