@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from shared.domain.errors import UNAVAILABLE
 from shared.host.beats import ThroughRedis, through_redis
@@ -72,14 +73,23 @@ async def _through_redis(
     if via is None:
         return False
     who = (Kind.SUPERVISOR, host_id, instance)
-    answered = await through_redis(
-        via, pool, who, lambda read: SupervisorBeat(**read), dead_worker_s
-    )
+    answered = await through_redis(via, pool, who, _supervisor_beat, dead_worker_s)
     if answered is None:
         return False
     sent_at, last.beat = answered
     lease.renew(sent_at)
     return True
+
+
+def _supervisor_beat(read: list[Any]) -> SupervisorBeat:
+    worker, worker_silent, running, stale_holders, kills_owed = read
+    return SupervisorBeat(
+        None if worker is None else str(worker),
+        bool(worker_silent),
+        bool(running),
+        bool(stale_holders),
+        bool(kills_owed),
+    )
 
 
 async def _beat_itself(

@@ -10,16 +10,17 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from redis.asyncio import Redis
 
 from services.worker.admission import Admission, of_host
 from shared.domain.errors import UNAVAILABLE
-from shared.host.beats import ThroughRedis, through_redis
+from shared.host.beats import ThroughRedis, accept, send
 from shared.host.capacity import HostCapacity
 from shared.host.fence import Lease
 from shared.host.processes import create_time
-from shared.messaging.beat_board import Kind
+from shared.messaging.beat_board import Heard, Kind
 from shared.messaging.presence import WorkerIdentity, announce
 from shared.messaging.redis_keys import WORKER_TTL_S, RedisKeys
 from shared.runtime.lifecycle import wait_or_stop
@@ -86,14 +87,11 @@ async def heartbeat(
     beat's statement: a worker holding none has nothing to reconcile).
     """
     while not await wait_or_stop(stop, every_s):
-        try:
-            if not await redis.expire(keys.worker(presence.host_id), WORKER_TTL_S):
-                await announce(redis, keys, presence.host_id, presence.identity())
-        except UNAVAILABLE as exc:  # Redis away is no partition from the database
-            logger.warning("presence not refreshed in Redis: %s", exc)
+        who = (Kind.WORKER, presence.host_id, presence.instance)
+        heard = None if via is None else await send(via, who, registration_ttl_s=WORKER_TTL_S)
+        await _refresh(redis, keys, presence, heard)
         if via is not None:
-            who = (Kind.WORKER, presence.host_id, presence.instance)
-            answered = await through_redis(via, pool, who, lambda read: WorkerBeat(**read))
+            answered = await accept(via, pool, heard, presence.instance, _worker_beat)
             if answered is not None:
                 sent_at, beat = answered
                 lease.renew(sent_at)
@@ -111,6 +109,25 @@ async def heartbeat(
                 await _heard(beat, on_admission, on_held)
         except UNAVAILABLE as exc:
             logger.warning("heartbeat failed: %s", exc)
+
+
+async def _refresh(redis: Redis, keys: RedisKeys, presence: Presence, heard: Heard | None) -> None:
+    """The registration's TTL refreshed (by the beat through Redis, if it was `heard`), or the
+    registration made again if it had expired."""
+    try:
+        if heard is not None:
+            registered = heard.registered
+        else:
+            registered = bool(await redis.expire(keys.worker(presence.host_id), WORKER_TTL_S))
+        if not registered:
+            await announce(redis, keys, presence.host_id, presence.identity())
+    except UNAVAILABLE as exc:  # Redis away is no partition from the database
+        logger.warning("presence not refreshed in Redis: %s", exc)
+
+
+def _worker_beat(read: list[Any]) -> WorkerBeat:
+    quarantined, probing, draining, held = read
+    return WorkerBeat(bool(quarantined), bool(probing), bool(draining), int(held))
 
 
 async def _heard(

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from redis.asyncio import Redis
 
 from shared.domain.errors import UNAVAILABLE
-from shared.messaging.beat_board import Answer, BeatBoard, Kind
+from shared.messaging.beat_board import Answer, BeatBoard, Heard, Kind
 from shared.messaging.redis_keys import RedisKeys
 from shared.store.db import Pool
 
@@ -93,36 +93,61 @@ def through_redis_if(
     return ThroughRedis(BeatBoard(redis, keys), BeatBook(dead_host_s)) if enabled else None
 
 
+async def send(
+    via: ThroughRedis,
+    who: tuple[Kind, str, str],
+    dead_worker_s: float = 0.0,
+    registration_ttl_s: int | None = None,
+) -> Heard | None:
+    """Beat through Redis as `who` (kind, host, instance), if the book allows it (a worker's
+    beat also refreshes its registration for `registration_ttl_s`); what it heard back. None:
+    not sent (the caller beats PostgreSQL itself)."""
+    now = time.monotonic()
+    if not via.book.through_redis(now):
+        return None
+    kind, host_id, instance = who
+    seq = via.book.next(now)
+    try:
+        return await via.board.beat(kind, host_id, instance, seq, dead_worker_s, registration_ttl_s)
+    except UNAVAILABLE as exc:
+        logger.warning("heartbeat not written to Redis: %s", exc)
+        return None
+
+
+async def accept(
+    via: ThroughRedis,
+    pool: Pool,
+    heard: Heard | None,
+    instance: str,
+    parse: Callable[[list[Any]], T],
+) -> tuple[float, T] | None:
+    """When the scheduler has answered the beat just sent or the one before: when that beat
+    was sent (the lease's renewal) and what PostgreSQL said of the host then (`parse`d);
+    PostgreSQL probed if due. None: the caller beats PostgreSQL itself."""
+    if heard is None or heard.answer is None:
+        return None
+    sent_at = via.book.answered(heard.answer, instance)
+    if sent_at is None:
+        return None
+    try:
+        read = parse(heard.answer.read)
+    except (KeyError, TypeError, ValueError):
+        return None  # an answer from another version of the scheduler
+    now = time.monotonic()
+    if via.book.probe_due(now):
+        await probe(via.book, pool, now)
+    return sent_at, read
+
+
 async def through_redis(
     via: ThroughRedis,
     pool: Pool,
     who: tuple[Kind, str, str],
-    parse: Callable[[dict[str, Any]], T],
+    parse: Callable[[list[Any]], T],
     dead_worker_s: float = 0.0,
 ) -> tuple[float, T] | None:
-    """Beat through Redis as `who` (kind, host, instance), if the book allows it. When the
-    scheduler has answered this beat or the one before: when that beat was sent (the lease's
-    renewal) and what PostgreSQL said of the host then (`parse`d). None: the caller beats
-    PostgreSQL itself."""
-    now, book = time.monotonic(), via.book
-    if not book.through_redis(now):
-        return None
-    kind, host_id, instance = who
-    try:
-        answer = await via.board.beat(kind, host_id, instance, book.next(now), dead_worker_s)
-    except UNAVAILABLE as exc:
-        logger.warning("heartbeat not written to Redis: %s", exc)
-        return None
-    sent_at = book.answered(answer, instance)
-    if sent_at is None or answer is None:
-        return None
-    try:
-        read = parse(answer.read)
-    except (KeyError, TypeError, ValueError):
-        return None  # an answer from another version of the scheduler
-    if book.probe_due(now):
-        await probe(book, pool, now)
-    return sent_at, read
+    """`send`, then `accept`."""
+    return await accept(via, pool, await send(via, who, dead_worker_s), who[2], parse)
 
 
 async def probe(book: BeatBook, pool: Pool, sent_at: float) -> None:

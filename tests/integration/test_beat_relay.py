@@ -15,7 +15,7 @@ from services.scheduler.beat_relay import BeatRelay
 from services.supervisor.heartbeat import LastBeat, heartbeat
 from shared.host.beats import BeatBook, ThroughRedis, through_redis
 from shared.host.fence import Lease
-from shared.messaging.beat_board import FORGET_AFTER_S, BeatBoard, Kind, field_of
+from shared.messaging.beat_board import BeatBoard, Kind, field_of
 from shared.messaging.redis_client import open_redis
 from shared.messaging.redis_keys import RedisKeys
 from shared.store import db, hosts_repo
@@ -69,17 +69,16 @@ async def _age(pool: db.Pool, host_id: str, column: str = "heartbeat_at") -> flo
     return age
 
 
-async def _backdate(redis: Redis, namespace: str, host_id: str, seconds: float) -> None:
-    """As if the worker's beat on the board had reached Redis `seconds` earlier."""
-    field, beats = field_of(Kind.WORKER, host_id), RedisKeys(namespace).beats()
-    value = str(await redis.hget(beats, field))
-    *head, at = value.split(" ")
-    await redis.hset(beats, field, " ".join([*head, repr(float(at) - seconds)]))
+async def _backdate(redis: Redis, namespace: str, seconds: float) -> None:
+    """As if the last beat on the board had reached Redis `seconds` earlier."""
+    beats = RedisKeys(namespace).beats()
+    *head, at = str(await redis.lindex(beats, -1)).split(" ")
+    await redis.lset(beats, -1, " ".join([*head, repr(float(at) - seconds)]))
 
 
 async def _worker_beat(via: ThroughRedis, pool: db.Pool, host_id: str) -> object:
     who = (Kind.WORKER, host_id, f"{host_id}-w")
-    return await through_redis(via, pool, who, lambda read: WorkerBeat(**read))
+    return await through_redis(via, pool, who, lambda read: WorkerBeat(*read))
 
 
 async def test_a_beat_is_written_by_the_leader_and_its_answer_renews_as_of_its_sending(
@@ -100,14 +99,27 @@ async def test_each_beat_is_written_once_and_dated_when_it_reached_redis(
 ) -> None:
     host_id = await _host(pool)
     await board.beat(Kind.WORKER, host_id, f"{host_id}-w", 1)
-    await _backdate(redis, namespace, host_id, 30)
+    await _backdate(redis, namespace, 30)  # reached Redis 30 s ago
     relay = BeatRelay(pool, board)
     assert await relay.run_once() == 1
     assert 29 < await _age(pool, host_id) < 35
-    assert await relay.run_once() == 0  # the same beat: not written again
+    assert await relay.run_once() == 0  # taken: not written again
     await pool.execute("UPDATE hosts SET heartbeat_at = now() WHERE id = $1", host_id)
-    assert await BeatRelay(pool, board).run_once() == 1  # a new leader writes it once more...
-    assert await _age(pool, host_id) < 5  # ...never making the row older
+    await board.beat(Kind.WORKER, host_id, f"{host_id}-w", 2)
+    await _backdate(redis, namespace, 30)
+    assert await relay.run_once() == 1
+    assert await _age(pool, host_id) < 5  # a beat older than the row never makes it older
+
+
+async def test_of_two_beats_of_a_service_between_two_runs_the_latest_is_answered(
+    pool: db.Pool, board: BeatBoard
+) -> None:
+    host_id = await _host(pool)
+    await board.beat(Kind.WORKER, host_id, f"{host_id}-w", 1)
+    await board.beat(Kind.WORKER, host_id, f"{host_id}-w", 2)
+    assert await BeatRelay(pool, board).run_once() == 1
+    heard = await board.beat(Kind.WORKER, host_id, f"{host_id}-w", 3)
+    assert heard.answer is not None and heard.answer.seq == 2
 
 
 async def test_a_worker_declared_dead_is_not_brought_back_by_its_beats_on_the_board(
@@ -130,7 +142,7 @@ async def test_a_service_that_has_not_reached_postgresql_lately_beats_it_itself(
     book = BeatBook(probe_every_s=1)
     book.reached(time.monotonic() - 2.5)  # more than two probe periods ago
     assert await _worker_beat(ThroughRedis(board, book), pool, host_id) is None
-    assert await board.read() == []  # nothing on the board: the scheduler cannot keep it alive
+    assert await board.take() == []  # nothing on the board: the scheduler cannot keep it alive
 
 
 async def test_a_probe_due_reaches_postgresql_and_keeps_the_beats_on_redis(
@@ -173,7 +185,7 @@ async def test_a_supervisors_relayed_beat_reads_what_its_own_beat_reads(
         "UPDATE hosts SET heartbeat_at = now() - interval '11 seconds' WHERE id = $1", host_id
     )
     via, who = _via(board), (Kind.SUPERVISOR, host_id, f"{host_id}-s")
-    parse = lambda read: SupervisorBeat(**read)  # noqa: E731
+    parse = lambda read: SupervisorBeat(*read)  # noqa: E731
     assert await through_redis(via, pool, who, parse, 10.0) is None
     await BeatRelay(pool, board).run_once()
     answered = await through_redis(via, pool, who, parse, 10.0)
@@ -199,11 +211,26 @@ async def test_the_supervisors_heartbeat_renews_its_lease_through_redis(
     assert last.beat == SupervisorBeat(f"{host_id}-w", False, False, False, False)
 
 
-async def test_beats_of_hosts_long_gone_are_forgotten(
-    pool: db.Pool, board: BeatBoard, redis: Redis, namespace: str
+async def test_the_answers_of_services_gone_for_good_are_forgotten(
+    pool: db.Pool, board: BeatBoard
 ) -> None:
-    host_id = await _host(pool)
-    await board.beat(Kind.WORKER, host_id, f"{host_id}-w", 1)
-    await _backdate(redis, namespace, host_id, FORGET_AFTER_S + 1)
-    assert await BeatRelay(pool, board).run_once() == 0
-    assert await board.read() == []
+    gone, alive = await _host(pool), await _host(pool)
+    relay = BeatRelay(pool, board, forget_after_s=0.0)  # gone as soon as not answered
+    await board.beat(Kind.WORKER, gone, f"{gone}-w", 1)
+    assert await relay.run_once() == 1
+    await board.beat(Kind.WORKER, alive, f"{alive}-w", 1)
+    assert await relay.run_once() == 1
+    assert await board.answered() == [field_of(Kind.WORKER, alive)]
+
+
+async def test_a_worker_beat_through_redis_refreshes_its_registration(
+    board: BeatBoard, redis: Redis, namespace: str
+) -> None:
+    host_id = f"h-{uuid.uuid4().hex[:10]}"
+    key = RedisKeys(namespace).worker(host_id)
+    heard = await board.beat(Kind.WORKER, host_id, "w1", 1, registration_ttl_s=10)
+    assert not heard.registered  # none to refresh: the worker announces itself again
+    await redis.hset(key, "instance", "w1")
+    heard = await board.beat(Kind.WORKER, host_id, "w1", 2, registration_ttl_s=10)
+    assert heard.registered and 0 < await redis.ttl(key) <= 10
+    await redis.delete(key)

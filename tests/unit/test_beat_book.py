@@ -25,10 +25,10 @@ def test_an_answer_renews_as_of_the_sending_of_the_beat_it_answers() -> None:
     book = BeatBook(probe_every_s=10)
     book.next(1.0)
     book.next(3.5)
-    assert book.answered(Answer("w1", 1, {}), "w1") == 1.0
+    assert book.answered(Answer("w1", 1, []), "w1") == 1.0
     assert book.sent == {1: 1.0, 2: 3.5}  # the answered one and later are kept
     book.next(6.0)
-    assert book.answered(Answer("w1", 2, {}), "w1") == 3.5
+    assert book.answered(Answer("w1", 2, []), "w1") == 3.5
     assert book.sent == {2: 3.5, 3: 6.0}
 
 
@@ -36,12 +36,14 @@ def test_an_answer_too_old_or_for_another_instance_renews_nothing() -> None:
     book = BeatBook(probe_every_s=10)
     for at in (1.0, 2.0, 3.0):
         book.next(at)
-    assert book.answered(Answer("w1", 1, {}), "w1") is None  # the beat before last's
-    assert book.answered(Answer("w0", 2, {}), "w1") is None  # a former instance's
+    assert book.answered(Answer("w1", 1, []), "w1") is None  # the beat before last's
+    assert book.answered(Answer("w0", 2, []), "w1") is None  # a former instance's
     assert book.answered(None, "w1") is None
 
 
 def test_an_answer_the_book_cannot_read_is_none() -> None:
     assert Answer.decode("not json") is None
-    assert Answer.decode('["w1", "2", {}]') is None
-    assert Answer.decode(Answer("w1", 2, {"held": 1}).encode()) == Answer("w1", 2, {"held": 1})
+    assert Answer.decode('["w1", "2", []]') is None
+    assert Answer.decode(Answer("w1", 2, [False, False, False, 1]).encode()) == Answer(
+        "w1", 2, [False, False, False, 1]
+    )
