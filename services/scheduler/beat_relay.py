@@ -5,7 +5,6 @@ what the fence keeps, is `shared/host/beats.py`."""
 
 import logging
 import time
-from dataclasses import astuple
 from typing import Final
 
 from shared.messaging.beat_board import Answer, Beat, BeatBoard, Kind
@@ -63,7 +62,7 @@ class BeatRelay:
         for beat in beats:
             read = (read_w if beat.kind is Kind.WORKER else read_s).get(beat.host_id)
             if read is not None:
-                answers[beat.field] = Answer(beat.instance, beat.seq, list(astuple(read)))
+                answers[beat.field] = Answer(beat.instance, beat.seq, read.fields())
                 self._answered_at[beat.field] = now
         return answers
 

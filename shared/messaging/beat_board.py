@@ -40,16 +40,14 @@ class Beat:
     """A beat as the scheduler reads it: whose, which of the service's beats (`seq`), its
     supervisor's `dead_worker_s` (0 for a worker), and how long ago it reached Redis."""
 
+    #: `<kind>:<host>`: the service's field in the answers.
+    field: str
     kind: Kind
     host_id: str
     instance: str
     seq: int
     dead_worker_s: float
     age_s: float
-
-    @property
-    def field(self) -> str:
-        return field_of(self.kind, self.host_id)
 
 
 @dataclass(frozen=True)
@@ -185,6 +183,8 @@ def _parse(value: str, now: float) -> Beat | None:
     try:
         field, instance, seq, dead_worker_s, at = value.split(" ")
         kind, host_id = field.split(":", 1)
-        return Beat(Kind(kind), host_id, instance, int(seq), float(dead_worker_s), now - float(at))
+        return Beat(
+            field, Kind(kind), host_id, instance, int(seq), float(dead_worker_s), now - float(at)
+        )
     except ValueError:
         return None

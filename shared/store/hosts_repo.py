@@ -102,6 +102,10 @@ class SupervisorBeat:
         """Before the first beat: everything is looked at."""
         return cls(None, False, True, True, True)
 
+    def fields(self) -> list[object]:
+        """The fields, in order (what the scheduler answers a beat sent through Redis)."""
+        return [self.worker, self.worker_silent, self.running, self.stale_holders, self.kills_owed]
+
 
 def _supervisor_reads(host: str, dead_worker_s: str, terminal: str) -> str:
     """What a supervisor's beat reads of its host (`SupervisorBeat`), for the host row `hosts`
@@ -182,6 +186,10 @@ class WorkerBeat:
     draining: bool
     #: How many tasks the worker's instance holds (`tasks_repo.held_by`).
     held: int
+
+    def fields(self) -> list[object]:
+        """The fields, in order (what the scheduler answers a beat sent through Redis)."""
+        return [self.quarantined, self.probing, self.draining, self.held]
 
 
 async def relay_worker_beats(
