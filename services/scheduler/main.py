@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from typing import Final
 
 import asyncpg
 from redis.asyncio import Redis
@@ -58,6 +59,8 @@ from shared.store.transition_writer import NUDGE_EVERY_S
 
 logger = logging.getLogger(__name__)
 
+#: The dispatcher's gap for task ends is this many times its last look's own time (`Due`).
+GAP_PER_LOOK: Final = 2.0
 _REAP_EVERY_S = 1.0  # the reaper need not run every tick
 _TALLY_EVERY_S = 5.0  # the charts' counts are written this often (one statement)
 _RETENTION_BATCH = 100  # purges per pruning round
@@ -126,10 +129,11 @@ class Scheduler:
         self.triage_due, self.waiters_due = Due(SWEEP_EVERY_S), Due(SWEEP_EVERY_S)
         #: The dispatcher looks when told (a 'round' notification: tasks added, a job made
         #: active, a claim given back...; a triage decision; a probe ended; a full batch
-        #: placed), `VIGIL_RELEASE_GAP_S` after its last look while tasks wait (a throttle, a
-        #: cap, a prerequisite, a backoff, capacity: a task's end may free them), and at
-        #: least every sweep. With none waiting, a task's end frees none.
-        self.release_due = Due(SWEEP_EVERY_S, settings.release_gap_s)
+        #: placed), a gap after its last look while tasks wait (a throttle, a cap, a
+        #: prerequisite, a backoff, capacity: a task's end may free them): `GAP_PER_LOOK`
+        #: times the look's own time, at most `VIGIL_RELEASE_GAP_S`; and at least every
+        #: sweep. With none waiting, a task's end frees none.
+        self.release_due = Due(SWEEP_EVERY_S, settings.release_gap_s, GAP_PER_LOOK)
         #: Whether the dispatcher's last look saw tasks waiting (`Released.waiting`).
         self.waiting = True
         #: How long an idle round waits: from the tick up to the sweep's period.
@@ -216,7 +220,7 @@ class Scheduler:
         if self.release_due.due(now):
             release = await self.dispatcher.run_once()
             self.waiting = release.waiting
-            self.release_due.ran(release.waiting, now)
+            self.release_due.ran(release.waiting, now, time.monotonic() - now)
             if release.released:
                 self.wake_relay()
             done = release.released

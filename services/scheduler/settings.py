@@ -13,14 +13,15 @@ class SchedulerSettings(CommonSettings):
     """How often the scheduler looks, how much it does per look, when a host counts as dead."""
 
     scheduler_tick_s: float = Field(default=0.25, gt=0, le=60)
-    #: While tasks wait, the dispatcher looks for what task ends freed at most this often
-    #: (`VIGIL_RELEASE_GAP_S`, seconds; issue 41): one look places what all the ends of the
-    #: gap freed. A submission, a full batch or a triage decision is looked at at once.
-    #: Off by default (0: every end is looked at): 0.1 s cut the scheduler's and
-    #: PostgreSQL's CPU per task by a fifth to a third with 100 hosts, but on one host of two
-    #: CPUs it capped short commands at what a host holds and has staged per gap (one job of
-    #: `true`: 69 → 23 tasks/s), docs/performance.md.
-    release_gap_s: float = Field(default=0.0, ge=0, le=10)
+    #: While tasks wait, the dispatcher looks for what task ends freed twice its last look's
+    #: own time after that look, at most this long after it (`VIGIL_RELEASE_GAP_S`, seconds;
+    #: issue 41): one look places what all the ends of the gap freed. A submission, a full
+    #: batch or a triage decision is looked at at once. 0: every end is looked at. A fixed
+    #: 0.1 s cut the scheduler's and PostgreSQL's CPU per task by a fifth to a third with 100
+    #: hosts, but on one host of two CPUs it capped short commands at what a host holds and
+    #: has staged per gap; a gap that follows the look's own time does not
+    #: (docs/performance.md).
+    release_gap_s: float = Field(default=0.1, ge=0, le=10)
     scheduler_batch: int = Field(default=500, ge=1, le=10000)
     #: The relay looks for unpublished rows this often while the system is busy (every 2 s
     #: after a quiet spell): the events of a task's normal path on its worker send no NOTIFY

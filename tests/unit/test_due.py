@@ -146,3 +146,19 @@ def test_work_left_is_looked_at_by_a_round_after_the_gap_without_waking_one() ->
     assert due.soon_in(0.0) is None
     assert not due.due(0.05)
     assert due.due(0.15)
+
+
+def test_the_gap_follows_the_last_looks_own_time_up_to_its_longest() -> None:
+    # given a dispatcher whose gap is twice its look's time, at most 0.1 s
+    due = Due(every_s=2.0, gap_s=0.1, gap_per_look=2.0)
+    assert due.due(0.0)
+    due.ran(False, 0.0, took_s=0.003)  # a look of 3 ms
+    due.tell_soon()
+    # then a task's end is looked at 6 ms after the look ended
+    assert not due.due(0.008)
+    assert due.soon_in(0.004) == pytest.approx(0.005)
+    assert due.due(0.0095)
+    due.ran(False, 0.0095, took_s=0.2)  # a look of 0.2 s: the gap is at its longest
+    due.tell_soon()
+    assert not due.due(0.3)
+    assert due.due(0.31)
