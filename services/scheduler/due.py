@@ -8,7 +8,9 @@ was already out of reach when its task was submitted, or a fence that timed out)
 """
 
 import heapq
+import math
 from dataclasses import dataclass, field
+from typing import Final
 
 
 @dataclass
@@ -22,17 +24,21 @@ class Due:
     to a look's time, and one look places what all of them freed.
 
     The gap is `gap_per_look` times the last look's own time, at most `gap_s` (without
-    `gap_per_look`: `gap_s`). So the step spends at most 1 / (1 + `gap_per_look`) of the
-    time looking for what task ends freed: a look of 3 ms on a small installation waits 6 ms,
-    one of 40 ms on a large one 80 ms, and a host's next task is never held back much longer
-    than the look that places it takes.
+    `gap_per_look`: `gap_s`): the step spends at most 1 / (1 + `gap_per_look`) of the time
+    looking for what task ends freed. And once `soon_enough` ends have come since the last
+    look (set to a tenth of the pool's CPUs, `soon_enough_for`), the next round looks
+    whatever the gap: on a small installation every end is looked at, as without a gap (its
+    two CPUs would idle through a gap), and on a large one a look places a tenth of the
+    pool's capacity or what the gap freed.
     """
 
     every_s: float
     gap_s: float = 0.0
     gap_per_look: float = 0.0
+    #: Ends (`tell_soon`) after which a look is due at once (0: only the gap counts).
+    soon_enough: int = 0
     _told: bool = True  # the first round looks
-    _soon: bool = False
+    _soon: int = 0  # ends told since the last look
     _left: bool = False
     _next: float = 0.0
     _last: float = float("-inf")  # when the last look ended
@@ -43,17 +49,22 @@ class Due:
         self._told = True
 
     def tell_soon(self) -> None:
-        """Something the step acts on may have appeared: look `gap_s` after the last look."""
-        self._soon = True
+        """Something the step acts on may have appeared: look a gap after the last look (or at
+        once, once `soon_enough` such tells have come)."""
+        self._soon += 1
 
     def due(self, now: float) -> bool:
         """Whether the step runs now; if so, what it was told so far is taken (a tell that
         comes while it runs makes the next round look again)."""
-        later = self._soon or self._left
-        if self._told or now >= self._next or (later and now >= self._last + self.gap()):
-            self._told = self._soon = False
+        later = self._soon > 0 or self._left
+        if self._now() or now >= self._next or (later and now >= self._last + self.gap()):
+            self._told, self._soon = False, 0
             return True
         return False
+
+    def _now(self) -> bool:
+        """Whether a look is wanted at once."""
+        return self._told or 0 < self.soon_enough <= self._soon
 
     def ran(self, left: bool, now: float, took_s: float = 0.0) -> None:
         """The step ran at `now`, for `took_s`; `left`: it found work it did not finish (look
@@ -69,11 +80,21 @@ class Due:
 
     def soon_in(self, now: float) -> float | None:
         """Seconds from `now` until a look it was told of is due (None: none)."""
-        if self._told:
+        if self._now():
             return 0.0
         if self._soon:
             return max(0.0, self._last + self.gap() - now)
         return None
+
+
+#: A look is due once task ends have freed this share of the pool's CPUs (`Due.soon_enough`).
+FREED_PER_LOOK: Final = 0.1
+
+
+def soon_enough_for(cpus: int) -> int:
+    """After how many task ends a look is due at once, for a pool of `cpus` CPUs: a tenth of
+    them, at least one."""
+    return max(1, math.ceil(cpus * FREED_PER_LOOK))
 
 
 @dataclass

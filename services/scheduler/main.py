@@ -31,7 +31,7 @@ from services.scheduler import beat_relay, breaker, dead_letters, pilots, prunin
 from services.scheduler import health as scheduler_health
 from services.scheduler.beat_relay import BeatRelay
 from services.scheduler.dispatcher import Dispatcher
-from services.scheduler.due import Due, Pace, gather_wait, relay_wait
+from services.scheduler.due import Due, Pace, gather_wait, relay_wait, soon_enough_for
 from services.scheduler.finaliser import SWEEP_EVERY_S, Finaliser
 from services.scheduler.leader import Leadership
 from services.scheduler.pilots import PilotPool
@@ -221,6 +221,7 @@ class Scheduler:
             release = await self.dispatcher.run_once()
             self.waiting = release.waiting
             self.release_due.ran(release.waiting, now, time.monotonic() - now)
+            self.release_due.soon_enough = soon_enough_for(self.dispatcher.planning.cpus)
             if release.released:
                 self.wake_relay()
             done = release.released

@@ -94,6 +94,9 @@ class Planning:
     _charged_at: float = 0.0
     _full_at: float = 0.0
     _charged: set[str] = field(default_factory=set)
+    #: The CPUs of the hosts that took work at the last round (what a task's end frees a
+    #: share of: `Due.soon_enough`).
+    cpus: int = 0
 
     async def run_once(self, conn: Connection) -> Placed:
         """One round, in the caller's transaction: a full one (every job with tasks to place)
@@ -107,6 +110,7 @@ class Planning:
         feed = await plan_repo.read(conn, self.pool, self.fresh_s, staging, self.batch, top)
         await self._look_at_short_work(conn)
         round_, probing = self._round(feed)
+        self.cpus = sum(h.capacity.millicpus for h in round_.hosts if h.accepting) // 1000
         settings = replace(self.settings, prefetch=staging)
         result = _one_each_on(probing, plan(round_, settings))
         seen = {j.job_id for j in feed.jobs}

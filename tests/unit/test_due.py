@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.scheduler.due import Due, Pace, gather_wait, relay_wait
+from services.scheduler.due import Due, Pace, gather_wait, relay_wait, soon_enough_for
 
 
 def test_the_first_round_looks_then_only_when_told_or_at_the_sweep() -> None:
@@ -162,3 +162,23 @@ def test_the_gap_follows_the_last_looks_own_time_up_to_its_longest() -> None:
     due.tell_soon()
     assert not due.due(0.3)
     assert due.due(0.31)
+
+
+def test_enough_task_ends_are_looked_at_at_once_whatever_the_gap() -> None:
+    # given a dispatcher with a gap, looking at once after 2 ends (a pool of 11 to 20 CPUs)
+    due = Due(every_s=2.0, gap_s=0.1, soon_enough=soon_enough_for(20))
+    assert due.due(0.0)
+    due.ran(False, 0.0)
+    # when one task ends, the gap holds; when a second does, the next round looks
+    due.tell_soon()
+    assert not due.due(0.01)
+    due.tell_soon()
+    assert due.soon_in(0.01) == 0.0
+    assert due.due(0.01)
+    due.ran(False, 0.01)
+    assert due.soon_in(0.02) is None  # both taken by that look
+
+
+def test_a_pool_of_two_cpus_looks_at_every_task_end() -> None:
+    assert soon_enough_for(2) == 1 and soon_enough_for(0) == 1
+    assert soon_enough_for(1600) == 160
