@@ -182,3 +182,13 @@ def test_enough_task_ends_are_looked_at_at_once_whatever_the_gap() -> None:
 def test_a_pool_of_two_cpus_looks_at_every_task_end() -> None:
     assert soon_enough_for(2) == 1 and soon_enough_for(0) == 1
     assert soon_enough_for(1600) == 160
+
+
+def test_a_pool_where_one_end_is_enough_has_no_gap_for_work_left() -> None:
+    # given a pool of two CPUs: one end is enough for a look
+    due = Due(every_s=2.0, gap_s=0.1, gap_per_look=2.0, soon_enough=soon_enough_for(2))
+    assert due.due(0.0)
+    due.ran(True, 0.0, took_s=0.01)  # work left waiting
+    # then the next round looks, as without a gap
+    assert due.gap() == 0.0
+    assert due.due(0.011)
