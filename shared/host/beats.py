@@ -18,6 +18,7 @@ What the fence (`shared/host/fence.py`) needs of a beat is kept:
   before. So a live host's row is never older than two beats, whoever writes it.
 """
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -61,9 +62,11 @@ class BeatBook:
         self.reached_at = sent_at if self.reached_at is None else max(self.reached_at, sent_at)
 
     def next(self, now: float) -> int:
-        """The number of a beat sent now."""
+        """The number of a beat sent now (only the last two are kept: an answer to an older
+        one renews nothing)."""
         self.seq += 1
         self.sent[self.seq] = now
+        self.sent.pop(self.seq - 2, None)
         return self.seq
 
     def answered(self, answer: Answer | None, instance: str) -> float | None:
@@ -71,10 +74,7 @@ class BeatBook:
         last two beats (the one just sent or the one before); None otherwise."""
         if answer is None or answer.instance != instance or answer.seq < self.seq - 1:
             return None
-        sent_at = self.sent.get(answer.seq)
-        for old in [s for s in self.sent if s < answer.seq]:
-            del self.sent[old]
-        return sent_at
+        return self.sent.get(answer.seq)
 
 
 @dataclass
@@ -83,14 +83,19 @@ class ThroughRedis:
 
     board: BeatBoard
     book: BeatBook
+    #: A beat Redis has not taken within this long goes to PostgreSQL.
+    timeout_s: float = 1.0
 
 
 def through_redis_if(
     enabled: bool, redis: Redis, keys: RedisKeys, dead_host_s: float
 ) -> ThroughRedis | None:
-    """A service's way through Redis, probing PostgreSQL every `dead_host_s`; None when its
-    beats go to PostgreSQL only (`VIGIL_BEATS_THROUGH_REDIS=false`)."""
-    return ThroughRedis(BeatBoard(redis, keys), BeatBook(dead_host_s)) if enabled else None
+    """A service's way through Redis, probing PostgreSQL every `dead_host_s`, giving Redis a
+    tenth of it to take a beat; None when its beats go to PostgreSQL only
+    (`VIGIL_BEATS_THROUGH_REDIS=false`)."""
+    if not enabled:
+        return None
+    return ThroughRedis(BeatBoard(redis, keys), BeatBook(dead_host_s), dead_host_s / 10)
 
 
 async def send(
@@ -108,9 +113,12 @@ async def send(
     kind, host_id, instance = who
     seq = via.book.next(now)
     try:
-        return await via.board.beat(kind, host_id, instance, seq, dead_worker_s, registration_ttl_s)
-    except UNAVAILABLE as exc:
-        logger.warning("heartbeat not written to Redis: %s", exc)
+        async with asyncio.timeout(via.timeout_s):
+            return await via.board.beat(
+                kind, host_id, instance, seq, dead_worker_s, registration_ttl_s
+            )
+    except (*UNAVAILABLE, TimeoutError) as exc:
+        logger.warning("heartbeat not written to Redis: %s", exc or "timed out")
         return None
 
 

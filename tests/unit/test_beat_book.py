@@ -30,7 +30,7 @@ def test_an_answer_renews_as_of_the_sending_of_the_beat_it_answers() -> None:
     assert book.answered(Answer("w1", 2, []), "w1") == 3.5
     for at in range(7, 100):  # answers that never come: only the last two beats are kept
         book.next(float(at))
-    assert book.sent == {98: 98.0, 99: 99.0}
+    assert book.sent == {95: 98.0, 96: 99.0}
 
 
 def test_an_answer_too_old_or_for_another_instance_renews_nothing() -> None:
