@@ -28,6 +28,7 @@ from shared.store import db, plan_repo
 from tests.conftest import create_database, drop_database
 
 POOL = "default"
+_HISTORY_CHUNK = 1_000_000
 
 
 async def _populate(
@@ -53,13 +54,15 @@ async def _populate(
         tasks,
         jobs,
     )
-    if history:
+    for first in range(1, history + 1, _HISTORY_CHUNK):  # each within a statement's timeout
         await conn.execute(
             "INSERT INTO tasks (id, job_id, index, input, state)"
             " SELECT 'h' || n, 'j' || (1 + n % $2), -1 - n / $2, to_jsonb(n), 'completed'"
-            " FROM generate_series(1, $1) n",
-            history,
+            " FROM generate_series($3::bigint, $1) n",
+            min(history, first + _HISTORY_CHUNK - 1),
             jobs,
+            first,
+            timeout=600,
         )
     await conn.execute(
         "INSERT INTO hosts (id, slots, worker, pool, capacity_millicpus)"
@@ -67,7 +70,7 @@ async def _populate(
         hosts,
         POOL,
     )
-    await conn.execute("VACUUM ANALYZE")  # as autovacuum leaves a table at rest
+    await conn.execute("VACUUM ANALYZE", timeout=1800)  # as autovacuum leaves a table at rest
 
 
 async def _timed(dispatcher: Dispatcher) -> tuple[float, int]:
