@@ -85,6 +85,8 @@ class ThroughRedis:
     book: BeatBook
     #: A beat Redis has not taken within this long goes to PostgreSQL.
     timeout_s: float = 1.0
+    #: The probe of PostgreSQL under way, if any (the beats never wait for it).
+    probing: "asyncio.Task[None] | None" = None
 
 
 def through_redis_if(
@@ -131,7 +133,7 @@ async def accept(
 ) -> tuple[float, T] | None:
     """When the scheduler has answered the beat just sent or the one before: when that beat
     was sent (the lease's renewal) and what PostgreSQL said of the host then (`parse`d);
-    PostgreSQL probed if due. None: the caller beats PostgreSQL itself."""
+    PostgreSQL probed if due, beside the beats. None: the caller beats PostgreSQL itself."""
     if heard is None or heard.answer is None:
         return None
     sent_at = via.book.answered(heard.answer, instance)
@@ -142,8 +144,8 @@ async def accept(
     except (KeyError, TypeError, ValueError):
         return None  # an answer from another version of the scheduler
     now = time.monotonic()
-    if via.book.probe_due(now):
-        await probe(via.book, pool, now)
+    if via.book.probe_due(now) and (via.probing is None or via.probing.done()):
+        via.probing = asyncio.create_task(probe(via.book, pool, now))
     return sent_at, read
 
 

@@ -156,6 +156,8 @@ async def test_a_probe_due_reaches_postgresql_and_keeps_the_beats_on_redis(
     await BeatRelay(pool, board).run_once()
     before = time.monotonic()
     assert await _worker_beat(via, pool, host_id) is not None
+    assert via.probing is not None
+    await via.probing  # beside the beats: they do not wait for it
     assert book.reached_at is not None and book.reached_at >= before
 
 
