@@ -1,5 +1,5 @@
-"""Hosts' beats from Redis into PostgreSQL (issue 41): the leader reads every beat on the board
-(`shared/messaging/beat_board.py`) in one round trip, writes the new ones into `hosts` in one
+"""Hosts' beats from Redis into PostgreSQL (issue 41): the leader takes every beat pushed on the
+board (`shared/messaging/beat_board.py`) in one round trip, writes them into `hosts` in one
 transaction, and answers each service what PostgreSQL said of its host. The host's side, and
 what the fence keeps, is `shared/host/beats.py`."""
 
@@ -15,14 +15,14 @@ from shared.store.hosts_repo import RelayedBeat
 
 logger = logging.getLogger(__name__)
 
-#: The longest time between two reads of the board.
+#: The longest time between two takes of the board.
 LONGEST_EVERY_S: Final = 1.0
 #: A service this relay has not answered for this long is gone: its answer is dropped.
 FORGET_AFTER_S: Final = 600.0
 
 
 def every_s(dead_host_s: float) -> float:
-    """How often the board is read: twice per default heartbeat, at most every second, so
+    """How often the board is taken: twice per default heartbeat, at most every second, so
     that a beat is answered before the next one is sent."""
     return min(LONGEST_EVERY_S, default_heartbeat_s(dead_host_s) / 2)
 

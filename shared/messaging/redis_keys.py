@@ -29,9 +29,8 @@ class RedisKeys:
         return self._key("host", host_id, "worker")
 
     def beats(self) -> str:
-        """Hash of `<kind>:<host>` -> the last heartbeat of that host's worker (`w`) or
-        supervisor (`s`), for the leading scheduler to write into PostgreSQL
-        (`shared/messaging/beat_board.py`)."""
+        """List of the hosts' workers' and supervisors' heartbeats not yet taken by the
+        leading scheduler, which writes them into PostgreSQL (`shared/messaging/beat_board.py`)."""
         return self._key("beats")
 
     def beat_answers(self) -> str:
