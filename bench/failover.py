@@ -401,28 +401,30 @@ async def _check(
         report.problems.append(f"{len(unknown)} events received but not held (lost commits)")
 
 
-def _queue_state(cluster: LocalCluster, queue: str) -> str:
-    """What a running node says of `queue` (ready, unacked, consumers, leader): events the
-    broker holds for no consumer show here."""
+def _list_queues(cluster: LocalCluster, *columns: str) -> list[list[str]] | None:
+    """`rabbitmqctl list_queues <columns>` as the first running node answers it, a row of
+    tab-separated fields per queue (the informational lines left out); None: no node
+    answered."""
     for n in range(1, cluster.mq.nodes + 1):
+        node = cluster.mq.name(n)
         listed = _capture(
-            [
-                "rabbitmqctl",
-                "-n",
-                cluster.mq.name(n),
-                "list_queues",
-                "--no-table-headers",
-                "name",
-                "messages_ready",
-                "messages_unacknowledged",
-                "consumers",
-                "leader",
-            ],
+            ["rabbitmqctl", "-n", node, "list_queues", "-q", "--no-table-headers", *columns],
             cluster.mq.ctl_env(n),
         )
         if listed.returncode == 0:
-            return " ".join(line for line in listed.stdout.splitlines() if queue in line)
-    return "no node answered"
+            return [line.split("\t") for line in listed.stdout.splitlines() if "\t" in line]
+    return None
+
+
+def _queue_state(cluster: LocalCluster, queue: str) -> str:
+    """What a running node says of `queue` (ready, unacked, consumers, leader): events the
+    broker holds for no consumer show here."""
+    rows = _list_queues(
+        cluster, "name", "messages_ready", "messages_unacknowledged", "consumers", "leader"
+    )
+    if rows is None:
+        return "no node answered"
+    return " ".join("\t".join(row) for row in rows if queue in row[0])
 
 
 def _queues_amiss(cluster: LocalCluster) -> list[str]:
@@ -430,38 +432,23 @@ def _queues_amiss(cluster: LocalCluster) -> list[str]:
     state, online members, members): a queue the relay's events are routed to that is down
     makes the broker nack them, and the relay's warnings say so (seen once in CI after a node
     stopped: 58 events nacked again at every retry for 40 s)."""
-    for n in range(1, cluster.mq.nodes + 1):
-        listed = _capture(
-            [
-                "rabbitmqctl",
-                "-n",
-                cluster.mq.name(n),
-                "list_queues",
-                "--no-table-headers",
-                "name",
-                "type",
-                "state",
-                "online",
-                "members",
-            ],
-            cluster.mq.ctl_env(n),
-        )
-        if listed.returncode == 0:
-            return [
-                " ".join(line.split())
-                for line in listed.stdout.splitlines()
-                if "\t" in line and not _whole(line)  # not the informational lines
-            ]
-    return ["no node answered"]
+    rows = _list_queues(cluster, "name", "type", "state", "online", "members")
+    if rows is None:
+        return ["no node answered"]
+    return [" ".join(row) for row in rows if not _whole(row)]
 
 
-def _whole(line: str) -> bool:
-    """A `list_queues name type state online members` line of a running queue whose members
+def _whole(row: list[str]) -> bool:
+    """A `list_queues name type state online members` row of a running queue whose members
     are all online (a classic queue lists none)."""
-    fields = line.split("\t")
-    if len(fields) < 5 or fields[2] != "running":
+    if len(row) < 5 or row[2] != "running":
         return False
-    return fields[1] != "quorum" or fields[3] == fields[4]
+    return row[1] != "quorum" or _nodes(row[3]) == _nodes(row[4])
+
+
+def _nodes(listed: str) -> set[str]:
+    """The nodes of a `[a@h, b@h]` column."""
+    return {node.strip() for node in listed.strip("[]").split(",") if node.strip()}
 
 
 def _warnings(cluster: LocalCluster) -> list[str]:
