@@ -12,7 +12,7 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Any, Final, cast
 
 import aiormq
 from aio_pika.abc import (
@@ -28,6 +28,7 @@ from shared.domain.messages import Message, decode, encode
 from shared.domain.messages import _Message as WireMessage
 from shared.messaging import frame_batching
 from shared.messaging.batch_publish import Outgoing, publish_together
+from shared.messaging.event_bundles import COUNT_HEADER
 from shared.messaging.nodes import connect_to_a_node, hidden, node_urls
 from shared.messaging.topology import Topology, declare_exchanges
 from shared.runtime.health import Check
@@ -51,17 +52,29 @@ class Publish:
     body: bytes
     mandatory: bool
     seq: int | None = None
+    #: A bundle of events (`event_bundles`): the keys of its events but the first, and how
+    #: many it carries; none for a message of one.
+    copied_to: Sequence[str] = ()
+    events: int = 1
 
 
-def _properties(seq: int | None) -> Basic.Properties:
-    """Persistent JSON; an event's position `seq` in the header `seq` and as its id."""
+def _properties(
+    seq: int | None, copied_to: Sequence[str] = (), events: int = 1
+) -> Basic.Properties:
+    """Persistent JSON; an event's position `seq` in the header `seq` and as its id (a
+    bundle's: its last event's), a bundle's other keys in `CC` and its size in `events`."""
     if seq is None:
         return Basic.Properties(content_type="application/json", delivery_mode=2)
+    headers: dict[str, Any] = {"seq": seq}
+    if events > 1:
+        headers[COUNT_HEADER] = events
+        if copied_to:
+            headers["CC"] = list(copied_to)
     return Basic.Properties(
         content_type="application/json",
         delivery_mode=2,
         message_id=str(seq),
-        headers={"seq": seq},
+        headers=headers,
     )
 
 
@@ -110,7 +123,13 @@ class Broker:
         return await publish_together(
             channel,
             [
-                Outgoing(m.exchange.name, m.routing_key, m.body, _properties(m.seq), m.mandatory)
+                Outgoing(
+                    m.exchange.name,
+                    m.routing_key,
+                    m.body,
+                    _properties(m.seq, m.copied_to, m.events),
+                    m.mandatory,
+                )
                 for m in messages
             ],
             PUBLISH_TIMEOUT_S,

@@ -15,6 +15,7 @@ from services.scheduler.relay import Relay
 from shared.domain.messages import TaskEvent
 from shared.domain.states import TaskState
 from shared.messaging.amqp import Broker, open_broker
+from shared.messaging.event_bundles import unbundle
 from shared.messaging.topology import Topology
 from shared.store import db, outbox
 from tests.conftest import AMQP_URL, fresh_database, new_namespace
@@ -131,11 +132,74 @@ async def test_publishes_made_together_are_each_confirmed_and_arrive_in_order(
 
 
 async def _receive(queue: aio_pika.abc.AbstractQueue, count: int) -> list[dict[str, Any]]:
-    """The bodies of the next `count` messages of `queue`, in their order."""
+    """The bodies of the next `count` events `queue` receives (a bundle carries several), in
+    their order."""
     received: list[dict[str, Any]] = []
     async with asyncio.timeout(10), queue.iterator(no_ack=True) as messages:
         async for message in messages:
-            received.append(json.loads(message.body))
+            events = unbundle(message.routing_key or "", message.headers, message.body)
+            received.extend(body for _key, body in events)
+            if len(received) >= count:
+                break
+    return received
+
+
+async def test_a_run_of_one_jobs_events_goes_as_one_message_routed_under_each_key(
+    rpool: db.Pool, broker: Broker
+) -> None:
+    # given a task's take of three events, then one event of another job
+    job_id, other_id = f"j-{uuid.uuid4().hex[:8]}", f"j-{uuid.uuid4().hex[:8]}"
+    task_id = f"t-{uuid.uuid4().hex[:8]}"
+    states = [TaskState.SETTING_UP, TaskState.QUEUED, TaskState.ON_CPU]
+    # and queues bound to the last of the three, to the other job, and to everything
+    last = await _bound(broker, f"task.on_cpu.{job_id}")
+    other = await _bound(broker, f"task.*.{other_id}")
+    everything = await _bound(broker, "task.#")
+    async with rpool.acquire() as conn:
+        for state in states:
+            await outbox.add_task_event(
+                conn, TaskEvent(job_id=job_id, task_id=task_id, state=state)
+            )
+        await outbox.add_task_event(
+            conn, TaskEvent(job_id=other_id, task_id=task_id, state=TaskState.NEW)
+        )
+
+    # when the relay publishes them
+    assert await Relay(rpool, broker, batch=100).run_once() == 4
+
+    # then the first queue gets the three once, as one message, in order, its header the last
+    # position, routed there although its key is the first event's
+    (message,) = await _messages(last, 1)
+    events = unbundle(message.routing_key or "", message.headers, message.body)
+    assert [key for key, _body in events] == [f"task.{s.value}.{job_id}" for s in states]
+    assert [body["state"] for _key, body in events] == [s.value for s in states]
+    seqs = [body["seq"] for _key, body in events]
+    assert seqs == sorted(seqs) and (message.headers or {})["seq"] == seqs[-1]
+    assert message.routing_key == f"task.setting_up.{job_id}"
+    # and the other job's event goes as it always went: a message of its own
+    (alone,) = await _messages(other, 1)
+    assert json.loads(alone.body)["job_id"] == other_id
+    assert "events" not in (alone.headers or {})
+    # and a queue bound to all of them gets each message once: two messages, four events
+    both = await _messages(everything, 2)
+    assert [len(unbundle(m.routing_key or "", m.headers, m.body)) for m in both] == [3, 1]
+    assert await everything.get(fail=False, no_ack=True) is None
+
+
+async def _bound(broker: Broker, key: str) -> aio_pika.abc.AbstractQueue:
+    queue = await broker.channel.declare_queue(f"q-{uuid.uuid4().hex[:8]}", exclusive=True)
+    await queue.bind(broker.events, key)
+    return queue
+
+
+async def _messages(
+    queue: aio_pika.abc.AbstractQueue, count: int
+) -> list[aio_pika.abc.AbstractIncomingMessage]:
+    """The next `count` messages of `queue`, in their order."""
+    received: list[aio_pika.abc.AbstractIncomingMessage] = []
+    async with asyncio.timeout(10), queue.iterator(no_ack=True) as messages:
+        async for message in messages:
+            received.append(message)
             if len(received) == count:
                 break
     return received
