@@ -17,10 +17,12 @@ from redis.asyncio import BlockingConnectionPool, Redis
 
 from bench.simhosts.commands import Durations
 from bench.simhosts.host import SimHost
+from bench.simhosts.supervisor import take_handovers
 from services.supervisor.settings import SupervisorSettings
 from services.worker.settings import WorkerSettings
 from shared.host.capacity import HostCapacity
 from shared.messaging.amqp import open_broker
+from shared.messaging.redis_keys import RedisKeys
 from shared.messaging.topology import Topology, declare_all_work_queues
 from shared.runtime.lifecycle import stop_on_signals
 from shared.store.db import check_schema, open_pool
@@ -108,13 +110,27 @@ async def _run(args: argparse.Namespace) -> None:
                 await host.start()
 
         await asyncio.gather(*(start(host) for host in hosts))
+        keys = RedisKeys(base.namespace)
+        takers = [
+            asyncio.create_task(
+                take_handovers(
+                    redis,
+                    [
+                        keys.handovers(h.worker.host_id)
+                        for h in hosts[n : n + args.hosts_per_connection]
+                    ],
+                    stop,
+                )
+            )
+            for n in range(0, len(hosts), args.hosts_per_connection)
+        ]
         print(
             f"ready {len(hosts)} hosts in {time.monotonic() - began:.1f} s"
             f" ({capacity.describe()} each; pid {os.getpid()})",
             flush=True,
         )
         await stop.wait()
-        await asyncio.gather(*(host.stop(args.graceful_s) for host in hosts))
+        await asyncio.gather(*(host.stop(args.graceful_s) for host in hosts), *takers)
         killed = sum(host.sup.killed for host in hosts)
         fenced = sum(host.sup.fenced for host in hosts)
         print(f"stopped: {killed} command(s) killed on order, {fenced} by the fence", flush=True)

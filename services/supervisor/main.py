@@ -22,7 +22,7 @@ from services.supervisor.watchers import Watchers, WatchSettings
 from services.supervisor.worker_watch import WorkerWatch
 from shared.domain.errors import UNAVAILABLE, InvalidMessage
 from shared.domain.messages import FreezeTask, KillTask, Message, WatchProcess
-from shared.host import fence
+from shared.host import fence, handovers
 from shared.host import health as host_health
 from shared.host.beats import through_redis_if
 from shared.host.cgroups import Cgroups
@@ -33,7 +33,7 @@ from shared.messaging.redis_client import open_redis
 from shared.messaging.redis_keys import RedisKeys
 from shared.messaging.topology import Topology, declare_all_work_queues
 from shared.runtime.health import Health
-from shared.runtime.lifecycle import stop_on_signals, wait_or_stop
+from shared.runtime.lifecycle import stop_on_signals, unless_stopped, wait_or_stop
 from shared.store import attempts_repo
 from shared.store.db import Pool, check_schema, open_pool
 
@@ -70,6 +70,35 @@ async def _reconcile_loop(
             return
 
 
+async def _handover_loop(redis: Redis, key: str, watchers: Watchers, stop: asyncio.Event) -> None:
+    """Follow each command the worker hands over through Redis (`shared/host/handovers.py`);
+    one lost meanwhile is the reconcile's."""
+    while not stop.is_set():
+        try:
+            watch = await unless_stopped(stop, handovers.take(redis, [key]))
+        except UNAVAILABLE as exc:
+            logger.warning("cannot take hand-overs, will retry: %s", exc)
+            if await wait_or_stop(stop, 1.0):
+                return
+            continue
+        if watch is not None:
+            _follow(watchers, watch)
+
+
+def _follow(watchers: Watchers, message: WatchProcess) -> None:
+    """Watch a handed-over process. A stale hand-over (the task ended, or runs under another
+    claim) is found out by the watcher: its process is gone, or its load finds the task moved
+    on."""
+    watchers.watch(
+        message.task_id,
+        message.job_id,
+        message.claim,
+        message.pid,
+        message.create_time,
+        ran_s=message.ran_s,
+    )
+
+
 def _handler(pool: Pool, watchers: Watchers, cgroups: Cgroups | None) -> Handler:
     """Handles the host's supervisor queue: processes to watch, processes to kill."""
 
@@ -95,16 +124,7 @@ def _handler(pool: Pool, watchers: Watchers, cgroups: Cgroups | None) -> Handler
             return
         if not isinstance(message, WatchProcess):
             raise InvalidMessage(f"a supervisor cannot handle {message.type}")
-        # A stale hand-over (the task ended, or runs under another claim) is found out by
-        # the watcher: its process is gone, or its load finds the task moved on.
-        watchers.watch(
-            message.task_id,
-            message.job_id,
-            message.claim,
-            message.pid,
-            message.create_time,
-            ran_s=message.ran_s,
-        )
+        _follow(watchers, message)  # a worker of an earlier version's hand-over
 
     return handle
 
@@ -198,6 +218,12 @@ async def main(settings: SupervisorSettings) -> None:
                 name="fence",
             )
             tg.create_task(worker_watch.run(stop, settings.worker_poll_s), name="worker-watch")
+            tg.create_task(
+                _handover_loop(
+                    redis, RedisKeys(settings.namespace).handovers(settings.host_id), watchers, stop
+                ),
+                name="handovers",
+            )
             tg.create_task(
                 _reconcile_loop(settings, pool, redis, watchers, cgroups, stop, last),
                 name="reconcile",

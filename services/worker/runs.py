@@ -29,13 +29,12 @@ from shared.domain.messages import LogRecord, WatchProcess
 from shared.domain.policy import Policy
 from shared.domain.states import TaskState
 from shared.domain.status_report import StatusReport
-from shared.host import job_files, marks
+from shared.host import handovers, job_files, marks
 from shared.host.cgroups import TaskLimits
 from shared.host.status_file import read_status as read_status_file
 from shared.host.status_file import surely_absent
 from shared.messaging.amqp import Broker
 from shared.messaging.redis_keys import JOB_TTL_S, RedisKeys
-from shared.messaging.topology import supervise_key
 from shared.store.db import Pool
 from shared.task_types import TaskContext
 
@@ -255,7 +254,8 @@ class Runs:
     async def _hand_over(self, held: Tenure, running: RunningCommand) -> None:
         """Hand the process to the supervisor once it has run `follow_after_s`: one that
         exits sooner is seen to its end by this worker, its parent (what the supervisor
-        would do for it: see `services/supervisor/watchers.py`), and costs no message."""
+        would do for it: see `services/supervisor/watchers.py`), and costs no message. The
+        hand-over goes through Redis (`shared/host/handovers.py`)."""
         await asyncio.sleep(self.settings.follow_after_s)
         if running.exited_at is not None:
             return
@@ -268,7 +268,7 @@ class Runs:
             ran_s=self.settings.follow_after_s,
         )
         try:
-            await self.broker.publish_work(supervise_key(self.settings.host_id), watch)
+            await handovers.hand_over(self.redis, self.keys.handovers(self.settings.host_id), watch)
         except Exception as exc:
             logger.warning("could not hand task %s to the supervisor: %s", watch.task_id, exc)
 

@@ -28,6 +28,11 @@ class RedisKeys:
         """Hash of the worker process on `host_id`: pid, create_time, instance, slots."""
         return self._key("host", host_id, "worker")
 
+    def handovers(self, host_id: str) -> str:
+        """List of the commands `host_id`'s worker handed to its supervisor, not yet taken
+        (`shared/host/handovers.py`)."""
+        return self._key("host", host_id, "handovers")
+
     def beats(self) -> str:
         """List of the hosts' workers' and supervisors' heartbeats not yet taken by the
         leading scheduler, which writes them into PostgreSQL (`shared/messaging/beat_board.py`)."""

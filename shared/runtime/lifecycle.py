@@ -7,10 +7,13 @@ The first signal sets the event (stop intake, drain, close); a second one cancel
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -48,3 +51,16 @@ async def wait_or_stop(stop: asyncio.Event, seconds: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+async def unless_stopped(stop: asyncio.Event, step: Awaitable[T]) -> T | None:
+    """Await `step`, cancelling it if `stop` is set first; None if it was."""
+    task = asyncio.ensure_future(step)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not task.done():
+            task.cancel()
+    return task.result() if task.done() and not task.cancelled() else None
