@@ -22,6 +22,7 @@ import statistics
 import time
 import uuid
 
+from services.scheduler import statistics as table_statistics
 from services.scheduler.dispatcher import Dispatcher
 from shared.domain.scheduling.model import Settings
 from shared.store import db, plan_repo
@@ -104,6 +105,8 @@ async def main(args: argparse.Namespace) -> None:
             idle_ms, placed = await _timed(dispatcher)
             while (await dispatcher.run_once()).released:  # fill every host
                 pass
+            async with pool.acquire() as conn:  # the leader's next look at the statistics
+                analysed = await table_statistics.analyse_due(conn, dispatcher.planning.held)
             busy: list[float] = []
             feed: list[float] = []
             for _ in range(args.repeat):
@@ -116,6 +119,7 @@ async def main(args: argparse.Namespace) -> None:
             f" {args.hosts} hosts of 16 CPUs, {args.history} ended tasks"
         )
         print(f"idle round (first, empty hosts): {idle_ms:.1f} ms, {placed} tasks placed")
+        print(f"then analysed: {', '.join(analysed) or 'nothing'}")
         print(
             f"busy round: median {statistics.median(busy):.1f} ms"
             f" (min {min(busy):.1f}, max {max(busy):.1f}) over {args.repeat} rounds;"

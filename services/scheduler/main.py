@@ -181,7 +181,7 @@ class Scheduler:
         if not self.pace.slowed and now - self._last_analysis >= statistics.EVERY_S:
             self._last_analysis = now
             async with self.pool.acquire() as conn:
-                await statistics.analyse_due(conn)
+                await statistics.analyse_due(conn, self.dispatcher.planning.held)
         if now - self._last_prune >= self.settings.prune_every_s:
             self._last_prune = now
             await pruning.prune(self.pool, self.settings)

@@ -97,6 +97,8 @@ class Planning:
     #: The CPUs of the hosts that took work at the last round (what a task's end frees a
     #: share of: `Due.soon_enough`).
     cpus: int = 0
+    #: The tasks the hosts held at the last round (`statistics.analyse_due`'s `claimed`).
+    held: int = 0
 
     async def run_once(self, conn: Connection) -> Placed:
         """One round, in the caller's transaction: a full one (every job with tasks to place)
@@ -111,6 +113,7 @@ class Planning:
         await self._look_at_short_work(conn)
         round_, probing = self._round(feed)
         self.cpus = sum(h.capacity.millicpus for h in round_.hosts if h.accepting) // 1000
+        self.held = sum(h.load.tasks for h in feed.hosts)
         settings = replace(self.settings, prefetch=staging)
         result = _one_each_on(probing, plan(round_, settings))
         seen = {j.job_id for j in feed.jobs}

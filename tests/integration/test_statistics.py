@@ -61,3 +61,29 @@ async def test_a_table_is_analysed_as_it_doubles_and_not_in_between(
         # then it was analysed each time it was due, and only then
         assert (first, between, doubled) == (["jobs"], [], ["jobs"])
         assert await _analysed(conn, "jobs") == 2
+
+
+async def test_tasks_are_analysed_once_the_tasks_claimed_double_though_the_table_does_not(
+    young_database_url: str,
+) -> None:
+    """A table of ended tasks does not grow while a pool fills up, but the feed's plans depend
+    on how many tasks are claimed."""
+    async with db.open_pool(young_database_url, max_size=1) as pool, pool.acquire() as conn:
+        # given tasks analysed while none was claimed
+        await conn.execute("ALTER TABLE tasks SET (autovacuum_enabled = false)")
+        await _add_jobs(conn, 1, 1)
+        await conn.execute(
+            "INSERT INTO tasks (id, job_id, index, input, state)"
+            " SELECT 't-' || g, 'j-1', g, to_jsonb(g), 'new' FROM generate_series(1, 1200) g"
+        )
+        await conn.execute("SELECT pg_stat_force_next_flush()")
+        assert await statistics.analyse_due(conn) == ["tasks"]
+        # when fewer than FIRST_ROWS are claimed, then 600, then the same 600 again
+        few = await statistics.analyse_due(conn, claimed=statistics.FIRST_ROWS - 1)
+        await conn.execute("UPDATE tasks SET claim = gen_random_uuid() WHERE index <= 600")
+        grown = await statistics.analyse_due(conn, claimed=600)
+        steady = await statistics.analyse_due(conn, claimed=1100)
+        # then only the growth past its last analysis's claimed share, and FIRST_ROWS, is due
+        assert (few, grown, steady) == ([], ["tasks"], [])
+        await conn.execute("SELECT pg_stat_force_next_flush()")
+        assert await _analysed(conn, "tasks") == 2
