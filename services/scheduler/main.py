@@ -46,6 +46,7 @@ from shared.domain.analysers import load_analysers
 from shared.domain.errors import UNAVAILABLE
 from shared.domain.messages import JobOutcome
 from shared.domain.states import FAILED
+from shared.messaging import relay_nudges
 from shared.messaging.amqp import Broker, open_broker
 from shared.messaging.beat_board import BeatBoard
 from shared.messaging.redis_client import open_redis
@@ -487,6 +488,12 @@ async def main(settings: SchedulerSettings) -> None:
                     stop,
                 ),
                 name="listen",
+            )
+            tg.create_task(
+                relay_nudges.listen(
+                    redis, RedisKeys(settings.namespace).relay_nudges(), relay_wake.set, stop
+                ),
+                name="nudges",
             )
             tg.create_task(scheduler.run(stop, wake, leadership), name="loop")
             tg.create_task(scheduler.relay_loop(stop, relay_wake, wake, leadership), name="relay")

@@ -43,6 +43,7 @@ from shared.domain.states import ACTIONS, FailureClass, Stage, TaskState
 from shared.domain.status_report import StatusReport
 from shared.host import bundle
 from shared.host.capacity import HostCapacity
+from shared.messaging import relay_nudges
 from shared.messaging.amqp import Broker
 from shared.messaging.redis_keys import RedisKeys
 from shared.store import bundle_repo, jobs_repo, tasks_repo
@@ -124,7 +125,12 @@ class StageRunner:
 
     def __post_init__(self) -> None:
         #: The worker's moves of all its tasks, committed together when they overlap.
-        self.writer = TransitionWriter(self.pool, nudge_every_s=NUDGE_EVERY_S)
+        channel = self.keys.relay_nudges()
+        self.writer = TransitionWriter(
+            self.pool,
+            nudge_every_s=NUDGE_EVERY_S,
+            nudger=lambda: relay_nudges.nudge(self.redis, channel),
+        )
         self.taker = Taker(
             self.pool,
             self.instance,

@@ -33,6 +33,11 @@ class RedisKeys:
         (`shared/host/handovers.py`)."""
         return self._key("host", host_id, "handovers")
 
+    def relay_nudges(self) -> str:
+        """Pub/sub channel on which workers nudge the leading scheduler's relay
+        (`shared/messaging/relay_nudges.py`)."""
+        return self._key("relay", "nudges")
+
     def beats(self) -> str:
         """List of the hosts' workers' and supervisors' heartbeats not yet taken by the
         leading scheduler, which writes them into PostgreSQL (`shared/messaging/beat_board.py`)."""

@@ -23,7 +23,8 @@ each locked in id order first, so two batches at once cannot deadlock on task ro
 The events of moves that end in a quiet state (`shared.domain.states.QUIET`: `setting_up`,
 `on_cpu`...)
 notify nobody; the relay polls for them, quickly only while it heard from the system lately.
-So a writer given `nudge_every_s` nudges the relay (a bare `NOTIFY`) after a commit of only
+So a writer given `nudge_every_s` nudges the relay (its `nudger`: the worker's publishes on
+Redis, `shared/messaging/relay_nudges.py`; without one, a bare `NOTIFY`) after a commit of only
 such moves when it has not for that long, `NUDGE_DELAY_S` later (a short task has ended by
 then, and its end's notification took its events along: the nudge costs its run nothing):
 every quiet event then reaches the relay within the delay, or follows a nudge by less than
@@ -47,7 +48,7 @@ awaits each).
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 from uuid import UUID
@@ -138,8 +139,11 @@ class TransitionWriter:
         nudge_every_s: float | None = None,
         nudge_delay_s: float = NUDGE_DELAY_S,
         ride_out_s: float = RIDE_OUT_S,
+        nudger: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self.pool = pool
+        #: How a nudge is sent (None: a `NOTIFY` on the pool).
+        self.nudger = nudger
         self.ride_out_s = ride_out_s
         self.max_batch, self.max_commits = max_batch, max_commits
         self.nudge_every_s, self.nudge_delay_s = nudge_every_s, nudge_delay_s
@@ -218,6 +222,9 @@ class TransitionWriter:
         await asyncio.sleep(self.nudge_delay_s)
         self.nudges += 1  # counted before it goes: whoever hears it may look at once
         try:
+            if self.nudger is not None:
+                await self.nudger()
+                return
             async with self.pool.acquire() as conn:
                 await conn.execute("SELECT pg_notify('vigil_outbox', 'relay')")
         except UNAVAILABLE as exc:

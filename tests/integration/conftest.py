@@ -4,8 +4,9 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from redis.asyncio import Redis
 
-from tests.conftest import AMQP_URL, create_database, drop_database, require_servers
+from tests.conftest import AMQP_URL, REDIS_URL, create_database, drop_database, require_servers
 from tests.e2e.links import Link, link_loop
 
 
@@ -32,3 +33,11 @@ def broker_link() -> Iterator[Link]:
             yield opened
         finally:
             opened.close()
+
+
+@pytest.fixture
+async def redis() -> AsyncIterator[Redis]:
+    """A client of the real Redis (a test's keys are its own: named after its namespace)."""
+    client = Redis.from_url(REDIS_URL)
+    yield client
+    await client.aclose()

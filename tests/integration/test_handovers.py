@@ -11,16 +11,9 @@ from shared.domain.messages import KillTask, WatchProcess, encode
 from shared.host import handovers
 from shared.messaging.redis_keys import RedisKeys
 from shared.runtime.lifecycle import unless_stopped
-from tests.conftest import REDIS_URL, new_namespace
+from tests.conftest import new_namespace
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def redis() -> AsyncIterator[Redis]:
-    client = Redis.from_url(REDIS_URL)
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture

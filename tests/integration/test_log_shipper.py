@@ -17,7 +17,7 @@ from shared.messaging.topology import Topology
 from shared.store import db, jobs_repo, logs_repo, tasks_repo, users_repo
 from shared.store.db import Connection
 from shared.store.jobs_repo import NewJob
-from tests.conftest import AMQP_URL, REDIS_URL
+from tests.conftest import AMQP_URL
 
 pytestmark = pytest.mark.integration
 
@@ -26,13 +26,6 @@ pytestmark = pytest.mark.integration
 async def broker(namespace: str) -> AsyncIterator[Broker]:
     async with open_broker(AMQP_URL, Topology(namespace), name="test-log-shipper") as opened:
         yield opened
-
-
-@pytest.fixture
-async def redis() -> AsyncIterator[Redis]:
-    client = Redis.from_url(REDIS_URL)
-    yield client
-    await client.aclose()
 
 
 async def _task(pool: db.Pool) -> tuple[str, str]:

@@ -257,21 +257,13 @@ async def test_after_quiet_moves_a_writer_nudges_the_relay_at_most_once_a_period
     writer = TransitionWriter(pool, nudge_every_s=600, nudge_delay_s=0.0)
     assert tasks[2].claim is not None
     ended = Move(tasks[2], tasks[2].claim, (S.ON_CPU, S.DATA_READY, S.POST_PROCESSING, S.COMPLETED))
-    payloads: asyncio.Queue[object] = asyncio.Queue()
-
-    def heard(_conn: object, _pid: int, _channel: str, payload: object) -> None:
-        payloads.put_nowait(payload)
-
-    async with pool.acquire() as listener:
-        await listener.add_listener("vigil_outbox", heard)
+    async with _notifications(pool) as payloads:
         # when: two moves whose events notify nobody, then one that ends its task
         await writer.advance(_finish(tasks[0]))
         await writer.advance(_finish(tasks[1]))
         await writer.advance(ended)
         async with asyncio.timeout(5):
             got = [await payloads.get(), await payloads.get()]
-        await listener.execute("SELECT 1")  # anything else sent before is read by now
-        await listener.remove_listener("vigil_outbox", heard)
 
     # then: the first quiet move nudged the relay (after its delay), the second was within
     # the period, and the last one's event notified by itself (the trigger: a task's end
@@ -391,3 +383,37 @@ async def test_a_move_made_again_after_its_reply_was_lost_finds_it_landed(pool: 
     assert again is not None and again.state is S.DATA_READY and again.claim == tasks[0].claim
     assert stale is None
     assert await _event_count(pool, tasks[:1]) == 1
+
+
+async def test_a_writer_given_a_nudger_nudges_through_it_not_postgresql(pool: db.Pool) -> None:
+    tasks = await _held_tasks(pool, 1)
+    sent = asyncio.Event()
+
+    async def nudger() -> None:
+        sent.set()
+
+    writer = TransitionWriter(pool, nudge_every_s=600, nudge_delay_s=0.0, nudger=nudger)
+    async with _notifications(pool) as payloads:
+        # when a move whose events notify nobody commits
+        await writer.advance(_finish(tasks[0]))
+        async with asyncio.timeout(5):
+            await sent.wait()
+
+    # then the nudge went through the nudger, and PostgreSQL was told nothing
+    assert writer.nudges == 1 and payloads.empty()
+
+
+@contextlib.asynccontextmanager
+async def _notifications(pool: db.Pool) -> AsyncIterator[asyncio.Queue[object]]:
+    """The payloads of `vigil_outbox` notifications while in the block, and of those sent
+    before it ended."""
+    payloads: asyncio.Queue[object] = asyncio.Queue()
+
+    def heard(_conn: object, _pid: int, _channel: str, payload: object) -> None:
+        payloads.put_nowait(payload)
+
+    async with pool.acquire() as listener:
+        await listener.add_listener("vigil_outbox", heard)
+        yield payloads
+        await listener.execute("SELECT 1")  # anything sent before is read by now
+        await listener.remove_listener("vigil_outbox", heard)
