@@ -62,6 +62,8 @@ logger = logging.getLogger(__name__)
 
 #: The dispatcher's gap for task ends is this many times its last look's own time (`Due`).
 GAP_PER_LOOK: Final = 2.0
+#: The waiters look this long after a task's end at most (`Scheduler.waiters_due`).
+WAITERS_GAP_S: Final = 0.1
 _REAP_EVERY_S = 1.0  # the reaper need not run every tick
 _TALLY_EVERY_S = 5.0  # the charts' counts are written this often (one statement)
 _RETENTION_BATCH = 100  # purges per pruning round
@@ -125,9 +127,12 @@ class Scheduler:
         self.breaker_settings = triage_settings.breaker
         self.triage = Triage(pool, load_analysers(), triage_settings)
         self._last_reap = self._last_prune = 0.0
-        #: The triage looks when a task failed, the waiters when a task ended or was decided
-        #: while tasks were waiting.
-        self.triage_due, self.waiters_due = Due(SWEEP_EVERY_S), Due(SWEEP_EVERY_S)
+        #: The triage looks when a task failed, the waiters when a task was decided while
+        #: tasks were waiting, and `WAITERS_GAP_S` after a task ended then (one look for the
+        #: ends of the gap: under load a task ends every few milliseconds, and what waits on
+        #: prerequisites is seldom there).
+        self.triage_due = Due(SWEEP_EVERY_S)
+        self.waiters_due = Due(SWEEP_EVERY_S, WAITERS_GAP_S)
         #: The dispatcher looks when told (a 'round' notification: tasks added, a job made
         #: active, a claim given back...; a triage decision; a probe ended; a full batch
         #: placed), a gap after its last look while tasks wait (a throttle, a cap, a
@@ -154,9 +159,10 @@ class Scheduler:
         first (a submission is waiting on it), and the relay is woken in-process for what the
         round wrote, without waiting for the notification to come back."""
         ran = await self._release_and_decide(time.monotonic())
-        soon = self.release_due.soon_in(time.monotonic())
-        if soon:  # the dispatcher's next look waits for its gap: the round wakes for it
-            self.pace.due_in(soon, time.monotonic())
+        for due in (self.release_due, self.waiters_due):
+            soon = due.soon_in(time.monotonic())
+            if soon:  # the step's next look waits for its gap: the round wakes for it
+                self.pace.due_in(soon, time.monotonic())
         ended = await self.finaliser.run_once()
         if ended:
             self.wake_relay()
@@ -254,7 +260,7 @@ class Scheduler:
                 self.finaliser.touch(job_id)
                 if self.waiting:
                     self.release_due.tell_soon()
-                    self.waiters_due.tell()
+                    self.waiters_due.tell_soon()
 
         return ended
 
