@@ -26,7 +26,7 @@ from shared.domain.scheduling.reasons import TooLarge
 from shared.domain.scheduling.resources import Resources, coverage
 from shared.operations import datasets, harvest, stop_guard
 from shared.operations.datasets import UPSTREAM_KEY
-from shared.store import jobs_repo, outbox
+from shared.store import jobs_repo
 from shared.store.db import Connection, Pool
 from shared.store.jobs_repo import Job
 from shared.store.users_repo import User
@@ -60,8 +60,10 @@ async def submit(
             await harvest.check_not_purged(
                 conn, body.inputs_from, "chain a job from it", share_lock=True
             )
+        # a job made active wakes the round at commit (the notification is sent then, wherever
+        # in the transaction it is asked for): the round places its tasks
         job, created = await jobs_repo.create(
-            conn, user.id, body.to_new_job(idempotency_key), wake_round=False
+            conn, user.id, body.to_new_job(idempotency_key), wake_round=not body.configuring
         )
         if created and body.retention_s is not None:
             await harvest.set_retention(conn, job.id, body.retention_s)
@@ -71,7 +73,6 @@ async def submit(
             await quota.charge(user, sum(job.counts.values()))
             if await stop_guard.hold_if_stopped(conn, job.id, shared=True):  # made in a stop
                 job = await _read(conn, job.id)
-            await outbox.wake_round(conn)  # the round places its tasks
     if created:
         logger.info(
             "job submitted with %d task(s)",
