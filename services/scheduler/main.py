@@ -245,6 +245,8 @@ class Scheduler:
         if self.waiters_due.due(now):
             failed = await self.waiters.run_once()
             self.waiters_due.ran(failed > 0, now)
+            if failed:  # there may be more, behind those: no gap
+                self.waiters_due.tell()
             done += failed
             more |= failed > 0
         return Round(done, more)
