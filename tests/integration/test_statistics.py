@@ -78,7 +78,7 @@ async def test_tasks_are_analysed_once_the_tasks_claimed_double_though_the_table
         )
         await conn.execute("SELECT pg_stat_force_next_flush()")
         assert await statistics.analyse_due(conn) == ["tasks"]
-        # when fewer than FIRST_ROWS are claimed, then 600, then the same 600 again
+        # when fewer than FIRST_ROWS are claimed, then 600, then 1,100 (under twice 600)
         few = await statistics.analyse_due(conn, claimed=statistics.FIRST_ROWS - 1)
         await conn.execute("UPDATE tasks SET claim = gen_random_uuid() WHERE index <= 600")
         grown = await statistics.analyse_due(conn, claimed=600)
