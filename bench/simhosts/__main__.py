@@ -17,9 +17,9 @@ from redis.asyncio import BlockingConnectionPool, Redis
 
 from bench.simhosts.commands import Durations
 from bench.simhosts.host import SimHost
-from bench.simhosts.supervisor import take_handovers
 from services.supervisor.settings import SupervisorSettings
 from services.worker.settings import WorkerSettings
+from shared.host import handovers
 from shared.host.capacity import HostCapacity
 from shared.messaging.amqp import open_broker
 from shared.messaging.redis_keys import RedisKeys
@@ -111,14 +111,17 @@ async def _run(args: argparse.Namespace) -> None:
 
         await asyncio.gather(*(start(host) for host in hosts))
         keys = RedisKeys(base.namespace)
+        # a real supervisor waits on its own list; here one wait serves a group of hosts,
+        # and a simulated supervisor does nothing with a hand-over (its worker sees the exit)
         takers = [
             asyncio.create_task(
-                take_handovers(
+                handovers.follow(
                     redis,
                     [
                         keys.handovers(h.worker.host_id)
                         for h in hosts[n : n + args.hosts_per_connection]
                     ],
+                    lambda _watch: None,
                     stop,
                 )
             )

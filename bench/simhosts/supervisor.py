@@ -6,8 +6,9 @@ It beats (`services.supervisor.heartbeat`), follows its worker's registration an
 every `reconcile_s` reads what the real reconcile reads: the tasks on_cpu here, stale worker
 instances, the claims of the commands running (the stray check, made only while some run) and
 the kills owed. Kill orders, owed kills, strays and an expired lease kill simulated commands;
-freezes stop and continue them. Hand-overs are taken from Redis (`take_handovers`) and
-dropped. Processes it never has: no pidfd watcher, no vitals, no /proc scan.
+freezes stop and continue them. Hand-overs are taken from Redis (`handovers.follow`, one
+wait for a group of hosts) and dropped. Processes it never has: no pidfd watcher, no
+vitals, no /proc scan.
 """
 
 import asyncio
@@ -24,13 +25,12 @@ from services.supervisor.strays import legitimate
 from services.supervisor.worker_watch import WorkerWatch
 from shared.domain.errors import UNAVAILABLE, InvalidMessage
 from shared.domain.messages import FreezeTask, KillTask, Message, WatchProcess
-from shared.host import handovers
 from shared.host.beats import through_redis_if
 from shared.host.fence import Lease, fence_after
 from shared.messaging.amqp import Broker, deliver
 from shared.messaging.redis_keys import RedisKeys
 from shared.messaging.topology import declare_all_work_queues
-from shared.runtime.lifecycle import unless_stopped, wait_or_stop
+from shared.runtime.lifecycle import wait_or_stop
 from shared.store import attempts_repo
 from shared.store.db import Pool
 
@@ -159,16 +159,3 @@ class SimSupervisor:
         while not await wait_or_stop(stop, self.settings.heartbeat_s):
             if self.lease.age() > limit:
                 self.fenced += self.launcher.kill_all()
-
-
-async def take_handovers(redis: Redis, keys: list[str], stop: asyncio.Event) -> None:
-    """Take the hand-overs of a group of simulated hosts (their lists `keys`) as their
-    supervisors would, with one wait for the group (a real supervisor waits on its own list):
-    what a hand-over costs Redis. A simulated supervisor does nothing with one: its worker sees
-    its command's exit."""
-    while not stop.is_set():
-        try:
-            await unless_stopped(stop, handovers.take(redis, keys))
-        except UNAVAILABLE as exc:
-            logger.warning("cannot take hand-overs: %s", exc)
-            await wait_or_stop(stop, 1.0)

@@ -33,7 +33,7 @@ from shared.messaging.redis_client import open_redis
 from shared.messaging.redis_keys import RedisKeys
 from shared.messaging.topology import Topology, declare_all_work_queues
 from shared.runtime.health import Health
-from shared.runtime.lifecycle import stop_on_signals, unless_stopped, wait_or_stop
+from shared.runtime.lifecycle import stop_on_signals, wait_or_stop
 from shared.store import attempts_repo
 from shared.store.db import Pool, check_schema, open_pool
 
@@ -68,21 +68,6 @@ async def _reconcile_loop(
             logger.warning("reconcile failed, will retry: %s", exc)
         if await wait_or_stop(stop, settings.reconcile_s):
             return
-
-
-async def _handover_loop(redis: Redis, key: str, watchers: Watchers, stop: asyncio.Event) -> None:
-    """Follow each command the worker hands over through Redis (`shared/host/handovers.py`);
-    one lost meanwhile is the reconcile's."""
-    while not stop.is_set():
-        try:
-            watch = await unless_stopped(stop, handovers.take(redis, [key]))
-        except UNAVAILABLE as exc:
-            logger.warning("cannot take hand-overs, will retry: %s", exc)
-            if await wait_or_stop(stop, 1.0):
-                return
-            continue
-        if watch is not None:
-            _follow(watchers, watch)
 
 
 def _follow(watchers: Watchers, message: WatchProcess) -> None:
@@ -219,8 +204,11 @@ async def main(settings: SupervisorSettings) -> None:
             )
             tg.create_task(worker_watch.run(stop, settings.worker_poll_s), name="worker-watch")
             tg.create_task(
-                _handover_loop(
-                    redis, RedisKeys(settings.namespace).handovers(settings.host_id), watchers, stop
+                handovers.follow(
+                    redis,
+                    [RedisKeys(settings.namespace).handovers(settings.host_id)],
+                    lambda watch: _follow(watchers, watch),
+                    stop,
                 ),
                 name="handovers",
             )

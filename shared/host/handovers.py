@@ -15,13 +15,16 @@ A hand-over the supervisor takes late is judged as any: a process that is gone, 
 moved on, is dropped by its watcher.
 """
 
+import asyncio
 import logging
+from collections.abc import Callable
 from typing import Final
 
 from redis.asyncio import Redis
 
-from shared.domain.errors import InvalidMessage
+from shared.domain.errors import UNAVAILABLE, InvalidMessage
 from shared.domain.messages import WatchProcess, decode, encode
+from shared.runtime.lifecycle import unless_stopped, wait_or_stop
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +34,8 @@ MOST_WAITING: Final = 10_000
 TTL_S: Final = 24 * 3600
 #: How long one wait for a hand-over blocks (below the client's socket timeout).
 WAIT_S: Final = 2
+#: The pause after Redis did not answer, before waiting again.
+PAUSE_S: Final = 1.0
 
 
 async def hand_over(redis: Redis, key: str, watch: WatchProcess) -> None:
@@ -58,3 +63,19 @@ async def take(redis: Redis, keys: list[str], wait_s: float = WAIT_S) -> WatchPr
         logger.warning("dropped a %s on a hand-over list", message.type)
         return None
     return message
+
+
+async def follow(
+    redis: Redis, keys: list[str], handle: Callable[[WatchProcess], None], stop: asyncio.Event
+) -> None:
+    """Give `handle` each hand-over on the lists `keys` until `stop` (a wait under way is cut
+    short); wait again after Redis comes back (what was lost meanwhile is the reconcile's)."""
+    while not stop.is_set():
+        try:
+            watch = await unless_stopped(stop, take(redis, keys, WAIT_S))
+        except UNAVAILABLE as exc:
+            logger.warning("cannot take hand-overs, will retry: %s", exc)
+            await wait_or_stop(stop, PAUSE_S)
+            continue
+        if watch is not None:
+            handle(watch)

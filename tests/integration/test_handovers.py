@@ -10,7 +10,6 @@ from redis.asyncio import Redis
 from shared.domain.messages import KillTask, WatchProcess, encode
 from shared.host import handovers
 from shared.messaging.redis_keys import RedisKeys
-from shared.runtime.lifecycle import unless_stopped
 from tests.conftest import new_namespace
 
 pytestmark = pytest.mark.integration
@@ -63,10 +62,19 @@ async def test_what_is_not_a_hand_over_is_dropped(redis: Redis, key: str) -> Non
     assert seventh is not None and seventh.task_id == "t-7"
 
 
-async def test_a_wait_ends_when_the_service_stops(redis: Redis, key: str) -> None:
+async def test_a_follower_hands_on_each_hand_over_and_stops_mid_wait(
+    redis: Redis, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a supervisor following its host's list, each wait 30 s long
+    monkeypatch.setattr(handovers, "WAIT_S", 30)
+    followed: asyncio.Queue[WatchProcess] = asyncio.Queue()
     stop = asyncio.Event()
-    waiting = asyncio.create_task(unless_stopped(stop, handovers.take(redis, [key], wait_s=30)))
-    await asyncio.sleep(0)
+    following = asyncio.create_task(handovers.follow(redis, [key], followed.put_nowait, stop))
+    # when its worker hands a command over
+    await handovers.hand_over(redis, key, _watch(3))
+    # then the supervisor is given it, and a stop cuts its next wait short
+    async with asyncio.timeout(5):
+        assert (await followed.get()).task_id == "t-3"
     stop.set()
     async with asyncio.timeout(5):
-        assert await waiting is None
+        await following
