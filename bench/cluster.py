@@ -30,10 +30,21 @@ ROOT = Path(__file__).resolve().parents[1]
 _PER_HOST = ("supervisor", "worker")
 
 
+#: The ports `free_port` gave in this process: the kernel may hand a port it gave and that
+#: was released again, and two services of a cluster then bound the same one (an api's port
+#: given again to its worker's health server: the api could not start).
+_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free now, never one this process was given before."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 async def create_database(admin_url: str, name: str) -> str:
