@@ -57,12 +57,14 @@ async def _populate(
     )
     for first in range(1, history + 1, _HISTORY_CHUNK):  # each within a statement's timeout
         await conn.execute(
-            "INSERT INTO tasks (id, job_id, index, input, state)"
-            " SELECT 'h' || n, 'j' || (1 + n % $2), -1 - n / $2, to_jsonb(n), 'completed'"
+            "INSERT INTO tasks (id, job_id, index, input, state, host)"
+            " SELECT 'h' || n, 'j' || (1 + n % $2), -1 - n / $2, to_jsonb(n), 'completed',"
+            "   'h' || (1 + n % $4)"  # where it ran
             " FROM generate_series($3::bigint, $1) n",
             min(history, first + _HISTORY_CHUNK - 1),
             jobs,
             first,
+            hosts,
             timeout=600,
         )
     await conn.execute(

@@ -113,7 +113,12 @@ async def open_pool(
     """A pool whose jsonb columns read and write Python values; closed within 5 s on exit.
     `generic_plans`: every statement keeps one plan per connection (`GENERIC_PLANS`), for a
     service whose statements are all lookups by key (the worker's)."""
-    settings = {"jit": "off"}
+    # Short statements only: JIT compiling one whose estimate crosses jit_above_cost (a
+    # scheduler query over a table with many dead rows) took 0.7 s for 7 ms of work. No
+    # parallel plans either: the round's aggregate of the users' tasks in flight, estimated
+    # from statistics that counted a long history, went parallel and took 8 ms for 1 ms of
+    # work, most of it starting the workers (docs/performance.md, "Parallel plans").
+    settings = {"jit": "off", "max_parallel_workers_per_gather": "0"}
     if generic_plans:
         settings["plan_cache_mode"] = "force_generic_plan"
     pool: Pool = await _Pool(
@@ -128,8 +133,6 @@ async def open_pool(
         connection_class=_Connection,
         record_class=asyncpg.Record,
         command_timeout=30,
-        # Short statements only: JIT compiling one whose estimate crosses jit_above_cost (a
-        # scheduler query over a table with many dead rows) took 0.7 s for 7 ms of work.
         server_settings=settings,
     )
     try:

@@ -153,3 +153,29 @@ async def test_a_connection_the_server_drops_under_its_borrower__leaves_with_its
 
         async with pool.acquire() as conn:
             assert await conn.fetchval("SELECT 1") == 1
+
+
+async def test_the_pools_connections_never_plan_a_parallel_query(
+    session_database_url: str,
+) -> None:
+    """A parallel plan starts worker processes: milliseconds for the control plane's short
+    statements (a feed's aggregate estimated from a long history went parallel: 8 ms for
+    1 ms of work). With parallel plans made as cheap as can be, a plain connection takes one
+    and the pool's do not."""
+    cheap = (
+        "SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0;"
+        " SET min_parallel_table_scan_size = 0"
+    )
+    query = "EXPLAIN SELECT count(*) FROM generate_series(1, 10) g, pg_class c WHERE c.oid > g"
+    plain = await asyncpg.connect(session_database_url)
+    try:
+        await plain.execute(cheap)
+        assert "Gather" in "\n".join(r[0] for r in await plain.fetch(query))
+    finally:
+        await plain.close()
+    async with (
+        db.open_pool(session_database_url, min_size=1, max_size=1) as pool,
+        pool.acquire() as conn,
+    ):
+        await conn.execute(cheap)
+        assert "Gather" not in "\n".join(r[0] for r in await conn.fetch(query))
