@@ -13,13 +13,14 @@ class SchedulerSettings(CommonSettings):
     """How often the scheduler looks, how much it does per look, when a host counts as dead."""
 
     scheduler_tick_s: float = Field(default=0.25, gt=0, le=60)
-    #: While tasks wait, the dispatcher looks for what task ends freed twice its last look's
-    #: own time after that look, at most this long after it (`VIGIL_RELEASE_GAP_S`, seconds;
-    #: issue 41), or at once when the ends since have freed a tenth of the pool's CPUs: one
-    #: look places what all those ends freed. A submission, a full batch or a triage decision
-    #: is looked at at once. 0: every end is looked at. With 100 hosts under load the gap
-    #: cuts the scheduler's and PostgreSQL's CPU per task by a fifth to a third; a pool of a
-    #: few CPUs looks at every end, as without it (docs/performance.md, "The gap, adaptive").
+    #: While tasks wait, the dispatcher looks for what task ends freed five times its last
+    #: look's own time after that look, at most this long after it (`VIGIL_RELEASE_GAP_S`,
+    #: seconds; issue 41), or at once when the ends since have freed a tenth of the pool's
+    #: CPUs: one look places what all those ends freed. A submission, a full batch or a
+    #: triage decision is looked at at once. 0: every end is looked at. With 100 hosts under
+    #: load the gap cuts the scheduler's and PostgreSQL's CPU per task by a fifth to a third;
+    #: a pool of a few CPUs looks at every end, as without it (docs/performance.md, "The gap,
+    #: adaptive", "The gap, five looks").
     release_gap_s: float = Field(default=0.1, ge=0, le=10)
     scheduler_batch: int = Field(default=500, ge=1, le=10000)
     #: The relay looks for unpublished rows this often while the system is busy (every 2 s
