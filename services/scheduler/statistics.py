@@ -25,6 +25,12 @@ tenth of it to change. So `tasks` is also analysed once the tasks claimed now (`
 the dispatcher's last look saw on hosts) are more than twice those its last analysis counted
 (the share of its rows with a claim, at least `FIRST_ROWS`): a few times as a pool fills up,
 and never while it stays full.
+
+And `hosts`, from its tenth row (`FIRST_HOSTS`): every round reads all of it, and a plan
+made while the pool's hosts were being registered (the planner expects one) joins each of
+them to the aggregate of the tasks in flight again: the feed's read of what the hosts hold
+took 1.5-5 ms a round at 100 hosts, where a hash join takes 0.3 (`docs/performance.md`,
+"Statistics of the hosts"). A few analyses on a pool's way to a thousand hosts.
 """
 
 import logging
@@ -39,29 +45,44 @@ logger = logging.getLogger(__name__)
 EVERY_S: Final = 1.0
 #: A table is analysed first once it holds this many rows.
 FIRST_ROWS: Final = 500
-#: The tables of the task path (constants: never user text in the ANALYZE below). Not the
-#: outbox: it holds only what waits, vacuumed by the relay (which sets its size), and is read
-#: through its primary key whatever its statistics say (migration 0032); analysed at each big
-#: submission, it made every connection plan its outbox statements again for nothing.
-TABLES: Final = ("jobs", "tasks", "attempts", "events")
+#: But `hosts` from this many: every round reads all of its rows.
+FIRST_HOSTS: Final = 10
+#: The tables of the task path and the hosts, each with the rows of its first analysis
+#: (constants: never user text in the ANALYZE below). Not the outbox: it holds only what
+#: waits, vacuumed by the relay (which sets its size), and is read through its primary key
+#: whatever its statistics say (migration 0032); analysed at each big submission, it made
+#: every connection plan its outbox statements again for nothing.
+TABLES: Final = {
+    "jobs": FIRST_ROWS,
+    "tasks": FIRST_ROWS,
+    "attempts": FIRST_ROWS,
+    "events": FIRST_ROWS,
+    "hosts": FIRST_HOSTS,
+}
 
-#: The tables due for an analysis: twice the rows of their last one, at least `FIRST_ROWS`;
-#: and `tasks` once the tasks claimed now ($3) are twice those claimed at its last one.
+#: The tables due for an analysis: twice the rows of their last one, at least their first
+#: rows ($2, as $1 orders them); and `tasks` once the tasks claimed now ($3) are twice those
+#: claimed at its last one (at least `FIRST_ROWS`, $4).
 _DUE: Final = """
-SELECT s.relname::text AS name FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
-WHERE s.schemaname = current_schema() AND s.relname = ANY($1::text[])
-  AND (s.n_live_tup > greatest(2 * c.reltuples, $2)
-       OR (s.relname = 'tasks' AND $3::bigint > greatest($2, 2 * c.reltuples * (
-               SELECT 1 - p.null_frac FROM pg_stats p
-               WHERE p.schemaname = s.schemaname AND p.tablename = 'tasks'
-                 AND p.attname = 'claim'))))
+SELECT s.relname::text AS name
+FROM unnest($1::text[], $2::int[]) AS d(name, first_rows)
+JOIN pg_stat_user_tables s ON s.relname = d.name AND s.schemaname = current_schema()
+JOIN pg_class c ON c.oid = s.relid
+WHERE (s.n_live_tup > 2 * c.reltuples AND s.n_live_tup >= d.first_rows)
+   OR (s.relname = 'tasks' AND $3::bigint > greatest($4, 2 * c.reltuples * (
+           SELECT 1 - p.null_frac FROM pg_stats p
+           WHERE p.schemaname = s.schemaname AND p.tablename = 'tasks'
+             AND p.attname = 'claim')))
 """
 
 
 async def analyse_due(conn: Connection, claimed: int = 0) -> list[str]:
     """ANALYZE the tables of `TABLES` that are due (`claimed`: the tasks claimed now, as the
     dispatcher's last look saw them); their names."""
-    found = {row["name"] for row in await conn.fetch(_DUE, list(TABLES), FIRST_ROWS, claimed)}
+    found = {
+        row["name"]
+        for row in await conn.fetch(_DUE, list(TABLES), list(TABLES.values()), claimed, FIRST_ROWS)
+    }
     due = [name for name in TABLES if name in found]
     for name in due:  # one of our constants: the only text put in the statement
         await conn.execute(f"ANALYZE {name}")

@@ -87,3 +87,30 @@ async def test_tasks_are_analysed_once_the_tasks_claimed_double_though_the_table
         assert (few, grown, steady) == ([], ["tasks"], [])
         await conn.execute("SELECT pg_stat_force_next_flush()")
         assert await _analysed(conn, "tasks") == 2
+
+
+async def test_the_hosts_are_analysed_from_their_tenth_row(young_database_url: str) -> None:
+    """Every round reads all the hosts: a plan made while a pool's hosts were registering
+    expects one and joins each host to the load of the tasks in flight again."""
+
+    async def register(first: int, last: int) -> None:
+        await conn.execute(
+            "INSERT INTO hosts (id, slots, worker) SELECT 'h-' || g, 16, 'w-' || g"
+            " FROM generate_series($1::int, $2) g",
+            first,
+            last,
+        )
+        await conn.execute("SELECT pg_stat_force_next_flush()")
+
+    async with db.open_pool(young_database_url, max_size=1) as pool, pool.acquire() as conn:
+        # given hosts kept from autovacuum, fewer than the first analysis's size
+        await conn.execute("ALTER TABLE hosts SET (autovacuum_enabled = false)")
+        await register(1, statistics.FIRST_HOSTS - 1)
+        few = await statistics.analyse_due(conn)
+        # when they reach it, then double
+        await register(statistics.FIRST_HOSTS, statistics.FIRST_HOSTS)
+        first = await statistics.analyse_due(conn)
+        await register(statistics.FIRST_HOSTS + 1, 2 * statistics.FIRST_HOSTS + 1)
+        doubled = await statistics.analyse_due(conn)
+        # then they were analysed at the first size and as they doubled
+        assert (few, first, doubled) == ([], ["hosts"], ["hosts"])
