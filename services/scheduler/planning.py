@@ -198,29 +198,24 @@ class Planning:
     async def _write_waits(self, conn: Connection, result: Plan, seen: set[str] | None) -> None:
         """The reasons that changed, of every job (a full round) or of those `seen` (a
         quick one: only a reason of another kind, the numbers wait for the next full one)."""
-        now = {
-            job_id: (
-                wait.reason.value,
-                wait.message(),
-                json.dumps(detail(wait), sort_keys=True),
-            )
-            for job_id, wait in result.waits.items()
-        }
         if self._written is None:  # a new leader: what the last one left may be stale
-            await plan_repo.clear_waits_but(conn, list(now))
+            await plan_repo.clear_waits_but(conn, list(result.waits))
             self._written = {}
         # a new reason is written at once; new numbers of the same reason (tasks ahead, what
         # the closest host has free) by full rounds only: in a busy pool each task placed
-        # moves the numbers of most waiting jobs
+        # moves the numbers of most waiting jobs (and a quick round does not render them)
         refresh = seen is None
         written = self._written
-        changed = {
-            job: w
-            for job, w in now.items()
-            if (old := written.get(job)) is None or old[0] != w[0] or (refresh and old != w)
-        }
+        changed: dict[str, tuple[str, str, str]] = {}
+        for job, wait in result.waits.items():
+            old = written.get(job)
+            if old is not None and old[0] == wait.reason.value and not refresh:
+                continue
+            new = (wait.reason.value, wait.message(), json.dumps(detail(wait), sort_keys=True))
+            if new != old:
+                changed[job] = new
         looked_at = written.keys() if seen is None else seen & written.keys()
-        gone = [job for job in looked_at if job not in now]
+        gone = [job for job in looked_at if job not in result.waits]
         await plan_repo.write_waits(conn, changed, gone)
         for job in gone:
             del written[job]
