@@ -99,6 +99,11 @@ class Planning:
     cpus: int = 0
     #: The tasks the hosts held at the last round (`statistics.analyse_due`'s `claimed`).
     held: int = 0
+    #: Whether the feed finds the jobs with tasks to place from the pending tasks rather than
+    #: by probing every placeable job (`plan_repo.feed_from_pending`, at each full round): a
+    #: pool running thousands of one-task jobs has thousands of active jobs, few of them
+    #: waiting (`docs/performance.md`, "Many jobs running, few waiting").
+    pending_first: bool = False
 
     async def run_once(self, conn: Connection) -> Placed:
         """One round, in the caller's transaction: a full one (every job with tasks to place)
@@ -109,7 +114,11 @@ class Planning:
             self._full_at = clock
         staging = self.prefetch or self.short_prefetch  # the operator's, when set, for all
         top = None if full else (QUICK_EXTRA, self.settings.age_per_hour)
-        feed = await plan_repo.read(conn, self.pool, self.fresh_s, staging, self.batch, top)
+        feed = await plan_repo.read(
+            conn, self.pool, self.fresh_s, staging, self.batch, top, self.pending_first
+        )
+        if feed.placeable_jobs is not None:  # a full round: the cheaper way for the next ones
+            self.pending_first = plan_repo.feed_from_pending(len(feed.jobs), feed.placeable_jobs)
         await self._look_at_short_work(conn)
         round_, probing = self._round(feed)
         self.cpus = sum(h.capacity.millicpus for h in round_.hosts if h.accepting) // 1000

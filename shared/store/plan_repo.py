@@ -45,14 +45,16 @@ _JOB_COLUMNS: Final = f"""j.id, j.owner_id, j.priority, j.req_millicpus, j.req_m
        (SELECT count(*) FROM tasks x WHERE x.job_id = j.id
           AND (x.claim IS NOT NULL OR x.state NOT IN {sql_states.NOT_IN_FLIGHT})) AS in_flight"""
 
-#: A job `j`'s probes: a first unclaimed new task (`tasks_new`, as the dispatcher does: an
-#: index probe per job, never the job's whole history), then its releasable tasks counted
-#: up to $1 (more would not change the plan, only the "tasks ahead" of its reasons, which
-#: are then lower bounds), with the moment the first began to wait.
-_JOB_PROBES: Final = f"""CROSS JOIN LATERAL (
+#: Whether a job `j` has an unclaimed new task (`tasks_new`, as the dispatcher does: an index
+#: probe per job, never the job's whole history).
+_HAS_NEW: Final = """CROSS JOIN LATERAL (
     SELECT 1 FROM tasks n WHERE n.job_id = j.id AND n.claim IS NULL AND n.state = 'new'
-    ORDER BY n.index LIMIT 1) has_new
-CROSS JOIN LATERAL (
+    ORDER BY n.index LIMIT 1) has_new"""
+
+#: A job `j`'s probe: its releasable tasks counted up to $1 (more would not change the plan,
+#: only the "tasks ahead" of its reasons, which are then lower bounds), with the moment the
+#: first began to wait.
+_JOB_PROBES: Final = f"""CROSS JOIN LATERAL (
     SELECT count(*) AS n, min(r.since) AS since FROM (
         SELECT greatest(t.created_at, coalesce(t.not_before, t.created_at)) AS since
         FROM tasks t WHERE {_releasable(2)}
@@ -62,29 +64,79 @@ CROSS JOIN LATERAL (
 #: stop is in force.
 _PLACEABLE: Final = f"(j.state = 'active' OR (j.state = 'configuring' AND {_NOT_STOPPED}))"
 
-#: Every job with tasks to place (a full round): probes per active job.
-_JOBS: Final = f"""
+#: The jobs with an unclaimed new task, by a loose index scan of `tasks_new`: one descent a
+#: job with one, none for a job without (where the other way probes every placeable job).
+_PENDING: Final = """pending(job_id) AS (
+    (SELECT t.job_id FROM tasks t WHERE t.claim IS NULL AND t.state = 'new'
+     ORDER BY t.job_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.job_id FROM tasks t
+            WHERE t.claim IS NULL AND t.state = 'new' AND t.job_id > p.job_id
+            ORDER BY t.job_id LIMIT 1)
+    FROM pending p WHERE p.job_id IS NOT NULL)"""
+
+
+def _placeable(pending_first: bool) -> tuple[str, str, str]:
+    """Where the feed finds the placeable jobs with an unclaimed new task: its `WITH` clause,
+    its jobs `j` (with a `WHERE` of theirs), and the probe that keeps a job with such a task.
+    Either every placeable job, each probed (`_HAS_NEW`, lazily in a quick round's rank
+    order), or, `pending_first`, the jobs with such a task (`_PENDING`), the placeable ones
+    among them, no probe: the planning round takes whichever its last look found cheaper
+    (`services/scheduler/planning.py`, `feed_from_pending`)."""
+    if pending_first:
+        return (
+            f"WITH RECURSIVE {_PENDING}, placeable AS MATERIALIZED ("
+            f"SELECT j.* FROM jobs j WHERE j.id IN (SELECT job_id FROM pending) AND {_PLACEABLE})",
+            "placeable j WHERE true",
+            "",
+        )
+    return "", f"jobs j WHERE {_PLACEABLE}", _HAS_NEW
+
+
+def _jobs(pending_first: bool) -> str:
+    """Every job with tasks to place (a full round)."""
+    with_, jobs, has_new = _placeable(pending_first)
+    return f"""{with_}
 SELECT {_JOB_COLUMNS}
-FROM jobs j
+FROM (SELECT j.* FROM {jobs}) j
+{has_new}
 {_JOB_PROBES}
-WHERE {_PLACEABLE} AND w.n > 0
+WHERE w.n > 0
 """
 
-#: Each user's best-ranked jobs with tasks to place, at most $6 (a quick round): a user's
-#: jobs are sorted by rank (priority plus $7 points per hour since the job was made: the
-#: planner's rank with the job's age for its oldest task's), job rows only, then probed in
-#: that order until $6 have tasks to place: the cost is the users' jobs' rows and $6 probes
-#: a user, not a probe per job.
-_TOP_JOBS: Final = f"""
-SELECT x.* FROM (SELECT DISTINCT j.owner_id FROM jobs j WHERE {_PLACEABLE}) o
+
+def _top_jobs(pending_first: bool) -> str:
+    """Each user's best-ranked jobs with tasks to place, at most $6 (a quick round): a user's
+    jobs are sorted by rank (priority plus $7 points per hour since the job was made: the
+    planner's rank with the job's age for its oldest task's), job rows only, then probed in
+    that order until $6 have tasks to place: the cost is the users' jobs' rows and $6 probes
+    a user (with `pending_first`, of their jobs with a new task), not a probe per job."""
+    with_, jobs, has_new = _placeable(pending_first)
+    return f"""{with_}
+SELECT x.* FROM (SELECT DISTINCT j.owner_id FROM {jobs}) o
 CROSS JOIN LATERAL (
     SELECT {_JOB_COLUMNS}
-    FROM (SELECT j.* FROM jobs j WHERE j.owner_id = o.owner_id AND {_PLACEABLE}
+    FROM (SELECT j.* FROM {jobs} AND j.owner_id = o.owner_id
           ORDER BY j.priority + $7 * extract(epoch FROM now() - j.created_at) / 3600 DESC,
                    j.created_at, j.id) j
+    {has_new}
     {_JOB_PROBES}
     WHERE w.n > 0
     LIMIT $6) x
+"""
+
+
+#: The feed's two ways to the jobs with tasks to place, as a full and a quick round read
+#: them (`_jobs`, `_top_jobs`): constants, made once.
+_JOBS: Final = {first: _jobs(first) for first in (False, True)}
+_TOP_JOBS: Final = {first: _top_jobs(first) for first in (False, True)}
+
+#: The round's clock, whether a stop is in force, and, with $1 (a full round), how many jobs
+#: are placeable (`Feed.placeable_jobs`; index scans of `jobs_active` and `jobs_configuring`).
+_CLOCK: Final = f"""
+SELECT extract(epoch FROM now())::float8 AS now, NOT {_NOT_STOPPED} AS stopped,
+       CASE WHEN $1::boolean THEN (SELECT count(*) FROM jobs j WHERE {_PLACEABLE}) END
+           AS placeable
 """
 
 #: The pool's hosts with a worker: capacity, what their tasks hold, whether they take work.
@@ -159,6 +211,18 @@ class Feed:
     hosts: Sequence[HostRow]
     jobs: Sequence[JobRow]
     users: Mapping[str, UserRow]
+    #: How many jobs are placeable (active, or configuring outside a stop), counted by a full
+    #: round only (None in a quick one): what reading jobs without `pending_first` probes.
+    placeable_jobs: int | None = None
+
+
+def feed_from_pending(waiting_jobs: int, placeable_jobs: int) -> bool:
+    """Whether the feed should find the jobs with tasks to place from the pending tasks
+    (`read`'s `pending_first`), a full round having seen `waiting_jobs` with tasks to place
+    among `placeable_jobs`: a descent of `tasks_new` costs about twice a job's probe, so
+    when fewer than half the placeable jobs wait (a pool running many small jobs at once).
+    """
+    return 2 * waiting_jobs < placeable_jobs
 
 
 def counted_per_job(hosts: Sequence[HostRow], prefetch: int, batch: int) -> int:
@@ -176,23 +240,29 @@ async def read(
     prefetch: int,
     batch: int,
     top: tuple[int, float] | None = None,
+    pending_first: bool = False,
 ) -> Feed:
     """The feed of one round for `pool` (a heartbeat fresh for `fresh_s` seconds; waiting
     tasks counted per job as `counted_per_job` says): every job with tasks to place, or,
     with `top` (how many a user, and the age's points per hour), each user's best-ranked
-    ones only (`_TOP_JOBS`). Call it in the round's transaction."""
-    now = float(await conn.fetchval("SELECT extract(epoch FROM now())::float8"))
-    stopped = bool(await conn.fetchval(f"SELECT NOT {_NOT_STOPPED}"))
+    ones only (`_TOP_JOBS`); those jobs found from the pending tasks with `pending_first`
+    (`_placeable`), the same jobs either way. Call it in the round's transaction."""
+    clock = await conn.fetchrow(_CLOCK, top is None)
+    assert clock is not None  # one row, always
+    now, stopped = float(clock["now"]), bool(clock["stopped"])
     hosts = [_host(row) for row in await conn.fetch(_HOSTS, pool, fresh_s)]
     per_job = counted_per_job(hosts, prefetch, batch)
     if top is None:
-        rows = await conn.fetch(_JOBS, per_job, *met_arrays())
+        rows = await conn.fetch(_JOBS[pending_first], per_job, *met_arrays())
     else:
-        rows = await conn.fetch(_TOP_JOBS, per_job, *met_arrays(), top[0] + per_job, top[1])
+        rows = await conn.fetch(
+            _TOP_JOBS[pending_first], per_job, *met_arrays(), top[0] + per_job, top[1]
+        )
     jobs = [_job(row) for row in rows]
     owners = sorted({j.owner_id for j in jobs})
     users = {row["id"]: _user(row) for row in await conn.fetch(_USERS, owners)}
-    return Feed(now, stopped, hosts, jobs, users)
+    placeable = None if clock["placeable"] is None else int(clock["placeable"])
+    return Feed(now, stopped, hosts, jobs, users, placeable)
 
 
 def _host(row: Any) -> HostRow:

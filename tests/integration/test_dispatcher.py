@@ -497,3 +497,66 @@ async def test_a_quick_round_takes_the_users_next_job_and_keeps_the_others_reaso
         assert [await _claimed(conn, j.id) for j in jobs[:3]] == [0, 1, 0]
         assert waiting_after_full == 19
         assert await conn.fetchval("SELECT count(*) FROM job_waits") == 18
+
+
+async def test_the_feed_finds_the_same_jobs_by_probing_every_job_or_from_the_pending_tasks(
+    pool: Pool,
+) -> None:
+    """The two ways the feed finds the jobs with tasks to place (`plan_repo.read`'s
+    `pending_first`): each placeable job probed, or the jobs with an unclaimed new task read
+    from `tasks_new` first. A round takes either (`feed_from_pending`): they must agree."""
+    async with pool.acquire() as conn:
+        await _host(conn)
+        user = (await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")).id
+        other = (await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")).id
+        # given jobs with tasks to place, of two users
+        waiting = await _submitted(conn, NewJob("waits", "shell", "true", list("abc")), user)
+        theirs = await _submitted(conn, NewJob("theirs", "shell", "true", ["a"]), other)
+        trial, _ = await jobs_repo.create(
+            conn, user, NewJob("trial", "shell", "true", ["a"], configuring=True)
+        )
+        await configuring.start_test(conn, trial.id, TrialInput())
+        # and active jobs with nothing to place: all claimed, all ended, suspended, backing
+        # off, waiting on a prerequisite
+        claimed = await _submitted(conn, NewJob("claimed", "shell", "true", ["a"]), user)
+        await conn.execute(
+            "UPDATE tasks SET claim = gen_random_uuid() WHERE job_id = $1", claimed.id
+        )
+        ended = await _submitted(conn, NewJob("ended", "shell", "true", ["a"]), user)
+        await conn.execute("UPDATE tasks SET state = 'completed' WHERE job_id = $1", ended.id)
+        held = await _submitted(conn, NewJob("held", "shell", "true", ["a"]), user)
+        await conn.execute("UPDATE jobs SET state = 'suspended' WHERE id = $1", held.id)
+        later = await _submitted(conn, NewJob("later", "shell", "true", ["a"]), user)
+        await conn.execute(
+            "UPDATE tasks SET not_before = now() + interval '1 hour' WHERE job_id = $1", later.id
+        )
+        blocked = await _submitted(conn, NewJob("blocked", "shell", "true", ["a"]), user)
+        await conn.execute(
+            "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
+            " SELECT b.id, 'setup', c.id, 'completed' FROM tasks b, tasks c"
+            " WHERE b.job_id = $1 AND c.job_id = $2",
+            blocked.id,
+            claimed.id,
+        )
+
+        # when the feed is read both ways, by a full round and by a quick one
+        def found(feed: plan_repo.Feed) -> list[tuple[str, int]]:
+            return sorted((j.job_id, j.waiting) for j in feed.jobs)
+
+        full = {
+            first: await plan_repo.read(conn, POOL, 10.0, 0, 100, None, first)
+            for first in (False, True)
+        }
+        quick = {
+            first: await plan_repo.read(conn, POOL, 10.0, 0, 100, (4, 1.0), first)
+            for first in (False, True)
+        }
+
+    # then both find the jobs with tasks to place, and only those
+    expected = sorted([(waiting.id, 3), (theirs.id, 1), (trial.id, 1)])
+    assert found(full[False]) == found(full[True]) == expected
+    assert found(quick[False]) == found(quick[True]) == expected
+    # and a full round counts the placeable jobs (a quick one does not)
+    counted = full[False].placeable_jobs
+    assert counted is not None and counted >= 7
+    assert quick[False].placeable_jobs is None
