@@ -2,12 +2,14 @@
 planner and the claims, as the leading scheduler runs them.
 
     python -m bench.planning_round [--tasks 100000] [--jobs 1000] [--users 50] [--hosts 100]
-                                   [--history 0] [--repeat 9]
+                                   [--history 0] [--running 0] [--repeat 9]
 
 Makes a database of its own with `--hosts` live hosts of 16 CPUs, `--jobs` jobs of `--users`
-users with `--tasks` new tasks among them, and optionally `--history` ended tasks (a job's
-history must not slow a round down). Then times `Dispatcher.run_once()` (the round's whole
-transaction: feed, plan, claims, reasons, the resting tasks' release) in two states:
+users with `--tasks` new tasks among them, optionally `--history` ended tasks (a job's
+history must not slow a round down), and `--running` active one-task jobs whose task runs
+(a pool running many small jobs at once: active jobs with nothing to place). Then times
+`Dispatcher.run_once()` (the round's whole transaction: feed, plan, claims, reasons, the
+resting tasks' release) in two states:
 
 - busy: every host full, one task ending before each round (the steady state of a backlog:
   the round places one task and gives every job its reason);
@@ -33,7 +35,13 @@ _HISTORY_CHUNK = 1_000_000
 
 
 async def _populate(
-    conn: db.Connection, tasks: int, jobs: int, users: int, hosts: int, history: int
+    conn: db.Connection,
+    tasks: int,
+    jobs: int,
+    users: int,
+    hosts: int,
+    history: int,
+    running: int = 0,
 ) -> None:
     await conn.execute(
         "INSERT INTO users (id, name, role) SELECT 'u' || n, 'user' || n, 'user'"
@@ -67,6 +75,20 @@ async def _populate(
             hosts,
             timeout=600,
         )
+    await conn.execute(
+        "INSERT INTO jobs (id, owner_id, name, type, command, state)"
+        " SELECT 'r' || n, 'u' || (1 + n % $2), 'running', 'shell', 'true', 'active'"
+        " FROM generate_series(1, $1) n",
+        running,
+        users,
+    )
+    await conn.execute(
+        "INSERT INTO tasks (id, job_id, index, input, state, host, claim)"
+        " SELECT 'tr' || n, 'r' || n, 0, to_jsonb(n), 'on_cpu', 'h' || (1 + n % $2),"
+        "   gen_random_uuid() FROM generate_series(1, $1) n",
+        running,
+        hosts,
+    )
     await conn.execute(
         "INSERT INTO hosts (id, slots, worker, pool, capacity_millicpus)"
         " SELECT 'h' || n, 16, 'w' || n, $2, 16000 FROM generate_series(1, $1) n",
@@ -102,7 +124,9 @@ async def main(args: argparse.Namespace) -> None:
     try:
         async with db.open_pool(url, max_size=2) as pool:
             async with pool.acquire() as conn:
-                await _populate(conn, args.tasks, args.jobs, args.users, args.hosts, args.history)
+                await _populate(
+                    conn, args.tasks, args.jobs, args.users, args.hosts, args.history, args.running
+                )
             dispatcher = Dispatcher(pool, 500, POOL, policy=Settings(), fresh_s=3600.0)
             idle_ms, placed = await _timed(dispatcher)
             while (await dispatcher.run_once()).released:  # fill every host
@@ -118,7 +142,8 @@ async def main(args: argparse.Namespace) -> None:
                 feed.append(await _feed_ms(pool))
         print(
             f"pool: {args.tasks} waiting tasks, {args.jobs} jobs, {args.users} users,"
-            f" {args.hosts} hosts of 16 CPUs, {args.history} ended tasks"
+            f" {args.hosts} hosts of 16 CPUs, {args.history} ended tasks,"
+            f" {args.running} one-task jobs running"
         )
         print(f"idle round (first, empty hosts): {idle_ms:.1f} ms, {placed} tasks placed")
         print(f"then analysed: {', '.join(analysed) or 'nothing'}")
@@ -138,5 +163,6 @@ if __name__ == "__main__":
     parser.add_argument("--users", type=int, default=50)
     parser.add_argument("--hosts", type=int, default=100)
     parser.add_argument("--history", type=int, default=0)
+    parser.add_argument("--running", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=9)
     asyncio.run(main(parser.parse_args()))

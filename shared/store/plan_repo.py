@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from shared.domain.prerequisites import met_arrays, unmet_sql
 from shared.domain.scheduling.resources import Resources
-from shared.store import sql_states
+from shared.store import loose_scan, sql_states
 from shared.store.db import Connection
 from shared.store.pool_repo import HELD_BY_HOST, HOLDING_SQL, LOAD_COLUMNS, HostLoad, load_of
 
@@ -66,14 +66,7 @@ _PLACEABLE: Final = f"(j.state = 'active' OR (j.state = 'configuring' AND {_NOT_
 
 #: The jobs with an unclaimed new task, by a loose index scan of `tasks_new`: one descent a
 #: job with one, none for a job without (where the other way probes every placeable job).
-_PENDING: Final = """pending(job_id) AS (
-    (SELECT t.job_id FROM tasks t WHERE t.claim IS NULL AND t.state = 'new'
-     ORDER BY t.job_id LIMIT 1)
-    UNION ALL
-    SELECT (SELECT t.job_id FROM tasks t
-            WHERE t.claim IS NULL AND t.state = 'new' AND t.job_id > p.job_id
-            ORDER BY t.job_id LIMIT 1)
-    FROM pending p WHERE p.job_id IS NOT NULL)"""
+_PENDING: Final = loose_scan.jobs_with("pending", "t.claim IS NULL AND t.state = 'new'")
 
 
 def _placeable(pending_first: bool) -> tuple[str, str, str]:

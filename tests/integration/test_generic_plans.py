@@ -84,7 +84,7 @@ async def test_the_scheduler_plans_its_round_once_per_connection(session_databas
         dispatcher = Dispatcher(pool, batch=10, worker_pool="default")
         for _ in range(8):
             await dispatcher.run_once()
-        resting = await _plans(pool, "WITH picked AS")
+        resting = await _plans(pool, "picked AS (")
         feed = await _plans(pool, "CROSS JOIN LATERAL (\n    SELECT count(*) AS n")
 
     assert resting == Plans(generic=8, custom=0)
