@@ -69,6 +69,11 @@ _PLACEABLE: Final = f"(j.state = 'active' OR (j.state = 'configuring' AND {_NOT_
 _PENDING: Final = loose_scan.jobs_with("pending", "t.claim IS NULL AND t.state = 'new'")
 
 
+#: The columns of a job that the feed reads (`_JOB_COLUMNS`, `_releasable`, the rank).
+_RANKED_COLUMNS: Final = """j.id, j.owner_id, j.state, j.priority, j.created_at, j.req_millicpus,
+    j.req_memory_mb, j.req_gpus, j.probing_since, j.max_in_flight, j.policy"""
+
+
 def _placeable(pending_first: bool) -> tuple[str, str, str]:
     """Where the feed finds the placeable jobs with an unclaimed new task: its `WITH` clause,
     its jobs `j` (with a `WHERE` of theirs), and the probe that keeps a job with such a task.
@@ -78,8 +83,8 @@ def _placeable(pending_first: bool) -> tuple[str, str, str]:
     (`services/scheduler/planning.py`, `feed_from_pending`)."""
     if pending_first:
         return (
-            f"WITH RECURSIVE {_PENDING}, placeable AS MATERIALIZED ("
-            f"SELECT j.* FROM jobs j WHERE j.id IN (SELECT job_id FROM pending) AND {_PLACEABLE})",
+            f"WITH RECURSIVE {_PENDING}, placeable AS MATERIALIZED (SELECT {_RANKED_COLUMNS}"
+            f" FROM jobs j WHERE j.id IN (SELECT job_id FROM pending) AND {_PLACEABLE})",
             "placeable j WHERE true",
             "",
         )

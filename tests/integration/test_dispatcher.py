@@ -560,3 +560,23 @@ async def test_the_feed_finds_the_same_jobs_by_probing_every_job_or_from_the_pen
     counted = full[False].placeable_jobs
     assert counted is not None and counted >= 7
     assert quick[False].placeable_jobs is None
+
+
+async def test_among_many_jobs_with_nothing_to_place_the_rounds_read_the_pending_tasks(
+    pool: Pool,
+) -> None:
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        # given a host and active jobs whose tasks have all ended (nothing to place)
+        await _host(conn)
+        for n in range(6):
+            done = await _submitted(conn, NewJob(f"done-{n}", "shell", "true", ["a"]))
+            await conn.execute("UPDATE tasks SET state = 'completed' WHERE job_id = $1", done.id)
+        # when a full round looks, then a job is submitted and the next round looks
+        await dispatcher.run_once()
+        pending_first = dispatcher.planning.pending_first
+        job = await _submitted(conn, NewJob("new", "shell", "true", ["a", "b"]))
+        await dispatcher.run_once()
+        # then the rounds took the pending tasks' way, and it placed the new job's tasks
+        assert pending_first
+        assert await _claimed(conn, job.id) == 2
