@@ -7,6 +7,11 @@ many jobs (thousands of one-task jobs running, none waiting), that is a few desc
 probe per job was thousands; where every job has one, a descent costs about twice a probe.
 """
 
+from typing import Final
+
+#: An unclaimed new task `t`: the predicate of `tasks_new` (migration 0011).
+NEW: Final = "t.claim IS NULL AND t.state = 'new'"
+
 
 def jobs_with(name: str, tasks: str) -> str:
     """A `WITH RECURSIVE` item `name(job_id)`: the jobs that have a task `t` matching `tasks`,

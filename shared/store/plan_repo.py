@@ -66,7 +66,7 @@ _PLACEABLE: Final = f"(j.state = 'active' OR (j.state = 'configuring' AND {_NOT_
 
 #: The jobs with an unclaimed new task, by a loose index scan of `tasks_new`: one descent a
 #: job with one, none for a job without (where the other way probes every placeable job).
-_PENDING: Final = loose_scan.jobs_with("pending", "t.claim IS NULL AND t.state = 'new'")
+_PENDING: Final = loose_scan.jobs_with("pending", loose_scan.NEW)
 
 
 #: The columns of a job that the feed reads (`_JOB_COLUMNS`, `_releasable`, the rank).

@@ -88,7 +88,7 @@ def statement() -> str:
 #: (`tasks_resting`), each read by a loose index scan (`loose_scan`): one descent a job that
 #: has one, none for the others.
 _WAITING_JOBS: Final = (
-    loose_scan.jobs_with("new_of", "t.claim IS NULL AND t.state = 'new'")
+    loose_scan.jobs_with("new_of", loose_scan.NEW)
     + ", "
     + loose_scan.jobs_with("resting_of", f"t.claim IS NULL AND t.state IN ({_RESTING_LIST})")
 )
