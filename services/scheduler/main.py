@@ -136,12 +136,13 @@ class Scheduler:
         #: prerequisites is seldom there).
         self.triage_due = Due(SWEEP_EVERY_S)
         self.waiters_due = Due(SWEEP_EVERY_S, WAITERS_GAP_S)
-        #: The dispatcher looks when told (a 'round' notification: tasks added, a job made
-        #: active, a claim given back...; a triage decision; a probe ended; a full batch
-        #: placed), a gap after its last look while tasks wait (a throttle, a cap, a
+        #: The dispatcher looks when told (a triage decision; a probe ended; a full batch
+        #: placed), a gap after its last look on a 'round' notification (tasks added, a job
+        #: made active, a claim given back...) and while tasks wait (a throttle, a cap, a
         #: prerequisite, a backoff, capacity: a task's end may free them): `GAP_PER_LOOK`
-        #: times the look's own time, at most `VIGIL_RELEASE_GAP_S`; and at least every
-        #: sweep. With none waiting, a task's end frees none.
+        #: times the look's own time, at most `VIGIL_RELEASE_GAP_S`, none on a small pool or
+        #: after a long quiet; and at least every sweep. With none waiting, a task's end
+        #: frees none.
         self.release_due = Due(SWEEP_EVERY_S, settings.release_gap_s, GAP_PER_LOOK)
         #: Whether the dispatcher's last look saw tasks waiting (`Released.waiting`).
         self.waiting = True
@@ -408,9 +409,12 @@ def _on_notify(
 ) -> None:
     """'relay': rows only the relay has to act on (migrations 0014, 0027, 0028); 'ended <job
     ids>': tasks of these jobs ended (0030): the relay, and the round, whose finaliser is told
-    of each job (`ended`) at once; anything else ('round'): the round and its dispatcher
-    (`release`), which wakes the relay once it has run, so that the `task.new` events of
-    added tasks and the `RunStage` messages the round writes for them go out in one batch."""
+    of each job (`ended`) at once; anything else ('round'): the round, and its dispatcher
+    (`release`) once the gap after its last look has passed (`Due.tell_soon`: under load one
+    look for the submissions of the gap, not one for every two or three; after a quiet spell,
+    or on a small pool, at once), which wakes the relay once it has run, so that the
+    `task.new` events of added tasks and the `RunStage` messages the round writes for them go
+    out in one batch."""
     if payload == "relay":
         relay_wake.set()
     elif isinstance(payload, str) and payload.startswith(_ENDED):
@@ -419,7 +423,7 @@ def _on_notify(
         relay_wake.set()
         round_wake.set()
     else:
-        release.tell()
+        release.tell_soon()
         round_wake.set()
 
 
