@@ -5,6 +5,7 @@ place, and what its supervisors killed at the end."""
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import sys
@@ -127,6 +128,11 @@ async def _run(args: argparse.Namespace) -> None:
             )
             for n in range(0, len(hosts), args.hosts_per_connection)
         ]
+        # What the start made (a thousand hosts' objects, pools, connections) lives as long
+        # as the process: out of the collector's generations, as in the scheduler. Its passes
+        # over them were a third of an idle simulator's CPU (44 % of a core for 1,000 hosts,
+        # 29-38 % frozen): CPU the hosts' beats and moves lacked in the runs under load.
+        gc.freeze()
         print(
             f"ready {len(hosts)} hosts in {time.monotonic() - began:.1f} s"
             f" ({capacity.describe()} each; pid {os.getpid()})",
