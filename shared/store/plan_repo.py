@@ -103,20 +103,65 @@ WHERE w.n > 0
 """
 
 
+def _rank_order(job: str) -> str:
+    """The order of a quick round's jobs (rows `job`): by rank, highest first (priority plus
+    $7 points per hour since the job was made: the planner's rank with the job's age for its
+    oldest task's), then the oldest, then by id."""
+    return (
+        f"{job}.priority + $7 * extract(epoch FROM now() - {job}.created_at) / 3600 DESC,"
+        f" {job}.created_at, {job}.id"
+    )
+
+
+#: The (owner, priority) classes of the active and configuring jobs, by a loose scan of
+#: `jobs_by_rank_class` (migration 0040): one descent a class, none a job.
+_CLASSES: Final = """classes(owner_id, priority) AS (
+    (SELECT j.owner_id, j.priority FROM jobs j WHERE j.state IN ('active', 'configuring')
+     ORDER BY j.owner_id, j.priority LIMIT 1)
+    UNION ALL
+    SELECT n.owner_id, n.priority FROM classes c CROSS JOIN LATERAL (
+        SELECT j.owner_id, j.priority FROM jobs j
+        WHERE j.state IN ('active', 'configuring')
+          AND (j.owner_id, j.priority) > (c.owner_id, c.priority)
+        ORDER BY j.owner_id, j.priority LIMIT 1) n)"""
+
+
 def _top_jobs(pending_first: bool) -> str:
-    """Each user's best-ranked jobs with tasks to place, at most $6 (a quick round): a user's
-    jobs are sorted by rank (priority plus $7 points per hour since the job was made: the
-    planner's rank with the job's age for its oldest task's), job rows only, then probed in
-    that order until $6 have tasks to place: the cost is the users' jobs' rows and $6 probes
-    a user (with `pending_first`, of their jobs with a new task), not a probe per job."""
+    """Each user's best-ranked jobs with tasks to place, at most $6 (a quick round).
+
+    Probing every placeable job, by class: among one user's jobs of one priority the rank
+    orders the oldest first (whatever $7), so each (owner, priority) class is read oldest
+    first from `jobs_by_rank_class` and probed until $6 have tasks to place; a user's best
+    $6 are among those of their classes, which are then ranked (`_rank_order`). The cost is
+    a descent per class and the probes, not the user's jobs: with 1,000 one-task jobs
+    waiting, a look sorted all 1,000 (docs/performance.md, "The best-ranked jobs, by class").
+
+    With `pending_first` (few of the placeable jobs wait: `feed_from_pending`), the jobs
+    with a new task are read first, and a user's among them are sorted by rank, job rows
+    only, then probed in that order until $6 have tasks to place."""
+    if not pending_first:
+        return f"""WITH RECURSIVE {_CLASSES}
+SELECT x.* FROM (
+    SELECT y.*, row_number() OVER (PARTITION BY y.owner_id ORDER BY {_rank_order("y")}) AS nth
+    FROM classes c CROSS JOIN LATERAL (
+        SELECT {_JOB_COLUMNS}, j.created_at
+        FROM (SELECT j.* FROM jobs j
+              WHERE {_PLACEABLE} AND j.state IN ('active', 'configuring')
+                AND j.owner_id = c.owner_id AND j.priority = c.priority
+              ORDER BY j.created_at, j.id) j
+        {_HAS_NEW}
+        {_JOB_PROBES}
+        WHERE w.n > 0
+        LIMIT $6) y) x
+WHERE x.nth <= $6
+"""
     with_, jobs, has_new = _placeable(pending_first)
     return f"""{with_}
 SELECT x.* FROM (SELECT DISTINCT j.owner_id FROM {jobs}) o
 CROSS JOIN LATERAL (
     SELECT {_JOB_COLUMNS}
     FROM (SELECT j.* FROM {jobs} AND j.owner_id = o.owner_id
-          ORDER BY j.priority + $7 * extract(epoch FROM now() - j.created_at) / 3600 DESC,
-                   j.created_at, j.id) j
+          ORDER BY {_rank_order("j")}) j
     {has_new}
     {_JOB_PROBES}
     WHERE w.n > 0

@@ -562,6 +562,65 @@ async def test_the_feed_finds_the_same_jobs_by_probing_every_job_or_from_the_pen
     assert quick[False].placeable_jobs is None
 
 
+async def test_a_quick_round_reads_each_users_best_ranked_jobs_across_priorities_and_ages(
+    pool: Pool,
+) -> None:
+    """A quick round reads each user's jobs with tasks to place by class (owner, priority),
+    oldest first, and ranks those (`plan_repo._top_jobs`): what it reads must be each user's
+    best-ranked ones, priority plus age, as a sort of all their jobs would give."""
+    per_hour, extra = 10.0, 2  # one priority point per 6 minutes of age; top = (2, per_hour)
+    async with pool.acquire() as conn:
+        await _host(conn)
+        users = [
+            (await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")).id
+            for _ in range(2)
+        ]
+        # given each user's jobs of three priorities and ages in minutes, more of a priority
+        # than a quick round reads, some of them with nothing to place (all claimed)
+        # (with nothing to place, (5, 45) and (10, 40) would rank first and third)
+        shapes = [
+            (0, 90, True),
+            (0, 50, True),
+            (0, 40, True),
+            (0, 30, True),
+            (0, 5, True),
+            (5, 45, False),
+            (5, 25, True),
+            (5, 1, True),
+            (10, 40, False),
+            (10, 31, True),
+            (10, 3, True),
+            (10, 2, True),
+            (10, 1, True),
+        ]
+        ranks: dict[str, dict[str, float]] = {user: {} for user in users}
+        for n, user in enumerate(users):
+            for priority, minutes, to_place in shapes:
+                job = await _submitted(conn, NewJob(f"p{priority}", "shell", "true", ["a"]), user)
+                await conn.execute(
+                    "UPDATE jobs SET priority = $2,"
+                    " created_at = now() - make_interval(mins => $3) WHERE id = $1",
+                    job.id,
+                    priority,
+                    minutes + n,  # the users' jobs differ in age
+                )
+                if not to_place:
+                    await conn.execute(
+                        "UPDATE tasks SET claim = gen_random_uuid() WHERE job_id = $1", job.id
+                    )
+                else:
+                    ranks[user][job.id] = priority + per_hour * (minutes + n) / 60
+
+        # when a quick round reads the feed (one task counted a job: `batch` 1)
+        feed = await plan_repo.read(conn, POOL, 10.0, 0, 1, (extra, per_hour), False)
+
+    # then it read each user's best-ranked jobs with tasks to place, `extra` + 1 of them:
+    # (10, 31), (0, 90) and (10, 3), neither by priority alone nor by age alone
+    for user in users:
+        best = sorted(ranks[user], key=lambda job_id: -ranks[user][job_id])[: extra + 1]
+        assert sorted(j.job_id for j in feed.jobs if j.owner_id == user) == sorted(best)
+
+
 async def test_among_many_jobs_with_nothing_to_place_the_rounds_read_the_pending_tasks(
     pool: Pool,
 ) -> None:
