@@ -114,9 +114,22 @@ class Planning:
             self._full_at = clock
         staging = self.prefetch or self.short_prefetch  # the operator's, when set, for all
         top = None if full else (QUICK_EXTRA, self.settings.age_per_hour)
-        feed = await plan_repo.read(
-            conn, self.pool, self.fresh_s, staging, self.batch, top, self.pending_first
+        # nothing of the last rounds to undo (reasons written, hosts held): where no job has
+        # a task to place, there is nothing to read or plan (`cpus` and `held` stay as the
+        # last round that read the hosts saw them)
+        quiet = self._written == {} and not self.reservations
+        feed = await plan_repo.read_unless_idle(
+            conn,
+            self.pool,
+            self.fresh_s,
+            staging,
+            self.batch,
+            top,
+            self.pending_first,
+            skip_idle=quiet,
         )
+        if feed is None:
+            return Placed(0, 0)
         if feed.placeable_jobs is not None:  # a full round: the cheaper way for the next ones
             self.pending_first = plan_repo.feed_from_pending(len(feed.jobs), feed.placeable_jobs)
         await self._look_at_short_work(conn)

@@ -639,3 +639,52 @@ async def test_among_many_jobs_with_nothing_to_place_the_rounds_read_the_pending
         # then the rounds took the pending tasks' way, and it placed the new job's tasks
         assert pending_first
         assert await _claimed(conn, job.id) == 2
+
+
+async def test_an_idle_pools_feed_stops_at_its_first_statement_but_a_waiting_job_is_read(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        await _host(conn)
+        # given nothing waits: the feed is skipped, unless asked whole
+        idle = await plan_repo.read_unless_idle(conn, POOL, 10.0, 0, 100)
+        whole = await plan_repo.read_unless_idle(conn, POOL, 10.0, 0, 100, skip_idle=False)
+        # when a job's one new task waits on a prerequisite (it cannot be placed yet)
+        first = await _submitted(conn, NewJob("first", "shell", "true", ["a"]))
+        await conn.execute("UPDATE tasks SET state = 'completed' WHERE job_id = $1", first.id)
+        upstream = await conn.fetchval("SELECT id FROM tasks WHERE job_id = $1", first.id)
+        job = await _submitted(conn, NewJob("later", "shell", "true", ["b"]))
+        await conn.execute(
+            "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
+            " SELECT id, 'setup', $2, 'failed' FROM tasks WHERE job_id = $1",
+            job.id,
+            upstream,
+        )
+        waiting = await plan_repo.read_unless_idle(conn, POOL, 10.0, 0, 100)
+        # and once its job is suspended, nothing placeable waits again
+        await conn.execute("UPDATE jobs SET state = 'suspended' WHERE id = $1", job.id)
+        suspended = await plan_repo.read_unless_idle(conn, POOL, 10.0, 0, 100)
+
+    assert idle is None
+    assert whole is not None and len(whole.hosts) == 1 and not whole.jobs
+    assert waiting is not None and len(waiting.hosts) == 1
+    assert suspended is None
+
+
+async def test_a_reason_written_is_cleared_when_its_job_stops_waiting_in_an_idle_pool(
+    pool: Pool,
+) -> None:
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        # given a job that waits for a host, and its reason written
+        job = await _submitted(conn, NewJob("alone", "shell", "true", ["a"]))
+        await dispatcher.run_once()
+        before = await _wait(conn, job.id)
+        # when it is cancelled, nothing else waiting, and the next full round comes
+        await conn.execute("UPDATE jobs SET state = 'cancelled' WHERE id = $1", job.id)
+        dispatcher.planning._full_at = 0.0
+        await dispatcher.run_once()
+        after = await _wait(conn, job.id)
+
+    assert before is not None and before[0] == "no_host"
+    assert after is None
