@@ -10,10 +10,11 @@ The registration is looked up every `poll_s` while no live worker is watched (on
 while one is, its exit wakes the watch at once, and its heartbeat is looked at every fifth of
 `dead_worker_s`. The heartbeat is read by the supervisor's own beat, in its statement
 (`heartbeat.LastBeat`), so that an idle host costs the database one statement a beat. The
-registration is not read again while the worker watched lives: a host runs one worker, and a
-new one registers after the old one exits (a registration that changed meanwhile is read once
-its exit is handled). That read was a Redis round trip every 2 s a host, 480 a second for a
-thousand idle hosts, over a third of what they asked of Redis (issue 41).
+registration is not read again while the worker watched lives and the host's row (as that
+beat read it) names no other: a host runs one worker, and a new one registers after the old
+one exits, or, started beside it by hand, shows in the row at its first beat. That read was a
+Redis round trip every 2 s a host, 480 a second for a thousand idle hosts, over a third of
+what they asked of Redis (issue 41).
 """
 
 import asyncio
@@ -116,8 +117,13 @@ class WorkerWatch:
         logger.info("watching worker %s (pid %d)", found.instance, found.pid)
 
     def _watching_live(self) -> bool:
-        """Whether a worker is watched whose process has not exited (nor been judged silent)."""
-        return self.current is not None and self._exit is not None and not self._exit.done()
+        """Whether the worker watched has not exited and is still the one the host's row
+        names, as the supervisor's last beat read it (or no other is named there: none yet,
+        or none registered)."""
+        current, named = self.current, self._last.beat.worker
+        if current is None or self._exit is None or self._exit.done():
+            return False
+        return named is None or named == current.instance
 
     def _note_exit(self, _exit: "asyncio.Future[None]") -> None:
         self._exited_at = time.time()

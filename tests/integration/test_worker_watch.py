@@ -17,6 +17,7 @@ from shared.messaging.presence import WorkerIdentity, announce
 from shared.messaging.redis_client import open_redis
 from shared.messaging.redis_keys import RedisKeys
 from shared.store import db
+from shared.store.hosts_repo import SupervisorBeat
 from tests.conftest import REDIS_URL
 
 pytestmark = pytest.mark.integration
@@ -67,4 +68,25 @@ async def test_the_watch_keeps_its_live_worker_and_takes_the_next_registration_a
 
     assert watched_first == first
     assert still_first == first
+    assert watch.current == second
+
+
+async def test_the_watch_follows_a_worker_the_hosts_row_names_while_the_old_one_lives(
+    pool: db.Pool, redis: Redis, sleepers: list[subprocess.Popen[bytes]]
+) -> None:
+    host_id = f"h-{uuid.uuid4().hex[:10]}"
+    keys = RedisKeys(f"ns-{uuid.uuid4().hex[:10]}")
+    first, second = _identity(sleepers[0], "w-first"), _identity(sleepers[1], "w-second")
+    last = LastBeat()
+    watch = WorkerWatch(pool, redis, keys, host_id, None, 10.0, last)
+    # given the watch follows the first worker, and another registers beside it
+    await announce(redis, keys, host_id, first)
+    await watch._step()
+    await announce(redis, keys, host_id, second)
+    # when the supervisor's beat reads that the host's row names the other
+    last.beat = SupervisorBeat("w-second", False, False, False, False)
+    await watch._step()
+
+    # then the watch follows it, although the first still runs
+    assert sleepers[0].poll() is None
     assert watch.current == second
