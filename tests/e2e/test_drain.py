@@ -2,6 +2,7 @@
 operator undrains it; jobs say why they wait meanwhile."""
 
 import asyncio
+import time
 from typing import Any
 
 import httpx
@@ -12,13 +13,21 @@ from tests.e2e.conftest import Events, wait_job
 pytestmark = pytest.mark.e2e
 
 HOST = "e2e-host"
+#: Between the database's clock and this test's, read a few milliseconds apart.
+_MARGIN_S = 0.05
 
 
 async def _heartbeat_seen(client: httpx.AsyncClient) -> None:
-    """Wait for the worker's next heartbeat (it learns its admission with each one)."""
-    before = await _host(client)
+    """Wait until the host's row holds a worker heartbeat sent after this call began (the
+    worker learns its admission with each one). Its age is younger than the time waited
+    then; an age younger than the one first read was not enough: a beat reaches the row up
+    to a second after it reached Redis (the leader's relay), so one read just after a
+    write could be younger than every beat that followed."""
+    started = time.monotonic()
     async with asyncio.timeout(10):
-        while (await _host(client))["worker_heartbeat_age_s"] >= before["worker_heartbeat_age_s"]:  # noqa: ASYNC110
+        while (await _host(client))["worker_heartbeat_age_s"] + _MARGIN_S >= (  # noqa: ASYNC110
+            time.monotonic() - started
+        ):
             await asyncio.sleep(0.05)
 
 
