@@ -178,15 +178,17 @@ _TOP_JOBS: Final = {first: _top_jobs(first) for first in (False, True)}
 #: placeable (`Feed.placeable_jobs`; index scans of `jobs_active` and `jobs_configuring`),
 #: and with $2 whether any placeable job has an unclaimed new task (`_PENDING`, which stops
 #: at the first such job: a descent of `tasks_new` a job with new tasks, none for the jobs
-#: without; true, unasked, without $2). A job whose new tasks all wait (a prerequisite, its
-#: `max_in_flight`) counts: the round reads on and writes why it waits.
+#: without; true, unasked, without $2), each job found looked up by its id (a subquery per
+#: row: a join was planned as a hash of every active job). A job whose new tasks all wait (a
+#: prerequisite, its `max_in_flight`) counts: the round reads on and writes why it waits.
 _CLOCK: Final = f"""
 WITH RECURSIVE {_PENDING}
 SELECT extract(epoch FROM now())::float8 AS now, NOT {_NOT_STOPPED} AS stopped,
        CASE WHEN $1::boolean THEN (SELECT count(*) FROM jobs j WHERE {_PLACEABLE}) END
            AS placeable,
        NOT $2::boolean OR EXISTS (
-           SELECT 1 FROM pending p JOIN jobs j ON j.id = p.job_id WHERE {_PLACEABLE}
+           SELECT 1 FROM pending p
+           WHERE (SELECT {_PLACEABLE} FROM jobs j WHERE j.id = p.job_id)
        ) AS waiting
 """
 
