@@ -44,19 +44,30 @@ async def redis() -> AsyncIterator[Redis]:
         yield client
 
 
-async def test_the_watch_keeps_its_live_worker_and_takes_the_next_registration_at_its_exit(
+async def _watching_first(
     pool: db.Pool, redis: Redis, sleepers: list[subprocess.Popen[bytes]]
-) -> None:
+) -> tuple[WorkerWatch, LastBeat, WorkerIdentity, WorkerIdentity]:
+    """Given-step: a watch that follows the first sleeper as its host's worker, and the second
+    registered since (not looked at yet); the watch, its last beat and both identities."""
     host_id = f"h-{uuid.uuid4().hex[:10]}"
     keys = RedisKeys(f"ns-{uuid.uuid4().hex[:10]}")
     first, second = _identity(sleepers[0], "w-first"), _identity(sleepers[1], "w-second")
-    watch = WorkerWatch(pool, redis, keys, host_id, None, 10.0, LastBeat())
-    # given the watch follows the first worker
+    last = LastBeat()
+    watch = WorkerWatch(pool, redis, keys, host_id, None, 10.0, last)
     await announce(redis, keys, host_id, first)
     await watch._step()
+    assert watch.current == first
+    await announce(redis, keys, host_id, second)
+    return watch, last, first, second
+
+
+async def test_the_watch_keeps_its_live_worker_and_takes_the_next_registration_at_its_exit(
+    pool: db.Pool, redis: Redis, sleepers: list[subprocess.Popen[bytes]]
+) -> None:
+    # given the watch follows the first worker
+    watch, _, first, second = await _watching_first(pool, redis, sleepers)
     watched_first = watch.current
     # when another registers while the first lives, the watch keeps the first
-    await announce(redis, keys, host_id, second)
     await watch._step()
     still_first = watch.current
     # and once the first exits, the next look reaps it and follows the second
@@ -74,15 +85,8 @@ async def test_the_watch_keeps_its_live_worker_and_takes_the_next_registration_a
 async def test_the_watch_follows_a_worker_the_hosts_row_names_while_the_old_one_lives(
     pool: db.Pool, redis: Redis, sleepers: list[subprocess.Popen[bytes]]
 ) -> None:
-    host_id = f"h-{uuid.uuid4().hex[:10]}"
-    keys = RedisKeys(f"ns-{uuid.uuid4().hex[:10]}")
-    first, second = _identity(sleepers[0], "w-first"), _identity(sleepers[1], "w-second")
-    last = LastBeat()
-    watch = WorkerWatch(pool, redis, keys, host_id, None, 10.0, last)
     # given the watch follows the first worker, and another registers beside it
-    await announce(redis, keys, host_id, first)
-    await watch._step()
-    await announce(redis, keys, host_id, second)
+    watch, last, _, second = await _watching_first(pool, redis, sleepers)
     # when the supervisor's beat reads that the host's row names the other
     last.beat = SupervisorBeat("w-second", False, False, False, False)
     await watch._step()
