@@ -51,10 +51,9 @@ async def submit(
     when `inputs_from` names a purged job (its outputs are gone), and `QuotaExceeded` when
     the user may not create that many tasks now; nothing is written then.
     """
-    async with pool.acquire() as conn, conn.transaction():
-        # First: the job may be held by a stop (see stop_guard). Its statements are lookups by
-        # key: one plan each per connection (db.GENERIC_PLANS).
-        await stop_guard.share(conn, generic_plans=True)
+    # First: the job may be held by a stop (see stop_guard). Its statements are lookups by
+    # key: one plan each per connection (db.GENERIC_PLANS).
+    async with pool.acquire() as conn, stop_guard.guarded(conn, generic_plans=True) as guard:
         await _check_references(conn, user, body)
         if body.inputs_from is not None:
             await harvest.check_not_purged(
@@ -71,7 +70,7 @@ async def submit(
         if created and not body.configuring:  # a configuring job is filled at activation
             job = await _fill(conn, job, body)
             await quota.charge(user, sum(job.counts.values()))
-            if await stop_guard.hold_if_stopped(conn, job.id, shared=True):  # made in a stop
+            if await guard.hold(conn, job.id):  # made in a stop
                 job = await _read(conn, job.id)
     if created:
         logger.info(

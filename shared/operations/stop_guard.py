@@ -9,6 +9,9 @@ takes it (`share`) as its first lock: the stop, holding it, waits on job and tas
 transaction that took a row lock first and then waited here would deadlock with it.
 """
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Final
 
 from shared.domain.errors import Conflict
@@ -27,12 +30,42 @@ async def share(conn: Connection, *, generic_plans: bool = False) -> None:
     await conn.execute(f"SELECT pg_advisory_xact_lock_shared($1){also}", LOCK_KEY)
 
 
-async def hold_if_stopped(conn: Connection, job_id: str, *, shared: bool = False) -> bool:
+@dataclass(frozen=True)
+class Guard:
+    """What a transaction begun by `guarded` read of the stops, under the lock."""
+
+    #: Whether a stop was in force (its id is read only then: `hold`).
+    stopped: bool
+
+    async def hold(self, conn: Connection, job_id: str) -> bool:
+        """`hold_if_stopped` in the guarded transaction: nothing to read or do unless a
+        stop was in force."""
+        if not self.stopped:
+            return False
+        return await hold_under(conn, await emergency_repo.in_force_id(conn), job_id)
+
+
+@asynccontextmanager
+async def guarded(conn: Connection, *, generic_plans: bool = False) -> AsyncIterator[Guard]:
+    """A transaction that holds the stop lock shared from its first statement, and knows
+    whether a stop is in force: the lock and the stops' read go in one round trip (two
+    statements in one message, PostgreSQL's simple protocol; the read, a statement of its
+    own, reads a snapshot taken after the lock was granted, so it sees a stop committed
+    while the lock was awaited). `generic_plans`: as `share`. For a writer that makes jobs
+    active at the rate users submit (a submission): the read was a round trip of its own."""
+    also = f", {GENERIC_PLANS}" if generic_plans else ""
+    first = f"SELECT pg_advisory_xact_lock_shared({LOCK_KEY}){also}; {emergency_repo.IN_FORCE}"
+    async with conn.transaction():
+        # the read's status counts its rows: "SELECT 1" while a stop is in force (at most
+        # one is: `emergency_stops_in_force`)
+        status = await conn.execute(first)
+        yield Guard(stopped=status != "SELECT 0")
+
+
+async def hold_if_stopped(conn: Connection, job_id: str) -> bool:
     """Suspend `job_id`, just made active, if a stop is in force (the stop's lifting resumes
-    it); True if it did. Call in the transaction that made it active; `shared`: that
-    transaction took the lock first already (`share`)."""
-    if not shared:
-        await share(conn)
+    it); True if it did. Call in the transaction that made it active."""
+    await share(conn)
     return await hold_under(conn, await emergency_repo.in_force_id(conn), job_id)
 
 

@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from shared.domain.messages import RunStage
-from shared.operations import emergency
+from shared.operations import emergency, stop_guard
+from shared.store import emergency_repo
 from tests.integration.test_api_harness import Api, running_api
+from tests.integration.waiting import until_someone_blocked
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +69,34 @@ async def test_a_job_submitted_during_an_emergency_stop_is_held_by_it_not_releas
         # the stop held it as its own: its lifting resumed it
         state = await api.pool.fetchval("SELECT state FROM jobs WHERE id = $1", job["id"])
         assert state == "active"
+
+
+async def test_a_submission_that_waits_for_a_stop_is_held_by_it(api: Api) -> None:
+    # given a stop under way: its lock held, its record written, not yet committed
+    async with api.pool.acquire() as stop:
+        stopping = stop.transaction()
+        await stopping.start()
+        try:
+            await stop.execute("SELECT pg_advisory_xact_lock($1)", stop_guard.LOCK_KEY)
+            await emergency_repo.record_stop(stop, "op", f"race {uuid.uuid4().hex[:6]}")
+            # when a job is submitted meanwhile (it waits for the lock), and the stop commits
+            submitting = asyncio.create_task(api.submit(api.user, command="true", inputs=["a"]))
+            await until_someone_blocked(api.pool)
+        except BaseException:
+            await stopping.rollback()
+            raise
+        await stopping.commit()
+    job = await submitting
+    try:
+        # then the submission saw the stop that committed while it waited: its job is held
+        assert job["state"] == "suspended"
+        held = await api.pool.fetchval(
+            "SELECT count(*) FROM emergency_stop_jobs WHERE job_id = $1", job["id"]
+        )
+        assert held == 1
+    finally:
+        async with api.pool.acquire() as conn:
+            await emergency.resume(conn, "op")
 
 
 async def _notified_by_submitting(api: Api, **body: Any) -> set[str]:
