@@ -164,51 +164,15 @@ def relay_wait(quiet_s: float, poll_s: float, nudge_every_s: float) -> float:
 _RELAY_SLOW_S = 2.0
 
 
-def gather_wait(
-    relayed: int,
-    before: int,
-    gather_s: float,
-    *,
-    rate: float = 0.0,
-    busy_rate: float = math.inf,
-    busy_gather_s: float = 0.0,
-) -> float:
+def gather_wait(relayed: int, before: int, gather_s: float) -> float:
     """How long the relay waits before its next read, after a read that published `relayed`
     rows and one before it that published `before`: two busy reads in a row say the system
     is busy, and what it writes for `gather_s` more goes out together (fewer and fuller
     batches, each one statement). After a read that followed a quiet moment, nothing waits:
     the quiet path's moves come milliseconds apart, and the next one (a submission's
     `RunStage`) is not held back. (A threshold on the batch's size instead held busy runs
-    at small batches half the time: batches fill only once the relay gathers.)
-
-    While the relay publishes `busy_rate` rows a second or more (`rate`, `RowRate`: a rate
-    over the last second, which the gather itself does not change), it gathers the longer
-    `busy_gather_s`: a call costs PostgreSQL about 0.5 ms whatever it carries, and at that
-    rate its rows wait in a queue anyway. A lone job's chain of busy reads (its `task.new`,
-    its work message, its moves' events) is far below it, and keeps the short gather: its
-    start is not held back (docs/performance.md, "The relay's gather, by the rate")."""
-    if not (relayed and before):
-        return 0.0
-    return max(gather_s, busy_gather_s) if rate >= busy_rate else gather_s
-
-
-@dataclass
-class RowRate:
-    """Rows a second over the last whole window of `window_s` (the relay's rate: `add` after
-    each read). A window that a quiet spell stretched counts over its whole length."""
-
-    window_s: float = 1.0
-    per_s: float = 0.0
-    _start: float | None = None
-    _rows: int = 0
-
-    def add(self, rows: int, now: float) -> None:
-        if self._start is None:
-            self._start = now
-        elif now - self._start >= self.window_s:
-            self.per_s = self._rows / (now - self._start)
-            self._start, self._rows = now, 0
-        self._rows += rows
+    at small batches half the time: batches fill only once the relay gathers.)"""
+    return gather_s if relayed and before else 0.0
 
 
 #: A backoff ends at PostgreSQL's `now()`; the round looks that much after it, not before.

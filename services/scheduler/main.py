@@ -31,7 +31,7 @@ from services.scheduler import beat_relay, breaker, dead_letters, pilots, prunin
 from services.scheduler import health as scheduler_health
 from services.scheduler.beat_relay import BeatRelay
 from services.scheduler.dispatcher import Dispatcher
-from services.scheduler.due import Due, Pace, RowRate, gather_wait, relay_wait, soon_enough_for
+from services.scheduler.due import Due, Pace, gather_wait, relay_wait, soon_enough_for
 from services.scheduler.finaliser import SWEEP_EVERY_S, Finaliser
 from services.scheduler.leader import Leadership
 from services.scheduler.pilots import PilotPool
@@ -303,7 +303,6 @@ class Scheduler:
         polling = False  # woken by the clock, not by an insert or a busy batch
         heard = time.monotonic()  # the last notification or batch
         before = 0  # what the read before this one published
-        rate = RowRate()  # rows published a second, over the last second
         while not stop.is_set():
             if not lead.held:
                 await self.relay.drain()
@@ -320,15 +319,7 @@ class Scheduler:
             if relayed or not polling:
                 heard = now
             polling = False
-            rate.add(relayed, now)
-            gather = gather_wait(
-                relayed,
-                before,
-                self.settings.relay_gather_s,
-                rate=rate.per_s,
-                busy_rate=self.settings.relay_busy_rows_s,
-                busy_gather_s=self.settings.relay_busy_gather_s,
-            )
+            gather = gather_wait(relayed, before, self.settings.relay_gather_s)
             before = relayed
             if gather:  # busy: let the next batch fill a little
                 await wait_or_stop(stop, gather)

@@ -33,12 +33,6 @@ class SchedulerSettings(CommonSettings):
     #: fuller batches, each one statement); after a read that followed a quiet moment,
     #: nothing waits (`due.gather_wait`; `VIGIL_RELAY_GATHER_S`, 0: read again at once).
     relay_gather_s: float = Field(default=0.006, ge=0, le=1)
-    #: While the relay publishes `relay_busy_rows_s` rows a second or more (a hundred tasks
-    #: a second or so), it gathers this long instead: fewer calls, each costing PostgreSQL
-    #: about 0.5 ms whatever it carries, when its rows queue anyway (`due.gather_wait`;
-    #: `VIGIL_RELAY_BUSY_GATHER_S`, `VIGIL_RELAY_BUSY_ROWS_S`).
-    relay_busy_gather_s: float = Field(default=0.015, ge=0, le=1)
-    relay_busy_rows_s: float = Field(default=1000.0, gt=0)
     #: A lost task whose process may still run is resubmitted once its supervisor killed it,
     #: or after its host has been unreachable this long.
     fence_timeout_s: float = Field(default=60.0, gt=0)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.scheduler.due import Due, Pace, RowRate, gather_wait, relay_wait, soon_enough_for
+from services.scheduler.due import Due, Pace, gather_wait, relay_wait, soon_enough_for
 
 
 def test_the_first_round_looks_then_only_when_told_or_at_the_sweep() -> None:
@@ -108,30 +108,6 @@ def test_the_relay_gathers_after_two_busy_reads_and_not_after_a_quiet_moment() -
     assert gather_wait(1, before=1, gather_s=0.006) == 0.006
     assert gather_wait(9, before=0, gather_s=0.006) == 0.0  # the first after a quiet moment
     assert gather_wait(0, before=9, gather_s=0.006) == 0.0  # nothing left: wait for a wake
-
-
-def test_the_relay_gathers_longer_only_while_it_publishes_at_the_busy_rate() -> None:
-    busy = {"busy_rate": 1000.0, "busy_gather_s": 0.015}
-    assert gather_wait(9, before=3, gather_s=0.006, rate=1000.0, **busy) == 0.015
-    assert gather_wait(9, before=3, gather_s=0.006, rate=999.0, **busy) == 0.006  # a lone job
-    assert gather_wait(9, before=0, gather_s=0.006, rate=5000.0, **busy) == 0.0  # quiet before
-    assert gather_wait(0, before=9, gather_s=0.006, rate=5000.0, **busy) == 0.0  # nothing left
-
-
-def test_the_relays_rate_counts_the_last_whole_second() -> None:
-    # given a relay that published 600 rows within its first second, then 300 within 0.5 s
-    rate = RowRate(window_s=1.0)
-    rate.add(100, now=10.0)
-    rate.add(500, now=10.5)
-    assert rate.per_s == 0.0  # no whole window yet
-    rate.add(300, now=11.0)  # a new window from here
-    assert rate.per_s == 600.0
-    rate.add(0, now=11.5)
-    assert rate.per_s == 600.0
-    # when the relay reads again after a quiet spell of 9 s
-    rate.add(50, now=20.0)
-    # then the window the spell stretched counts over its whole length: 300 rows in 9 s
-    assert rate.per_s == 300.0 / 9.0
 
 
 def test_a_task_end_is_looked_at_a_gap_after_the_last_look_and_wakes_the_round_then() -> None:
