@@ -12,11 +12,12 @@ a task this worker holds without one.
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 from uuid import UUID
 
+from services.worker.job_cache import JobCache
 from services.worker.tenure import Tenure
 from shared.domain.errors import StaleState
 from shared.domain.messages import RunStage
@@ -48,6 +49,7 @@ _CLUSTER_STARTS: Final = """
 _TASK_AND_JOB: Final = (
     "SELECT t.*, "
     + ", ".join(f'j.{column} AS "job.{column}"' for column in jobs_repo.COLUMNS)
+    + ", j.xmin::text::bigint AS job_version"  # what the planning round's claim reads too
     + f", {_CLUSTER_STARTS}"
     + " FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE t.id = $1 AND j.id = $2"
 )
@@ -69,6 +71,8 @@ class Taker:
     host_id: str
     work_root: Path
     writer: TransitionWriter
+    #: The jobs read by takes, by row version (a take of a known job's task reads nothing).
+    jobs: JobCache = field(default_factory=JobCache)
 
     def workdir(self, job_id: str, task_id: str) -> Path:
         """Where a task's files live on this host."""
@@ -98,11 +102,10 @@ class Taker:
         connection is held while the move waits for its commit: the writer needs one, and
         as many takes as the pool has connections would otherwise wait for each other for ever.
         """
-        async with self.pool.acquire() as conn:
-            row = await conn.fetchrow(_TASK_AND_JOB, message.task_id, message.job_id)
-        if row is None:
+        found = self._known(message) or await self._read(message)
+        if found is None:
             return None
-        task, job = _task_and_job(row)
+        task, job, cluster_starts = found
         if task.claim != message.claim or await self._refused(task, job, message, refuse):
             return None
         held: Tenure | None = None
@@ -145,8 +148,35 @@ class Taker:
             if held is not None and held.state in QUIET:
                 await self.writer.nudge()
         if held is not None:
-            held.cluster_starts = int(row["cluster_starts"])
+            held.cluster_starts = cluster_starts
         return held
+
+    async def _read(self, message: RunStage) -> tuple[tasks_repo.Task, jobs_repo.Job, int] | None:
+        """The message's task, its job (kept, by its version) and its input's cluster starts
+        before, as they are now; None when there is no such task."""
+        async with self.pool.acquire() as conn:
+            row = await conn.fetchrow(_TASK_AND_JOB, message.task_id, message.job_id)
+        if row is None:
+            return None
+        task, job = _task_and_job(row)
+        self.jobs.keep(job, int(row["job_version"]))
+        return task, job, int(row["cluster_starts"])
+
+    def _known(self, message: RunStage) -> tuple[tasks_repo.Task, jobs_repo.Job, int] | None:
+        """The message's task as claimed, its job, and its input's cluster starts before
+        (none: a task on its first attempt, resubmitted from none), when the message says
+        all of it (`RunStage.claimed`, `job_version`: the planning round's claims) and this
+        worker read its job at that version (`JobCache`); else None: `take` reads them. What
+        the claim left holds until the claim changes, and every move is fenced by it."""
+        if message.claimed is None or message.job_version is None:
+            return None
+        task = tasks_repo.Task.from_json(message.claimed)
+        if task.attempt or task.resubmitted_from is not None:
+            return None  # its cluster starts are counted over its attempts and lineage
+        job = self.jobs.get(message.job_id, message.job_version)
+        if job is None or task.id != message.task_id or task.job_id != job.id:
+            return None
+        return task, job, 0
 
     async def _refused(
         self,

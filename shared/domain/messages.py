@@ -60,6 +60,12 @@ class RunStage(_Message):
     task_id: str
     stage: Stage
     claim: UUID
+    #: The task's row as its claim left it (`tasks_repo.Task.from_json`) and its job's row
+    #: version then (`jobs.xmin`), from the planning round's claim: a worker that knows the
+    #: job at that version takes the task without reading either (`services/worker/claims.py`).
+    #: None: the worker reads them.
+    claimed: dict[str, Any] | None = None
+    job_version: int | None = None
 
 
 class WatchProcess(_Message):

@@ -423,14 +423,15 @@ WITH a AS (
 ), wanted AS (
     SELECT a.job_id, sum(a.n)::int AS total FROM a GROUP BY a.job_id
 ), picked AS (
-    SELECT w.job_id, p.id, row_number() OVER (PARTITION BY w.job_id ORDER BY p.index) AS k
+    SELECT w.job_id, p.id, row_number() OVER (PARTITION BY w.job_id ORDER BY p.index) AS k,
+        j.xmin::text::bigint AS job_version
     FROM wanted w JOIN jobs j ON j.id = w.job_id
     CROSS JOIN LATERAL (
         SELECT t.id, t.index FROM tasks t WHERE {_releasable(1)}
         ORDER BY t.index LIMIT w.total) p
     WHERE j.state = 'active' OR (j.state = 'configuring' AND {_NOT_STOPPED})
 ), dealt AS (
-    SELECT p.id, a.host, a.gpus::jsonb -> (p.k - a.off - 1)::int AS gpus
+    SELECT p.id, a.host, a.gpus::jsonb -> (p.k - a.off - 1)::int AS gpus, p.job_version
     FROM picked p JOIN a ON a.job_id = p.job_id AND p.k > a.off AND p.k <= a.off + a.n
 ), claimed AS (
     UPDATE tasks t SET claim = gen_random_uuid(), host = p.host, updated_at = now(),
@@ -438,13 +439,14 @@ WITH a AS (
                   ELSE ARRAY(SELECT jsonb_array_elements_text(p.gpus)) END
     FROM dealt p
     WHERE t.id = p.id AND t.claim IS NULL AND t.state = 'new'
-    RETURNING t.id, t.job_id, t.host, t.claim
+    RETURNING t.id, t.job_id, t.host, t.claim, to_jsonb(t) AS row, p.job_version
 ), queued AS (
     INSERT INTO outbox (exchange, routing_key, body)
     SELECT 'work', 'host.' || c.host,
         jsonb_build_object(
             'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'run_stage',
-            'job_id', c.job_id, 'task_id', c.id, 'stage', 'setup', 'claim', c.claim)
+            'job_id', c.job_id, 'task_id', c.id, 'stage', 'setup', 'claim', c.claim,
+            'claimed', c.row, 'job_version', c.job_version)
     FROM claimed c ORDER BY c.id
 )
 SELECT count(*) FROM claimed
@@ -464,7 +466,9 @@ class Claim:
 async def claim(conn: Connection, claims: Sequence[Claim]) -> int:
     """Claim the tasks of `claims` for their hosts and queue their work messages; how many
     were claimed (fewer when some were taken meanwhile: a cancel, a suspend, another claim).
-    Locks: the row of each task it claims."""
+    Each message carries the task's row as claimed and its job's row version
+    (`RunStage.claimed`, `job_version`), so that a worker that knows the job at that version
+    takes it without a read. Locks: the row of each task it claims."""
     if not claims:
         return 0
     count = await conn.fetchval(

@@ -68,6 +68,16 @@ class Task:
             data["failure_class"] = FailureClass(data["failure_class"])
         return cls(**{f.name: data[f.name] for f in fields(cls)})
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Task":
+        """The task from its row as `to_jsonb(tasks)` writes it (`RunStage.claimed`)."""
+        row = dict(data)
+        row["claim"] = None if row["claim"] is None else UUID(row["claim"])
+        for name in ("created_at", "updated_at", "not_before"):
+            if row[name] is not None:
+                row[name] = datetime.fromisoformat(row[name])
+        return cls.from_record(row)
+
 
 #: Columns that `transition()` may set besides the state (never user text as a name).
 SETTABLE: Final = frozenset(
