@@ -166,10 +166,13 @@ class Taker:
         """The message's task as claimed, its job, and its input's cluster starts before
         (none: a task on its first attempt, resubmitted from none), when the message says
         all of it (`RunStage.claimed`, `job_version`: the planning round's claims) and this
-        worker read its job at that version (`JobCache`); else None: `take` reads them. What
-        the claim left holds until the claim changes, and every move is fenced by it."""
+        worker read its job at that version (`JobCache`), or the message carries the job
+        (`RunStage.job`); else None: `take` reads them. What the claim left holds until the
+        claim changes, and every move is fenced by it."""
         if message.claimed is None or message.job_version is None:
             return None
+        if message.job is not None:
+            self.jobs.keep(jobs_repo.Job.from_json(message.job), message.job_version)
         task = tasks_repo.Task.from_json(message.claimed)
         if task.attempt or task.resubmitted_from is not None:
             return None  # its cluster starts are counted over its attempts and lineage

@@ -68,6 +68,9 @@ class RunStage(_Message):
     #: None: the worker reads them.
     claimed: dict[str, Any] | None = None
     job_version: int | None = None
+    #: The job's row at `job_version` (`jobs_repo.Job.from_json`), in the message of its first
+    #: input's task: a job of one task is then taken without a read too.
+    job: dict[str, Any] | None = None
 
 
 class WatchProcess(_Message):

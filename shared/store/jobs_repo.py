@@ -5,6 +5,7 @@ a job lock its row first (`FOR UPDATE`), under the emergency stop's shared lock
 (`shared.operations.stop_guard`). The emergency stop's own changes of `jobs.state`, made
 together with its record, live with that record (`emergency_repo`)."""
 
+from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -112,6 +113,15 @@ class Job:
         data["test_counts"] = test_counts or {}
         data["superseded"] = superseded
         return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Job":
+        """The job from its row as `to_jsonb(jobs)` writes it (`RunStage.job`)."""
+        row = dict(data)
+        for name in ("created_at", "finished_at", "activated_at", "purged_at", "probing_since"):
+            if row[name] is not None:
+                row[name] = datetime.fromisoformat(row[name])
+        return cls.from_record(row)
 
     @property
     def request(self) -> Resources:

@@ -446,7 +446,9 @@ WITH a AS (
         jsonb_build_object(
             'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'run_stage',
             'job_id', c.job_id, 'task_id', c.id, 'stage', 'setup', 'claim', c.claim,
-            'claimed', c.row, 'job_version', c.job_version)
+            'claimed', c.row, 'job_version', c.job_version,
+            'job', CASE WHEN (c.row ->> 'index')::int = 0
+                   THEN (SELECT to_jsonb(j) FROM jobs j WHERE j.id = c.job_id) END)
     FROM claimed c ORDER BY c.id
 )
 SELECT count(*) FROM claimed
@@ -468,7 +470,9 @@ async def claim(conn: Connection, claims: Sequence[Claim]) -> int:
     were claimed (fewer when some were taken meanwhile: a cancel, a suspend, another claim).
     Each message carries the task's row as claimed and its job's row version
     (`RunStage.claimed`, `job_version`), so that a worker that knows the job at that version
-    takes it without a read. Locks: the row of each task it claims."""
+    takes it without a read; that of a job's first input carries the job's row too
+    (`RunStage.job`: a job of one task is taken without a read). Locks: the row of each task
+    it claims."""
     if not claims:
         return 0
     count = await conn.fetchval(

@@ -30,14 +30,15 @@ async def _job(pool: db.Pool, inputs: int) -> jobs_repo.Job:
 
 
 async def _claim(pool: db.Pool, job_id: str, count: int) -> list[RunStage]:
-    """The planning round's claim of `count` more tasks of the job: their work messages."""
+    """The planning round's claim of `count` more tasks of the job: their work messages, by
+    their tasks' index."""
     host = f"h-{uuid.uuid4().hex[:8]}"
     async with pool.acquire() as conn:
         before = await conn.fetchval("SELECT coalesce(max(id), 0) FROM outbox")
         await plan_repo.claim(conn, [plan_repo.Claim(job_id, host, count)])
         rows = await conn.fetch(
             "SELECT body FROM outbox WHERE exchange = 'work' AND id > $1"
-            " AND body->>'job_id' = $2 ORDER BY id",
+            " AND body->>'job_id' = $2 ORDER BY (body->'claimed'->>'index')::int",
             before,
             job_id,
         )
@@ -65,21 +66,42 @@ async def test_a_claims_work_message_carries_the_task_as_claimed_and_its_jobs_ve
     assert {m.job_version for m in messages} == {await _version(pool, job.id)}
 
 
+async def test_the_message_of_a_jobs_first_input_carries_the_job_and_is_taken_unread(
+    pool: db.Pool, tmp_path: Path
+) -> None:
+    # given a job of one task (W1's shape), claimed
+    job = await _job(pool, 1)
+    [message] = await _claim(pool, job.id, 1)
+    async with pool.acquire() as conn:
+        read = await jobs_repo.get(conn, job.id, with_counts=False)
+
+    # then its message carries the job as it is
+    assert message.job is not None and jobs_repo.Job.from_json(message.job) == read
+
+    # and a worker that never read the job takes the task from the message alone
+    taker = Taker(pool, "w-first", "h-first", tmp_path, TransitionWriter(pool))
+    held = await taker.take(message)
+    assert held is not None and held.state is TaskState.SETTING_UP and held.job == read
+    assert taker.jobs.hits == 1
+
+
 async def test_a_take_of_a_known_jobs_task_reads_nothing_and_a_changed_job_is_read_again(
     pool: db.Pool, tmp_path: Path
 ) -> None:
     # given a job of four tasks, three of them claimed, and a worker that took the first
+    # (whose message carried the job)
     job = await _job(pool, 4)
     first, second, third = await _claim(pool, job.id, 3)
+    assert first.job is not None and second.job is None
     taker = Taker(pool, "w-known", "h-known", tmp_path, TransitionWriter(pool))
     assert await taker.take(first) is not None
-    assert taker.jobs.hits == 0  # it read its job
+    assert taker.jobs.hits == 1
 
     # when it takes the second (claimed with the job as it read it)
     held = await taker.take(second)
 
-    # then it read nothing: the task is as claimed, the job as read
-    assert taker.jobs.hits == 1
+    # then it read nothing: the task is as claimed, the job as the first message had it
+    assert taker.jobs.hits == 2
     assert held is not None and held.state is TaskState.SETTING_UP and held.job.id == job.id
     assert held.task.id == second.task_id and held.cluster_starts == 0
 
@@ -93,7 +115,7 @@ async def test_a_take_of_a_known_jobs_task_reads_nothing_and_a_changed_job_is_re
     # (claimed before the change: older than what the worker now knows)
     assert await taker.take(fourth) is not None
     assert (await taker.take(third)) is not None
-    assert taker.jobs.hits == 1
+    assert taker.jobs.hits == 2
 
 
 async def test_a_task_past_its_first_attempt_is_read_for_its_cluster_starts(
@@ -109,7 +131,7 @@ async def test_a_task_past_its_first_attempt_is_read_for_its_cluster_starts(
 
     # when it takes it, then it reads it (its cluster starts count over its attempts)
     assert await taker.take(ran) is not None
-    assert taker.jobs.hits == 0
+    assert taker.jobs.hits == 1  # the first's, whose message carried the job
 
 
 async def test_the_cache_keeps_the_latest_jobs_at_the_version_they_were_read(
