@@ -7,10 +7,12 @@ each commit one WAL flush. With several tasks in flight their moves overlap:
 `max_batch` moves in one transaction (each still its own claim-fenced compare-and-set with
 its events), then the next lot. A lone move is committed at once, as one statement: nothing
 waits for a batch to fill, so an idle system pays nothing for this, and a busy one pays one
-commit for many moves. In a batch, the tasks' rows are locked first, in id order (one
-statement), then the moves of each shape (one query text: a fold of the take into `on_cpu`,
-a command's end...) go to PostgreSQL together, pipelined (`Connection.fetchmany`): a round
-trip per shape, not per move.
+commit for many moves. In a batch, the moves go to PostgreSQL in task id order, each run of
+one shape (one query text: a fold of the take into `on_cpu`, a command's end...) together,
+pipelined (`Connection.fetchmany`): a round trip per run, not per move, and the rows locked
+in id order by the moves themselves. Where shapes interleave (more runs than shapes plus
+one), the tasks' rows are locked first, in id order (one statement), and each shape goes
+once (`sending`).
 
 Up to `max_commits` flushers commit at once, each a batch on a connection of its own: a move
 asked for while one batch is under way starts the next flusher rather than wait for that
@@ -18,7 +20,7 @@ batch's statements, one round trip each through a busy event loop (with 32 slots
 waited 89 ms for its commit with one flusher, 63 ms with four: `docs/performance.md`, step
 31). A new flusher starts only when none is still gathering, so what is asked for meanwhile
 goes into its batch. Batches hold disjoint tasks (a task has one move in flight at a time),
-each locked in id order first, so two batches at once cannot deadlock on task rows.
+each locking its rows in id order, so two batches at once cannot deadlock on task rows.
 
 The events of moves that end in a quiet state (`shared.domain.states.QUIET`: `setting_up`,
 `on_cpu`...)
@@ -288,20 +290,49 @@ class TransitionWriter:
 
 
 async def _apply_together(conn: Connection, moves: Sequence[Move]) -> list[tasks_repo.Task | None]:
-    """The moves of a batch, in the caller's transaction: their task rows locked first, in the
-    order other writers of several tasks use, then the moves of each shape (one query text)
-    sent together, pipelined (`fetchmany`): a round trip per shape, not per move."""
-    await tasks_repo.lock_in_order(conn, sorted(move.task.id for move in moves))
+    """The moves of a batch, in the caller's transaction, sent as `sending` says: each group
+    of one shape (one query text) together, pipelined (`fetchmany`: a round trip per group,
+    not per move), their task rows locked first where the groups alone would not lock them
+    in id order (the order of every writer of several tasks)."""
     statements = [move.statement() for move in moves]
-    shapes: dict[str, list[int]] = {}
-    for i, (query, _) in enumerate(statements):
-        shapes.setdefault(query, []).append(i)
+    lock_first, groups = sending(
+        [(move.task.id, query) for move, (query, _) in zip(moves, statements, strict=True)]
+    )
+    if lock_first:
+        await tasks_repo.lock_in_order(conn, sorted(move.task.id for move in moves))
     moved: list[tasks_repo.Task | None] = [None] * len(moves)
-    for query, indexes in shapes.items():
+    for indexes in groups:
+        query = statements[indexes[0]][0]
         records = await conn.fetchmany(query, [statements[i][1] for i in indexes])
         for i, record in zip(indexes, records, strict=True):
             moved[i] = tasks_repo.moved_task(record)
     return moved
+
+
+def sending(moves: Sequence[tuple[str, str]]) -> tuple[bool, list[list[int]]]:
+    """How a batch of moves (task id, query text) goes to PostgreSQL: whether their task rows
+    are locked first (`tasks_repo.lock_in_order`, one statement), and the groups of moves of
+    one query text, in the order they are sent (by their positions in `moves`).
+
+    A move locks its task's row, then its attempts (every writer's order). Sent in task id
+    order, each run of one query text a group, the moves themselves lock the rows in id
+    order: no lock is needed. That costs a round trip per run; where there are more runs than
+    query texts plus one (texts interleaved: A B A B), the rows are locked first and each
+    text goes once instead. A batch of two moves never needs the lock (W1's commits: half a
+    statement a task, `docs/performance.md`)."""
+    order = sorted(range(len(moves)), key=lambda i: moves[i][0])
+    runs: list[list[int]] = []
+    for i in order:
+        if runs and moves[runs[-1][0]][1] == moves[i][1]:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    by_text: dict[str, list[int]] = {}
+    for i in order:
+        by_text.setdefault(moves[i][1], []).append(i)
+    if len(runs) <= len(by_text) + 1:
+        return False, runs
+    return True, list(by_text.values())
 
 
 async def _alone(conn: Connection, queued: _Queued) -> list[_Queued]:
