@@ -12,7 +12,8 @@ one shape (one query text: a fold of the take into `on_cpu`, a command's end...)
 pipelined (`Connection.fetchmany`): a round trip per run, not per move, and the rows locked
 in id order by the moves themselves. Where shapes interleave (more runs than shapes plus
 one), the tasks' rows are locked first, in id order (one statement), and each shape goes
-once (`sending`).
+once (`sending`). A batch of one shape is one round trip in all: one `fetchmany` is a
+transaction of its own (`_Together`).
 
 Up to `max_commits` flushers commit at once, each a batch on a connection of its own: a move
 asked for while one batch is under way starts the next flusher rather than wait for that
@@ -241,9 +242,13 @@ class TransitionWriter:
             async with self.pool.acquire() as conn:
                 if len(batch) == 1:
                     return await _alone(conn, batch[0])
+                together = _Together([queued.move for queued in batch])
                 try:
-                    async with conn.transaction():
-                        moved = await _apply_together(conn, [queued.move for queued in batch])
+                    if len(together.groups) == 1:  # one round trip, atomic (`_Together`)
+                        moved = await together.apply(conn)
+                    else:
+                        async with conn.transaction():
+                            moved = await together.apply(conn)
                 except Exception as exc:
                     if conn.is_closed() or connection_lost(exc):
                         return batch
@@ -289,24 +294,32 @@ class TransitionWriter:
                     return
 
 
-async def _apply_together(conn: Connection, moves: Sequence[Move]) -> list[tasks_repo.Task | None]:
-    """The moves of a batch, in the caller's transaction, sent as `sending` says: each group
-    of one shape (one query text) together, pipelined (`fetchmany`: a round trip per group,
-    not per move), their task rows locked first where the groups alone would not lock them
-    in id order (the order of every writer of several tasks)."""
-    statements = [move.statement() for move in moves]
-    lock_first, groups = sending(
-        [(move.task.id, query) for move, (query, _) in zip(moves, statements, strict=True)]
-    )
-    if lock_first:
-        await tasks_repo.lock_in_order(conn, sorted(move.task.id for move in moves))
-    moved: list[tasks_repo.Task | None] = [None] * len(moves)
-    for indexes in groups:
-        query = statements[indexes[0]][0]
-        records = await conn.fetchmany(query, [statements[i][1] for i in indexes])
-        for i, record in zip(indexes, records, strict=True):
-            moved[i] = tasks_repo.moved_task(record)
-    return moved
+class _Together:
+    """The moves of a batch, sent as `sending` says: each group of one shape (one query text)
+    together, pipelined (`fetchmany`: a round trip per group, not per move), their task rows
+    locked first where the groups alone would not lock them in id order (the order of every
+    writer of several tasks). A batch of one group needs no transaction of its own: the
+    statements of one `fetchmany` are one implicit transaction, all or none (asyncpg's
+    `executemany`, PostgreSQL's extended protocol up to its `Sync`), saving the `BEGIN` and
+    the `COMMIT` round trips; several groups run in the caller's transaction."""
+
+    def __init__(self, moves: Sequence[Move]) -> None:
+        self.statements = [move.statement() for move in moves]
+        self.lock_first, self.groups = sending(
+            [(move.task.id, query) for move, (query, _) in zip(moves, self.statements, strict=True)]
+        )
+        self.task_ids = sorted(move.task.id for move in moves)
+
+    async def apply(self, conn: Connection) -> list[tasks_repo.Task | None]:
+        if self.lock_first:
+            await tasks_repo.lock_in_order(conn, self.task_ids)
+        moved: list[tasks_repo.Task | None] = [None] * len(self.statements)
+        for indexes in self.groups:
+            query = self.statements[indexes[0]][0]
+            records = await conn.fetchmany(query, [self.statements[i][1] for i in indexes])
+            for i, record in zip(indexes, records, strict=True):
+                moved[i] = tasks_repo.moved_task(record)
+        return moved
 
 
 def sending(moves: Sequence[tuple[str, str]]) -> tuple[bool, list[list[int]]]:

@@ -191,6 +191,39 @@ async def test_a_move_that_fails_its_batch_fails_only_its_own_caller(pool: db.Po
     assert await _event_count(pool, tasks) == 2
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"exit_code": 2**40},  # refused by the client: out of range for the integer column
+        {"error_brief": "a NUL \x00 in text"},  # refused by the server
+    ],
+)
+async def test_a_move_that_fails_a_batch_of_one_shape_fails_only_its_own_caller(
+    pool: db.Pool, bad: dict[str, object]
+) -> None:
+    # A batch of one shape is one round trip with no transaction of its own: its statements
+    # must still land all or none, or the others would be made twice (and miss).
+    # (the failing move is the last in task id order: the batch sends the others first)
+    tasks = sorted(await _held_tasks(pool, 3), key=lambda task: task.id)
+    writer = TransitionWriter(pool)
+    good = {"exit_code": 0, "error_brief": "x"}
+    shape = {name: good.get(name) for name in bad}
+
+    moved = await asyncio.gather(
+        writer.advance(_finish(tasks[0], **shape)),
+        writer.advance(_finish(tasks[1], **shape)),
+        writer.advance(_finish(tasks[2], **bad)),
+        return_exceptions=True,
+    )
+
+    assert isinstance(moved[2], (asyncpg.DataError, OverflowError))
+    assert [isinstance(m, tasks_repo.Task) for m in moved[:2]] == [True, True]
+    states = [await pool.fetchval("SELECT state FROM tasks WHERE id = $1", t.id) for t in tasks]
+    assert states == ["data_ready", "data_ready", "on_cpu"]
+    assert await _event_count(pool, tasks) == 2
+    assert writer.commits == 1  # one batch (then each alone)
+
+
 async def test_moves_done_again_after_a_lost_reply_write_nothing_twice(pool: db.Pool) -> None:
     # A worker that crashed between the commit and acting on its reply finds, on trying the
     # same moves again, that they are done: the guards miss and nothing is written twice.
