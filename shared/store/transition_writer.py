@@ -242,8 +242,8 @@ class TransitionWriter:
             async with self.pool.acquire() as conn:
                 if len(batch) == 1:
                     return await _alone(conn, batch[0])
-                together = _Together([queued.move for queued in batch])
                 try:
+                    together = _Together([queued.move for queued in batch])
                     if len(together.groups) == 1:  # one round trip, atomic (`_Together`)
                         moved = await together.apply(conn)
                     else:
