@@ -43,9 +43,10 @@ def kinds(routing_key: str, body: bytes) -> list[tuple[str, str]]:
         found.append((SYSTEM, "started"))
     if state in _TERMINAL:
         found.append((SYSTEM, "ended"))
-        failure = json.loads(body).get("failure_class")
-        if failure and state != TaskState.COMPLETED.value:
-            found.append((SYSTEM, f"failed:{failure}"))
+        if state != TaskState.COMPLETED.value:  # most ends: their bodies are not parsed
+            failure = json.loads(body).get("failure_class")
+            if failure:
+                found.append((SYSTEM, f"failed:{failure}"))
     return found
 
 
