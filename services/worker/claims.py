@@ -171,9 +171,13 @@ class Taker:
         claim changes, and every move is fenced by it."""
         if message.claimed is None or message.job_version is None:
             return None
-        if message.job is not None:
-            self.jobs.keep(jobs_repo.Job.from_json(message.job), message.job_version)
-        task = tasks_repo.Task.from_json(message.claimed)
+        try:
+            if message.job is not None:
+                self.jobs.keep(jobs_repo.Job.from_json(message.job), message.job_version)
+            task = tasks_repo.Task.from_json(message.claimed)
+        except (KeyError, ValueError, TypeError):  # not what a claim writes: read instead
+            logger.warning("work message for task %s: its rows unreadable", message.task_id)
+            return None
         if task.attempt or task.resubmitted_from is not None:
             return None  # its cluster starts are counted over its attempts and lineage
         job = self.jobs.get(message.job_id, message.job_version)

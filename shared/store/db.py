@@ -6,6 +6,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import asyncpg
@@ -190,6 +191,17 @@ async def check_schema(pool: Pool) -> None:
             f"database schema is at version {have}, this code needs {want}: "
             "run `python -m shared.store.migrate`"
         )
+
+
+def jsonb_row(data: Any, timestamps: tuple[str, ...]) -> dict[str, Any]:
+    """A row as `to_jsonb(<table>)` wrote it, with its `timestamps` columns (ISO text there)
+    made datetimes again, for a `from_record`. Raises KeyError, ValueError or TypeError for
+    what no such row would be."""
+    row = dict(data)
+    for name in timestamps:
+        if row[name] is not None:
+            row[name] = datetime.fromisoformat(row[name])
+    return row
 
 
 def row_dict(record: asyncpg.Record | None) -> dict[str, Any] | None:

@@ -22,7 +22,7 @@ from shared.domain.scheduling.resources import Resources
 from shared.domain.states import JobState, TaskState, job_sources_for
 from shared.messaging.topology import event_key
 from shared.store import bundle_repo, outbox, sql_states
-from shared.store.db import Connection
+from shared.store.db import Connection, jsonb_row
 
 
 @dataclass(frozen=True)
@@ -117,11 +117,8 @@ class Job:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Job":
         """The job from its row as `to_jsonb(jobs)` writes it (`RunStage.job`)."""
-        row = dict(data)
-        for name in ("created_at", "finished_at", "activated_at", "purged_at", "probing_since"):
-            if row[name] is not None:
-                row[name] = datetime.fromisoformat(row[name])
-        return cls.from_record(row)
+        times = ("created_at", "finished_at", "activated_at", "purged_at", "probing_since")
+        return cls.from_record(jsonb_row(data, times))
 
     @property
     def request(self) -> Resources:

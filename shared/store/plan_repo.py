@@ -439,7 +439,7 @@ WITH a AS (
                   ELSE ARRAY(SELECT jsonb_array_elements_text(p.gpus)) END
     FROM dealt p
     WHERE t.id = p.id AND t.claim IS NULL AND t.state = 'new'
-    RETURNING t.id, t.job_id, t.host, t.claim, to_jsonb(t) AS row, p.job_version
+    RETURNING t.id, t.job_id, t.index, t.host, t.claim, to_jsonb(t) AS row, p.job_version
 ), queued AS (
     INSERT INTO outbox (exchange, routing_key, body)
     SELECT 'work', 'host.' || c.host,
@@ -447,7 +447,7 @@ WITH a AS (
             'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'run_stage',
             'job_id', c.job_id, 'task_id', c.id, 'stage', 'setup', 'claim', c.claim,
             'claimed', c.row, 'job_version', c.job_version,
-            'job', CASE WHEN (c.row ->> 'index')::int = 0
+            'job', CASE WHEN c.index = 0
                    THEN (SELECT to_jsonb(j) FROM jobs j WHERE j.id = c.job_id) END)
     FROM claimed c ORDER BY c.id
 )

@@ -21,7 +21,7 @@ from shared.domain.prerequisites import met_arrays, unmet_sql
 from shared.domain.states import FAILED, TERMINAL, FailureClass, TaskState, sources_for
 from shared.messaging.topology import event_key
 from shared.store import outbox
-from shared.store.db import Connection
+from shared.store.db import Connection, jsonb_row
 
 
 @dataclass(frozen=True)
@@ -71,11 +71,8 @@ class Task:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Task":
         """The task from its row as `to_jsonb(tasks)` writes it (`RunStage.claimed`)."""
-        row = dict(data)
+        row = jsonb_row(data, ("created_at", "updated_at", "not_before"))
         row["claim"] = None if row["claim"] is None else UUID(row["claim"])
-        for name in ("created_at", "updated_at", "not_before"):
-            if row[name] is not None:
-                row[name] = datetime.fromisoformat(row[name])
         return cls.from_record(row)
 
 

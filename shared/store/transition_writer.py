@@ -308,11 +308,11 @@ class _Together:
         self.lock_first, self.groups = sending(
             [(move.task.id, query) for move, (query, _) in zip(moves, self.statements, strict=True)]
         )
-        self.task_ids = sorted(move.task.id for move in moves)
+        self.task_ids = [move.task.id for move in moves]
 
     async def apply(self, conn: Connection) -> list[tasks_repo.Task | None]:
         if self.lock_first:
-            await tasks_repo.lock_in_order(conn, self.task_ids)
+            await tasks_repo.lock_in_order(conn, sorted(self.task_ids))
         moved: list[tasks_repo.Task | None] = [None] * len(self.statements)
         for indexes in self.groups:
             query = self.statements[indexes[0]][0]

@@ -134,6 +134,22 @@ async def test_a_task_past_its_first_attempt_is_read_for_its_cluster_starts(
     assert taker.jobs.hits == 1  # the first's, whose message carried the job
 
 
+async def test_a_message_whose_rows_cannot_be_read_back_is_taken_through_the_read(
+    pool: db.Pool, tmp_path: Path
+) -> None:
+    # given a one-task job's message whose task row lacks a column (not what a claim writes)
+    job = await _job(pool, 1)
+    [message] = await _claim(pool, job.id, 1)
+    assert message.claimed is not None
+    broken = {k: v for k, v in message.claimed.items() if k != "created_at"}
+    taker = Taker(pool, "w-broken", "h-broken", tmp_path, TransitionWriter(pool))
+
+    # when a worker takes it, then it reads the task and takes it as ever
+    held = await taker.take(message.model_copy(update={"claimed": broken}))
+    assert held is not None and held.state is TaskState.SETTING_UP
+    assert held.task.created_at is not None and taker.jobs.hits == 0
+
+
 async def test_the_cache_keeps_the_latest_jobs_at_the_version_they_were_read(
     pool: db.Pool,
 ) -> None:
