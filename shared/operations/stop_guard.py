@@ -16,7 +16,7 @@ from typing import Final
 
 from shared.domain.errors import Conflict
 from shared.store import emergency_repo
-from shared.store.db import GENERIC_PLANS, Connection
+from shared.store.db import GENERIC_PLANS, BegunWith, Connection
 
 #: Advisory lock: exclusive for a stop or a resume, shared for anything that activates a job.
 LOCK_KEY: Final = 0x56494745  # "VIGE"
@@ -48,18 +48,19 @@ class Guard:
 @asynccontextmanager
 async def guarded(conn: Connection, *, generic_plans: bool = False) -> AsyncIterator[Guard]:
     """A transaction that holds the stop lock shared from its first statement, and knows
-    whether a stop is in force: the lock and the stops' read go in one round trip (two
-    statements in one message, PostgreSQL's simple protocol; the read, a statement of its
+    whether a stop is in force: its `BEGIN`, the lock and the stops' read go in one round trip
+    (three statements in one message, PostgreSQL's simple protocol; the read, a statement of its
     own, reads a snapshot taken after the lock was granted, so it sees a stop committed
     while the lock was awaited). `generic_plans`: as `share`. For a writer that makes jobs
-    active at the rate users submit (a submission): the read was a round trip of its own."""
+    active at the rate users submit (a submission): the `BEGIN` and the read were round trips
+    of their own."""
     also = f", {GENERIC_PLANS}" if generic_plans else ""
     first = f"SELECT pg_advisory_xact_lock_shared({LOCK_KEY}){also}; {emergency_repo.IN_FORCE}"
-    async with conn.transaction():
+    transaction = BegunWith(conn, first)  # `BEGIN` in the same message
+    async with transaction:
         # the read's status counts its rows: "SELECT 1" while a stop is in force (at most
         # one is: `emergency_stops_in_force`)
-        status = await conn.execute(first)
-        yield Guard(stopped=status != "SELECT 0")
+        yield Guard(stopped=transaction.status != "SELECT 0")
 
 
 async def hold_if_stopped(conn: Connection, job_id: str) -> bool:

@@ -5,11 +5,12 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import asyncpg
+import asyncpg.transaction
 from asyncpg.pool import PoolConnectionProxy
 
 from shared.domain.errors import CONNECTION_LOST, UNAVAILABLE, SchemaOutOfDate
@@ -145,6 +146,50 @@ async def open_pool(
         except TimeoutError:
             logger.warning("database pool did not close in time; terminating it")
             pool.terminate()
+
+
+class BegunWith(asyncpg.transaction.Transaction):
+    """A transaction whose `BEGIN` carries its first statements, in one message (PostgreSQL's
+    simple protocol, no parameters): a round trip fewer than `conn.transaction()` followed by
+    them. `status` is the last statement's (asyncpg's `execute`). Otherwise asyncpg's own:
+    `async with` commits or rolls back, and `conn.transaction()` inside is a savepoint.
+
+    asyncpg makes no such transaction: this one takes its part of asyncpg's private state
+    (the connection's top transaction, its own state), as asyncpg's `start` does;
+    `tests/integration/test_begun_with.py` fails if asyncpg stops keeping it."""
+
+    __slots__ = ("_first", "status")
+
+    def __init__(self, conn: Connection, first: str) -> None:
+        # the connection itself: a pool's proxy would not take the top transaction's mark
+        plain: Any = conn.transaction()
+        super().__init__(plain._connection, None, False, False)
+        self._first = first
+        self.status = ""
+
+    async def start(self) -> None:
+        this: Any = self  # asyncpg's private attributes are not in its stubs
+        con = this._connection
+        con._check_open()
+        if this._state is not _STARTING or con._top_xact is not None or con.is_in_transaction():
+            raise asyncpg.InterfaceError("a transaction begun with statements cannot be nested")
+        con._top_xact = self
+        try:
+            self.status = await con.execute(f"BEGIN; {self._first}")
+        except BaseException:
+            # a failed first statement leaves the server's transaction begun and aborted
+            this._state = _FAILED
+            con._top_xact = None
+            if con.is_in_transaction() and not con.is_closed():
+                with suppress(Exception):
+                    await con.execute("ROLLBACK")
+            raise
+        this._state = _STARTED
+
+
+_STARTING: Final = asyncpg.transaction.TransactionState.NEW
+_STARTED: Final = asyncpg.transaction.TransactionState.STARTED
+_FAILED: Final = asyncpg.transaction.TransactionState.FAILED
 
 
 async def read(pool: Pool, query: Callable[[Connection], Awaitable[T]]) -> T:
