@@ -11,7 +11,7 @@ from typing import Final
 
 from fastapi import FastAPI
 
-from services.api import errors
+from services.api import credentials, errors
 from services.api.body_limit import BodyLimit
 from services.api.command_check import SyntaxCheck
 from services.api.event_hub import EventHub
@@ -59,6 +59,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         db.open_pool(settings.database_url) as pool,
         # Not checked at start: the api serves without Redis (rate limits are then not applied).
         open_redis(settings.redis_url, check=False) as redis,
+        credentials.listening(settings.database_url) as known_tokens,
     ):
         try:
             await db.check_schema(pool)
@@ -71,6 +72,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                     conn, BOOTSTRAP_OPERATOR, "operator", settings.bootstrap_token
                 )
         app.state.pool = pool
+        app.state.credentials = known_tokens
         app.state.redis = redis
         app.state.limiter = SubmitLimiter(
             redis, app.state.redis_keys, settings.submit_rate_per_s, settings.submit_burst

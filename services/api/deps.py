@@ -12,13 +12,13 @@ from redis.asyncio import Redis
 
 from services.api import session
 from services.api.command_check import SyntaxCheck
+from services.api.credentials import Credentials
 from services.api.errors import invalid
 from services.api.event_hub import EventHub
 from services.api.metrics import Metrics
 from services.api.rate_limit import SubmitLimiter, TaskQuota
 from services.api.settings import ApiSettings
 from shared.domain.ids import is_safe_id
-from shared.store import db, users_repo
 from shared.store.db import Pool
 from shared.store.users_repo import User
 from shared.task_types.base import TaskType
@@ -52,7 +52,13 @@ async def _redis(request: Request) -> Redis:
     return cast(Redis, request.app.state.redis)
 
 
+async def _credentials(request: Request) -> Credentials:
+    return cast(Credentials, request.app.state.credentials)
+
+
 PoolDep = Annotated[Pool, Depends(_pool)]
+#: Whom tokens belong to, remembered while their changes are listened for.
+CredentialsDep = Annotated[Credentials, Depends(_credentials)]
 EventHubDep = Annotated[EventHub, Depends(_event_hub)]
 RedisDep = Annotated[Redis, Depends(_redis)]
 SettingsDep = Annotated[ApiSettings, Depends(_settings)]
@@ -87,12 +93,13 @@ def _unauthorized() -> HTTPException:
 async def _current_user(
     request: Request,
     pool: PoolDep,
+    known: CredentialsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> User:
     token = session.token_of(request, credentials.credentials if credentials else None)
     if token is None:
         raise _unauthorized()
-    user = await db.read(pool, lambda conn: users_repo.by_token(conn, token))
+    user = await known.holder(pool, token)
     if user is None:
         raise _unauthorized()
     request.state.token = token  # an open event stream looks it up again (revocation)

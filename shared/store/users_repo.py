@@ -45,15 +45,33 @@ async def job_uid(conn: Connection, user_id: str) -> int:
     return int(value)
 
 
-async def by_token(conn: Connection, token: str) -> User | None:
-    """The user holding `token`, or None."""
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a valid token, and for how long it stays valid (None: no expiry)."""
+
+    user: User
+    expires_in_s: float | None
+
+
+async def holder(conn: Connection, token_hash: str) -> Holder | None:
+    """The holder of the token stored as `token_hash` while it is valid (not revoked, not
+    expired, its user not disabled), or None."""
     record = await conn.fetchrow(
-        "SELECT u.id, u.name, u.role FROM tokens t JOIN users u ON u.id = t.user_id"
+        "SELECT u.id, u.name, u.role, extract(epoch FROM t.expires_at - now())::float8 AS left_s"
+        " FROM tokens t JOIN users u ON u.id = t.user_id"
         " WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND u.disabled_at IS NULL"
         " AND (t.expires_at IS NULL OR t.expires_at > now())",
-        hash_token(token),
+        token_hash,
     )
-    return User(record["id"], record["name"], record["role"]) if record else None
+    if record is None:
+        return None
+    return Holder(User(record["id"], record["name"], record["role"]), record["left_s"])
+
+
+async def by_token(conn: Connection, token: str) -> User | None:
+    """The user holding `token`, or None."""
+    found = await holder(conn, hash_token(token))
+    return found.user if found else None
 
 
 async def ensure_user(conn: Connection, name: str, role: Role, token: str) -> User:

@@ -17,13 +17,14 @@ async def until_blocked(pool: Pool, backend_pid: int, within: float = 10.0) -> N
             await asyncio.sleep(0.01)
 
 
-async def until_someone_blocked(pool: Pool, within: float = 10.0) -> None:
+async def until_someone_blocked(pool: Pool, within: float = 10.0, running: str = "%") -> None:
     """Return once any backend of this database waits for a lock (when the waiter's backend
-    is not known, e.g. a connection of the code under test's own pool)."""
+    is not known, e.g. a connection of the code under test's own pool); `running`: only one
+    whose statement is `LIKE` it."""
     query = (
         "SELECT count(*) FROM pg_stat_activity"
-        " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        " WHERE wait_event_type = 'Lock' AND datname = current_database() AND query LIKE $1"
     )
     async with asyncio.timeout(within), pool.acquire() as observer:
-        while not await observer.fetchval(query):  # noqa: ASYNC110
+        while not await observer.fetchval(query, running):  # noqa: ASYNC110
             await asyncio.sleep(0.01)

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Path, status
 
-from services.api.deps import AUTH_RESPONSES, OperatorUser, PoolDep
+from services.api.deps import AUTH_RESPONSES, CredentialsDep, OperatorUser, PoolDep
 from services.api.schemas.admin import (
     TOKEN_ID_PATTERN,
     EmergencyResumePublic,
@@ -151,13 +151,16 @@ async def create_token(
     | _NO_USER
     | {409: {"description": "Operators cannot disable themselves."}},
 )
-async def disable_user(user: OperatorUser, user_name: UserName, pool: PoolDep) -> UserPublic:
+async def disable_user(
+    user: OperatorUser, user_name: UserName, pool: PoolDep, credentials: CredentialsDep
+) -> UserPublic:
     """Disable a user: none of their tokens works any more, at once (an open event stream ends
     within a second). Their jobs are left as they are. Idempotent."""
     if user_name == user.name:
         raise Conflict("an operator cannot disable themselves", next_step="ask another operator to")
     async with pool.acquire() as conn:
         found = await users_repo.disable_user(conn, user_name)
+    credentials.forget()  # here at once; the other apis when the change's notification comes
     logger.info("user %s disabled by %s", user_name, user.name, extra={"user": user.name})
     return UserPublic.of(found)
 
@@ -169,11 +172,13 @@ async def revoke_token(
     user: OperatorUser,
     token_id: Annotated[str, Path(pattern=TOKEN_ID_PATTERN, description="`k-` and 12 hex digits.")],
     pool: PoolDep,
+    credentials: CredentialsDep,
 ) -> TokenPublic:
     """Revoke a token: it stops working at once (an open event stream ends within a second).
     Idempotent: a revoked token keeps its first revocation time."""
     async with pool.acquire() as conn:
         token = await users_repo.revoke_token(conn, token_id)
+    credentials.forget()  # here at once; the other apis when the change's notification comes
     logger.info(
         "token %s of %s revoked by %s", token.id, token.user, user.name, extra={"user": user.name}
     )

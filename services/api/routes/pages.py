@@ -23,6 +23,7 @@ from pydantic import StringConstraints
 from services.api import cursor, dashboard, hosts, queries, session, waiting
 from services.api.access import owner_filter, visible_job, visible_task
 from services.api.deps import (
+    CredentialsDep,
     CurrentUser,
     JobIdPath,
     OperatorUser,
@@ -210,13 +211,14 @@ def _login_error(message: str, code: int) -> Response:
 
 
 @router.post("/logout")
-async def logout(request: Request, pool: PoolDep) -> Response:
+async def logout(request: Request, pool: PoolDep, credentials: CredentialsDep) -> Response:
     """End the session: its token is revoked (a copy of the cookie no longer works) and the
     cookie removed."""
     cookie = request.cookies.get(session.COOKIE)
     if cookie and len(cookie) <= _MAX_TOKEN_CHARS:
         async with pool.acquire() as conn:
             await users_repo.close_session(conn, cookie)
+        credentials.forget()
     response = RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
     session.sign_out(response)
     return response
