@@ -13,7 +13,7 @@ queue too, since their work dir lives there (`release_round.py`).
 from services.scheduler.planning import Planning
 from shared.domain.scheduling.model import Settings
 from shared.store import release_round
-from shared.store.db import GENERIC_PLANS, Pool
+from shared.store.db import GENERIC_PLANS, BegunWith, Pool
 
 
 class Dispatcher:
@@ -49,8 +49,8 @@ class Dispatcher:
         """Place new tasks (`Planning.run_once`) and release one batch of resting ones, in one
         transaction: how many, and whether any task was waiting (true when it placed some:
         what it saw waiting was read before its claims)."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            await conn.execute(f"SELECT {GENERIC_PLANS}")  # one plan per connection each
+        # one plan per connection for each statement, asked for in the BEGIN's message
+        async with self._pool.acquire() as conn, BegunWith(conn, f"SELECT {GENERIC_PLANS}"):
             placed = await self.planning.run_once(conn)
             rested = await release_round.release(conn, self._query, self._batch)
         return release_round.Released(

@@ -39,11 +39,11 @@ SCHEDULER_LOCK_KEY: Final = 0x56494753  # "VIGS"
 
 
 #: Turns generic plans on for the rest of the transaction: a `SELECT` list item, put in a
-#: statement the transaction runs anyway where there is one (`stop_guard.share`), else in
-#: one of its own (`release_round.release`). PostgreSQL's default plans a prepared
-#: statement anew at each call while it judges its parameters may change the plan (the first
-#: five calls always): a submission's release statement cost 1.4 ms to plan for 0.4 ms of
-#: work, every other call under W1. Only for statements whose plan the parameters do not
+#: statement the transaction runs anyway where there is one (`stop_guard.share`), else in its
+#: `BEGIN`'s message (`BegunWith`: the dispatcher's round). PostgreSQL's default plans a
+#: prepared statement anew at each call while it judges its parameters may change the plan (the
+#: first five calls always): a submission's release statement cost 1.4 ms to plan for 0.4 ms
+#: of work, every other call under W1. Only for statements whose plan the parameters do not
 #: change (lookups by key, not optional filters such as `$1 IS NULL OR owner_id = $1`, which
 #: need a plan per call to use an index).
 GENERIC_PLANS: Final = "set_config('plan_cache_mode', 'force_generic_plan', true)"
