@@ -229,3 +229,19 @@ async def test_a_refusal_is_not_remembered(pool: Pool, session_database_url: str
         async with pool.acquire() as conn:
             await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:10]}", "user", token)
         assert await known.holder(pool, token) is not None
+
+
+async def test_a_database_it_cannot_listen_on_leaves_it_reading(
+    pool: Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, token = await _user(pool)
+    # a server that refuses the listening connection (a database that does not exist)
+    missing = f"postgresql://postgres@127.0.0.1/no_such_{uuid.uuid4().hex[:8]}"
+    async with credentials.listening(missing) as known:
+        async with asyncio.timeout(WAIT_S):
+            while "cannot listen for token changes yet" not in caplog.text:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        assert not known.listening
+        assert await known.holder(pool, token) is not None
+        assert await known.holder(pool, token) is not None
+    assert known.hits == 0
