@@ -10,10 +10,23 @@ met), or in an action state (`recover_*`, `restart_*`: a hook to run), go to the
 queue too, since their work dir lives there (`release_round.py`).
 """
 
+from dataclasses import dataclass
+
 from services.scheduler.planning import Planning
 from shared.domain.scheduling.model import Settings
 from shared.store import release_round
 from shared.store.db import GENERIC_PLANS, BegunWith, Pool
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """What a round's release did: how many tasks it released, whether any task was waiting
+    to be (true when it released some: what it saw waiting was read before its claims), and
+    the jobs it saw with a task to place (unfinished when the round began)."""
+
+    released: int
+    waiting: bool
+    unfinished: frozenset[str] = frozenset()
 
 
 class Dispatcher:
@@ -45,15 +58,15 @@ class Dispatcher:
             short_task_s=short_task_s,
         )
 
-    async def run_once(self) -> release_round.Released:
+    async def run_once(self) -> Dispatched:
         """Place new tasks (`Planning.run_once`) and release one batch of resting ones, in one
-        transaction: how many, and whether any task was waiting (true when it placed some:
-        what it saw waiting was read before its claims)."""
+        transaction."""
         # one plan per connection for each statement, asked for in the BEGIN's message
         async with self._pool.acquire() as conn, BegunWith(conn, f"SELECT {GENERIC_PLANS}"):
             placed = await self.planning.run_once(conn)
             rested = await release_round.release(conn, self._query, self._batch)
-        return release_round.Released(
+        return Dispatched(
             placed.claimed + rested.released,
             rested.waiting or placed.waiting_jobs > 0 or placed.claimed > 0,
+            placed.seen,
         )

@@ -8,6 +8,7 @@ is published, and found by their `finished_at` at every sweep).
 import logging
 import time
 from collections import deque
+from collections.abc import Iterable
 from datetime import datetime
 
 from redis.asyncio import Redis
@@ -36,6 +37,11 @@ SWEEP_EVERY_S = 2.0
 #: round's clock slack, `due.Pace`: 10 ms). A job not looked at lately (a one-task job, the
 #: first end in a job) is looked at in the next round.
 RELOOK_AFTER_S = 0.02
+#: A job that the last planning round saw with a task to place, told of since, is looked at
+#: by the next round that does not see it so, or this long after that read at the latest
+#: (`Finaliser.unfinished`). Rounds place work a gap apart under load (at most
+#: `release_gap_s`, 0.1 s by default).
+WAITING_HOLD_S = 0.5
 
 _CANCELLED_SINCE = (
     "SELECT id, finished_at FROM jobs WHERE state = 'cancelled' AND finished_at IS NOT NULL"
@@ -55,37 +61,77 @@ class Finaliser:
         batch: int,
         *,
         relook_after_s: float = RELOOK_AFTER_S,
+        sweep_every_s: float = SWEEP_EVERY_S,
+        waiting_hold_s: float = WAITING_HOLD_S,
     ) -> None:
         self._pool, self._redis, self._keys, self._batch = pool, redis, keys, batch
-        self._relook_after_s = relook_after_s
+        self._relook_after_s, self._sweep_every_s = relook_after_s, sweep_every_s
+        self._waiting_hold_s = waiting_hold_s
         self._repurge: deque[tuple[float, str]] = deque()
-        self._touched: set[str] = set()
+        #: The jobs told of, each with when it was last told (monotonic).
+        self._touched: dict[str, float] = {}
         #: When each job told of was last found unfinished (monotonic; kept `relook_after_s`).
         self._unfinished_at: dict[str, float] = {}
+        #: The jobs the last read saw with a task to place, and when it began (`unfinished`).
+        self._waiting_at: dict[str, float] = {}
         self._cancelled: set[str] = set()
         self._next_sweep = 0.0
         # (finished_at, id) of the last cancelled job purged
         self._cancelled_after: tuple[datetime | None, str] = (None, "")
+        #: Looks at the jobs told of, and jobs told of that needed none (`unfinished`), for
+        #: benchmarks and tests.
+        self.looks = 0
+        self.spared = 0
 
     def touch(self, job_id: str) -> None:
         """A task of `job_id` ended (or was decided): look at the job in the next round."""
-        self._touched.add(job_id)
+        self._touched[job_id] = time.monotonic()
+
+    def unfinished(self, job_ids: Iterable[str], read_from: float) -> None:
+        """A read that began at `read_from` (monotonic) saw `job_ids` each with a task still
+        to place: they were unfinished then. A job told of before that, and not since, needs
+        no look: what it was told of (the notification of a commit, which a read begun after
+        it sees) had not finished the job. One told of after it waits for the next such read
+        (the next planning round's), at most `waiting_hold_s`: under load a big job has a
+        task end every few ms and nearly every round sees its waiting tasks (issue 41)."""
+        self._waiting_at = dict.fromkeys(job_ids, read_from)
+        for job_id in self._waiting_at:
+            told = self._touched.get(job_id)
+            if told is not None and told < read_from:
+                del self._touched[job_id]
+                self.spared += 1
 
     def cancelled(self, job_id: str) -> None:
         """Someone cancelled `job_id`: purge its keys in the next round."""
         self._cancelled.add(job_id)
 
+    def _held_until(self, job_id: str) -> float | None:
+        """Until when a look at `job_id` waits (monotonic): found unfinished by a look
+        lately, or seen with a task to place by the last read; None if it waits for nothing."""
+        found = self._unfinished_at.get(job_id)
+        seen = self._waiting_at.get(job_id)
+        holds = []
+        if found is not None:
+            holds.append(found + self._relook_after_s)
+        if seen is not None:
+            holds.append(seen + self._waiting_hold_s)
+        return max(holds) if holds else None
+
     @property
     def pending(self) -> bool:
         """Whether jobs told of wait for the next round (one it could not lock was skipped),
-        not counting those it found unfinished lately (`next_look`)."""
-        return any(job_id not in self._unfinished_at for job_id in self._touched)
+        not counting those whose look waits (`next_look`)."""
+        now = time.monotonic()
+        return any(
+            (held := self._held_until(job_id)) is None or held <= now for job_id in self._touched
+        )
 
     def next_look(self) -> float | None:
-        """When (monotonic) the first job told of but found unfinished lately is due a look;
-        None if none waits."""
-        waiting = [at for job_id, at in self._unfinished_at.items() if job_id in self._touched]
-        return min(waiting) + self._relook_after_s if waiting else None
+        """When (monotonic) the first job told of whose look waits is due it; None if none
+        waits."""
+        holds = [self._held_until(job_id) for job_id in self._touched]
+        waiting = [held for held in holds if held is not None]
+        return min(waiting) if waiting else None
 
     def _take_due(self, now: float) -> list[str]:
         """The jobs told of that are due a look now (taken from those told of)."""
@@ -94,8 +140,13 @@ class Finaliser:
             for job_id, at in self._unfinished_at.items()
             if now - at < self._relook_after_s
         }
-        due = sorted(job_id for job_id in self._touched if job_id not in self._unfinished_at)
-        self._touched.difference_update(due)
+        due = sorted(
+            job_id
+            for job_id in self._touched
+            if (held := self._held_until(job_id)) is None or held <= now
+        )
+        for job_id in due:
+            del self._touched[job_id]
         return due
 
     async def run_once(self) -> int:
@@ -111,7 +162,7 @@ class Finaliser:
         ended: dict[str, JobState] = {}
         async with self._pool.acquire() as conn:
             if sweep:  # every active job, one at a time
-                self._next_sweep = time.monotonic() + SWEEP_EVERY_S
+                self._next_sweep = time.monotonic() + self._sweep_every_s
                 for job_id, _ in await jobs_repo.finished_candidates(conn, self._batch):
                     state = await self._finalise(conn, job_id)
                     if state is not None:
@@ -119,7 +170,8 @@ class Finaliser:
             elif due := self._take_due(time.monotonic()):  # the jobs a task ended in, at once
                 looked = time.monotonic()
                 ended, skipped = await jobs_repo.end_finished(conn, due)
-                self._touched |= skipped
+                self.looks += 1
+                self._touched.update(dict.fromkeys(skipped, looked))
                 for job_id in due:
                     if job_id not in ended and job_id not in skipped:
                         self._unfinished_at[job_id] = looked

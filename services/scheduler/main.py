@@ -230,6 +230,8 @@ class Scheduler:
         done, more = 0, False
         if self.release_due.due(now):
             release = await self.dispatcher.run_once()
+            # its read began after `now`: what the finaliser was told of before, it saw
+            self.finaliser.unfinished(release.unfinished, now)
             self.waiting = release.waiting
             self.release_due.ran(release.waiting, now, time.monotonic() - now)
             self.release_due.soon_enough = soon_enough_for(self.dispatcher.planning.cpus)

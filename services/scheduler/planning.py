@@ -64,10 +64,12 @@ CHARGE_EVERY_S: Final = 5.0
 
 @dataclass(frozen=True)
 class Placed:
-    """What a planning round did: tasks claimed, and jobs left with tasks waiting."""
+    """What a planning round did: tasks claimed, jobs left with tasks waiting, and the jobs
+    its read saw with a task to place (unfinished when the read began)."""
 
     claimed: int
     waiting_jobs: int
+    seen: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -147,7 +149,7 @@ class Planning:
         await self._charge(conn, feed)
         # a quick round saw some jobs only: those it did not see may wait
         waiting = len(result.waits) if full else max(len(result.waits), len(feed.jobs))
-        return Placed(claimed, waiting)
+        return Placed(claimed, waiting, frozenset(seen))
 
     async def _look_at_short_work(self, conn: Connection) -> None:
         if self.prefetch or not self.short_prefetch:

@@ -688,3 +688,21 @@ async def test_a_reason_written_is_cleared_when_its_job_stops_waiting_in_an_idle
 
     assert before is not None and before[0] == "no_host"
     assert after is None
+
+
+async def test_a_round_tells_the_jobs_it_saw_with_a_task_to_place(pool: Pool) -> None:
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        # given a job all of whose tasks are placed, and a job with one waiting (throttled)
+        await _host(conn)
+        placed = await _submitted(conn, NewJob("placed", "shell", "true", ["a"]))
+        await dispatcher.run_once()
+        new = NewJob("throttled", "shell", "true", ["a", "b"], max_in_flight=1)
+        throttled = await _submitted(conn, new)
+
+        # when two rounds run
+        first, second = await dispatcher.run_once(), await dispatcher.run_once()
+
+    # then each says it saw the throttled job, and not the one with nothing to place
+    assert first.unfinished == second.unfinished == {throttled.id}
+    assert placed.id not in first.unfinished

@@ -268,3 +268,62 @@ async def test_a_job_found_unfinished_is_looked_at_again_only_once_its_relook_is
             assert at_once.next_look() is None
     finally:
         await redis.aclose()
+
+
+async def test_a_job_seen_with_a_task_to_place_is_looked_at_once_a_read_no_longer_sees_it(
+    pool: Pool, namespace: str
+) -> None:
+    redis = Redis.from_url(REDIS_URL, decode_responses=True)
+    finaliser = Finaliser(
+        pool, redis, RedisKeys(namespace), batch=10_000, sweep_every_s=3600, waiting_hold_s=3600
+    )
+    try:
+        await finaliser.run_once()  # its first round sweeps: none after it in this test
+        async with pool.acquire() as conn:
+            # given a job told of, then seen with a task to place by a read begun after that
+            # (made up here: its tasks have all ended, so that a look ends it)
+            job_id = await _job_with_tasks(conn, ["completed"])
+            finaliser.touch(job_id)
+            finaliser.unfinished([job_id], time.monotonic())
+            # then the finaliser leaves it alone: what it was told of had not finished it
+            assert await finaliser.run_once() == 0
+            assert (finaliser.looks, finaliser.spared) == (0, 1)
+
+            # when it is told of again, after a read that saw it so began
+            read_from = time.monotonic()
+            finaliser.touch(job_id)
+            finaliser.unfinished([job_id], read_from)
+            # then its look waits for the next read, and says how long at most
+            assert await finaliser.run_once() == 0
+            assert (finaliser.looks, finaliser.spared, finaliser.pending) == (0, 1, False)
+            assert finaliser.next_look() == read_from + 3600
+
+            # when the next read does not see it, the finaliser looks and ends it
+            finaliser.unfinished([], time.monotonic())
+            assert finaliser.pending
+            assert await finaliser.run_once() == 1
+            assert finaliser.looks == 1
+            assert (await jobs_repo.get(conn, job_id)).state is JobState.COMPLETED  # type: ignore[union-attr]
+    finally:
+        await redis.aclose()
+
+
+async def test_a_job_seen_with_a_task_to_place_is_looked_at_by_the_end_of_its_hold(
+    pool: Pool, namespace: str
+) -> None:
+    redis = Redis.from_url(REDIS_URL, decode_responses=True)
+    finaliser = Finaliser(
+        pool, redis, RedisKeys(namespace), batch=10_000, sweep_every_s=3600, waiting_hold_s=0
+    )
+    try:
+        await finaliser.run_once()
+        async with pool.acquire() as conn:
+            # given an ended job told of after a read that saw it with a task to place
+            job_id = await _job_with_tasks(conn, ["completed"])
+            finaliser.unfinished([job_id], time.monotonic())
+            finaliser.touch(job_id)
+            # when no read comes, and its hold (none here) has passed, it is looked at
+            assert await finaliser.run_once() == 1
+            assert finaliser.looks == 1
+    finally:
+        await redis.aclose()
