@@ -14,10 +14,10 @@ from datetime import datetime
 from redis.asyncio import Redis
 
 from shared.domain.errors import UNAVAILABLE
-from shared.domain.states import JobState, TaskState, job_outcome
+from shared.domain.states import JobState
 from shared.messaging.redis_keys import RedisKeys
 from shared.store import jobs_repo
-from shared.store.db import Connection, Pool
+from shared.store.db import Pool
 
 logger = logging.getLogger(__name__)
 
@@ -150,64 +150,56 @@ class Finaliser:
         return due
 
     async def run_once(self) -> int:
-        """Finalise the jobs that may have finished; returns how many ended."""
-        await self._repurge_due()
-        sweep = time.monotonic() >= self._next_sweep
+        """Finalise the jobs that may have finished; returns how many ended. The jobs told of
+        that are due a look, and at a sweep every active job that looks finished, are ended in
+        one statement (`jobs_repo.end_finished`); the keys of every job ended, cancelled, or
+        due its second purge go in one round trip to Redis."""
+        now = time.monotonic()
+        again = self._repurge_due(now)
+        sweep = now >= self._next_sweep
         if sweep:
-            await self._purge_cancelled()
-        elif self._cancelled:
-            told, self._cancelled = sorted(self._cancelled), set()
-            await self._purge(*told)
-            self._repurge.extend((time.monotonic() + REPURGE_AFTER_S, job_id) for job_id in told)
+            self._next_sweep = now + self._sweep_every_s
+            first = await self._cancelled_since()
+        else:
+            first = sorted(self._cancelled)
+        self._cancelled = set()
         ended: dict[str, JobState] = {}
         async with self._pool.acquire() as conn:
-            if sweep:  # every active job, one at a time
-                self._next_sweep = time.monotonic() + self._sweep_every_s
-                for job_id, _ in await jobs_repo.finished_candidates(conn, self._batch):
-                    state = await self._finalise(conn, job_id)
-                    if state is not None:
-                        ended[job_id] = state
-            elif due := self._take_due(time.monotonic()):  # the jobs a task ended in, at once
-                looked = time.monotonic()
+            due = self._take_due(now)
+            if sweep:  # every active job that looks finished, with those told of
+                found = await jobs_repo.finished_candidates(conn, self._batch)
+                due = sorted(set(due).union(job_id for job_id, _ in found))
+            if due:
                 ended, skipped = await jobs_repo.end_finished(conn, due)
                 self.looks += 1
-                self._touched.update(dict.fromkeys(skipped, looked))
+                self._touched.update(dict.fromkeys(skipped, now))
                 for job_id in due:
                     if job_id not in ended and job_id not in skipped:
-                        self._unfinished_at[job_id] = looked
+                        self._unfinished_at[job_id] = now
         for job_id, state in ended.items():
             logger.info("job %s %s", job_id, state.value, extra={"job_id": job_id})
-            self._repurge.append((time.monotonic() + REPURGE_AFTER_S, job_id))
-        await self._purge(*ended)
+        first += ended
+        await self._purge(*first, *again)
+        self._repurge.extend((time.monotonic() + REPURGE_AFTER_S, job_id) for job_id in first)
         return len(ended)
 
-    async def _finalise(self, conn: Connection, job_id: str) -> JobState | None:
-        """End the job if, with its row locked, it is still finished; its final state."""
-        async with conn.transaction():
-            counts = await jobs_repo.lock_finished(conn, job_id)
-            state = job_outcome({TaskState(s): n for s, n in counts.items()}) if counts else None
-            if state is None:
-                return None
-            await jobs_repo.transition(conn, job_id, state, jobs_repo.outcome_event(job_id, state))
-        return state
-
-    async def _purge_cancelled(self) -> None:
-        """Purge the keys of jobs cancelled since the last sweep (by the api, not here)."""
+    async def _cancelled_since(self) -> list[str]:
+        """The jobs cancelled since the last sweep (by the api, not here), to purge."""
         async with self._pool.acquire() as conn:
             after, after_id = self._cancelled_after
             rows = await conn.fetch(
                 _CANCELLED_SINCE, after, CANCELLED_LOOKBACK_S, after_id, self._batch
             )
-        await self._purge(*(row["id"] for row in rows))
         for row in rows:
-            self._repurge.append((time.monotonic() + REPURGE_AFTER_S, row["id"]))
             self._cancelled_after = (row["finished_at"], row["id"])
+        return [row["id"] for row in rows]
 
-    async def _repurge_due(self) -> None:
-        now, due = time.monotonic(), []
+    def _repurge_due(self, now: float) -> list[str]:
+        """The jobs due their second purge (taken from those waiting for it)."""
+        due = []
         while self._repurge and self._repurge[0][0] <= now:
             due.append(self._repurge.popleft()[1])
-        await self._purge(*due)
+        return due
 
     async def _purge(self, *job_ids: str) -> None:
         """Drop the jobs' ephemeral keys (one round trip); Redis being away only delays that

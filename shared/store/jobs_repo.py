@@ -468,22 +468,6 @@ async def finished_candidates(conn: Connection, limit: int) -> list[tuple[str, d
     return [(r["id"], {k: int(v) for k, v in r["counts"].items()}) for r in rows]
 
 
-async def lock_finished(conn: Connection, job_id: str) -> dict[str, int] | None:
-    """In the caller's transaction: lock the job row, then its counts if it is still an
-    active job whose tasks are all terminal and decided (else None).
-
-    Whoever adds work to a job (`datasets.add_inputs`, `task_actions.reopen_job`) locks the
-    row first too, so a job is never finalised under a task added meanwhile.
-    """
-    state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", job_id)
-    if state != JobState.ACTIVE.value:
-        return None
-    rows = await conn.fetch(
-        _FINISHED_COUNTS.format(which=f"j.id = $2 AND {BY_ID_ACTIVE}"), 1, job_id
-    )
-    return {k: int(v) for k, v in rows[0]["counts"].items()} if rows else None
-
-
 async def end_finished(
     conn: Connection, job_ids: list[str]
 ) -> tuple[dict[str, JobState], set[str]]:

@@ -1,6 +1,5 @@
 """The finaliser against concurrent additions of work (real PostgreSQL and Redis)."""
 
-import asyncio
 import time
 import uuid
 from collections import Counter
@@ -10,6 +9,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from services.scheduler import finaliser as finaliser_module
 from services.scheduler.finaliser import Finaliser
 from shared.domain.actions import JobAction
 from shared.domain.messages import JobEvent, to_jsonable
@@ -20,7 +20,6 @@ from shared.store import db, jobs_repo, users_repo
 from shared.store.db import Connection, Pool
 from shared.store.jobs_repo import NewJob
 from tests.conftest import REDIS_URL, fresh_database
-from tests.integration.waiting import until_someone_blocked
 
 pytestmark = pytest.mark.integration
 
@@ -41,16 +40,18 @@ async def test_when_a_task_is_added_while_the_job_is_being_finalised__the_job_st
             )
 
             # when a duplicate is being added (its transaction holds the job row) while the
-            # finaliser looks at the job
+            # finaliser sweeps (its first round)
             async with adder.transaction():
                 await jobs_repo.add_tasks(adder, job.id, ["b"], 1)
                 await task_actions.reopen_job(adder, job.id)
-                finalising = asyncio.create_task(finaliser.run_once())
-                await until_someone_blocked(pool)
-                assert not finalising.done()
+                await finaliser.run_once()
+                # then it passes the job by, to be looked at again
+                assert finaliser.pending
+                assert (await jobs_repo.get(conn, job.id)).state.value == "active"  # type: ignore[union-attr]
 
-            # then the finaliser, seeing the new task once it has the row, leaves the job active
-            await finalising
+            # and, looking again with the new task committed, it leaves the job active
+            assert await finaliser.run_once() == 0
+            assert not finaliser.pending
             assert (await jobs_repo.get(conn, job.id)).state.value == "active"  # type: ignore[union-attr]
     finally:
         await redis.aclose()
@@ -279,6 +280,7 @@ async def test_a_job_seen_with_a_task_to_place_is_looked_at_once_a_read_no_longe
     )
     try:
         await finaliser.run_once()  # its first round sweeps: none after it in this test
+        swept = finaliser.looks
         async with pool.acquire() as conn:
             # given a job told of, then seen with a task to place by a read begun after that
             # (made up here: its tasks have all ended, so that a look ends it)
@@ -287,7 +289,7 @@ async def test_a_job_seen_with_a_task_to_place_is_looked_at_once_a_read_no_longe
             finaliser.unfinished([job_id], time.monotonic())
             # then the finaliser leaves it alone: what it was told of had not finished it
             assert await finaliser.run_once() == 0
-            assert (finaliser.looks, finaliser.spared) == (0, 1)
+            assert (finaliser.looks - swept, finaliser.spared) == (0, 1)
 
             # when it is told of again, after a read that saw it so began
             read_from = time.monotonic()
@@ -295,14 +297,14 @@ async def test_a_job_seen_with_a_task_to_place_is_looked_at_once_a_read_no_longe
             finaliser.unfinished([job_id], read_from)
             # then its look waits for the next read, and says how long at most
             assert await finaliser.run_once() == 0
-            assert (finaliser.looks, finaliser.spared, finaliser.pending) == (0, 1, False)
+            assert (finaliser.looks - swept, finaliser.spared, finaliser.pending) == (0, 1, False)
             assert finaliser.next_look() == read_from + 3600
 
             # when the next read does not see it, the finaliser looks and ends it
             finaliser.unfinished([], time.monotonic())
             assert finaliser.pending
             assert await finaliser.run_once() == 1
-            assert finaliser.looks == 1
+            assert finaliser.looks - swept == 1
             assert (await jobs_repo.get(conn, job_id)).state is JobState.COMPLETED  # type: ignore[union-attr]
     finally:
         await redis.aclose()
@@ -317,6 +319,7 @@ async def test_a_job_seen_with_a_task_to_place_is_looked_at_by_the_end_of_its_ho
     )
     try:
         await finaliser.run_once()
+        swept = finaliser.looks
         async with pool.acquire() as conn:
             # given an ended job told of after a read that saw it with a task to place
             job_id = await _job_with_tasks(conn, ["completed"])
@@ -324,6 +327,37 @@ async def test_a_job_seen_with_a_task_to_place_is_looked_at_by_the_end_of_its_ho
             finaliser.touch(job_id)
             # when no read comes, and its hold (none here) has passed, it is looked at
             assert await finaliser.run_once() == 1
-            assert finaliser.looks == 1
+            assert finaliser.looks - swept == 1
+    finally:
+        await redis.aclose()
+
+
+async def test_an_ended_jobs_keys_are_purged_once_more_later_and_no_more(
+    pool: Pool, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(finaliser_module, "REPURGE_AFTER_S", 0.0)
+    redis = Redis.from_url(REDIS_URL, decode_responses=True)
+    keys = RedisKeys(namespace)
+    finaliser = Finaliser(pool, redis, keys, batch=10_000, sweep_every_s=3600)
+    try:
+        await finaliser.run_once()
+        async with pool.acquire() as conn:
+            # given a job that ended, told of, with a key a worker wrote
+            job_id = await _job_with_tasks(conn, ["completed"])
+            await redis.hset(keys.job_exits(job_id), "t", "0")
+            finaliser.touch(job_id)
+
+            # when the finaliser ends it, then a late writer adds its key again, twice
+            assert await finaliser.run_once() == 1
+            purged = await redis.exists(keys.job_exits(job_id))
+            await redis.hset(keys.job_exits(job_id), "t", "0")
+            await finaliser.run_once()
+            purged_again = await redis.exists(keys.job_exits(job_id))
+            await redis.hset(keys.job_exits(job_id), "t", "0")
+            await finaliser.run_once()
+
+            # then the key went at its end and once more, and the third is left to its TTL
+            assert (purged, purged_again) == (0, 0)
+            assert await redis.exists(keys.job_exits(job_id)) == 1
     finally:
         await redis.aclose()
