@@ -158,17 +158,18 @@ class Finaliser:
         again = self._repurge_due(now)
         sweep = now >= self._next_sweep
         if sweep:
-            self._next_sweep = now + self._sweep_every_s
             first = await self._cancelled_since()
         else:
             first = sorted(self._cancelled)
         self._cancelled = set()
         ended: dict[str, JobState] = {}
         async with self._pool.acquire() as conn:
-            due = self._take_due(now)
+            found: list[str] = []
             if sweep:  # every active job that looks finished, with those told of
-                found = await jobs_repo.finished_candidates(conn, self._batch)
-                due = sorted(set(due).union(job_id for job_id, _ in found))
+                self._next_sweep = now + self._sweep_every_s
+                candidates = await jobs_repo.finished_candidates(conn, self._batch)
+                found = [job_id for job_id, _ in candidates]
+            due = sorted(set(self._take_due(now)).union(found))
             if due:
                 ended, skipped = await jobs_repo.end_finished(conn, due)
                 self.looks += 1
