@@ -46,7 +46,8 @@ async def test_when_a_task_is_added_while_the_job_is_being_finalised__the_job_st
                 await task_actions.reopen_job(adder, job.id)
                 await finaliser.run_once()
                 # then it passes the job by, to be looked at again
-                assert finaliser.pending
+                passed_by = finaliser.pending
+                assert passed_by
                 assert (await jobs_repo.get(conn, job.id)).state.value == "active"  # type: ignore[union-attr]
 
             # and, looking again with the new task committed, it leaves the job active
