@@ -157,11 +157,8 @@ class Finaliser:
         now = time.monotonic()
         again = self._repurge_due(now)
         sweep = now >= self._next_sweep
-        if sweep:
-            first = await self._cancelled_since()
-        else:
-            first = sorted(self._cancelled)
-        self._cancelled = set()
+        since = await self._cancelled_since() if sweep else []
+        first, self._cancelled = sorted(self._cancelled.union(since)), set()
         ended: dict[str, JobState] = {}
         async with self._pool.acquire() as conn:
             found: list[str] = []

@@ -3,7 +3,7 @@
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -272,93 +272,90 @@ async def test_a_job_found_unfinished_is_looked_at_again_only_once_its_relook_is
         await redis.aclose()
 
 
-async def test_a_job_seen_with_a_task_to_place_is_looked_at_once_a_read_no_longer_sees_it(
-    pool: Pool, namespace: str
-) -> None:
-    redis = Redis.from_url(REDIS_URL, decode_responses=True)
+@pytest.fixture
+async def redis() -> AsyncIterator[Redis]:
+    client = Redis.from_url(REDIS_URL, decode_responses=True)
+    yield client
+    await client.aclose()
+
+
+async def _swept(pool: Pool, redis: Redis, namespace: str, **settings: float) -> Finaliser:
+    """A finaliser after its first round (a sweep: none follows within a test)."""
     finaliser = Finaliser(
-        pool, redis, RedisKeys(namespace), batch=10_000, sweep_every_s=3600, waiting_hold_s=3600
+        pool, redis, RedisKeys(namespace), batch=10_000, sweep_every_s=3600, **settings
     )
-    try:
-        await finaliser.run_once()  # its first round sweeps: none after it in this test
-        swept = finaliser.looks
-        async with pool.acquire() as conn:
-            # given a job told of, then seen with a task to place by a read begun after that
-            # (made up here: its tasks have all ended, so that a look ends it)
-            job_id = await _job_with_tasks(conn, ["completed"])
-            finaliser.touch(job_id)
-            finaliser.unfinished([job_id], time.monotonic())
-            # then the finaliser leaves it alone: what it was told of had not finished it
-            assert await finaliser.run_once() == 0
-            assert (finaliser.looks - swept, finaliser.spared) == (0, 1)
+    await finaliser.run_once()
+    return finaliser
 
-            # when it is told of again, after a read that saw it so began
-            read_from = time.monotonic()
-            finaliser.touch(job_id)
-            finaliser.unfinished([job_id], read_from)
-            # then its look waits for the next read, and says how long at most
-            assert await finaliser.run_once() == 0
-            assert (finaliser.looks - swept, finaliser.spared, finaliser.pending) == (0, 1, False)
-            assert finaliser.next_look() == read_from + 3600
 
-            # when the next read does not see it, the finaliser looks and ends it
-            finaliser.unfinished([], time.monotonic())
-            assert finaliser.pending
-            assert await finaliser.run_once() == 1
-            assert finaliser.looks - swept == 1
-            assert (await jobs_repo.get(conn, job_id)).state is JobState.COMPLETED  # type: ignore[union-attr]
-    finally:
-        await redis.aclose()
+async def test_a_job_seen_with_a_task_to_place_is_looked_at_once_a_read_no_longer_sees_it(
+    pool: Pool, redis: Redis, namespace: str
+) -> None:
+    finaliser = await _swept(pool, redis, namespace, waiting_hold_s=3600)
+    swept = finaliser.looks
+    async with pool.acquire() as conn:
+        # given a job told of, then seen with a task to place by a read begun after that
+        # (made up here: its tasks have all ended, so that a look ends it)
+        job_id = await _job_with_tasks(conn, ["completed"])
+        finaliser.touch(job_id)
+        finaliser.unfinished([job_id], time.monotonic())
+        # then the finaliser leaves it alone: what it was told of had not finished it
+        assert await finaliser.run_once() == 0
+        assert (finaliser.looks - swept, finaliser.spared) == (0, 1)
+
+        # when it is told of again, after a read that saw it so began
+        read_from = time.monotonic()
+        finaliser.touch(job_id)
+        finaliser.unfinished([job_id], read_from)
+        # then its look waits for the next read, and says how long at most
+        assert await finaliser.run_once() == 0
+        assert (finaliser.looks - swept, finaliser.spared, finaliser.pending) == (0, 1, False)
+        assert finaliser.next_look() == read_from + 3600
+
+        # when the next read does not see it, the finaliser looks and ends it
+        finaliser.unfinished([], time.monotonic())
+        assert finaliser.pending
+        assert await finaliser.run_once() == 1
+        assert finaliser.looks - swept == 1
+        assert (await jobs_repo.get(conn, job_id)).state is JobState.COMPLETED  # type: ignore[union-attr]
 
 
 async def test_a_job_seen_with_a_task_to_place_is_looked_at_by_the_end_of_its_hold(
-    pool: Pool, namespace: str
+    pool: Pool, redis: Redis, namespace: str
 ) -> None:
-    redis = Redis.from_url(REDIS_URL, decode_responses=True)
-    finaliser = Finaliser(
-        pool, redis, RedisKeys(namespace), batch=10_000, sweep_every_s=3600, waiting_hold_s=0
-    )
-    try:
-        await finaliser.run_once()
-        swept = finaliser.looks
-        async with pool.acquire() as conn:
-            # given an ended job told of after a read that saw it with a task to place
-            job_id = await _job_with_tasks(conn, ["completed"])
-            finaliser.unfinished([job_id], time.monotonic())
-            finaliser.touch(job_id)
-            # when no read comes, and its hold (none here) has passed, it is looked at
-            assert await finaliser.run_once() == 1
-            assert finaliser.looks - swept == 1
-    finally:
-        await redis.aclose()
+    finaliser = await _swept(pool, redis, namespace, waiting_hold_s=0)
+    swept = finaliser.looks
+    async with pool.acquire() as conn:
+        # given an ended job told of after a read that saw it with a task to place
+        job_id = await _job_with_tasks(conn, ["completed"])
+        finaliser.unfinished([job_id], time.monotonic())
+        finaliser.touch(job_id)
+        # when no read comes, and its hold (none here) has passed, it is looked at
+        assert await finaliser.run_once() == 1
+        assert finaliser.looks - swept == 1
 
 
 async def test_an_ended_jobs_keys_are_purged_once_more_later_and_no_more(
-    pool: Pool, namespace: str, monkeypatch: pytest.MonkeyPatch
+    pool: Pool, redis: Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(finaliser_module, "REPURGE_AFTER_S", 0.0)
-    redis = Redis.from_url(REDIS_URL, decode_responses=True)
     keys = RedisKeys(namespace)
-    finaliser = Finaliser(pool, redis, keys, batch=10_000, sweep_every_s=3600)
-    try:
+    finaliser = await _swept(pool, redis, namespace)
+    async with pool.acquire() as conn:
+        # given a job that ended, told of, with a key a worker wrote
+        job_id = await _job_with_tasks(conn, ["completed"])
+        await redis.hset(keys.job_exits(job_id), "t", "0")
+        finaliser.touch(job_id)
+
+        # when the finaliser ends it, then a late writer adds its key again, twice
+        assert await finaliser.run_once() == 1
+        purged = await redis.exists(keys.job_exits(job_id))
+        await redis.hset(keys.job_exits(job_id), "t", "0")
         await finaliser.run_once()
-        async with pool.acquire() as conn:
-            # given a job that ended, told of, with a key a worker wrote
-            job_id = await _job_with_tasks(conn, ["completed"])
-            await redis.hset(keys.job_exits(job_id), "t", "0")
-            finaliser.touch(job_id)
+        purged_again = await redis.exists(keys.job_exits(job_id))
+        await redis.hset(keys.job_exits(job_id), "t", "0")
+        await finaliser.run_once()
 
-            # when the finaliser ends it, then a late writer adds its key again, twice
-            assert await finaliser.run_once() == 1
-            purged = await redis.exists(keys.job_exits(job_id))
-            await redis.hset(keys.job_exits(job_id), "t", "0")
-            await finaliser.run_once()
-            purged_again = await redis.exists(keys.job_exits(job_id))
-            await redis.hset(keys.job_exits(job_id), "t", "0")
-            await finaliser.run_once()
-
-            # then the key went at its end and once more, and the third is left to its TTL
-            assert (purged, purged_again) == (0, 0)
-            assert await redis.exists(keys.job_exits(job_id)) == 1
-    finally:
-        await redis.aclose()
+        # then the key went at its end and once more, and the third is left to its TTL
+        assert (purged, purged_again) == (0, 0)
+        assert await redis.exists(keys.job_exits(job_id)) == 1
