@@ -317,6 +317,37 @@ async def test_users_holding_capacity_are_charged_for_it(pool: Pool) -> None:
     assert 19.0 < usage < 21.0  # 2 CPUs for 10 s, hardly decayed in a day's half-life
 
 
+async def test_the_feed_counts_each_users_tasks_in_flight_and_what_those_hold(
+    pool: Pool,
+) -> None:
+    """A user's tasks in flight are counted whatever they hold; what they hold is each
+    holding task's job's request, summed (the feed counts per job, then looks each up)."""
+    async with pool.acquire() as conn:
+        host = await _host(conn)
+        user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+        big = await _submitted(conn, NewJob("big", "shell", "true", list("abcd")), user.id, 2)
+        gpu = await _submitted(conn, NewJob("gpu", "shell", "true", list("ab")), user.id, 1, 1)
+        await conn.execute(
+            "UPDATE tasks SET claim = gen_random_uuid(), host = $2,"
+            " state = (CASE WHEN index = 0 THEN 'new' ELSE 'on_cpu' END)::task_state"
+            " WHERE job_id = $1 AND index < 3",
+            big.id,
+            host,
+        )
+        await conn.execute(  # one running, one past its command (in flight, holding nothing)
+            "UPDATE tasks SET claim = gen_random_uuid(), host = $2,"
+            " state = (CASE WHEN index = 0 THEN 'on_cpu' ELSE 'post_processing' END)::task_state"
+            " WHERE job_id = $1",
+            gpu.id,
+            host,
+        )
+        feed = await plan_repo.read(conn, POOL, 10.0, 0, 100)
+
+    row = feed.users[user.id]
+    assert row.in_flight == 5
+    assert (row.held.millicpus, row.held.gpus) == (3 * 2000 + 1000, 1)
+
+
 async def test_a_probing_host_is_given_one_task_at_a_time(pool: Pool) -> None:
     dispatcher = _dispatcher(pool)
     async with pool.acquire() as conn:
