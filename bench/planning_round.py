@@ -2,11 +2,13 @@
 planner and the claims, as the leading scheduler runs them.
 
     python -m bench.planning_round [--tasks 100000] [--jobs 1000] [--users 50] [--hosts 100]
-                                   [--history 0] [--running 0] [--repeat 9]
+                                   [--history 0] [--ended-jobs 0] [--running 0] [--repeat 9]
 
 Makes a database of its own with `--hosts` live hosts of 16 CPUs, `--jobs` jobs of `--users`
 users with `--tasks` new tasks among them, optionally `--history` ended tasks (a job's
-history must not slow a round down), and `--running` active one-task jobs whose task runs
+history must not slow a round down), optionally `--ended-jobs` completed one-task jobs (a
+pool's history of small jobs, W1's: nor must theirs), and `--running` active one-task jobs
+whose task runs
 (a pool running many small jobs at once: active jobs with nothing to place). Then times
 `Dispatcher.run_once()` (the round's whole transaction: feed, plan, claims, reasons, the
 resting tasks' release) in two states:
@@ -42,6 +44,7 @@ async def _populate(
     hosts: int,
     history: int,
     running: int = 0,
+    ended_jobs: int = 0,
 ) -> None:
     await conn.execute(
         "INSERT INTO users (id, name, role) SELECT 'u' || n, 'user' || n, 'user'"
@@ -72,6 +75,27 @@ async def _populate(
             min(history, first + _HISTORY_CHUNK - 1),
             jobs,
             first,
+            hosts,
+            timeout=600,
+        )
+    for first in range(1, ended_jobs + 1, _HISTORY_CHUNK):
+        last = min(ended_jobs, first + _HISTORY_CHUNK - 1)
+        await conn.execute(
+            "INSERT INTO jobs (id, owner_id, name, type, command, state, created_at, finished_at)"
+            " SELECT 'e' || n, 'u' || (1 + n % $3), 'ended', 'shell', 'true', 'completed',"
+            "   now() - interval '1 day', now() - interval '1 day'"
+            " FROM generate_series($1::bigint, $2) n",
+            first,
+            last,
+            users,
+            timeout=600,
+        )
+        await conn.execute(
+            "INSERT INTO tasks (id, job_id, index, input, state, host)"
+            " SELECT 'te' || n, 'e' || n, 0, to_jsonb(n), 'completed', 'h' || (1 + n % $3)"
+            " FROM generate_series($1::bigint, $2) n",
+            first,
+            last,
             hosts,
             timeout=600,
         )
@@ -125,7 +149,14 @@ async def main(args: argparse.Namespace) -> None:
         async with db.open_pool(url, max_size=2) as pool:
             async with pool.acquire() as conn:
                 await _populate(
-                    conn, args.tasks, args.jobs, args.users, args.hosts, args.history, args.running
+                    conn,
+                    args.tasks,
+                    args.jobs,
+                    args.users,
+                    args.hosts,
+                    args.history,
+                    args.running,
+                    args.ended_jobs,
                 )
             dispatcher = Dispatcher(pool, 500, POOL, policy=Settings(), fresh_s=3600.0)
             idle_ms, placed = await _timed(dispatcher)
@@ -143,6 +174,7 @@ async def main(args: argparse.Namespace) -> None:
         print(
             f"pool: {args.tasks} waiting tasks, {args.jobs} jobs, {args.users} users,"
             f" {args.hosts} hosts of 16 CPUs, {args.history} ended tasks,"
+            f" {args.ended_jobs} ended one-task jobs,"
             f" {args.running} one-task jobs running"
         )
         print(f"idle round (first, empty hosts): {idle_ms:.1f} ms, {placed} tasks placed")
@@ -163,6 +195,7 @@ if __name__ == "__main__":
     parser.add_argument("--users", type=int, default=50)
     parser.add_argument("--hosts", type=int, default=100)
     parser.add_argument("--history", type=int, default=0)
+    parser.add_argument("--ended-jobs", type=int, default=0)
     parser.add_argument("--running", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=9)
     asyncio.run(main(parser.parse_args()))

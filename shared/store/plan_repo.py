@@ -20,7 +20,7 @@ from shared.domain.prerequisites import met_arrays, unmet_sql
 from shared.domain.scheduling.resources import Resources
 from shared.store import loose_scan, sql_states
 from shared.store.db import Connection
-from shared.store.pool_repo import HELD_BY_HOST, HOLDING_SQL, LOAD_COLUMNS, HostLoad, load_of
+from shared.store.pool_repo import HELD_BY_HOST_AND_OWNER, Held, HostLoad, fold_held, host_load
 
 #: Emergency stops: nothing is placed while one is in force.
 _NOT_STOPPED: Final = "NOT EXISTS (SELECT 1 FROM emergency_stops WHERE resumed_at IS NULL)"
@@ -209,39 +209,22 @@ SELECT extract(epoch FROM now())::float8 AS now, NOT {_NOT_STOPPED} AS stopped,
        ) AS waiting
 """
 
-#: The pool's hosts with a worker: capacity, what their tasks hold, whether they take work.
-_HOSTS: Final = f"""
-SELECT {LOAD_COLUMNS},
+#: The pool's hosts with a worker: capacity, whether they take work (what their tasks hold
+#: is `HELD_BY_HOST_AND_OWNER`'s).
+_HOSTS: Final = """
+SELECT h.id, h.capacity_millicpus, h.capacity_memory_mb, h.gpu_ids,
        h.heartbeat_at > now() - make_interval(secs => $2) AS live,
        h.draining, h.quarantined, h.probing_since IS NOT NULL AS probing,
        extract(epoch FROM h.ends_at)::float8 AS ends_at
-FROM hosts h LEFT JOIN ({HELD_BY_HOST}) l ON l.host = h.id
+FROM hosts h
 WHERE h.pool = $1 AND h.worker IS NOT NULL
 """
 
-#: Users with tasks in flight or waiting: their share, usage and its age, tasks in flight
-#: and what those hold on hosts. The tasks in flight are counted per job (`tasks_in_flight`),
-#: and each job counted is looked up by its id (`OFFSET 0` keeps the lookup a subquery per
-#: row): a join of the tasks with their jobs was planned, from some statistics, as a hash
-#: of the tasks against a scan of every job, history included (2.2 ms a round with 2 tasks
-#: in flight and 6,000 jobs ended).
-_USERS: Final = f"""
-SELECT u.id, u.share, u.usage, extract(epoch FROM now() - u.usage_at)::float8 AS usage_age,
-       coalesce(l.in_flight, 0) AS in_flight, coalesce(l.millicpus, 0) AS millicpus,
-       coalesce(l.memory_mb, 0) AS memory_mb, coalesce(l.gpus, 0) AS gpus
-FROM users u LEFT JOIN (
-    SELECT j.owner_id, sum(f.n)::bigint AS in_flight,
-           sum(j.req_millicpus * f.holding)::bigint AS millicpus,
-           sum(j.req_memory_mb * f.holding)::bigint AS memory_mb,
-           sum(j.req_gpus * f.holding)::bigint AS gpus
-    FROM (SELECT t.job_id, count(*) AS n, count(*) FILTER (WHERE {HOLDING_SQL}) AS holding
-          FROM tasks t WHERE t.claim IS NOT NULL OR t.state NOT IN {sql_states.NOT_IN_FLIGHT}
-          GROUP BY t.job_id) f
-    CROSS JOIN LATERAL (
-        SELECT j.owner_id, j.req_millicpus, j.req_memory_mb, j.req_gpus
-        FROM jobs j WHERE j.id = f.job_id OFFSET 0) j
-    GROUP BY j.owner_id) l ON l.owner_id = u.id
-WHERE u.id = ANY($1::text[]) OR l.owner_id IS NOT NULL
+#: Users with tasks in flight or waiting: their share, usage and its age (what their tasks
+#: in flight hold is `HELD_BY_HOST_AND_OWNER`'s).
+_USERS: Final = """
+SELECT u.id, u.share, u.usage, extract(epoch FROM now() - u.usage_at)::float8 AS usage_age
+FROM users u WHERE u.id = ANY($1::text[])
 """
 
 
@@ -352,7 +335,8 @@ async def read_unless_idle(
     if not clock["waiting"]:
         return None
     now, stopped = float(clock["now"]), bool(clock["stopped"])
-    hosts = [_host(row) for row in await conn.fetch(_HOSTS, pool, fresh_s)]
+    by_host, by_owner = fold_held(await conn.fetch(HELD_BY_HOST_AND_OWNER))
+    hosts = [_host(row, by_host) for row in await conn.fetch(_HOSTS, pool, fresh_s)]
     per_job = counted_per_job(hosts, prefetch, batch)
     if top is None:
         rows = await conn.fetch(_JOBS[pending_first], per_job, *met_arrays())
@@ -361,15 +345,21 @@ async def read_unless_idle(
             _TOP_JOBS[pending_first], per_job, *met_arrays(), top[0] + per_job, top[1]
         )
     jobs = [_job(row) for row in rows]
-    owners = sorted({j.owner_id for j in jobs})
-    users = {row["id"]: _user(row) for row in await conn.fetch(_USERS, owners)}
+    owners = sorted({j.owner_id for j in jobs} | by_owner.keys())
+    users = {row["id"]: _user(row, by_owner) for row in await conn.fetch(_USERS, owners)}
     placeable = None if clock["placeable"] is None else int(clock["placeable"])
     return Feed(now, stopped, hosts, jobs, users, placeable)
 
 
-def _host(row: Any) -> HostRow:
+def _host(row: Any, held: Mapping[str, Held]) -> HostRow:
     return HostRow(
-        load=load_of(row),
+        load=host_load(
+            row["id"],
+            row["capacity_millicpus"],
+            row["capacity_memory_mb"],
+            row["gpu_ids"],
+            held.get(row["id"], Held()),
+        ),
         live=bool(row["live"]),
         draining=bool(row["draining"]),
         quarantined=bool(row["quarantined"]),
@@ -392,14 +382,15 @@ def _job(row: Any) -> JobRow:
     )
 
 
-def _user(row: Any) -> UserRow:
+def _user(row: Any, held: Mapping[str, Held]) -> UserRow:
+    theirs = held.get(row["id"], Held())
     return UserRow(
         user_id=row["id"],
         share=float(row["share"]),
         usage=float(row["usage"]),
         usage_age_s=max(0.0, float(row["usage_age"])),
-        in_flight=int(row["in_flight"]),
-        held=Resources(int(row["millicpus"]), int(row["memory_mb"]), int(row["gpus"])),
+        in_flight=theirs.in_flight,
+        held=theirs.requested,
     )
 
 

@@ -317,11 +317,12 @@ async def test_users_holding_capacity_are_charged_for_it(pool: Pool) -> None:
     assert 19.0 < usage < 21.0  # 2 CPUs for 10 s, hardly decayed in a day's half-life
 
 
-async def test_the_feed_counts_each_users_tasks_in_flight_and_what_those_hold(
+async def test_the_feed_counts_each_users_and_hosts_tasks_in_flight_and_what_those_hold(
     pool: Pool,
 ) -> None:
     """A user's tasks in flight are counted whatever they hold; what they hold is each
-    holding task's job's request, summed (the feed counts per job, then looks each up)."""
+    holding task's job's request, summed; their host's load is read with them
+    (`pool_repo.HELD_BY_HOST_AND_OWNER`)."""
     async with pool.acquire() as conn:
         host = await _host(conn)
         user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
@@ -346,6 +347,10 @@ async def test_the_feed_counts_each_users_tasks_in_flight_and_what_those_hold(
     row = feed.users[user.id]
     assert row.in_flight == 5
     assert (row.held.millicpus, row.held.gpus) == (3 * 2000 + 1000, 1)
+    # and the host's load, from the same read: the four holding tasks, one not started
+    [load] = [h.load for h in feed.hosts if h.load.host_id == host]
+    assert (load.tasks, load.pending) == (4, 1)
+    assert (load.held.millicpus, load.running_millicpus) == (3 * 2000 + 1000, 2 * 2000 + 1000)
 
 
 async def test_a_probing_host_is_given_one_task_at_a_time(pool: Pool) -> None:
