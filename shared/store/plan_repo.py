@@ -429,6 +429,10 @@ async def short_users(
 #: task's place in it), and queue each one's `RunStage` to the host's queue through the
 #: outbox (as `release_round` writes a resting task's). A job placed on several hosts has
 #: its first tasks read once (`total`), then dealt out to its assignments in turn (`off`).
+#: Each job is looked up by its id (`OFFSET 0`: a join was planned, from some statistics, as
+#: a hash of every active job, 1.5 ms a claim with 1,000 jobs waiting), and each task it
+#: claims by its id (its state compared as text, which `tasks_new` cannot answer: the update
+#: was planned as a scan of every unclaimed new task, 1.7 ms a claim with 1,000 waiting).
 #: The parameters: the met arrays, then job ids, host ids, counts, and each assignment's
 #: devices as a JSON array of arrays.
 _CLAIM: Final = f"""
@@ -441,11 +445,12 @@ WITH a AS (
 ), picked AS (
     SELECT w.job_id, p.id, row_number() OVER (PARTITION BY w.job_id ORDER BY p.index) AS k,
         j.xmin::text::bigint AS job_version
-    FROM wanted w JOIN jobs j ON j.id = w.job_id
+    FROM wanted w CROSS JOIN LATERAL (
+        SELECT j.id, j.state, j.xmin FROM jobs j WHERE j.id = w.job_id OFFSET 0) j
     CROSS JOIN LATERAL (
         SELECT t.id, t.index FROM tasks t WHERE {_releasable(1)}
         ORDER BY t.index LIMIT w.total) p
-    WHERE j.state = 'active' OR (j.state = 'configuring' AND {_NOT_STOPPED})
+    WHERE {_PLACEABLE}
 ), dealt AS (
     SELECT p.id, a.host, a.gpus::jsonb -> (p.k - a.off - 1)::int AS gpus, p.job_version
     FROM picked p JOIN a ON a.job_id = p.job_id AND p.k > a.off AND p.k <= a.off + a.n
@@ -454,7 +459,7 @@ WITH a AS (
         gpu_ids = CASE WHEN jsonb_array_length(coalesce(p.gpus, '[]')) = 0 THEN NULL
                   ELSE ARRAY(SELECT jsonb_array_elements_text(p.gpus)) END
     FROM dealt p
-    WHERE t.id = p.id AND t.claim IS NULL AND t.state = 'new'
+    WHERE t.id = p.id AND t.claim IS NULL AND t.state::text = 'new'
     RETURNING t.id, t.job_id, t.index, t.host, t.claim, to_jsonb(t) AS row, p.job_version
 ), queued AS (
     INSERT INTO outbox (exchange, routing_key, body)
