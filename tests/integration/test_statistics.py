@@ -48,6 +48,7 @@ async def test_a_table_is_analysed_as_it_doubles_and_not_in_between(
     async with db.open_pool(young_database_url, max_size=1) as pool, pool.acquire() as conn:
         # given a table, under its first analysis's size
         await conn.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
+        await conn.execute("ANALYZE task_prerequisites")  # as at a first look: empty
         await _add_jobs(conn, 1, statistics.FIRST_ROWS - 1)
         assert await statistics.analyse_due(conn) == []
         # when it reaches that size, then grows by less than double, then doubles
@@ -71,6 +72,7 @@ async def test_tasks_are_analysed_once_the_tasks_claimed_double_though_the_table
     async with db.open_pool(young_database_url, max_size=1) as pool, pool.acquire() as conn:
         # given tasks analysed while none was claimed
         await conn.execute("ALTER TABLE tasks SET (autovacuum_enabled = false)")
+        await conn.execute("ANALYZE task_prerequisites")  # as at a first look: empty
         await _add_jobs(conn, 1, 1)
         await conn.execute(
             "INSERT INTO tasks (id, job_id, index, input, state)"
@@ -89,6 +91,34 @@ async def test_tasks_are_analysed_once_the_tasks_claimed_double_though_the_table
         assert await _analysed(conn, "tasks") == 2
 
 
+async def test_the_prerequisites_are_analysed_once_while_empty_and_again_as_they_double(
+    young_database_url: str,
+) -> None:
+    """A table never analysed is planned as ten pages of rows: the waiters' statement drove
+    from the waiting tasks and probed the empty prerequisites once for each."""
+    async with db.open_pool(young_database_url, max_size=1) as pool, pool.acquire() as conn:
+        # given no prerequisite at all, the table never analysed
+        await conn.execute("ALTER TABLE task_prerequisites SET (autovacuum_enabled = false)")
+        # when the scheduler looks twice, then after a job's first prerequisites
+        first = await statistics.analyse_due(conn)
+        again = await statistics.analyse_due(conn)
+        await _add_jobs(conn, 1, 1)
+        await conn.execute(
+            "INSERT INTO tasks (id, job_id, index, input) SELECT 't-' || g, 'j-1', g, 'null'"
+            " FROM generate_series(1, 3) g"
+        )
+        await conn.execute(
+            "INSERT INTO task_prerequisites (task_id, stage, on_task_id, required)"
+            " VALUES ('t-2', 'setup', 't-1', 'completed'), ('t-3', 'setup', 't-1', 'completed')"
+        )
+        await conn.execute("SELECT pg_stat_force_next_flush()")
+        grown = await statistics.analyse_due(conn)
+    # then the empty table was analysed once, and again once it held rows
+    assert "task_prerequisites" in first
+    assert "task_prerequisites" not in again
+    assert "task_prerequisites" in grown
+
+
 async def test_the_hosts_are_analysed_from_their_tenth_row(young_database_url: str) -> None:
     """Every round reads all the hosts: a plan made while a pool's hosts were registering
     expects one and joins each host to the load of the tasks in flight again."""
@@ -105,6 +135,7 @@ async def test_the_hosts_are_analysed_from_their_tenth_row(young_database_url: s
     async with db.open_pool(young_database_url, max_size=1) as pool, pool.acquire() as conn:
         # given hosts kept from autovacuum, fewer than the first analysis's size
         await conn.execute("ALTER TABLE hosts SET (autovacuum_enabled = false)")
+        await conn.execute("ANALYZE task_prerequisites")  # as at a first look: empty
         await register(1, statistics.FIRST_HOSTS - 1)
         few = await statistics.analyse_due(conn)
         # when they reach it, then double
