@@ -91,7 +91,7 @@ async def test_tasks_are_analysed_once_the_tasks_claimed_double_though_the_table
         assert await _analysed(conn, "tasks") == 2
 
 
-async def test_the_prerequisites_are_analysed_once_while_empty_and_again_as_they_double(
+async def test_the_prerequisites_are_analysed_once_while_empty_and_again_once_they_hold_rows(
     young_database_url: str,
 ) -> None:
     """A table never analysed is planned as ten pages of rows: the waiters' statement drove
