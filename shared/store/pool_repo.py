@@ -46,35 +46,16 @@ _HOLDS_IN_FLIGHT: Final = (
     " AND (t.state <> 'new' OR t.claim IS NOT NULL)"
 )
 
-#: A task row `t` holding resources on `t.host` (served by `tasks_in_flight`).
-HOLDING_SQL: Final = f"{IN_FLIGHT_SQL} AND {_HOLDS_IN_FLIGHT}"
-
-#: Per host: what its tasks hold, their GPU devices, how many tasks there are, how many of
-#: them have not started their command yet (`pending`), and the CPUs of those that have.
-#: One row a task: a task's devices are joined into one list per host as text (a device id
-#: never holds a comma: `capacity.parse_gpu_ids`), not unnested, which made a row per device
-#: and counted a task of two GPUs twice (its tasks, CPUs and memory).
-HELD_BY_HOST: Final = f"""
-SELECT t.host,
-       count(*) AS tasks,
-       count(*) FILTER (WHERE t.state <> 'on_cpu') AS pending,
-       sum(j.req_millicpus)::bigint AS millicpus,
-       sum(j.req_memory_mb)::bigint AS memory_mb,
-       coalesce(sum(j.req_millicpus) FILTER (WHERE t.state = 'on_cpu'), 0)::bigint AS running,
-       string_to_array(string_agg(array_to_string(t.gpu_ids, ','), ',')
-                       FILTER (WHERE cardinality(t.gpu_ids) > 0), ',') AS gpu_ids
-FROM tasks t JOIN jobs j ON j.id = t.job_id
-WHERE {HOLDING_SQL}
-GROUP BY t.host
-"""
-
 #: Per host, and per owner, the tasks in flight (`in_flight`), and of them those holding
-#: resources as `HELD_BY_HOST` says (`tasks`, `pending`, their jobs' requests, the CPUs of
-#: those running, their devices): the planning round's one read of what the tasks in flight
-#: hold, for its hosts and its users at once (`fold_held`; `by_host` tells a host's row from
-#: an owner's). Whether a task holds is worked out once a row (`OFFSET 0` keeps the subquery
-#: whole), and each task's job is looked up by its id (`OFFSET 0` keeps that lookup a
-#: subquery per row, memoized per job): a join of the tasks with their jobs was planned, from
+#: resources (`tasks`; of those, `pending`: not started their command yet), their jobs'
+#: requests, the CPUs of those running, and their devices: the one read of what the tasks
+#: in flight hold, for the planning round's hosts and users at once and for `loads`
+#: (`fold_held`; `by_host` tells a host's row from an owner's). A task's devices are joined
+#: into one list as text (a device id never holds a comma: `capacity.parse_gpu_ids`), not
+#: unnested, which made a row per device and counted a task of two GPUs twice. Whether a
+#: task holds is worked out once a row (`OFFSET 0` keeps the subquery whole), and each
+#: task's job is looked up by its id (`OFFSET 0` keeps that lookup a subquery per row,
+#: memoized per job): a join of the tasks with their jobs was planned, from
 #: some statistics, as a hash of the tasks against a scan of every job, history included (33
 #: ms a look with 2,000 tasks in flight and 100,000 one-task jobs ended; 2.2 ms with 2 in
 #: flight and 6,000 ended). Grouped by host and owner together, a thousand hosts running the
@@ -97,13 +78,6 @@ CROSS JOIN LATERAL (
     FROM jobs j WHERE j.id = t.job_id OFFSET 0) j
 GROUP BY GROUPING SETS ((t.host), (j.owner_id))
 """
-
-
-#: A host `h` and what its tasks hold `l` (`HELD_BY_HOST`, left-joined), as `load_of` reads it.
-LOAD_COLUMNS: Final = """h.id, h.capacity_millicpus, h.capacity_memory_mb, h.gpu_ids,
-       coalesce(l.tasks, 0) AS tasks, coalesce(l.pending, 0) AS pending,
-       coalesce(l.millicpus, 0) AS millicpus, coalesce(l.memory_mb, 0) AS memory_mb,
-       coalesce(l.running, 0) AS running, coalesce(l.gpu_ids, '{}') AS held_gpu_ids"""
 
 
 @dataclass(frozen=True)
@@ -191,25 +165,21 @@ def host_load(
     )
 
 
-def load_of(row: Any) -> HostLoad:
-    """A row of `LOAD_COLUMNS`."""
-    held = Held(
-        tasks=int(row["tasks"]),
-        pending=int(row["pending"]),
-        requested=Resources(int(row["millicpus"]), int(row["memory_mb"])),
-        running_millicpus=int(row["running"]),
-        gpu_ids=frozenset(row["held_gpu_ids"]),
-    )
-    return host_load(
-        row["id"], row["capacity_millicpus"], row["capacity_memory_mb"], row["gpu_ids"], held
-    )
-
-
 async def loads(conn: Connection, host_ids: list[str]) -> dict[str, HostLoad]:
     """Each named host's capacity and what its tasks hold (hosts not in `hosts` left out)."""
     rows = await conn.fetch(
-        f"SELECT {LOAD_COLUMNS} FROM hosts h LEFT JOIN ({HELD_BY_HOST}) l ON l.host = h.id"
-        " WHERE h.id = ANY($1::text[])",
+        "SELECT id, capacity_millicpus, capacity_memory_mb, gpu_ids FROM hosts"
+        " WHERE id = ANY($1::text[])",
         host_ids,
     )
-    return {row["id"]: load_of(row) for row in rows}
+    by_host, _ = fold_held(await conn.fetch(HELD_BY_HOST_AND_OWNER))
+    return {
+        row["id"]: host_load(
+            row["id"],
+            row["capacity_millicpus"],
+            row["capacity_memory_mb"],
+            row["gpu_ids"],
+            by_host.get(row["id"], Held()),
+        )
+        for row in rows
+    }
