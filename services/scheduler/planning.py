@@ -38,7 +38,7 @@ from shared.domain.scheduling.model import (
 )
 from shared.domain.scheduling.planner import plan
 from shared.domain.scheduling.reasons import detail
-from shared.domain.scheduling.resources import NOTHING, Pricing
+from shared.domain.scheduling.resources import NOTHING, Pricing, total
 from shared.store import plan_repo
 from shared.store.db import Connection
 
@@ -106,6 +106,10 @@ class Planning:
     #: pool running thousands of one-task jobs has thousands of active jobs, few of them
     #: waiting (`docs/performance.md`, "Many jobs running, few waiting").
     pending_first: bool = False
+    #: The hosts as the last round read them (`plan_repo.KnownHosts`), and the state the
+    #: planner was given of each (a host that reads the same is given the same state).
+    known_hosts: plan_repo.KnownHosts = field(default_factory=plan_repo.KnownHosts)
+    _states: dict[str, tuple[plan_repo.HostRow, HostState]] = field(default_factory=dict)
 
     async def run_once(self, conn: Connection) -> Placed:
         """One round, in the caller's transaction: a full one (every job with tasks to place)
@@ -129,6 +133,7 @@ class Planning:
             top,
             self.pending_first,
             skip_idle=quiet,
+            known=self.known_hosts,
         )
         if feed is None:
             return Placed(0, 0)
@@ -169,26 +174,19 @@ class Planning:
 
     def _round(self, feed: plan_repo.Feed) -> tuple[Round, set[str]]:
         hosts, probing = [], set()
+        last = self._states
+        states: dict[str, tuple[plan_repo.HostRow, HostState]] = {}
         for h in feed.hosts:
-            load = h.load
-            accepting = h.live and not h.draining and (not h.quarantined or h.probing)
+            host_id = h.load.host_id
             if h.quarantined and h.probing:
-                accepting = accepting and load.tasks == 0
-                probing.add(load.host_id)
-            room_for_pending = max(0, load.capacity.millicpus - load.running_millicpus)
-            staged = max(0, load.pending - room_for_pending // DEFAULT_REQUEST.millicpus)
-            hosts.append(
-                HostState(
-                    load.host_id,
-                    load.capacity,
-                    load.free,
-                    load.free_gpu_ids[: load.free.gpus],
-                    accepting and load.capacity.millicpus > 0,
-                    staged,
-                    h.ends_at,
-                )
-            )
-        pricing = Pricing.of_pool(sum((h.capacity for h in hosts if h.accepting), start=NOTHING))
+                probing.add(host_id)
+            known = last.get(host_id)
+            if known is None or known[0] is not h:  # not the same row as the last round's
+                known = (h, _state(h))
+            states[host_id] = known
+            hosts.append(known[1])
+        self._states = states
+        pricing = Pricing.of_pool(total(h.capacity for h in hosts if h.accepting))
         half_life = self.settings.half_life_s
         users = {
             u.user_id: UserState(
@@ -250,8 +248,7 @@ class Planning:
         if clock - self._charged_at < CHARGE_EVERY_S:
             return
         self._charged_at = clock
-        total = sum((h.load.capacity for h in feed.hosts), start=NOTHING)
-        pricing = Pricing.of_pool(total)
+        pricing = Pricing.of_pool(total(h.load.capacity for h in feed.hosts))
         half_life = self.settings.half_life_s
         usage = {
             u.user_id: fairshare.charged(u.usage, pricing.cost(u.held), u.usage_age_s, half_life)
@@ -260,6 +257,26 @@ class Planning:
         }
         self._charged = {user for user, u in feed.users.items() if u.held != NOTHING}
         await plan_repo.charge(conn, usage)
+
+
+def _state(h: plan_repo.HostRow) -> HostState:
+    """What the planner is given of a host."""
+    load = h.load
+    accepting = h.live and not h.draining and (not h.quarantined or h.probing)
+    if h.quarantined and h.probing:
+        accepting = accepting and load.tasks == 0
+    room_for_pending = max(0, load.capacity.millicpus - load.running_millicpus)
+    staged = max(0, load.pending - room_for_pending // DEFAULT_REQUEST.millicpus)
+    free = load.free
+    return HostState(
+        load.host_id,
+        load.capacity,
+        free,
+        load.free_gpu_ids[: free.gpus],
+        accepting and load.capacity.millicpus > 0,
+        staged,
+        h.ends_at,
+    )
 
 
 def _claim(a: Assignment) -> plan_repo.Claim:

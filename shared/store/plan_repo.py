@@ -13,14 +13,21 @@ writes to `job_waits` and `users` take those rows' locks; the reads lock nothing
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from shared.domain.prerequisites import met_arrays, unmet_sql
 from shared.domain.scheduling.resources import Resources
 from shared.store import loose_scan, sql_states
 from shared.store.db import Connection
-from shared.store.pool_repo import HELD_BY_HOST_AND_OWNER, Held, HostLoad, fold_held, host_load
+from shared.store.pool_repo import (
+    HELD_BY_HOST_AND_OWNER,
+    Held,
+    HostLoad,
+    held_of,
+    host_load,
+    split_held,
+)
 
 #: Emergency stops: nothing is placed while one is in force.
 _NOT_STOPPED: Final = "NOT EXISTS (SELECT 1 FROM emergency_stops WHERE resumed_at IS NULL)"
@@ -325,18 +332,20 @@ async def read_unless_idle(
     pending_first: bool = False,
     *,
     skip_idle: bool = True,
+    known: "KnownHosts | None" = None,
 ) -> Feed | None:
     """`read`, but with `skip_idle`, None after its first statement when no placeable job
     has a new task (`_CLOCK`'s `waiting`): an idle pool's round (every 2 s) then reads none
     of its hosts (their load, an aggregate over the tasks in flight) and plans nothing: 42 %
-    of an idle leader's CPU with 1,000 hosts (issue 41)."""
+    of an idle leader's CPU with 1,000 hosts (issue 41). The hosts that read as they did at
+    the last round are `known`'s rows of then (`KnownHosts`)."""
     clock = await conn.fetchrow(_CLOCK, top is None, skip_idle)
     assert clock is not None  # one row, always
     if not clock["waiting"]:
         return None
     now, stopped = float(clock["now"]), bool(clock["stopped"])
-    by_host, by_owner = fold_held(await conn.fetch(HELD_BY_HOST_AND_OWNER))
-    hosts = [_host(row, by_host) for row in await conn.fetch(_HOSTS, pool, fresh_s)]
+    by_host, by_owner = split_held(await conn.fetch(HELD_BY_HOST_AND_OWNER))
+    hosts = (known or KnownHosts()).rows(await conn.fetch(_HOSTS, pool, fresh_s), by_host)
     per_job = counted_per_job(hosts, prefetch, batch)
     if top is None:
         rows = await conn.fetch(_JOBS[pending_first], per_job, *met_arrays())
@@ -351,14 +360,43 @@ async def read_unless_idle(
     return Feed(now, stopped, hosts, jobs, users, placeable)
 
 
-def _host(row: Any, held: Mapping[str, Held]) -> HostRow:
+@dataclass
+class KnownHosts:
+    """The pool's hosts as the feed made them at the last round, kept by the planning round
+    between rounds: a host whose row and whose tasks' sums read as they did then is that
+    round's `HostRow` again, not made anew. With 1,000 hosts, making each anew was about a
+    fifth of a busy round (`docs/performance.md`, "A round's hosts, made once"); between two
+    rounds of a busy pool few hosts change."""
+
+    _last: dict[str, tuple[tuple[object, ...], HostRow]] = field(default_factory=dict)
+
+    def rows(self, hosts: Sequence[Any], held: Mapping[str, Any]) -> list[HostRow]:
+        """The `HostRow` of each of `_HOSTS`'s rows, given each host's row of
+        `HELD_BY_HOST_AND_OWNER` (none: it holds nothing)."""
+        last = self._last
+        kept: dict[str, tuple[tuple[object, ...], HostRow]] = {}
+        found = []
+        for row in hosts:
+            host_id = row["id"]
+            theirs = held.get(host_id)
+            read = (tuple(row.values()), () if theirs is None else tuple(theirs.values()))
+            known = last.get(host_id)
+            if known is None or known[0] != read:
+                known = (read, _host(row, Held() if theirs is None else held_of(theirs)))
+            kept[host_id] = known
+            found.append(known[1])
+        self._last = kept
+        return found
+
+
+def _host(row: Any, held: Held) -> HostRow:
     return HostRow(
         load=host_load(
             row["id"],
             row["capacity_millicpus"],
             row["capacity_memory_mb"],
             row["gpu_ids"],
-            held.get(row["id"], Held()),
+            held,
         ),
         live=bool(row["live"]),
         draining=bool(row["draining"]),

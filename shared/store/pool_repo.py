@@ -15,6 +15,7 @@ Locks: none (reads).
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Final
 
 from shared.domain.scheduling.resources import Resources
@@ -95,7 +96,7 @@ class HostLoad:
     pending: int = 0
     running_millicpus: int = 0
 
-    @property
+    @cached_property
     def free(self) -> Resources:
         return (self.capacity - self.held).at_least_zero()
 
@@ -122,22 +123,32 @@ class Held:
 def fold_held(rows: Iterable[Any]) -> tuple[dict[str, Held], dict[str, Held]]:
     """Rows of `HELD_BY_HOST_AND_OWNER`, per host and per owner (the tasks in flight on no
     host are in their owner's only)."""
-    by_host: dict[str, Held] = {}
+    by_host, by_owner = split_held(rows)
+    return {host: held_of(row) for host, row in by_host.items()}, by_owner
+
+
+def split_held(rows: Iterable[Any]) -> tuple[dict[str, Any], dict[str, Held]]:
+    """`fold_held`, each host's row left as it was read (`held_of` makes it a `Held`)."""
+    by_host: dict[str, Any] = {}
     by_owner: dict[str, Held] = {}
     for row in rows:
-        held = Held(
-            int(row["in_flight"]),
-            int(row["tasks"]),
-            int(row["pending"]),
-            Resources(int(row["millicpus"]), int(row["memory_mb"]), int(row["gpus"])),
-            int(row["running"]),
-            frozenset(row["gpu_ids"] or ()),
-        )
         if not row["by_host"]:
-            by_owner[row["owner_id"]] = held
+            by_owner[row["owner_id"]] = held_of(row)
         elif row["host"] is not None:
-            by_host[row["host"]] = held
+            by_host[row["host"]] = row
     return by_host, by_owner
+
+
+def held_of(row: Any) -> Held:
+    """One row of `HELD_BY_HOST_AND_OWNER`."""
+    return Held(
+        int(row["in_flight"]),
+        int(row["tasks"]),
+        int(row["pending"]),
+        Resources(int(row["millicpus"]), int(row["memory_mb"]), int(row["gpus"])),
+        int(row["running"]),
+        frozenset(row["gpu_ids"] or ()),
+    )
 
 
 def host_load(

@@ -742,3 +742,39 @@ async def test_a_round_tells_the_jobs_it_saw_with_a_task_to_place(pool: Pool) ->
     # then each says it saw the throttled job, and not the one with nothing to place
     assert first.unfinished == second.unfinished == {throttled.id}
     assert placed.id not in first.unfinished
+
+
+async def test_a_round_makes_again_only_the_hosts_that_read_otherwise_than_at_the_last_one(
+    pool: Pool,
+) -> None:
+    known = plan_repo.KnownHosts()
+    async with pool.acquire() as conn:
+        # given three hosts, a job holding a task on the first, and a round's read
+        busy, idle, going = [await _host(conn, cpus=4) for _ in range(3)]
+        job = await _submitted(conn, NewJob("known", "shell", "true", ["a", "b"]))
+        await conn.execute(
+            "UPDATE tasks SET claim = gen_random_uuid(), host = $2 WHERE id ="
+            " (SELECT id FROM tasks WHERE job_id = $1 ORDER BY index LIMIT 1)",
+            job.id,
+            busy,
+        )
+        first = await plan_repo.read_unless_idle(conn, POOL, 10.0, 0, 100, known=known)
+        # when nothing changes, then the task on the first host ends and the third goes
+        # silent, at the next reads
+        same = await plan_repo.read_unless_idle(conn, POOL, 10.0, 0, 100, known=known)
+        await _end_one(conn, job.id)
+        await conn.execute(
+            "UPDATE hosts SET heartbeat_at = now() - interval '1 hour' WHERE id = $1", going
+        )
+        later = await plan_repo.read_unless_idle(conn, POOL, 10.0, 0, 100, known=known)
+
+    assert first is not None and same is not None and later is not None
+    before = {h.load.host_id: h for h in first.hosts}
+    again = {h.load.host_id: h for h in same.hosts}
+    after = {h.load.host_id: h for h in later.hosts}
+    # then what read the same is the same row, and what changed is read anew
+    assert all(again[host] is before[host] for host in (busy, idle, going))
+    assert before[busy].load.tasks == 1 and before[busy].load.free.millicpus == 3000
+    assert after[busy].load.tasks == 0 and after[busy].load.free.millicpus == 4000
+    assert before[going].live and not after[going].live
+    assert after[idle] is before[idle]

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shared.domain.scheduling.model import HostState
-from shared.domain.scheduling.resources import NOTHING, Resources, coverage
+from shared.domain.scheduling.resources import NOTHING, Resources, coverage, total
 
 _Key = tuple[int, ...]
 
@@ -110,7 +110,7 @@ class Board:
         self._held: dict[str, Host] = {}  # job id -> the host held for it
         self._staging: list[tuple[int, int]] | None = None  # (staged, index), made when asked
         self._ever: dict[Resources, bool] = {}  # capacities do not change in a round
-        self.capacity = sum((h.capacity for h in self.hosts), NOTHING)
+        self.capacity = total(h.capacity for h in self.hosts)
 
     def __bool__(self) -> bool:
         return bool(self.hosts)

@@ -5,6 +5,7 @@ so no rounding can ever let a host be over-committed. GPUs are a count here; whi
 task gets is the board's business (`board.py`), since a GPU is never shared.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -50,6 +51,8 @@ class Resources:
     def at_least_zero(self) -> "Resources":
         """Each resource clamped at zero: a caller's accounting may run a little behind (a
         task ended but not yet counted), and a negative amount must never look like room."""
+        if self.millicpus >= 0 and self.memory_mb >= 0 and self.gpus >= 0:
+            return self  # an amount never changes: the same one will do
         return Resources(max(self.millicpus, 0), max(self.memory_mb, 0), max(self.gpus, 0))
 
     def as_json(self) -> dict[str, float | int]:
@@ -68,6 +71,17 @@ class Resources:
 
 
 NOTHING = Resources()
+
+
+def total(amounts: Iterable[Resources]) -> Resources:
+    """The sum of `amounts` (a round adds up a thousand hosts' capacities: one amount made,
+    not one per host)."""
+    millicpus = memory_mb = gpus = 0
+    for amount in amounts:
+        millicpus += amount.millicpus
+        memory_mb += amount.memory_mb
+        gpus += amount.gpus
+    return Resources(millicpus, memory_mb, gpus)
 
 
 def coverage(need: Resources, room: Resources) -> float:
