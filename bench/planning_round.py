@@ -107,11 +107,13 @@ async def _populate(
         users,
     )
     await conn.execute(
-        "INSERT INTO tasks (id, job_id, index, input, state, host, claim)"
+        "INSERT INTO tasks (id, job_id, index, input, state, host, claim, hold_owner,"
+        "   hold_millicpus, hold_memory_mb, hold_gpus)"  # as the round's claim leaves them
         " SELECT 'tr' || n, 'r' || n, 0, to_jsonb(n), 'on_cpu', 'h' || (1 + n % $2),"
-        "   gen_random_uuid() FROM generate_series(1, $1) n",
+        "   gen_random_uuid(), 'u' || (1 + n % $3), 1000, 0, 0 FROM generate_series(1, $1) n",
         running,
         hosts,
+        users,
     )
     await conn.execute(
         "INSERT INTO hosts (id, slots, worker, pool, capacity_millicpus)"

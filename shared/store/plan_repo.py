@@ -482,20 +482,25 @@ WITH a AS (
     SELECT a.job_id, sum(a.n)::int AS total FROM a GROUP BY a.job_id
 ), picked AS (
     SELECT w.job_id, p.id, row_number() OVER (PARTITION BY w.job_id ORDER BY p.index) AS k,
-        j.xmin::text::bigint AS job_version
+        j.xmin::text::bigint AS job_version, j.owner_id, j.req_millicpus, j.req_memory_mb,
+        j.req_gpus
     FROM wanted w CROSS JOIN LATERAL (
-        SELECT j.id, j.state, j.xmin FROM jobs j WHERE j.id = w.job_id OFFSET 0) j
+        SELECT j.id, j.state, j.xmin, j.owner_id, j.req_millicpus, j.req_memory_mb, j.req_gpus
+        FROM jobs j WHERE j.id = w.job_id OFFSET 0) j
     CROSS JOIN LATERAL (
         SELECT t.id, t.index FROM tasks t WHERE {_releasable(1)}
         ORDER BY t.index LIMIT w.total) p
     WHERE {_PLACEABLE}
 ), dealt AS (
-    SELECT p.id, a.host, a.gpus::jsonb -> (p.k - a.off - 1)::int AS gpus, p.job_version
+    SELECT p.id, a.host, a.gpus::jsonb -> (p.k - a.off - 1)::int AS gpus, p.job_version,
+        p.owner_id, p.req_millicpus, p.req_memory_mb, p.req_gpus
     FROM picked p JOIN a ON a.job_id = p.job_id AND p.k > a.off AND p.k <= a.off + a.n
 ), claimed AS (
     UPDATE tasks t SET claim = gen_random_uuid(), host = p.host, updated_at = now(),
         gpu_ids = CASE WHEN jsonb_array_length(coalesce(p.gpus, '[]')) = 0 THEN NULL
-                  ELSE ARRAY(SELECT jsonb_array_elements_text(p.gpus)) END
+                  ELSE ARRAY(SELECT jsonb_array_elements_text(p.gpus)) END,
+        hold_owner = p.owner_id, hold_millicpus = p.req_millicpus,
+        hold_memory_mb = p.req_memory_mb, hold_gpus = p.req_gpus
     FROM dealt p
     WHERE t.id = p.id AND t.claim IS NULL AND t.state::text = 'new'
     RETURNING t.id, t.job_id, t.index, t.host, t.claim, to_jsonb(t) AS row, p.job_version

@@ -1,8 +1,9 @@
 """What the pool's hosts hold and have free (issue 39): read by the leading scheduler's
 planning round (`services/scheduler/planning.py`) and by `GET /hosts`.
 
-A task **holds** its job's request (`jobs.req_*`) and its GPU devices (`tasks.gpu_ids`) on its
-host from the moment the scheduler claims it for that host until its command has exited:
+A task **holds** its job's request (`jobs.req_*`, copied to the task by the claim: `hold_*`)
+and its GPU devices (`tasks.gpu_ids`) on its host from the moment the scheduler claims it for
+that host until its command has exited:
 claimed and not yet set up (`new` with a claim), setting up, waiting for its turn
 (`queued`, resting there after a recovery too: it will run on that host), running
 (`on_cpu`), or in a cluster stage's recover or restart hook (which leads back to the
@@ -53,31 +54,39 @@ _HOLDS_IN_FLIGHT: Final = (
 #: in flight hold, for the planning round's hosts and users at once and for `loads`
 #: (`fold_held`; `by_host` tells a host's row from an owner's). A task's devices are joined
 #: into one list as text (a device id never holds a comma: `capacity.parse_gpu_ids`), not
-#: unnested, which made a row per device and counted a task of two GPUs twice. Whether a
-#: task holds is worked out once a row (`OFFSET 0` keeps the subquery whole), and each
-#: task's job is looked up by its id (`OFFSET 0` keeps that lookup a subquery per row,
-#: memoized per job): a join of the tasks with their jobs was planned, from
-#: some statistics, as a hash of the tasks against a scan of every job, history included (33
-#: ms a look with 2,000 tasks in flight and 100,000 one-task jobs ended; 2.2 ms with 2 in
-#: flight and 6,000 ended). Grouped by host and owner together, a thousand hosts running the
+#: unnested, which made a row per device and counted a task of two GPUs twice. What a task
+#: holds and for whom is its own (`hold_*`, set by the round's claim, migration 0043): the
+#: tasks are read alone, no job looked up (a lookup a task was 40-85 ms a look with 16,000 in
+#: flight on 1,000 hosts). A task in flight without them (claimed before that migration, or
+#: put in flight otherwise) has its job looked up by its id (`tasks_in_flight_unheld`;
+#: `OFFSET 0` keeps the lookup a subquery per row: a join was planned as a hash of every
+#: job, history included). Grouped by host and owner together, a thousand hosts running the
 #: tasks of 50 users made 15,000 rows: the two groupings are two grouping sets.
 HELD_BY_HOST_AND_OWNER: Final = f"""
-SELECT GROUPING(t.host) = 0 AS by_host, t.host, j.owner_id, count(*) AS in_flight,
+SELECT GROUPING(t.host) = 0 AS by_host, t.host, t.owner_id, count(*) AS in_flight,
        count(*) FILTER (WHERE t.holds) AS tasks,
        count(*) FILTER (WHERE t.holds AND t.state <> 'on_cpu') AS pending,
-       coalesce(sum(j.req_millicpus) FILTER (WHERE t.holds), 0)::bigint AS millicpus,
-       coalesce(sum(j.req_memory_mb) FILTER (WHERE t.holds), 0)::bigint AS memory_mb,
-       coalesce(sum(j.req_gpus) FILTER (WHERE t.holds), 0)::bigint AS gpus,
-       coalesce(sum(j.req_millicpus) FILTER (WHERE t.holds AND t.state = 'on_cpu'), 0)::bigint
+       coalesce(sum(t.millicpus) FILTER (WHERE t.holds), 0)::bigint AS millicpus,
+       coalesce(sum(t.memory_mb) FILTER (WHERE t.holds), 0)::bigint AS memory_mb,
+       coalesce(sum(t.gpus) FILTER (WHERE t.holds), 0)::bigint AS gpus,
+       coalesce(sum(t.millicpus) FILTER (WHERE t.holds AND t.state = 'on_cpu'), 0)::bigint
            AS running,
        string_to_array(string_agg(array_to_string(t.gpu_ids, ','), ',')
                        FILTER (WHERE t.holds AND cardinality(t.gpu_ids) > 0), ',') AS gpu_ids
-FROM (SELECT t.job_id, t.host, t.state, t.gpu_ids, {_HOLDS_IN_FLIGHT} AS holds
-      FROM tasks t WHERE {IN_FLIGHT_SQL} OFFSET 0) t
-CROSS JOIN LATERAL (
-    SELECT j.owner_id, j.req_millicpus, j.req_memory_mb, j.req_gpus
-    FROM jobs j WHERE j.id = t.job_id OFFSET 0) j
-GROUP BY GROUPING SETS ((t.host), (j.owner_id))
+FROM (
+    SELECT t.host, t.state, t.gpu_ids, {_HOLDS_IN_FLIGHT} AS holds, t.hold_owner AS owner_id,
+           t.hold_millicpus AS millicpus, t.hold_memory_mb AS memory_mb, t.hold_gpus AS gpus
+    FROM tasks t WHERE {IN_FLIGHT_SQL} AND t.hold_owner IS NOT NULL
+    UNION ALL
+    SELECT t.host, t.state, t.gpu_ids, t.holds, j.owner_id, j.req_millicpus, j.req_memory_mb,
+           j.req_gpus
+    FROM (SELECT t.job_id, t.host, t.state, t.gpu_ids, {_HOLDS_IN_FLIGHT} AS holds
+          FROM tasks t WHERE {IN_FLIGHT_SQL} AND t.hold_owner IS NULL OFFSET 0) t
+    CROSS JOIN LATERAL (
+        SELECT j.owner_id, j.req_millicpus, j.req_memory_mb, j.req_gpus
+        FROM jobs j WHERE j.id = t.job_id OFFSET 0) j
+) t
+GROUP BY GROUPING SETS ((t.host), (t.owner_id))
 """
 
 

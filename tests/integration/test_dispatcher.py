@@ -353,6 +353,37 @@ async def test_the_feed_counts_each_users_and_hosts_tasks_in_flight_and_what_tho
     assert (load.held.millicpus, load.running_millicpus) == (3 * 2000 + 1000, 2 * 2000 + 1000)
 
 
+async def test_a_claimed_task_holds_what_its_job_asked_when_it_was_placed(pool: Pool) -> None:
+    """The round's claim records each task's request and owner with it (migration 0043):
+    the sums read those, not the job's row (which the test above, whose tasks no round
+    claimed, still has them read)."""
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        # given a job asking 2 CPUs, its two tasks placed by a round
+        host = await _host(conn, cpus=8, gpus=("0", "1"))
+        job = await _submitted(conn, NewJob("held", "shell", "true", ["a", "b"]), cpus=2, gpus=1)
+        await dispatcher.run_once()
+        holds = await conn.fetch(
+            "SELECT hold_owner, hold_millicpus, hold_memory_mb, hold_gpus FROM tasks"
+            " WHERE job_id = $1",
+            job.id,
+        )
+        # when the job's row asks for something else afterwards
+        await conn.execute(
+            "UPDATE jobs SET req_millicpus = 500, req_gpus = 0 WHERE id = $1", job.id
+        )
+        feed = await plan_repo.read(conn, POOL, 10.0, 0, 100)
+
+    # then each task holds what it was placed with, for its owner
+    assert [tuple(r) for r in holds] == [(job.owner_id, 2000, 0, 1)] * 2
+    [load] = [h.load for h in feed.hosts if h.load.host_id == host]
+    assert (load.tasks, load.held.millicpus, load.held.gpus) == (2, 4000, 2)
+    assert (feed.users[job.owner_id].held.millicpus, feed.users[job.owner_id].held.gpus) == (
+        4000,
+        2,
+    )
+
+
 async def test_a_probing_host_is_given_one_task_at_a_time(pool: Pool) -> None:
     dispatcher = _dispatcher(pool)
     async with pool.acquire() as conn:
