@@ -20,13 +20,13 @@ But for one: the tasks in flight. The statements over them (index `tasks_in_flig
 planned from the share of the tasks with a claim. With statistics taken while no task was
 claimed, the planner expects one row there: the hosts' read then joined each task to its job
 by an index probe, 45 ms at a thousand hosts of 16 CPUs instead of 8 with a hash join (issue
-41; that read, `pool_repo.HELD_BY_HOST_AND_OWNER`, now looks each task's job up by its id
-whatever the statistics, memoized per job, since a hash of the jobs read their whole
-history). A table of ten million ended tasks does not double for a long while, and
-autovacuum waits for a tenth of it to change. So `tasks` is also analysed once the tasks
-claimed now (`claimed`, what the dispatcher's last look saw on hosts) are more than twice
-those its last analysis counted (the share of its rows with a claim, at least
-`FIRST_ROWS`): a few times as a pool fills up, and never while it stays full.
+41; that read, `pool_repo.HELD_BY_HOST_AND_OWNER`, now reads what each task holds from the
+task itself, migration 0043, and looks up by id the job of a task claimed before it). A
+table of ten million ended tasks does not double for a long while, and autovacuum waits for
+a tenth of it to change. So `tasks` is also analysed once the tasks claimed now (`claimed`,
+what the dispatcher's last look saw on hosts) are more than twice those its last analysis
+counted (the share of its rows with a claim, at least `FIRST_ROWS`): a few times as a pool
+fills up, and never while it stays full.
 
 And `task_prerequisites` from its first look, empty: a table never analysed is planned as
 ten pages of rows, and the waiters' statement, which reads the waiting tasks' prerequisites,
