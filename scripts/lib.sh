@@ -136,13 +136,43 @@ _is_loopback() {
     case "$1" in 127.* | localhost | ::1 | '[::1]') return 0 ;; *) return 1 ;; esac
 }
 
+# A RabbitMQ node (its Erlang VM) runs on this machine, answering or not.
+_rabbitmq_node_alive() {
+    pgrep -f 'beam.smp.*-s rabbit boot' >/dev/null 2>&1
+}
+
+# A RabbitMQ node runs here but its port does not answer: it is booting, or it is hung (a node
+# that ran out of file descriptors closes its listener and lives on, and `rabbitmq-server
+# -detached` then fails, "already running", for as long as it lives). A boot gets its time;
+# a node still mute after it is stopped, so that a fresh one can start. Returns 0 when it
+# answered in the meantime.
+_await_rabbitmq_node() {
+    local port="$1" deadline=$((SECONDS + 45))
+    until server_answers rabbitmq 127.0.0.1 "$port"; do
+        if ((SECONDS >= deadline)); then
+            echo "a RabbitMQ node runs but has not answered on 127.0.0.1:$port for 45 s: stopping it"
+            as_root timeout 60 rabbitmqctl stop || true
+            as_root pkill -9 -f 'beam.smp.*-s rabbit boot' || true
+            deadline=$((SECONDS + 15))
+            while _rabbitmq_node_alive && ((SECONDS < deadline)); do sleep 1; done
+            return 1
+        fi
+        _rabbitmq_node_alive || return 1
+        sleep 1
+    done
+}
+
 # Try to start one server on this machine. Returns non-zero when it cannot even try.
 _start_server() {
     local name="$1" port="$2" logf="$VIGIL_RUN/logs/$1-start.log" ver started=1
     case "$name" in
     rabbitmq)
         command -v rabbitmq-server >/dev/null 2>&1 || return 2
-        as_root rabbitmq-server -detached >"$logf" 2>&1 && started=0
+        : >"$logf"
+        if _rabbitmq_node_alive; then
+            _await_rabbitmq_node "$port" >>"$logf" 2>&1 && return 0
+        fi
+        as_root rabbitmq-server -detached >>"$logf" 2>&1 && started=0
         ;;
     postgresql)
         command -v pg_ctlcluster >/dev/null 2>&1 && [[ -d /etc/postgresql ]] || return 2
@@ -196,7 +226,9 @@ vigil_check_servers() {
             ok "${labels[$i]} answers on $host:$port"
             continue
         fi
-        if port_open "$host" "$port"; then
+        # (A hung RabbitMQ node of this machine may still accept connections: it is restarted below.)
+        if port_open "$host" "$port" &&
+            ! { [[ $name == rabbitmq ]] && _is_loopback "$host" && _rabbitmq_node_alive; }; then
             err "something accepts connections on $host:$port but it is not ${labels[$i]}; check the URL"
             missing=1
             continue
