@@ -281,20 +281,23 @@ class Scheduler:
         releasable."""
         if row.exchange != "events":
             return
+        kind, _, rest = row.routing_key.partition(".")
+        word, _, subject = rest.partition(".")
         self.tally.count(row.routing_key, row.body, row.created_at)
         if self.pace.slowed:
             wake.set()
-        if _failed(row.routing_key):
-            self.triage_due.tell()
-            wake.set()
-        elif _decided(row.routing_key):
-            if self.waiting:
-                self.release_due.tell()
-                self.waiters_due.tell()
-            self.finaliser.touch(row.routing_key.rsplit(".", 1)[-1])
-            wake.set()
-        elif row.routing_key.startswith(_CANCELLED):
-            self.finaliser.cancelled(row.routing_key.rsplit(".", 1)[-1])
+        if kind == "task":
+            if word in _FAILED_WORDS:
+                self.triage_due.tell()
+                wake.set()
+            elif word in _VERDICTS:
+                if self.waiting:
+                    self.release_due.tell()
+                    self.waiters_due.tell()
+                self.finaliser.touch(subject)
+                wake.set()
+        elif kind == "job" and word == _CANCELLED:
+            self.finaliser.cancelled(subject)
             wake.set()
 
     async def relay_loop(
@@ -381,19 +384,9 @@ async def _wait_any(stop: asyncio.Event, wake: asyncio.Event, seconds: float) ->
         waiter.cancel()
 
 
-def _failed(routing_key: str) -> bool:
-    """`task.<failed state>.<job id>`: a failure for the triage."""
-    kind, word, _ = routing_key.split(".", 2)
-    return kind == "task" and word in _FAILED_WORDS
-
-
-def _decided(routing_key: str) -> bool:
-    """`task.<triage verdict>.<job id>`."""
-    kind, word, _ = routing_key.split(".", 2)
-    return kind == "task" and word in _VERDICTS
-
-
-_CANCELLED = f"job.{JobOutcome.CANCELLED.value}."
+#: The middle words of the events the scheduler acts on (`task.<word>.<job id>`,
+#: `job.<word>.<job id>`).
+_CANCELLED = JobOutcome.CANCELLED.value
 _FAILED_WORDS = frozenset(s.value for s in FAILED)
 _VERDICTS = frozenset({"recovered", "resubmitted", "abandoned"})
 

@@ -37,10 +37,11 @@ def subject(routing_key: str) -> str:
 def runs(keys: Sequence[str], most: int = MOST) -> list[range]:
     """The events, by their keys in order, cut into runs of consecutive events of one subject,
     each of at most `most`."""
+    subjects = [subject(key) for key in keys]
     found: list[range] = []
     start = 0
     for n in range(1, len(keys) + 1):
-        if n == len(keys) or n - start == most or subject(keys[n]) != subject(keys[start]):
+        if n == len(keys) or n - start == most or subjects[n] != subjects[start]:
             found.append(range(start, n))
             start = n
     return found
@@ -54,10 +55,8 @@ def copied_to(keys: Sequence[str]) -> list[str]:
 
 def bundle_body(keys: Sequence[str], bodies: Sequence[bytes]) -> bytes:
     """A bundle's body from its events' keys and JSON bodies (copied, never decoded)."""
-    parts = (
-        b'{"routing_key":' + json.dumps(key).encode() + b',"body":' + body + b"}"
-        for key, body in zip(keys, bodies, strict=True)
-    )
+    heads = {key: b'{"routing_key":' + json.dumps(key).encode() + b',"body":' for key in keys}
+    parts = (heads[key] + body + b"}" for key, body in zip(keys, bodies, strict=True))
     return b"[" + b",".join(parts) + b"]"
 
 

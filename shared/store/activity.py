@@ -11,6 +11,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from typing import Final
 
 from shared.domain.states import TERMINAL, TaskState
@@ -34,20 +35,27 @@ _FLUSH: Final = (
 
 def kinds(routing_key: str, body: bytes) -> list[tuple[str, str]]:
     """(job id or SYSTEM, kind) for one published event; none for what is not a task's move."""
+    found, failed = _of_key(routing_key)
+    if not failed:  # most ends: their bodies are not parsed
+        return list(found)
+    failure = json.loads(body).get("failure_class")
+    return [*found, (SYSTEM, f"failed:{failure}")] if failure else list(found)
+
+
+@lru_cache(maxsize=4096)
+def _of_key(routing_key: str) -> tuple[tuple[tuple[str, str], ...], bool]:
+    """What the key alone says (a few keys a job, each met many times: memoized), and whether
+    it is an end other than `completed`, whose body may name a failure class."""
     parts = routing_key.split(".")
     if len(parts) != 3 or parts[0] != "task" or parts[1] not in _STATES:
-        return []
+        return (), False
     state, job_id = parts[1], parts[2]
     found = [(job_id, f"state:{state}")] if state in _CHARTED else []
     if state == TaskState.ON_CPU.value:
         found.append((SYSTEM, "started"))
     if state in _TERMINAL:
         found.append((SYSTEM, "ended"))
-        if state != TaskState.COMPLETED.value:  # most ends: their bodies are not parsed
-            failure = json.loads(body).get("failure_class")
-            if failure:
-                found.append((SYSTEM, f"failed:{failure}"))
-    return found
+    return tuple(found), state in _TERMINAL and state != TaskState.COMPLETED.value
 
 
 @dataclass
@@ -57,8 +65,11 @@ class Tally:
     counts: Counter[tuple[str, datetime, str]] = field(default_factory=Counter)
 
     def count(self, routing_key: str, body: bytes, at: datetime) -> None:
+        found = kinds(routing_key, body)
+        if not found:  # a passing state, most events
+            return
         minute = at.replace(second=0, microsecond=0)
-        for job_id, kind in kinds(routing_key, body):
+        for job_id, kind in found:
             self.counts[(job_id, minute, kind)] += 1
 
     async def flush(self, conn: Connection) -> int:
