@@ -127,7 +127,7 @@ class Broker:
                     m.exchange.name,
                     m.routing_key,
                     m.body,
-                    _properties(m.seq, m.copied_to, m.events),
+                    None if m.seq is None else _properties(m.seq, m.copied_to, m.events),
                     m.mandatory,
                 )
                 for m in messages

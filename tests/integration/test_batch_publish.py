@@ -64,6 +64,35 @@ async def test_each_message_of_a_batch_is_confirmed_and_arrives_in_order_with_it
     }
 
 
+async def test_work_messages_written_by_hand_arrive_whole_persistent_and_each_with_its_id(
+    broker: Broker,
+) -> None:
+    # given a queue bound to a host's work key
+    key = f"host.h-{uuid.uuid4().hex[:8]}"
+    queue = await broker.channel.declare_queue(f"q-{uuid.uuid4().hex[:8]}", exclusive=True)
+    await queue.bind(broker.work, key)
+    # when work messages (no position: `plain_frames`) go out in a batch with an event, one
+    # of them longer than a frame
+    big = json.dumps({"n": 1, "pad": "x" * 300_000}).encode()
+    batch = [
+        Publish(broker.work, key, b'{"n": 0}', True),
+        Publish(broker.events, f"task.new.j-{uuid.uuid4().hex[:8]}", b"{}", False, 7),
+        Publish(broker.work, key, big, True),
+        Publish(broker.work, key, b'{"n": 2}', True),
+    ]
+    outcomes = await broker.publish_batch(batch)
+    # then each is confirmed, and arrives whole, in order, as persistent JSON with an id
+    assert outcomes == [None] * 4
+    messages = await _receive(queue, 3)
+    assert [json.loads(m.body)["n"] for m in messages] == [0, 1, 2]
+    assert messages[1].body == big
+    assert {(m.content_type, m.delivery_mode) for m in messages} == {
+        ("application/json", aio_pika.DeliveryMode.PERSISTENT)
+    }
+    assert len({m.message_id for m in messages}) == 3
+    assert all(m.message_id and not m.headers for m in messages)
+
+
 async def test_a_returned_work_message_fails_alone_and_the_channel_goes_on(
     broker: Broker,
 ) -> None:
