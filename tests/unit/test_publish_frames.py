@@ -13,15 +13,12 @@ from shared.messaging.batch_publish import plain_frames
 _NAMES = st.text(st.characters(codec="utf-8"), max_size=60)
 
 
-def _pamqp(
-    channel: int,
-    max_content: int,
-    exchange: str,
-    routing_key: str,
-    mandatory: bool,
-    message_id: str,
-    body: bytes,
-) -> bytes:
+#: (channel, max_content, exchange, routing key, mandatory, message id, body)
+_Args = tuple[int, int, str, str, bool, str, bytes]
+
+
+def _pamqp(args: _Args) -> bytes:
+    channel, max_content, exchange, routing_key, mandatory, message_id, body = args
     properties = Basic.Properties(
         content_type="application/json", delivery_mode=2, message_id=message_id
     )
@@ -34,25 +31,18 @@ def _pamqp(
 
 
 @given(
-    channel=st.integers(1, 2047),
-    max_content=st.integers(1, 300),
-    exchange=st.from_regex(r"\A[a-zA-Z0-9_.:-]{0,60}\Z"),
-    routing_key=_NAMES,
-    mandatory=st.booleans(),
-    message_id=st.text(st.characters(codec="ascii"), min_size=1, max_size=40),
-    body=st.binary(max_size=1000),
+    st.tuples(
+        st.integers(1, 2047),
+        st.integers(1, 300),
+        st.from_regex(r"\A[a-zA-Z0-9_.:-]{0,60}\Z"),
+        _NAMES,
+        st.booleans(),
+        st.text(st.characters(codec="ascii"), min_size=1, max_size=40),
+        st.binary(max_size=1000),
+    )
 )
-def test_a_plain_message_is_written_as_pamqp_writes_it(
-    channel: int,
-    max_content: int,
-    exchange: str,
-    routing_key: str,
-    mandatory: bool,
-    message_id: str,
-    body: bytes,
-) -> None:
-    args = (channel, max_content, exchange, routing_key, mandatory, message_id, body)
-    assert plain_frames(*args) == _pamqp(*args)
+def test_a_plain_message_is_written_as_pamqp_writes_it(args: _Args) -> None:
+    assert plain_frames(*args) == _pamqp(args)
 
 
 def test_a_key_longer_than_a_short_string_is_refused() -> None:
