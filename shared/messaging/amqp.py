@@ -58,23 +58,28 @@ class Publish:
     events: int = 1
 
 
-def _properties(
-    seq: int | None, copied_to: Sequence[str] = (), events: int = 1
-) -> Basic.Properties:
-    """Persistent JSON; an event's position `seq` in the header `seq` and as its id (a
-    bundle's: its last event's), a bundle's other keys in `CC` and its size in `events`."""
+def _headers(seq: int | None, copied_to: Sequence[str] = (), events: int = 1) -> dict[str, Any]:
+    """An event's position `seq` (a bundle's: its last event's), a bundle's other keys in
+    `CC` and its size in `events`; none for a work message."""
     if seq is None:
-        return Basic.Properties(content_type="application/json", delivery_mode=2)
+        return {}
     headers: dict[str, Any] = {"seq": seq}
     if events > 1:
         headers[COUNT_HEADER] = events
         if copied_to:
             headers["CC"] = list(copied_to)
+    return headers
+
+
+def _properties(seq: int | None) -> Basic.Properties:
+    """Persistent JSON; an event's position `seq` in the header `seq` and as its id."""
+    if seq is None:
+        return Basic.Properties(content_type="application/json", delivery_mode=2)
     return Basic.Properties(
         content_type="application/json",
         delivery_mode=2,
         message_id=str(seq),
-        headers=headers,
+        headers=_headers(seq),
     )
 
 
@@ -127,8 +132,9 @@ class Broker:
                     m.exchange.name,
                     m.routing_key,
                     m.body,
-                    None if m.seq is None else _properties(m.seq, m.copied_to, m.events),
                     m.mandatory,
+                    None if m.seq is None else str(m.seq),
+                    _headers(m.seq, m.copied_to, m.events),
                 )
                 for m in messages
             ],

@@ -18,13 +18,14 @@ is per message:
 
 The bytes on the wire and the broker's confirms are those of as many `basic_publish` calls.
 
-A work message (persistent JSON with an id, nothing else: `Outgoing.properties` None, most
-messages of a batch) has its frames written by `plain_frames`, not by pamqp, whose generic
-marshalling of each frame and property was a fifth of the relay's CPU (`bench/relay.py`); the
-bytes are the same (`tests/unit/test_publish_frames.py` holds them to pamqp's).
+Every message of a batch is persistent JSON with an id (a random one if none is given) and,
+for an event, headers (`Outgoing`); its frames are written by `publish_frames`, not by pamqp,
+whose generic marshalling of each frame and property was a fifth of the relay's CPU
+(`bench/relay.py`); the headers' table is pamqp's own encoding. The bytes are pamqp's
+(`tests/unit/test_publish_frames.py` holds them to it).
 
 It reaches into aiormq's channel (`lock`, `delivery_tag`, `confirmations`,
-`message_id_delivery_tag`, `write_queue`, `_split_body`), as `frame_batching` does into its
+`message_id_delivery_tag`, `write_queue`, `max_content_size`), as `frame_batching` does into its
 connection. `tests/integration/test_batch_publish.py` fails if aiormq stops keeping them.
 """
 
@@ -37,32 +38,32 @@ from typing import Final
 from uuid import UUID
 
 import aiormq
-import pamqp.frame
+import pamqp.encode
 from aiormq.abc import ChannelFrame
 from aiormq.exceptions import ChannelInvalidStateError
-from pamqp.body import ContentBody
 from pamqp.commands import Basic
-from pamqp.header import ContentHeader
+from pamqp.common import FieldTable
 
 
 @dataclass(frozen=True)
 class Outgoing:
-    """One message of a batch."""
+    """One message of a batch: persistent JSON."""
 
     exchange: str
     routing_key: str
     body: bytes
-    #: None: persistent JSON with a random id (`plain_frames`).
-    properties: Basic.Properties | None
     mandatory: bool
+    #: None: a random one.
+    message_id: str | None = None
+    headers: FieldTable | None = None
 
 
 #: Basic.Publish (class 60, method 40) and its reserved ticket.
 _PUBLISH: Final = struct.pack(">HHH", 60, 40, 0)
-#: A plain message's properties: content type, delivery mode and message id (flag bits 15,
-#: 12 and 7), and the first two's values.
-_PLAIN_FLAGS: Final = 0x8000 | 0x1000 | 0x0080
-_JSON_PERSISTENT: Final = b"\x10application/json\x02"
+#: The property flags (content type, headers, delivery mode, message id: bits 15, 13, 12, 7).
+_CONTENT_TYPE, _HEADERS, _DELIVERY_MODE, _MESSAGE_ID = 0x8000, 0x2000, 0x1000, 0x0080
+_JSON: Final = b"\x10application/json"
+_PERSISTENT: Final = b"\x02"
 _FRAME_END: Final = b"\xce"
 
 
@@ -77,22 +78,24 @@ def _short(text: str) -> bytes:
     return bytes((len(raw),)) + raw
 
 
-def plain_frames(
-    channel: int,
-    max_content: int,
-    exchange: str,
-    routing_key: str,
-    mandatory: bool,
-    message_id: str,
-    body: bytes,
-) -> bytes:
-    """The frames of a publish of persistent JSON (`content_type` application/json,
-    `delivery_mode` 2, `message_id`), its body cut in frames of `max_content` bytes at most:
-    what pamqp writes for them."""
-    method = _PUBLISH + _short(exchange) + _short(routing_key) + (b"\x01" if mandatory else b"\0")
-    header = (
-        struct.pack(">HHQH", 60, 0, len(body), _PLAIN_FLAGS) + _JSON_PERSISTENT + _short(message_id)
+def publish_frames(channel: int, max_content: int, message: Outgoing, message_id: str) -> bytes:
+    """The frames of `message`'s publish (`content_type` application/json, `delivery_mode`
+    2, its headers if any, `message_id`), its body cut in frames of `max_content` bytes at
+    most: what pamqp writes for them."""
+    method = (
+        _PUBLISH
+        + _short(message.exchange)
+        + _short(message.routing_key)
+        + (b"\x01" if message.mandatory else b"\0")
     )
+    body = message.body
+    if message.headers:
+        flags = _CONTENT_TYPE | _HEADERS | _DELIVERY_MODE | _MESSAGE_ID
+        properties = _JSON + pamqp.encode.field_table(message.headers) + _PERSISTENT
+    else:
+        flags = _CONTENT_TYPE | _DELIVERY_MODE | _MESSAGE_ID
+        properties = _JSON + _PERSISTENT
+    header = struct.pack(">HHQH", 60, 0, len(body), flags) + properties + _short(message_id)
     frames = [_frame(1, channel, method), _frame(2, channel, header)]
     frames += (
         _frame(3, channel, body[at : at + max_content]) for at in range(0, len(body), max_content)
@@ -132,34 +135,8 @@ async def _send(
         payload: list[bytes] = []
         for offset, message in enumerate(messages):
             tag = first_tag + offset
-            properties = message.properties
-            if properties is None:
-                message_id = UUID(int=getrandbits(128), version=4).hex
-                payload.append(
-                    plain_frames(
-                        number,
-                        max_content,
-                        message.exchange,
-                        message.routing_key,
-                        message.mandatory,
-                        message_id,
-                        message.body,
-                    )
-                )
-            else:
-                if not properties.message_id:
-                    properties.message_id = UUID(int=getrandbits(128), version=4).hex
-                message_id = properties.message_id
-                frames: list[Basic.Publish | ContentHeader | ContentBody] = [
-                    Basic.Publish(
-                        exchange=message.exchange,
-                        routing_key=message.routing_key,
-                        mandatory=message.mandatory,
-                    ),
-                    ContentHeader(properties=properties, body_size=len(message.body)),
-                    *channel._split_body(message.body),
-                ]
-                payload += (pamqp.frame.marshal(frame, number) for frame in frames)
+            message_id = message.message_id or UUID(int=getrandbits(128), version=4).hex
+            payload.append(publish_frames(number, max_content, message, message_id))
             confirmation = channel.create_future()
             channel.confirmations[tag] = confirmation
             channel.message_id_delivery_tag[message_id] = tag
