@@ -127,16 +127,20 @@ async def publish_together(
 async def _send(
     channel: aiormq.Channel, messages: Sequence[Outgoing]
 ) -> list[asyncio.Future[object]]:
-    """Number, register and queue every message under the channel's lock (one frame)."""
+    """Write every message's frames, then number, register and queue them under the
+    channel's lock (one frame)."""
+    number, max_content = channel.number, channel.max_content_size
+    ids = [m.message_id or UUID(int=getrandbits(128), version=4).hex for m in messages]
+    # every message's frames first: one that cannot be written registers no tag
+    payload = b"".join(
+        publish_frames(number, max_content, message, message_id)
+        for message, message_id in zip(messages, ids, strict=True)
+    )
     async with channel.lock:
         first_tag = channel.delivery_tag + 1
         confirmations: list[asyncio.Future[object]] = []
-        number, max_content = channel.number, channel.max_content_size
-        payload: list[bytes] = []
-        for offset, message in enumerate(messages):
+        for offset, message_id in enumerate(ids):
             tag = first_tag + offset
-            message_id = message.message_id or UUID(int=getrandbits(128), version=4).hex
-            payload.append(publish_frames(number, max_content, message, message_id))
             confirmation = channel.create_future()
             channel.confirmations[tag] = confirmation
             channel.message_id_delivery_tag[message_id] = tag
@@ -144,9 +148,7 @@ async def _send(
             confirmations.append(confirmation)
         channel.delivery_tag = first_tag + len(messages) - 1
         try:
-            await channel.write_queue.put(
-                ChannelFrame(payload=b"".join(payload), should_close=False)
-            )
+            await channel.write_queue.put(ChannelFrame(payload=payload, should_close=False))
         except BaseException:
             # Not queued: the broker never saw these tags; give them back under the lock.
             channel.delivery_tag = first_tag - 1

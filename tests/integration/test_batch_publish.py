@@ -120,6 +120,26 @@ async def test_a_returned_work_message_fails_alone_and_the_channel_goes_on(
     assert bodies == [0, 1, 2, 3, 4]
 
 
+async def test_a_batch_with_a_message_that_cannot_be_written_is_refused_whole(
+    broker: Broker,
+) -> None:
+    # given a batch whose second message's key is 131 characters but 257 bytes
+    key = f"task.new.j-{uuid.uuid4().hex[:8]}"
+    queue = await _queue(broker, key)
+    batch = [
+        Publish(broker.events, key, b'{"n": 0}', False, 1),
+        Publish(broker.work, "host." + "é" * 126, b"{}", True),
+    ]
+    # when it is published, then none of it is sent: the call raises
+    with pytest.raises(ValueError, match="too long"):
+        await broker.publish_batch(batch)
+    # and the channel goes on, its tags in step: the next batch is confirmed and arrives alone
+    assert await broker.publish_batch([Publish(broker.events, key, b'{"n": 1}', False, 2)]) == [
+        None
+    ]
+    assert [json.loads(m.body)["n"] for m in await _receive(queue, 1)] == [1]
+
+
 async def test_a_batch_on_a_closed_channel_is_refused_whole(broker: Broker) -> None:
     # given the publishing channel closed
     await broker.channel.close()
