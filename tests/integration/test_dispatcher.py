@@ -139,6 +139,23 @@ async def test_a_job_throttled_at_submission_never_has_more_in_flight(pool: Pool
     assert waits is not None and waits[0] == "throttled"
 
 
+async def test_a_probing_job_without_a_limit_has_one_task_in_flight(pool: Pool) -> None:
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        await _host(conn)
+        job = await _submitted(conn, NewJob("probed", "shell", "true", list("abcd")))
+        await conn.execute("UPDATE jobs SET probing_since = now() WHERE id = $1", job.id)
+
+        in_flight = []
+        for _ in range(3):  # rounds with nothing finishing in between
+            await dispatcher.run_once()
+            in_flight.append(await _claimed(conn, job.id))
+        probing = await conn.fetchval("SELECT probing_since FROM jobs WHERE id = $1", job.id)
+
+    assert in_flight == [1, 1, 1]
+    assert probing is not None
+
+
 async def test_the_work_messages_go_to_the_hosts_queue_as_run_stage_would_write_them(
     pool: Pool,
 ) -> None:
