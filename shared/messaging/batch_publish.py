@@ -109,14 +109,12 @@ async def publish_together(
     """Publish `messages` in order on `channel` and wait for their confirms, at most
     `confirm_within_s` seconds; what became of each, in order (None: confirmed). The channel
     confirms publishes and raises a return as `PublishError` (`amqp.open_broker`'s does).
-    Raises only if none was sent (the channel closed, or this call was cancelled first)."""
+    Raises only if none was sent (the channel closed, a message that cannot be written: a
+    name over 255 bytes, or this call was cancelled first)."""
     if not (channel.publisher_confirms and channel.on_return_raises):
         raise ValueError("publish_together needs confirms, and returns raised, on its channel")
     if not messages:
         return []
-    for message in messages:
-        if len(message.routing_key) > 255:
-            raise ValueError(f"routing key too long: {message.routing_key[:40]!r}...")
     confirmations = await _send(channel, messages)
     done, pending = await asyncio.wait(confirmations, timeout=confirm_within_s)
     for confirmation in pending:
