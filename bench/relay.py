@@ -15,7 +15,6 @@ scheduler's process, never PostgreSQL's or RabbitMQ's) a row and a task.
 import argparse
 import asyncio
 import cProfile
-import json
 import os
 import pstats
 import time
@@ -27,6 +26,8 @@ from bench.cluster import create_database, drop_database
 from services.scheduler.due import Due, Pace
 from services.scheduler.main import Scheduler
 from services.scheduler.relay import Relay
+from shared.domain.messages import RunStage, TaskEvent, encode
+from shared.domain.states import Stage, TaskState
 from shared.messaging.amqp import open_broker
 from shared.messaging.topology import Topology, delete_all
 from shared.runtime import event_loop
@@ -39,50 +40,38 @@ _STATES = ("setting_up", "queued", "on_cpu", "data_ready", "post_processing", "c
 _BATCH = 500
 
 
-def _event(job: str, task: str, state: str, previous: str | None, host: str) -> dict[str, Any]:
-    return {
-        "message_id": str(uuid.uuid4()),
-        "sent_at": "2026-11-29T02:00:00.000000+00:00",
-        "type": "task_event",
-        "job_id": job,
-        "task_id": task,
-        "state": state,
-        "previous": previous,
-        "run_number": 1,
-        "host": host,
-        "failure_class": None,
-        "exit_code": 0 if state == "completed" else None,
-        "signal": None,
-        "error_brief": None,
-    }
-
-
-def _work(job: str, task: str) -> dict[str, Any]:
+def _work(job: str, task: str) -> str:
+    """A claim's work message, with a claimed row of a task's size (the worker's take reads
+    it from the message)."""
     claimed = {f"column_{n}": f"value of column {n} of {task}" for n in range(24)}
-    return {
-        "message_id": str(uuid.uuid4()),
-        "sent_at": "2026-11-29T02:00:00.000000+00:00",
-        "type": "run_stage",
-        "job_id": job,
-        "task_id": task,
-        "stage": "setup",
-        "claim": str(uuid.uuid4()),
-        "claimed": claimed,
-        "job_version": 1234,
-        "job": None,
-    }
+    message = RunStage(
+        job_id=job, task_id=task, stage=Stage.SETUP, claim=uuid.uuid4(), claimed=claimed
+    )
+    return encode(message).decode()
+
+
+def _event(job: str, task: str, state: str, previous: str, host: str) -> str:
+    exit_code = 0 if state == TaskState.COMPLETED else None
+    message = TaskEvent(
+        job_id=job,
+        task_id=task,
+        state=TaskState(state),
+        previous=TaskState(previous),
+        host=host,
+        exit_code=exit_code,
+    )
+    return encode(message).decode()
 
 
 def _rows(job: str, first: int, count: int, hosts: int) -> list[tuple[str, str, str]]:
     """(exchange, routing key, body) of `count` tasks from task number `first` on."""
     rows: list[tuple[str, str, str]] = []
     tasks = [(f"{job}-{n}", f"h{n % hosts}") for n in range(first, first + count)]
-    rows += [("work", f"host.{host}", json.dumps(_work(job, task))) for task, host in tasks]
-    previous: str | None = "new"
+    rows += [("work", f"host.{host}", _work(job, task)) for task, host in tasks]
+    previous = TaskState.NEW.value
     for state in _STATES:
         for task, host in tasks:
-            body = json.dumps(_event(job, task, state, previous, host))
-            rows.append(("events", f"task.{state}.{job}", body))
+            rows.append(("events", f"task.{state}.{job}", _event(job, task, state, previous, host)))
         previous = state
     return rows
 
