@@ -139,7 +139,9 @@ async def test_a_job_throttled_at_submission_never_has_more_in_flight(pool: Pool
     assert waits is not None and waits[0] == "throttled"
 
 
-async def test_a_probing_job_without_a_limit_has_one_task_in_flight(pool: Pool) -> None:
+async def test_a_probing_job_has_one_task_in_flight_at_a_time_whatever_its_limit(
+    pool: Pool,
+) -> None:
     dispatcher = _dispatcher(pool)
     async with pool.acquire() as conn:
         await _host(conn)
