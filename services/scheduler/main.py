@@ -31,8 +31,9 @@ from services.scheduler import beat_relay, breaker, dead_letters, pilots, prunin
 from services.scheduler import health as scheduler_health
 from services.scheduler.beat_relay import BeatRelay
 from services.scheduler.dispatcher import Dispatcher
-from services.scheduler.due import Due, Pace, gather_wait, relay_wait, soon_enough_for
+from services.scheduler.due import Due, Pace, relay_wait, soon_enough_for
 from services.scheduler.finaliser import SWEEP_EVERY_S, Finaliser
+from services.scheduler.gather import Gather
 from services.scheduler.leader import Leadership
 from services.scheduler.pilots import PilotPool
 from services.scheduler.reaper import Reaper
@@ -117,6 +118,9 @@ class Scheduler:
         self._last_pilots = 0.0
         #: Wakes the relay (set by `main` to the relay loop's event).
         self.wake_relay: Callable[[], None] = lambda: None
+        #: The relay's gather under load, cut short by what the round writes that someone
+        #: waits on (work messages, jobs' ends).
+        self.gather = Gather(settings.relay_gather_s)
         self.retention = Retention(pool, _RETENTION_BATCH)
         self.waiters = Waiters(pool, settings.scheduler_batch)
         triage_settings = TriageSettings(
@@ -157,6 +161,11 @@ class Scheduler:
         #: When the round is to wake for the finaliser's next look (`_look_again`).
         self._finaliser_wake = 0.0
 
+    def _relay_at_once(self) -> None:
+        """Wake the relay for rows someone waits on, and end its gather if one is under way."""
+        self.wake_relay()
+        self.gather.hurry()
+
     async def run_once(self) -> Round:
         """One round of every step: how much it did, and whether a step left work it could
         not finish in this round (a full batch, a job it could not lock). The dispatcher goes
@@ -168,8 +177,8 @@ class Scheduler:
             if soon:  # the step's next look waits for its gap: the round wakes for it
                 self.pace.due_in(soon, time.monotonic())
         ended = await self.finaliser.run_once()
-        if ended:
-            self.wake_relay()
+        if ended:  # their submitters wait for the jobs' ends
+            self._relay_at_once()
         ran = ran.plus(ended, self.finaliser.pending)
         now = time.monotonic()
         self._look_again(now)
@@ -235,8 +244,8 @@ class Scheduler:
             self.waiting = release.waiting
             self.release_due.ran(release.waiting, now, time.monotonic() - now)
             self.release_due.soon_enough = soon_enough_for(self.dispatcher.planning.cpus)
-            if release.released:
-                self.wake_relay()
+            if release.released:  # hosts wait for the work
+                self._relay_at_once()
             done = release.released
             more = release.released >= self.settings.scheduler_batch
             if more:  # what is left fits now: no gap
@@ -314,6 +323,7 @@ class Scheduler:
                 await wait_or_stop(stop, self.settings.scheduler_tick_s)
                 continue
             wake.clear()
+            self.gather.reading()
             try:
                 relayed = await self.relay.run_once(look_first=polling)
             except (*UNAVAILABLE, RuntimeError) as exc:
@@ -324,10 +334,8 @@ class Scheduler:
             if relayed or not polling:
                 heard = now
             polling = False
-            gather = gather_wait(relayed, before, self.settings.relay_gather_s)
+            await self.gather.wait(stop, relayed, before)  # busy: the next batch fills a little
             before = relayed
-            if gather:  # busy: let the next batch fill a little
-                await wait_or_stop(stop, gather)
             if not relayed:
                 wait = relay_wait(now - heard, self.settings.relay_poll_s, NUDGE_EVERY_S)
                 await _wait_any(stop, wake, wait)

@@ -31,8 +31,9 @@ class SchedulerSettings(CommonSettings):
     #: After two busy reads in a row, the relay waits this long before it reads the next,
     #: so that what the system writes meanwhile goes out together (group publish: fewer and
     #: fuller batches, each one statement); after a read that followed a quiet moment,
-    #: nothing waits (`due.gather_wait`; `VIGIL_RELAY_GATHER_S`, 0: read again at once).
-    relay_gather_s: float = Field(default=0.006, ge=0, le=1)
+    #: nothing waits, and work messages or jobs' ends written meanwhile end the wait
+    #: (`services/scheduler/gather.py`; `VIGIL_RELAY_GATHER_S`, 0: read again at once).
+    relay_gather_s: float = Field(default=0.025, ge=0, le=1)
     #: A lost task whose process may still run is resubmitted once its supervisor killed it,
     #: or after its host has been unreachable this long.
     fence_timeout_s: float = Field(default=60.0, gt=0)
