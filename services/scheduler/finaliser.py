@@ -25,6 +25,11 @@ logger = logging.getLogger(__name__)
 #: A job's keys are purged again this long after it ended: a worker still draining the output
 #: of a killed command (or just woken from a freeze) may write its exit note or progress late.
 REPURGE_AFTER_S = 15.0
+#: The keys of the jobs ended (or cancelled) since the last purge are purged together at most
+#: this often: under W1 a round ends a job or two, and a purge a round was a Redis round trip
+#: for each (3.5 % of the leader's samples). They are ephemeral, with TTLs: a second later
+#: costs nothing.
+PURGE_EVERY_S = 1.0
 #: On start, cancelled jobs this far back are purged too (the keys expire on their own anyway).
 CANCELLED_LOOKBACK_S = 86_400.0
 #: Every active job is looked at this often (and on the first round); in between, only the
@@ -63,11 +68,15 @@ class Finaliser:
         relook_after_s: float = RELOOK_AFTER_S,
         sweep_every_s: float = SWEEP_EVERY_S,
         waiting_hold_s: float = WAITING_HOLD_S,
+        purge_every_s: float = PURGE_EVERY_S,
     ) -> None:
         self._pool, self._redis, self._keys, self._batch = pool, redis, keys, batch
         self._relook_after_s, self._sweep_every_s = relook_after_s, sweep_every_s
         self._waiting_hold_s = waiting_hold_s
         self._repurge: deque[tuple[float, str]] = deque()
+        #: The jobs ended or cancelled since the last purge, and when the next one is due.
+        self._to_purge: list[str] = []
+        self._purge_every_s, self._next_purge = purge_every_s, 0.0
         #: The jobs told of, each with when it was last told (monotonic).
         self._touched: dict[str, float] = {}
         #: When each job told of was last found unfinished (monotonic; kept `relook_after_s`).
@@ -153,12 +162,12 @@ class Finaliser:
         """Finalise the jobs that may have finished; returns how many ended. The jobs told of
         that are due a look, and at a sweep every active job that looks finished, are ended in
         one statement (`jobs_repo.end_finished`); the keys of every job ended, cancelled, or
-        due its second purge go in one round trip to Redis."""
+        due its second purge go in one round trip to Redis, at most every `purge_every_s`."""
         now = time.monotonic()
-        again = self._repurge_due(now)
         sweep = now >= self._next_sweep
         since = await self._cancelled_since() if sweep else []
-        first, self._cancelled = sorted(self._cancelled.union(since)), set()
+        self._to_purge += sorted(self._cancelled.union(since))
+        self._cancelled = set()
         ended: dict[str, JobState] = {}
         async with self._pool.acquire() as conn:
             found: list[str] = []
@@ -176,9 +185,12 @@ class Finaliser:
                         self._unfinished_at[job_id] = now
         for job_id, state in ended.items():
             logger.info("job %s %s", job_id, state.value, extra={"job_id": job_id})
-        first += ended
-        await self._purge(*first, *again)
-        self._repurge.extend((time.monotonic() + REPURGE_AFTER_S, job_id) for job_id in first)
+        self._to_purge += ended
+        if now >= self._next_purge:
+            self._next_purge = now + self._purge_every_s
+            purging, self._to_purge = self._to_purge, []
+            await self._purge(*purging, *self._repurge_due(now))
+            self._repurge.extend((time.monotonic() + REPURGE_AFTER_S, job) for job in purging)
         return len(ended)
 
     async def _cancelled_since(self) -> list[str]:

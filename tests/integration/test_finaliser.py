@@ -1,5 +1,6 @@
 """The finaliser against concurrent additions of work (real PostgreSQL and Redis)."""
 
+import asyncio
 import time
 import uuid
 from collections import Counter
@@ -63,7 +64,7 @@ async def test_when_a_job_is_cancelled__its_redis_keys_are_purged(
 ) -> None:
     redis = Redis.from_url(REDIS_URL, decode_responses=True)
     keys = RedisKeys(namespace)
-    finaliser = Finaliser(pool, redis, keys, batch=10_000)
+    finaliser = Finaliser(pool, redis, keys, batch=10_000, purge_every_s=0)
     try:
         async with pool.acquire() as conn:
             user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
@@ -85,6 +86,47 @@ async def test_when_a_job_is_cancelled__its_redis_keys_are_purged(
         assert [await redis.exists(keys.job_exits(j)) for j in (first, second)] == [0, 0]
     finally:
         await redis.aclose()
+
+
+async def _cancelled_job_with_keys(conn: Connection, redis: Redis, keys: RedisKeys) -> str:
+    user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+    job, _ = await jobs_repo.create(conn, user.id, NewJob("c", "shell", "true", ["a"]))
+    await redis.hset(keys.job_exits(job.id), "t", "0")
+    await task_actions.apply_to_job(conn, job.id, JobAction.CANCEL, "op")
+    return job.id
+
+
+async def test_the_keys_of_a_job_ended_soon_after_a_purge_wait_for_the_next(
+    pool: Pool, namespace: str, redis: Redis
+) -> None:
+    # given a finaliser that purges at most every hour, and has just purged
+    keys = RedisKeys(namespace)
+    finaliser = Finaliser(pool, redis, keys, batch=10_000, purge_every_s=3600)
+    await finaliser.run_once()
+    # when a job is cancelled and the next round runs
+    async with pool.acquire() as conn:
+        job_id = await _cancelled_job_with_keys(conn, redis, keys)
+    finaliser.cancelled(job_id)
+    await finaliser.run_once()
+    # then its keys are still there: no round trip to Redis for them yet
+    assert await redis.exists(keys.job_exits(job_id)) == 1
+
+
+async def test_the_keys_of_jobs_ended_between_two_purges_go_at_the_next(
+    pool: Pool, namespace: str, redis: Redis
+) -> None:
+    keys = RedisKeys(namespace)
+    finaliser = Finaliser(pool, redis, keys, batch=10_000, purge_every_s=0.05)
+    await finaliser.run_once()
+    async with pool.acquire() as conn:
+        job_ids = [await _cancelled_job_with_keys(conn, redis, keys) for _ in range(2)]
+    for job_id in job_ids:
+        finaliser.cancelled(job_id)
+        await finaliser.run_once()
+    # whatever the rounds' timing, the rounds after the gap purge every key held back
+    async with asyncio.timeout(10):
+        while any([await redis.exists(keys.job_exits(j)) for j in job_ids]):
+            await finaliser.run_once()
 
 
 async def test_the_jobs_a_task_ended_in_are_ended_together_and_a_held_one_is_skipped(
@@ -340,7 +382,7 @@ async def test_an_ended_jobs_keys_are_purged_once_more_later_and_no_more(
 ) -> None:
     monkeypatch.setattr(finaliser_module, "REPURGE_AFTER_S", 0.0)
     keys = RedisKeys(namespace)
-    finaliser = await _swept(pool, redis, namespace)
+    finaliser = await _swept(pool, redis, namespace, purge_every_s=0)
     async with pool.acquire() as conn:
         # given a job that ended, told of, with a key a worker wrote
         job_id = await _job_with_tasks(conn, ["completed"])
