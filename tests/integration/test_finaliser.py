@@ -60,32 +60,20 @@ async def test_when_a_task_is_added_while_the_job_is_being_finalised__the_job_st
 
 
 async def test_when_a_job_is_cancelled__its_redis_keys_are_purged(
-    pool: Pool, namespace: str
+    pool: Pool, namespace: str, redis: Redis
 ) -> None:
-    redis = Redis.from_url(REDIS_URL, decode_responses=True)
     keys = RedisKeys(namespace)
     finaliser = Finaliser(pool, redis, keys, batch=10_000, purge_every_s=0)
-    try:
-        async with pool.acquire() as conn:
-            user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+    async with pool.acquire() as conn:
+        # a job cancelled before a sweep (found by its finished_at), and one between two
+        # rounds that the relay tells of (its job.cancelled was published)
+        first = await _cancelled_job_with_keys(conn, redis, keys)
+        await finaliser.run_once()
+        second = await _cancelled_job_with_keys(conn, redis, keys)
+        finaliser.cancelled(second)
+        await finaliser.run_once()
 
-            async def cancelled_job_with_keys() -> str:
-                job, _ = await jobs_repo.create(conn, user.id, NewJob("c", "shell", "true", ["a"]))
-                await redis.hset(keys.job_exits(job.id), "t", "0")
-                await task_actions.apply_to_job(conn, job.id, JobAction.CANCEL, "op")
-                return job.id
-
-            # a job cancelled before a sweep (found by its finished_at), and one between two
-            # rounds that the relay tells of (its job.cancelled was published)
-            first = await cancelled_job_with_keys()
-            await finaliser.run_once()
-            second = await cancelled_job_with_keys()
-            finaliser.cancelled(second)
-            await finaliser.run_once()
-
-        assert [await redis.exists(keys.job_exits(j)) for j in (first, second)] == [0, 0]
-    finally:
-        await redis.aclose()
+    assert [await redis.exists(keys.job_exits(j)) for j in (first, second)] == [0, 0]
 
 
 async def _cancelled_job_with_keys(conn: Connection, redis: Redis, keys: RedisKeys) -> str:
