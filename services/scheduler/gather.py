@@ -15,6 +15,7 @@ many rows (issue 41: `docs/performance.md`, "The relay's gather, cut short").
 import asyncio
 
 from services.scheduler.due import gather_wait
+from shared.runtime.lifecycle import wait_or_woken
 
 
 class Gather:
@@ -40,7 +41,4 @@ class Gather:
         seconds = gather_wait(relayed, before, self.seconds)
         if not seconds or self._hurry.is_set():
             return
-        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._hurry.wait())]
-        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-        for waiter in waiters:
-            waiter.cancel()
+        await wait_or_woken(stop, self._hurry, seconds)

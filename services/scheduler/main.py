@@ -54,7 +54,7 @@ from shared.messaging.redis_client import open_redis
 from shared.messaging.redis_keys import RedisKeys
 from shared.messaging.topology import Topology, declare_work_queue, pool_key
 from shared.runtime.health import Health
-from shared.runtime.lifecycle import stop_on_signals, wait_or_stop
+from shared.runtime.lifecycle import stop_on_signals, wait_or_stop, wait_or_woken
 from shared.store import activity, outbox, plan_repo
 from shared.store.db import Pool, check_schema, open_pool
 from shared.store.transition_writer import NUDGE_EVERY_S
@@ -338,7 +338,7 @@ class Scheduler:
             before = relayed
             if not relayed:
                 wait = relay_wait(now - heard, self.settings.relay_poll_s, NUDGE_EVERY_S)
-                await _wait_any(stop, wake, wait)
+                await wait_or_woken(stop, wake, wait)
                 polling = not wake.is_set()
         await self.relay.drain()
 
@@ -382,14 +382,7 @@ class Scheduler:
                 self.pace.stir()
             if ran.more:
                 continue
-            await _wait_any(stop, wake, self.pace.idle_wait(started))
-
-
-async def _wait_any(stop: asyncio.Event, wake: asyncio.Event, seconds: float) -> None:
-    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
-    await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-    for waiter in waiters:
-        waiter.cancel()
+            await wait_or_woken(stop, wake, self.pace.idle_wait(started))
 
 
 #: The middle words of the events the scheduler acts on (`task.<word>.<job id>`,

@@ -53,6 +53,14 @@ async def wait_or_stop(stop: asyncio.Event, seconds: float) -> bool:
     return True
 
 
+async def wait_or_woken(stop: asyncio.Event, wake: asyncio.Event, seconds: float) -> None:
+    """Sleep up to `seconds`, waking early when `stop` or `wake` is set."""
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
+    await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in waiters:
+        waiter.cancel()
+
+
 async def unless_stopped(stop: asyncio.Event, step: Awaitable[T]) -> T | None:
     """Await `step`, cancelling it if `stop` is set first; None if it was."""
     task = asyncio.ensure_future(step)
