@@ -39,6 +39,5 @@ class Gather:
         it `before`: the gather if both found rows (`due.gather_wait`), ended early by `stop`
         or `hurry()`; no wait at all if hurried since the read began."""
         seconds = gather_wait(relayed, before, self.seconds)
-        if not seconds or self._hurry.is_set():
-            return
-        await wait_or_woken(stop, self._hurry, seconds)
+        if seconds:  # a hurry already set ends it at once
+            await wait_or_woken(stop, self._hurry, seconds)

@@ -84,13 +84,21 @@ async def _cancelled_job_with_keys(conn: Connection, redis: Redis, keys: RedisKe
     return job.id
 
 
+async def _just_purged(
+    pool: Pool, redis: Redis, keys: RedisKeys, *, purge_every_s: float
+) -> Finaliser:
+    """A finaliser after its first round, which purged (the first purge is due at once)."""
+    finaliser = Finaliser(pool, redis, keys, batch=10_000, purge_every_s=purge_every_s)
+    await finaliser.run_once()
+    return finaliser
+
+
 async def test_the_keys_of_a_job_ended_soon_after_a_purge_wait_for_the_next(
     pool: Pool, namespace: str, redis: Redis
 ) -> None:
     # given a finaliser that purges at most every hour, and has just purged
     keys = RedisKeys(namespace)
-    finaliser = Finaliser(pool, redis, keys, batch=10_000, purge_every_s=3600)
-    await finaliser.run_once()
+    finaliser = await _just_purged(pool, redis, keys, purge_every_s=3600)
     # when a job is cancelled and the next round runs
     async with pool.acquire() as conn:
         job_id = await _cancelled_job_with_keys(conn, redis, keys)
@@ -104,8 +112,7 @@ async def test_the_keys_of_jobs_ended_between_two_purges_go_at_the_next(
     pool: Pool, namespace: str, redis: Redis
 ) -> None:
     keys = RedisKeys(namespace)
-    finaliser = Finaliser(pool, redis, keys, batch=10_000, purge_every_s=0.05)
-    await finaliser.run_once()
+    finaliser = await _just_purged(pool, redis, keys, purge_every_s=0.05)
     async with pool.acquire() as conn:
         job_ids = [await _cancelled_job_with_keys(conn, redis, keys) for _ in range(2)]
     for job_id in job_ids:

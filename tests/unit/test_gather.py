@@ -10,13 +10,20 @@ _LONG_S = 60.0
 _WITHIN_S = 5.0
 
 
+async def _waiting(gather: Gather, stop: asyncio.Event) -> "asyncio.Task[None]":
+    """The gather after two busy reads, started and still waiting (it ran until it blocked:
+    one that returns at once is done by then)."""
+    waiting = asyncio.create_task(gather.wait(stop, relayed=9, before=3))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    return waiting
+
+
 async def test_work_written_during_a_gather_ends_it() -> None:
     # given a busy relay (two reads in a row found rows) gathering for a minute
     gather, stop = Gather(_LONG_S), asyncio.Event()
     gather.reading()
-    waiting = asyncio.create_task(gather.wait(stop, relayed=9, before=3))
-    await asyncio.sleep(0)
-    assert not waiting.done()
+    waiting = await _waiting(gather, stop)
     # when the round writes work (or ends a job)
     gather.hurry()
     # then the next read comes at once
@@ -38,9 +45,7 @@ async def test_a_hurry_before_a_read_is_spent_by_that_read() -> None:
     gather.hurry()
     gather.reading()
     # then the gather after that read waits (until stopped)
-    waiting = asyncio.create_task(gather.wait(stop, relayed=9, before=3))
-    await asyncio.sleep(0.01)
-    assert not waiting.done()
+    waiting = await _waiting(gather, stop)
     stop.set()
     async with asyncio.timeout(_WITHIN_S):
         await waiting
