@@ -60,11 +60,25 @@ async def _messages(pool: db.Pool, tasks: int) -> tuple[str, list[RunStage]]:
             conn, user.id, NewJob("bench-worker-path", "shell", "true", list(range(tasks)))
         )
         rows = await conn.fetch(
-            "UPDATE tasks SET claim = gen_random_uuid() WHERE job_id = $1 RETURNING id, claim",
+            "UPDATE tasks t SET claim = gen_random_uuid() FROM jobs j"
+            " WHERE t.job_id = $1 AND j.id = t.job_id"
+            " RETURNING t.id, t.claim, to_jsonb(t) AS row, j.xmin::text::bigint AS job_version,"
+            " to_jsonb(j) AS job",
             job.id,
         )
+    # what the planning round's claim puts in a work message (`plan_repo.claim`): the task as
+    # claimed and its job's row version, and the job's row in its first input's message
     messages = [
-        RunStage(job_id=job.id, task_id=r["id"], stage=Stage.SETUP, claim=r["claim"]) for r in rows
+        RunStage(
+            job_id=job.id,
+            task_id=r["id"],
+            stage=Stage.SETUP,
+            claim=r["claim"],
+            claimed=r["row"],
+            job_version=r["job_version"],
+            job=r["job"] if i == 0 else None,
+        )
+        for i, r in enumerate(rows)
     ]
     return job.id, messages
 
