@@ -4,9 +4,10 @@ stage's command: `stages.py` decides what its exit means).
 The command is made ready by the worker's launcher (`launch.py`: its cgroup, who it runs as),
 takes its request of the host's capacity (`ledger.py`), then starts held at its gate while its
 task is made durably `on_cpu` under its claim (`Tenure.on_cpu`); only then does the gate open.
-Its output is shipped (`log_shipper.py`), its exit noted in Redis for the supervisor, which is
-handed the command if it runs longer than `follow_after_s`; its request is given back as soon
-as its main process has ended.
+Its output is shipped (`log_shipper.py`), and the supervisor is handed the command if it runs
+longer than `follow_after_s`. Its exit is noted in Redis for the supervisor (`ExitNoting`): at
+once for a command handed over, and for the others only if their report has not committed
+`NOTE_AFTER_S` after the exit. Its request is given back as soon as its main process has ended.
 """
 
 import asyncio
@@ -21,7 +22,6 @@ from services.worker import limits
 from services.worker.launch import Command, Launch, Launcher, RunningCommand
 from services.worker.ledger import Hold, Ledger
 from services.worker.log_shipper import LogShipper
-from services.worker.process import ExitNote
 from services.worker.settings import WorkerSettings
 from services.worker.tenure import Tenure
 from shared.domain.errors import UNAVAILABLE
@@ -44,6 +44,14 @@ S = TaskState
 #: How long reading a status file may take (off the event loop) before the task fails on it.
 STATUS_READ_TIMEOUT_S: Final = 10.0
 
+#: How long after its exit the exit of a command not handed over is noted, if its report (the
+#: move out of `on_cpu`) has not committed by then. The supervisor's reconcile may find such a
+#: task `on_cpu` with its process gone; it waits `report_grace_s` (0.5 s) for a note or the
+#: report before it judges the process vanished (`services/supervisor/watchers.py`). A short
+#: command's report commits within milliseconds, so its note (a Redis round trip, the last of
+#: the task's path) is mostly never written.
+NOTE_AFTER_S: Final = 0.05
+
 
 async def read_status(ctx: TaskContext) -> StatusReport | None:
     """The run's status file, read in a thread: a job's file never blocks the event loop
@@ -56,6 +64,40 @@ async def read_status(ctx: TaskContext) -> StatusReport | None:
     except TimeoutError:
         message = f"the status file could not be read within {STATUS_READ_TIMEOUT_S:g} s"
         return StatusReport(status="fatal", message=message)
+
+
+class ExitNoting:
+    """The note of one command's exit for the supervisor: written now, or put off
+    `NOTE_AFTER_S` and not written if the exit is reported first."""
+
+    def __init__(
+        self,
+        write: Callable[[int], Coroutine[Any, Any, None]],
+        background: Callable[[Coroutine[Any, Any, None]], None],
+    ) -> None:
+        self._write, self._background = write, background
+        self._later: asyncio.TimerHandle | None = None
+        self._returncode = 0
+
+    async def now(self, returncode: int) -> None:
+        await self._write(returncode)
+
+    def later(self, returncode: int) -> None:
+        self._returncode = returncode
+        self._later = asyncio.get_running_loop().call_later(NOTE_AFTER_S, self.flush)
+
+    def flush(self) -> None:
+        """Write a note put off, now (in the background)."""
+        if self._later is not None:
+            self._later.cancel()
+            self._later = None
+            self._background(self._write(self._returncode))
+
+    def reported(self) -> None:
+        """The exit is reported: a note put off is not written."""
+        if self._later is not None:
+            self._later.cancel()
+            self._later = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +113,14 @@ class Ran:
     over_memory: TaskLimits | None = None
     #: The line bash wrote on stderr when it could not parse the script, if it wrote one.
     syntax_error: str | None = None
+    #: Its exit's note: `reported()` once the exit is reported (the move out of `on_cpu` has
+    #: committed, or found the task not this worker's any more).
+    note: ExitNoting | None = None
+
+    def reported(self) -> None:
+        """Its exit is reported: its note, if put off, is not needed."""
+        if self.note is not None:
+            self.note.reported()
 
 
 class _Suspended(Exception):
@@ -98,6 +148,8 @@ class Runs:
         #: A task's memory limit when its job gives none (MiB; 0: none).
         self._memory_mb = limits.default_memory_mb(settings.job_memory_mb)
         self._pending: set[asyncio.Task[None]] = set()
+        #: The tasks whose running command has been handed over to the supervisor.
+        self._handed: set[str] = set()
 
     async def run(self, held: Tenure, ctx: TaskContext, script: str, attempt: int) -> Ran | None:
         """Run `script`, the command of cluster attempt `attempt`, with its request held (from
@@ -137,17 +189,29 @@ class Runs:
             raise
         running.open_gate()
         over_memory = None
+        note = ExitNoting(self._exit_noter(held), self._background)
         try:
             returncode, failing, syntax_error = await self._watch_output(
-                held, attempt, ctx, running, policy, hold.free
+                held, attempt, ctx, running, policy, hold.free, note
             )
+        except BaseException:
+            note.flush()  # an exit seen will not be reported by this run
+            raise
         finally:
             hold.free()
+            self._handed.discard(held.task.id)
             if launch.end(running):
                 over_memory = bounds
         status = await read_status(ctx)
         return Ran(
-            attempt, returncode, failing, running.exited_at, status, over_memory, syntax_error
+            attempt,
+            returncode,
+            failing,
+            running.exited_at,
+            status,
+            over_memory,
+            syntax_error,
+            note,
         )
 
     async def _start(
@@ -201,11 +265,13 @@ class Runs:
         running: RunningCommand,
         policy: Policy,
         exited: Callable[[], None],
+        note: ExitNoting,
     ) -> tuple[int, LogRecord | None, str | None]:
         """Ship the output until the command exits: (its exit status, its first line with a
         severity in `fail_on_log`, the stderr line of a shell syntax error; each if any).
         `exited` is called as soon as the command's main process has ended, before its output
-        is drained."""
+        is drained, and its exit is noted (`note`: now if the supervisor was handed the
+        command, else put off)."""
         shipper = LogShipper(
             pool=self.pool,
             broker=self.broker,
@@ -222,22 +288,25 @@ class Runs:
             flush_every_s=self.settings.log_flush_s,
         )
         try:
-            note = self._exit_noter(held)
 
             async def on_exit(returncode: int) -> None:
                 exited()
-                await note(returncode)
+                if held.task.id in self._handed:  # its supervisor watches it exit
+                    await note.now(returncode)
+                else:
+                    note.later(returncode)
 
             returncode = await running.watch(shipper.add, on_exit)
         finally:
             await shipper.close()
         return returncode, shipper.failing, shipper.syntax_error
 
-    def _exit_noter(self, held: Tenure) -> ExitNote:
-        """Notes every command's exit for the supervisor, handed over or not: its reconcile
+    def _exit_noter(self, held: Tenure) -> Callable[[int], Coroutine[Any, Any, None]]:
+        """Writes a command's exit note for the supervisor, handed over or not: its reconcile
         follows any task it finds `on_cpu`, and judges an exit it finds unnoted by its grace
         (a command whose many lines took longer to store than that was failed as `signal`:
-        `docs/performance.md`, step 35, tried and dropped)."""
+        `docs/performance.md`, step 35, tried and dropped; `ExitNoting` puts the note of a
+        command not handed over off until its report is late)."""
 
         async def note(returncode: int) -> None:
             try:
@@ -259,6 +328,7 @@ class Runs:
         await asyncio.sleep(self.settings.follow_after_s)
         if running.exited_at is not None:
             return
+        self._handed.add(held.task.id)
         watch = WatchProcess(
             job_id=held.task.job_id,
             task_id=held.task.id,

@@ -313,6 +313,13 @@ class StageRunner:
             intake.release()
         if ran is None:
             return False
+        went_on = await self._report(held, ran)
+        ran.reported()  # (not on a raise: its exit is then noted for the supervisor)
+        return went_on
+
+    async def _report(self, held: Tenure, ran: Ran) -> bool:
+        """Move the task out of `on_cpu` by how its command ran; True when it went on to
+        data_ready (or post-processing)."""
         attempt, status = ran.attempt, ran.status
         outcome = _outcome(ran)
         if outcome.failure_class is FailureClass.SIGNAL:  # rare: no await on the common path

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from services.worker import runs
 from services.worker.launch import Command, Launch
 from services.worker.settings import WorkerSettings
 from services.worker.stages import StageRunner
@@ -190,18 +191,27 @@ async def test_a_message_whose_claim_is_not_the_tasks_any_more_is_a_no_op(
     assert await _attempts(pool, message.task_id) == []
 
 
-async def test_a_report_that_comes_after_the_task_was_taken_away_is_kept_not_applied(
-    runner: StageRunner, pool: db.Pool, tmp_path: Path
-) -> None:
-    # given: a command that waits for the test, running under its claim
-    go = tmp_path / "go"
-    message = await _claimed(pool, f'while [ ! -e "{go}" ]; do sleep 0.02; done; exit 0')
+async def _running_until(
+    go: Path, runner: StageRunner, pool: db.Pool, exit_code: int
+) -> tuple[RunStage, asyncio.Task[None]]:
+    """Given-step: a command that runs until `go` exists, then exits `exit_code`, driven
+    until its task is on_cpu: (its work message, its driving)."""
+    message = await _claimed(pool, f'while [ ! -e "{go}" ]; do sleep 0.02; done; exit {exit_code}')
     held = await runner.take(message)
     assert held is not None
     driving = asyncio.create_task(runner.drive(held))
     async with asyncio.timeout(20):
         while (await _task(pool, message.task_id))["state"] != "on_cpu":  # noqa: ASYNC110
             await asyncio.sleep(0.02)  # (nothing to wait on: no other service runs)
+    return message, driving
+
+
+async def test_a_report_that_comes_after_the_task_was_taken_away_is_kept_not_applied(
+    runner: StageRunner, pool: db.Pool, tmp_path: Path
+) -> None:
+    # given: a command that waits for the test, running under its claim
+    go = tmp_path / "go"
+    message, driving = await _running_until(go, runner, pool, exit_code=0)
 
     # when: the task is declared lost meanwhile (its claim taken away), then the command ends
     await pool.execute(
@@ -223,7 +233,11 @@ async def test_a_report_that_comes_after_the_task_was_taken_away_is_kept_not_app
     assert "is failed_on_cluster, not movable to data_ready" in late["rejected_because"]
 
 
-async def test_only_a_command_that_outlives_follow_after_is_handed_over_but_every_exit_noted(
+async def _exit_note(redis: Redis, namespace: str, message: RunStage) -> bytes | str | None:
+    return await redis.hget(RedisKeys(namespace).job_exits(message.job_id), message.task_id)
+
+
+async def test_only_a_command_that_outlives_follow_after_is_handed_over_and_its_exit_noted(
     pool: db.Pool, session_database_url: str, namespace: str, tmp_path: Path
 ) -> None:
     settings = _settings(session_database_url, namespace, tmp_path, follow_after_s=0.3)
@@ -238,6 +252,7 @@ async def test_only_a_command_that_outlives_follow_after_is_handed_over_but_ever
             held = await runner.take(message)
             assert held is not None
             await runner.drive(held)
+        await asyncio.sleep(2 * runs.NOTE_AFTER_S)  # what a short command's note waits for
         await runner.background_done()
 
         key = RedisKeys(namespace).handovers(settings.host_id)
@@ -249,10 +264,7 @@ async def test_only_a_command_that_outlives_follow_after_is_handed_over_but_ever
         )
         through_the_broker = await queue.get(fail=False, no_ack=True)
         await channel.close()
-        notes = [
-            await redis.hget(RedisKeys(namespace).job_exits(m.job_id), m.task_id)
-            for m in (short, long)
-        ]
+        notes = [await _exit_note(redis, namespace, m) for m in (short, long)]
     await redis.aclose()
 
     assert [(m.task_id, m.ran_s) for m in handed if isinstance(m, WatchProcess)] == [
@@ -261,8 +273,32 @@ async def test_only_a_command_that_outlives_follow_after_is_handed_over_but_ever
     assert len(handed) == 1
     assert through_the_broker is None  # a hand-over between two processes of one host
     assert (await _task(pool, short.task_id))["state"] == "completed"
-    # the short one's too: the supervisor's reconcile may find any task on_cpu
-    assert notes == [f"{short.claim} 0".encode(), f"{long.claim} 0".encode()]
+    # the supervisor watched the long one exit; the short one was reported before its note
+    # was due, so its note was never written
+    assert notes == [None, f"{long.claim} 0".encode()]
+
+
+async def test_the_exit_of_a_short_command_whose_report_is_late_is_noted_for_the_supervisor(
+    runner: StageRunner, pool: db.Pool, namespace: str, tmp_path: Path
+) -> None:
+    # given: a short command running under its claim (not handed over)
+    go = tmp_path / "go"
+    message, driving = await _running_until(go, runner, pool, exit_code=3)
+
+    # when: it exits while its task's row is held, so that its report waits
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE", message.task_id)
+        go.touch()
+        # then: its exit is noted while the report waits (the supervisor's reconcile may
+        # find the task on_cpu with its process gone)
+        async with asyncio.timeout(20):
+            while await _exit_note(runner.redis, namespace, message) is None:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)  # (Redis tells no one of a write here)
+        assert (await _task(pool, message.task_id))["state"] == "on_cpu"
+    await asyncio.wait_for(driving, 20)
+
+    assert await _exit_note(runner.redis, namespace, message) == f"{message.claim} 3".encode()
+    assert (await _task(pool, message.task_id))["state"] == "failed_on_cluster"
 
 
 class _ThreadsSeen(ShellTaskType):
