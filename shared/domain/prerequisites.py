@@ -41,9 +41,14 @@ def is_met(required: Required, other: TaskState) -> bool:
     return other in MET[required]
 
 
+#: `met_arrays()`, made once (a worker's move passes them with every report).
+_MET_ARRAYS: Final = tuple(sorted(s.value for s in MET[r]) for r in Required)
+
+
 def met_arrays() -> list[list[str]]:
-    """The MET sets as SQL arrays, in the order queued, data_ready, completed, failed."""
-    return [sorted(s.value for s in MET[r]) for r in Required]
+    """The MET sets as SQL arrays, in the order queued, data_ready, completed, failed (not
+    to be changed: the same lists each call)."""
+    return list(_MET_ARRAYS)
 
 
 def unmet_sql(stage: str, task: str = "t.id", first: int = 2) -> str:

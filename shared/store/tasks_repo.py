@@ -16,7 +16,7 @@ from typing import Any, Final
 from uuid import UUID
 
 from shared.domain.errors import StaleState
-from shared.domain.messages import JobEvent, TaskEvent, to_jsonable
+from shared.domain.messages import JobEvent, TaskEvent, now_utc, task_event_body
 from shared.domain.prerequisites import met_arrays, unmet_sql
 from shared.domain.states import FAILED, TERMINAL, FailureClass, TaskState, sources_for
 from shared.messaging.topology import event_key
@@ -66,7 +66,7 @@ class Task:
         data["state"] = TaskState(data["state"])
         if data["failure_class"] is not None:
             data["failure_class"] = FailureClass(data["failure_class"])
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+        return cls(**{name: data[name] for name in _TASK_FIELDS})
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Task":
@@ -74,6 +74,11 @@ class Task:
         row = jsonb_row(data, ("created_at", "updated_at", "not_before"))
         row["claim"] = None if row["claim"] is None else UUID(row["claim"])
         return cls.from_record(row)
+
+
+#: The names of `Task`'s fields, the columns `from_record` takes (made once: a worker makes a
+#: task from each move's returned row).
+_TASK_FIELDS: Final = tuple(f.name for f in fields(Task))
 
 
 #: Columns that `transition()` may set besides the state (never user text as a name).
@@ -328,10 +333,11 @@ def advance_statement(
     unknown = set(changes) - SETTABLE
     if unknown:
         raise ValueError(f"cannot set {sorted(unknown)} in a transition")
-    carried = {k: v for k, v in changes.items() if k in _EVENT_FIELDS}
-    events = [
-        _event(task, state, previous, carried) for previous, state in itertools.pairwise(path)
-    ]
+    carried = {name: getattr(task, name) for name in _EVENT_FIELDS} | {
+        k: v for k, v in changes.items() if k in _EVENT_FIELDS
+    }
+    steps = list(itertools.pairwise(path))
+    at = now_utc()
     opens = [a for a in (first, open_) if a is not None]
     args: list[Any] = [
         task.id,
@@ -339,8 +345,11 @@ def advance_statement(
         path[-1].value,
         claim,
         len(opens),
-        [event_key("task", e.state.value, e.job_id) for e in events],
-        [to_jsonable(e) for e in events],
+        [event_key("task", state.value, task.job_id) for _, state in steps],
+        [
+            task_event_body(task.job_id, task.id, state, previous, sent_at=at, **carried)
+            for previous, state in steps
+        ],
     ]
     args += [
         value.value if isinstance(value, FailureClass) else value for value in changes.values()
