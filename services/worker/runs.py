@@ -156,7 +156,7 @@ class Runs:
         its spawn to its exit), to its exit; None when it did not run (the job was suspended
         meanwhile: the task is given back, `queued`)."""
         # A diagnosis is about this attempt only.
-        job_files.remove_file(ctx.workdir, ctx.status_file.relative_to(ctx.workdir))
+        job_files.remove_file(ctx.workdir, ctx.status_name)
         policy = Policy.model_validate(held.job.policy)
         settings = self.settings
         bounds = limits.resolve(

@@ -50,9 +50,14 @@ class TaskContext:
     upstream: dict[str, UpstreamOutput] = field(default_factory=dict)
 
     @property
+    def status_name(self) -> str:
+        """`status_file`, inside the work dir."""
+        return f".vigil/status.run{self.run_number}.json"
+
+    @property
     def status_file(self) -> Path:
         """Where the command may write its own diagnosis (`$VIGIL_STATUS_FILE`)."""
-        return self.workdir / ".vigil" / f"status.run{self.run_number}.json"
+        return self.workdir / self.status_name
 
     def run_file(self, stream: str) -> Path:
         """The stdout or stderr file of the current run, kept per run."""
