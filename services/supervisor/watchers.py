@@ -1,9 +1,11 @@
 """A watcher coroutine per running process: its exit, its vitals and its error log.
 
-- **Exit**: notified by pidfd. The worker (the parent) notes the exit in Redis at once and
-  reports it once the output is flushed. A noted exit is the worker's to report. If the task is
-  still `on_cpu` under the same claim `report_grace_s` later with no note, the process died of
-  something outside Vigil: the task fails as `signal`.
+- **Exit**: notified by pidfd. The worker (the parent) reports the exit once the output is
+  flushed, and notes it in Redis: at once for a process handed over, 50 ms after the exit for
+  another unless its report has committed by then (`services/worker/runs.py`, `NOTE_AFTER_S`).
+  A noted exit is the worker's to report. If the task is still `on_cpu` under the same claim
+  `report_grace_s` later with no note, the process died of something outside Vigil: the task
+  fails as `signal`.
 - **Vitals**: every `vitals_s`, `walltime` (since the cluster attempt started) and
   `hang_timeout` (since the last sign of life: output written to the run files or a status
   file; paused while the job is suspended) are checked (`shared.domain.vitals`).
