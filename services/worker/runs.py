@@ -79,6 +79,11 @@ class ExitNoting:
         self._later: asyncio.TimerHandle | None = None
         self._returncode = 0
 
+    @property
+    def pending(self) -> bool:
+        """Whether a note put off is still due (neither written yet nor given up)."""
+        return self._later is not None
+
     async def now(self, returncode: int) -> None:
         await self._write(returncode)
 

@@ -238,8 +238,22 @@ async def _exit_note(redis: Redis, namespace: str, message: RunStage) -> bytes |
 
 
 async def test_only_a_command_that_outlives_follow_after_is_handed_over_and_its_exit_noted(
-    pool: db.Pool, session_database_url: str, namespace: str, tmp_path: Path
+    pool: db.Pool,
+    session_database_url: str,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # a note put off cannot fall due during the test; each run's note is kept to look at
+    monkeypatch.setattr(runs, "NOTE_AFTER_S", 600.0)
+    notings: list[runs.ExitNoting] = []
+
+    class _Kept(runs.ExitNoting):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            notings.append(self)
+
+    monkeypatch.setattr(runs, "ExitNoting", _Kept)
     settings = _settings(session_database_url, namespace, tmp_path, follow_after_s=0.3)
     redis = Redis.from_url(REDIS_URL)
     async with open_broker(AMQP_URL, Topology(namespace), name="test-hand-over") as broker:
@@ -252,7 +266,6 @@ async def test_only_a_command_that_outlives_follow_after_is_handed_over_and_its_
             held = await runner.take(message)
             assert held is not None
             await runner.drive(held)
-        await asyncio.sleep(2 * runs.NOTE_AFTER_S)  # what a short command's note waits for
         await runner.background_done()
 
         key = RedisKeys(namespace).handovers(settings.host_id)
@@ -273,9 +286,10 @@ async def test_only_a_command_that_outlives_follow_after_is_handed_over_and_its_
     assert len(handed) == 1
     assert through_the_broker is None  # a hand-over between two processes of one host
     assert (await _task(pool, short.task_id))["state"] == "completed"
-    # the supervisor watched the long one exit; the short one was reported before its note
-    # was due, so its note was never written
+    # the supervisor watched the long one exit: noted at once; the short one's note was put
+    # off, then given up once its exit was reported
     assert notes == [None, f"{long.claim} 0".encode()]
+    assert [noting.pending for noting in notings] == [False, False]
 
 
 async def test_the_exit_of_a_short_command_whose_report_is_late_is_noted_for_the_supervisor(
