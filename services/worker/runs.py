@@ -67,8 +67,9 @@ async def read_status(ctx: TaskContext) -> StatusReport | None:
 
 
 class ExitNoting:
-    """The note of one command's exit for the supervisor: written now, or put off
-    `NOTE_AFTER_S` and not written if the exit is reported first."""
+    """The note of one command's exit for the supervisor: written at the exit if the command
+    was handed over (the supervisor watches it exit), else put off `NOTE_AFTER_S` and not
+    written if the exit is reported first."""
 
     def __init__(
         self,
@@ -78,18 +79,21 @@ class ExitNoting:
         self._write, self._background = write, background
         self._later: asyncio.TimerHandle | None = None
         self._returncode = 0
+        #: Whether the command has been handed over to the supervisor.
+        self.handed = False
 
     @property
     def pending(self) -> bool:
         """Whether a note put off is still due (neither written yet nor given up)."""
         return self._later is not None
 
-    async def now(self, returncode: int) -> None:
-        await self._write(returncode)
-
-    def later(self, returncode: int) -> None:
-        self._returncode = returncode
-        self._later = asyncio.get_running_loop().call_later(NOTE_AFTER_S, self.flush)
+    async def exited(self, returncode: int) -> None:
+        """The command exited with `returncode`: note it now, or put the note off."""
+        if self.handed:
+            await self._write(returncode)
+        else:
+            self._returncode = returncode
+            self._later = asyncio.get_running_loop().call_later(NOTE_AFTER_S, self.flush)
 
     def flush(self) -> None:
         """Write a note put off, now (in the background)."""
@@ -153,8 +157,6 @@ class Runs:
         #: A task's memory limit when its job gives none (MiB; 0: none).
         self._memory_mb = limits.default_memory_mb(settings.job_memory_mb)
         self._pending: set[asyncio.Task[None]] = set()
-        #: The tasks whose running command has been handed over to the supervisor.
-        self._handed: set[str] = set()
 
     async def run(self, held: Tenure, ctx: TaskContext, script: str, attempt: int) -> Ran | None:
         """Run `script`, the command of cluster attempt `attempt`, with its request held (from
@@ -169,6 +171,7 @@ class Runs:
         )
         hold = self.ledger.hold(held.job.request, held.task.gpu_ids or ())
         launch, running = await self._start(held, ctx, script, policy, bounds, hold)
+        note = ExitNoting(self._exit_noter(held), self._background)
         try:  # the gate opens once the process is in its cgroup and the task durably on_cpu
             _, on_cpu = await asyncio.gather(
                 running.join_cgroup(),
@@ -178,7 +181,7 @@ class Runs:
                     running.create_time,
                     # Not awaited: the supervisor's periodic reconcile finds the process
                     # anyway, and every verdict it reaches is fenced by the claim.
-                    lambda: self._background(self._hand_over(held, running)),
+                    lambda: self._background(self._hand_over(held, running, note)),
                 ),
             )
             if not on_cpu:
@@ -194,7 +197,6 @@ class Runs:
             raise
         running.open_gate()
         over_memory = None
-        note = ExitNoting(self._exit_noter(held), self._background)
         try:
             returncode, failing, syntax_error = await self._watch_output(
                 held, attempt, ctx, running, policy, hold.free, note
@@ -204,7 +206,6 @@ class Runs:
             raise
         finally:
             hold.free()
-            self._handed.discard(held.task.id)
             if launch.end(running):
                 over_memory = bounds
         status = await read_status(ctx)
@@ -275,8 +276,7 @@ class Runs:
         """Ship the output until the command exits: (its exit status, its first line with a
         severity in `fail_on_log`, the stderr line of a shell syntax error; each if any).
         `exited` is called as soon as the command's main process has ended, before its output
-        is drained, and its exit is noted (`note`: now if the supervisor was handed the
-        command, else put off)."""
+        is drained, and its exit is noted (`note`)."""
         shipper = LogShipper(
             pool=self.pool,
             broker=self.broker,
@@ -296,10 +296,7 @@ class Runs:
 
             async def on_exit(returncode: int) -> None:
                 exited()
-                if held.task.id in self._handed:  # its supervisor watches it exit
-                    await note.now(returncode)
-                else:
-                    note.later(returncode)
+                await note.exited(returncode)
 
             returncode = await running.watch(shipper.add, on_exit)
         finally:
@@ -325,7 +322,7 @@ class Runs:
 
         return note
 
-    async def _hand_over(self, held: Tenure, running: RunningCommand) -> None:
+    async def _hand_over(self, held: Tenure, running: RunningCommand, note: ExitNoting) -> None:
         """Hand the process to the supervisor once it has run `follow_after_s`: one that
         exits sooner is seen to its end by this worker, its parent (what the supervisor
         would do for it: see `services/supervisor/watchers.py`), and costs no message. The
@@ -333,7 +330,7 @@ class Runs:
         await asyncio.sleep(self.settings.follow_after_s)
         if running.exited_at is not None:
             return
-        self._handed.add(held.task.id)
+        note.handed = True
         watch = WatchProcess(
             job_id=held.task.job_id,
             task_id=held.task.id,
