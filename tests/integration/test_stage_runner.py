@@ -7,6 +7,8 @@ message; what it asserts is what the database holds afterwards.
 """
 
 import asyncio
+import shutil
+import tempfile
 import threading
 import uuid
 from collections.abc import AsyncIterator
@@ -16,13 +18,14 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from services.worker import runs
+from services.worker import launch, runs
 from services.worker.launch import Command, Launch
 from services.worker.settings import WorkerSettings
 from services.worker.stages import StageRunner
 from services.worker.tenure import Tenure
 from shared.domain.messages import RunStage, WatchProcess, decode
 from shared.domain.states import NORMAL_PATH, Stage
+from shared.host.cgroups import Cgroups
 from shared.messaging.amqp import Broker, open_broker
 from shared.messaging.redis_keys import RedisKeys
 from shared.messaging.topology import Topology, declare_all_work_queues
@@ -36,8 +39,12 @@ from tests.conftest import AMQP_URL, REDIS_URL
 pytestmark = pytest.mark.integration
 
 
-def _settings(database_url: str, namespace: str, work_root: Path, **more: Any) -> WorkerSettings:
-    """A worker of a host of its own, unconfined, without cgroups."""
+def _settings(
+    database_url: str, namespace: str, work_root: Path, *, default: bool = False, **more: Any
+) -> WorkerSettings:
+    """A worker of a host of its own, unconfined, without cgroups; with `default`, confined
+    and in cgroups as a worker runs by default (as root, as here)."""
+    unconfined = {} if default else {"job_isolation": "off", "cgroup_root": "off"}
     return WorkerSettings(
         database_url=database_url,
         amqp_url=AMQP_URL,
@@ -45,9 +52,7 @@ def _settings(database_url: str, namespace: str, work_root: Path, **more: Any) -
         namespace=namespace,
         host_id=f"h-{uuid.uuid4().hex[:8]}",
         work_root=str(work_root),
-        job_isolation="off",
-        cgroup_root="off",
-        **more,
+        **(unconfined | more),
     )
 
 
@@ -292,11 +297,40 @@ async def test_only_a_command_that_outlives_follow_after_is_handed_over_and_its_
     assert [noting.pending for noting in notings] == [False, False]
 
 
+def _passable_dir() -> Path:
+    """A new directory that other uids may pass through (not list)."""
+    made = Path(tempfile.mkdtemp(prefix="vigil-stages-", dir="/tmp"))
+    made.chmod(0o711)
+    return made
+
+
+@pytest.fixture
+async def default_runner(
+    pool: db.Pool, session_database_url: str, namespace: str
+) -> AsyncIterator[StageRunner]:
+    """A stage runner as a worker runs by default: jobs confined as their owner's uid (the
+    worker runs as root here), in cgroups where the host has them; its work root one the jobs'
+    uids can pass through (pytest's tmp dir is private to root)."""
+    root = _passable_dir()
+    settings = _settings(session_database_url, namespace, root, default=True)
+    cgroups = Cgroups.detect(namespace, settings.cgroup_root)
+    redis = Redis.from_url(REDIS_URL)
+    try:
+        async with open_broker(AMQP_URL, Topology(namespace), name="test-stages") as broker:
+            launcher = launch.choose(settings).launcher(pool, cgroups)
+            assert isinstance(launcher, launch.LocalConfined)  # the default, as root
+            yield _runner(settings, pool, broker, redis, launcher=launcher)
+    finally:
+        await redis.aclose()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 async def test_the_exit_of_a_short_command_whose_report_is_late_is_noted_for_the_supervisor(
-    runner: StageRunner, pool: db.Pool, namespace: str, tmp_path: Path
+    default_runner: StageRunner, pool: db.Pool, namespace: str
 ) -> None:
-    # given: a short command running under its claim (not handed over)
-    go = tmp_path / "go"
+    runner = default_runner
+    # given: a short command running under its claim (not handed over), confined
+    go = Path(runner.settings.work_root) / "go"  # where the job's uid can look
     message, driving = await _running_until(go, runner, pool, exit_code=3)
 
     # when: it exits while its task's row is held, so that its report waits
