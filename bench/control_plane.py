@@ -79,19 +79,25 @@ def _cpu_of(pid: int) -> float:
     return float(t.user + t.system)
 
 
-def _rabbit() -> tuple[int, float]:
-    """RabbitMQ's connection count and resident memory (MiB)."""
-    out = subprocess.run(
-        ["rabbitmqctl", "-q", "list_connections", "name"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
-    connections = len([line for line in out.splitlines() if line.strip()])
+def _rabbit() -> tuple[int, int, int, float]:
+    """RabbitMQ's connections, channels, consumers (of every queue) and resident memory (MiB)."""
+
+    def rows(*what: str) -> list[list[str]]:
+        out = subprocess.run(
+            ["rabbitmqctl", "-q", "--no-table-headers", *what],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        return [line.split() for line in out.splitlines() if line.strip()]
+
+    connections = len(rows("list_connections", "name"))
+    channels = len(rows("list_channels", "pid"))
+    consumers = sum(int(row[-1]) for row in rows("list_queues", "name", "consumers"))
     rss = sum(
         p.memory_info().rss for p in psutil.process_iter(["name"]) if p.info["name"] == "beam.smp"
     )
-    return connections, rss / 2**20
+    return connections, channels, consumers, rss / 2**20
 
 
 class Sim:
@@ -211,12 +217,13 @@ def _idle(cluster: Cluster, sim: Sim, hosts: int, seconds: float) -> None:
     sim_used = _cpu_of(sim.proc.pid) - sim_before
     total = sum(used.values())
     per = ", ".join(f"{k} {100 * v / seconds:.1f}" for k, v in used.items())
-    connections, rss = _rabbit()
+    connections, channels, consumers, rss = _rabbit()
     print(
         f"  idle: central {100 * total / seconds:.1f} % of a core"
         f" ({1e3 * total / seconds / hosts:.3f} ms per host per s; % of a core: {per});"
         f" simulator {100 * sim_used / seconds:.0f} %;"
-        f" RabbitMQ {connections} connections, {rss:.0f} MiB",
+        f" RabbitMQ {connections} connections, {channels} channels, {consumers} consumers,"
+        f" {rss:.0f} MiB",
         flush=True,
     )
 
