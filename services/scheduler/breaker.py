@@ -6,9 +6,9 @@ blamed for pile up, and probes its way back.
     probing --(a command started since ends, not blamed on the host)--> closed
     probing --(an attempt started since is blamed on the host)---> shut, cool-down doubled
 
-A shut host takes no task of its pool (its worker stops consuming the pool queue); a probing
-one takes one at a time (`services/worker/consumer.py`), so a pool whose every host is shut
-still makes progress, a task at a time, and heals. The first cool-down is
+The planning round places no new task on a shut host, and one at a time on a probing one
+(`services/scheduler/planning.py`: `_one_each_on`), so a pool whose every host is shut still
+makes progress, a task at a time, and heals. The first cool-down is
 `quarantine_probe_s`; each failed probe doubles it, up to `quarantine_s`. An operator's
 quarantine is not a breaker: it lasts until it runs out or is released
 (`shared/operations/quarantine.py`).
