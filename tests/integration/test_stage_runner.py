@@ -11,7 +11,7 @@ import shutil
 import tempfile
 import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -246,7 +246,7 @@ async def test_only_a_command_that_outlives_follow_after_is_handed_over_and_its_
     pool: db.Pool,
     session_database_url: str,
     namespace: str,
-    tmp_path: Path,
+    passable_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # a note put off cannot fall due during the test; each run's note is kept to look at
@@ -259,13 +259,14 @@ async def test_only_a_command_that_outlives_follow_after_is_handed_over_and_its_
             notings.append(self)
 
     monkeypatch.setattr(runs, "ExitNoting", _Kept)
-    settings = _settings(session_database_url, namespace, tmp_path, follow_after_s=0.3)
+    # as a worker runs by default: confined as the job's owner, in cgroups
+    settings = _settings(
+        session_database_url, namespace, passable_dir, default=True, follow_after_s=0.3
+    )
     redis = Redis.from_url(REDIS_URL)
     async with open_broker(AMQP_URL, Topology(namespace), name="test-hand-over") as broker:
         await declare_all_work_queues(broker.channel, broker.topology, settings.host_id)
-        runner = StageRunner(
-            settings, pool, broker, redis, RedisKeys(namespace), load_task_types(), "w-test"
-        )
+        runner = _runner(settings, pool, broker, redis, launcher=_default_launcher(settings, pool))
         short, long = await _claimed(pool, "true"), await _claimed(pool, "sleep 1")
         for message in (short, long):
             held = await runner.take(message)
@@ -297,32 +298,37 @@ async def test_only_a_command_that_outlives_follow_after_is_handed_over_and_its_
     assert [noting.pending for noting in notings] == [False, False]
 
 
-def _passable_dir() -> Path:
-    """A new directory that other uids may pass through (not list)."""
+@pytest.fixture
+def passable_dir() -> Iterator[Path]:
+    """A new directory that other uids may pass through (not list): a work root the jobs'
+    uids can reach (pytest's tmp dir is private to root)."""
     made = Path(tempfile.mkdtemp(prefix="vigil-stages-", dir="/tmp"))
     made.chmod(0o711)
-    return made
+    yield made
+    shutil.rmtree(made, ignore_errors=True)
+
+
+def _default_launcher(settings: WorkerSettings, pool: db.Pool) -> launch.Launcher:
+    """The launcher a worker of `settings` chooses; with the default settings (as root, as
+    here) jobs run confined as their owner's uid, in cgroups where the host has them."""
+    cgroups = Cgroups.detect(settings.namespace, settings.cgroup_root)
+    launcher = launch.choose(settings).launcher(pool, cgroups)
+    assert isinstance(launcher, launch.LocalConfined)  # the default, as root
+    return launcher
 
 
 @pytest.fixture
 async def default_runner(
-    pool: db.Pool, session_database_url: str, namespace: str
+    pool: db.Pool, session_database_url: str, namespace: str, passable_dir: Path
 ) -> AsyncIterator[StageRunner]:
-    """A stage runner as a worker runs by default: jobs confined as their owner's uid (the
-    worker runs as root here), in cgroups where the host has them; its work root one the jobs'
-    uids can pass through (pytest's tmp dir is private to root)."""
-    root = _passable_dir()
-    settings = _settings(session_database_url, namespace, root, default=True)
-    cgroups = Cgroups.detect(namespace, settings.cgroup_root)
+    """A stage runner as a worker runs by default (`_default_launcher`)."""
+    settings = _settings(session_database_url, namespace, passable_dir, default=True)
     redis = Redis.from_url(REDIS_URL)
     try:
         async with open_broker(AMQP_URL, Topology(namespace), name="test-stages") as broker:
-            launcher = launch.choose(settings).launcher(pool, cgroups)
-            assert isinstance(launcher, launch.LocalConfined)  # the default, as root
-            yield _runner(settings, pool, broker, redis, launcher=launcher)
+            yield _runner(settings, pool, broker, redis, launcher=_default_launcher(settings, pool))
     finally:
         await redis.aclose()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 async def test_the_exit_of_a_short_command_whose_report_is_late_is_noted_for_the_supervisor(
