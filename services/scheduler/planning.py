@@ -22,12 +22,12 @@ none, and given one task at most.
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
 from shared.domain.scheduling import fairshare
 from shared.domain.scheduling.model import (
-    DEFAULT_REQUEST,
     Assignment,
     HostState,
     JobDemand,
@@ -60,6 +60,10 @@ SHORT_AT_LEAST: Final = 3
 #: How often users' usage is charged (seconds): often enough that fair share follows what
 #: runs, rarely enough that a busy round does not write every user.
 CHARGE_EVERY_S: Final = 5.0
+
+
+#: What a host's state is made from: its row, and its staged tasks not started yet.
+_HostKey = tuple[plan_repo.HostRow, tuple[plan_repo.Staged, ...]]
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,7 @@ class Planning:
     #: The hosts as the last round read them (`plan_repo.KnownHosts`), and the state the
     #: planner was given of each (a host that reads the same is given the same state).
     known_hosts: plan_repo.KnownHosts = field(default_factory=plan_repo.KnownHosts)
-    _states: dict[str, tuple[plan_repo.HostRow, HostState]] = field(default_factory=dict)
+    _states: dict[str, tuple[_HostKey, HostState]] = field(default_factory=dict)
 
     async def run_once(self, conn: Connection) -> Placed:
         """One round, in the caller's transaction: a full one (every job with tasks to place)
@@ -175,14 +179,16 @@ class Planning:
     def _round(self, feed: plan_repo.Feed) -> tuple[Round, set[str]]:
         hosts, probing = [], set()
         last = self._states
-        states: dict[str, tuple[plan_repo.HostRow, HostState]] = {}
+        states: dict[str, tuple[_HostKey, HostState]] = {}
         for h in feed.hosts:
             host_id = h.load.host_id
             if h.quarantined and h.probing:
                 probing.add(host_id)
+            staged = feed.staged.get(host_id, ())
             known = last.get(host_id)
-            if known is None or known[0] is not h:  # not the same row as the last round's
-                known = (h, _state(h))
+            # not the same row as the last round's, or other staged tasks
+            if known is None or known[0][0] is not h or known[0][1] != staged:
+                known = ((h, staged), _state(h, staged))
             states[host_id] = known
             hosts.append(known[1])
         self._states = states
@@ -259,28 +265,30 @@ class Planning:
         await plan_repo.charge(conn, usage)
 
 
-def _state(h: plan_repo.HostRow) -> HostState:
-    """What the planner is given of a host."""
+def _state(h: plan_repo.HostRow, staged: Sequence[plan_repo.Staged] = ()) -> HostState:
+    """What the planner is given of a host: its load, and of what it holds, the staged tasks
+    per owner and what the others hold beyond its capacity (tasks placed ahead of them)."""
     load = h.load
     accepting = h.live and not h.draining and (not h.quarantined or h.probing)
     if h.quarantined and h.probing:
         accepting = accepting and load.tasks == 0
-    room_for_pending = max(0, load.capacity.millicpus - load.running_millicpus)
-    staged = max(0, load.pending - room_for_pending // DEFAULT_REQUEST.millicpus)
     free = load.free
+    staged_held = total(s.held for s in staged)
     return HostState(
         load.host_id,
         load.capacity,
         free,
         load.free_gpu_ids[: free.gpus],
         accepting and load.capacity.millicpus > 0,
-        staged,
+        sum(s.count for s in staged),
         h.ends_at,
+        tuple((s.owner_id, s.held) for s in staged),
+        (load.held - load.capacity - staged_held).at_least_zero(),
     )
 
 
 def _claim(a: Assignment) -> plan_repo.Claim:
-    return plan_repo.Claim(a.job_id, a.host_id, a.count, a.gpu_ids)
+    return plan_repo.Claim(a.job_id, a.host_id, a.count, a.gpu_ids, a.staged)
 
 
 def _one_each_on(probing: set[str], result: Plan) -> Plan:

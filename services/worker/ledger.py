@@ -6,8 +6,11 @@ from just before its spawn to the exit of its main process, as `shared/store/poo
 counts it for the scheduler. A command starts only once its request fits in what the others
 leave free; those that wait are served first come, first served (a large request is not
 passed over for ever by small ones: the scheduler, which sees the whole pool, is the one
-that backfills). A request larger than the whole host can never start: `why_never` says so
-before anyone waits for it.
+that backfills), except that a staged task (`tasks.staged`: handed to the host beyond its
+free capacity, the prefetch) waits behind every task placed on capacity, whenever it came:
+the scheduler places a task ahead of staged ones when fair share serves its user first, and
+it must take the next capacity freed here. A request larger than the whole host can never
+start: `why_never` says so before anyone waits for it.
 
 GPU devices are never shared. A task placed with devices (`tasks.gpu_ids`) waits for those;
 one that asks for GPUs without any named (work from the pool queue, which nobody placed)
@@ -38,7 +41,8 @@ class Ledger:
         self.capacity = capacity
         self._held = NOTHING
         self._busy: set[str] = set()  # devices held
-        self._waiting: deque[_Waiter] = deque()
+        self._placed: deque[_Waiter] = deque()  # waiting, placed on capacity
+        self._staged: deque[_Waiter] = deque()  # waiting, staged: served after those
 
     @property
     def free(self) -> Resources:
@@ -60,33 +64,41 @@ class Ledger:
             )
         return None
 
-    def fits(self, request: Resources, devices: Sequence[str] = ()) -> bool:
-        """Whether a command of `request` would start at once: nobody waits before it, and
-        what it asks for is free."""
-        return not self._waiting and self._room(request, tuple(devices)) is not None
+    def fits(self, request: Resources, devices: Sequence[str] = (), staged: bool = False) -> bool:
+        """Whether a command of `request` (`staged` or not) would start at once: nobody
+        waits before it, and what it asks for is free."""
+        return not self._ahead_of(staged) and self._room(request, tuple(devices)) is not None
 
-    def hold(self, request: Resources, devices: Sequence[str] = ()) -> "Hold":
-        """A command's hold of `request` (and `devices`), not yet taken."""
-        return Hold(self, request, tuple(devices))
+    def _ahead_of(self, staged: bool) -> bool:
+        """Whether some command waits before a new one (`staged` or not)."""
+        return bool(self._placed or (staged and self._staged))
 
-    async def _acquire(self, request: Resources, devices: tuple[str, ...]) -> tuple[str, ...]:
+    def hold(self, request: Resources, devices: Sequence[str] = (), staged: bool = False) -> "Hold":
+        """A command's hold of `request` (and `devices`), not yet taken; a `staged` task's
+        waits behind every other."""
+        return Hold(self, request, tuple(devices), staged)
+
+    async def _acquire(
+        self, request: Resources, devices: tuple[str, ...], staged: bool
+    ) -> tuple[str, ...]:
         """Wait for `request` to fit, in turn; the devices it got. `ValueError` when it never
         can (`why_never`): it would block every command behind it."""
         why = self.why_never(request, devices)
         if why is not None:
             raise ValueError(f"cannot ever start here: {why}")
-        if not self._waiting and (got := self._room(request, devices)) is not None:
+        if not self._ahead_of(staged) and (got := self._room(request, devices)) is not None:
             self._take(request, got)
             return got
         waiter = _Waiter(request, devices, asyncio.get_running_loop().create_future())
-        self._waiting.append(waiter)
+        lane = self._staged if staged else self._placed
+        lane.append(waiter)
         try:
             return await waiter.granted
         except asyncio.CancelledError:
             if waiter.granted.done() and not waiter.granted.cancelled():
                 self._give(request, waiter.granted.result())  # granted as it was cancelled
             else:
-                self._waiting.remove(waiter)
+                lane.remove(waiter)
                 self._serve()  # those behind it may fit now
             raise
 
@@ -109,16 +121,17 @@ class Ledger:
         self._serve()
 
     def _serve(self) -> None:
-        """Start the waiting commands that fit now, in their order, up to the first that
-        does not."""
-        while self._waiting:
-            head = self._waiting[0]
-            got = self._room(head.request, head.devices)
-            if got is None:
-                return
-            self._waiting.popleft()
-            self._take(head.request, got)
-            head.granted.set_result(got)
+        """Start the waiting commands that fit now, in their order (those placed on capacity,
+        then the staged ones), up to the first that does not."""
+        for lane in (self._placed, self._staged):
+            while lane:
+                head = lane[0]
+                got = self._room(head.request, head.devices)
+                if got is None:
+                    return
+                lane.popleft()
+                self._take(head.request, got)
+                head.granted.set_result(got)
 
 
 def _amount(request: Resources, devices: Sequence[str]) -> Resources:
@@ -131,13 +144,16 @@ class Hold:
     """One command's hold of the host's capacity: taken just before its spawn (waiting its
     turn), and given back once, as soon as its main process has ended (or it never ran)."""
 
-    def __init__(self, ledger: Ledger, request: Resources, devices: tuple[str, ...]) -> None:
+    def __init__(
+        self, ledger: Ledger, request: Resources, devices: tuple[str, ...], staged: bool = False
+    ) -> None:
         self._ledger, self.request, self._placed = ledger, request, devices
+        self._staged = staged
         #: The devices it holds (None: not taken, or given back).
         self.devices: tuple[str, ...] | None = None
 
     async def take(self) -> None:
-        self.devices = await self._ledger._acquire(self.request, self._placed)
+        self.devices = await self._ledger._acquire(self.request, self._placed, self._staged)
 
     def free(self) -> None:
         if self.devices is not None:

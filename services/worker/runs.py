@@ -169,7 +169,7 @@ class Runs:
         bounds = limits.resolve(
             policy.limits, held.job.request, self._memory_mb, settings.job_cpus, settings.job_pids
         )
-        hold = self.ledger.hold(held.job.request, held.task.gpu_ids or ())
+        hold = self.ledger.hold(held.job.request, held.task.gpu_ids or (), held.task.staged)
         launch, running = await self._start(held, ctx, script, policy, bounds, hold)
         note = ExitNoting(self._exit_noter(held), self._background)
         try:  # the gate opens once the process is in its cgroup and the task durably on_cpu
@@ -258,7 +258,7 @@ class Runs:
         """Wait for the request of the command about to be started; a task just set up that
         must wait for it waits durably `queued` (as setup makes it when it is not free
         then)."""
-        fits = self.ledger.fits(held.job.request, held.task.gpu_ids or ())
+        fits = self.ledger.fits(held.job.request, held.task.gpu_ids or (), held.task.staged)
         if not fits and held.set_up is not None:
             await held.queue()
         await hold.take()

@@ -195,7 +195,7 @@ class StageRunner:
 
     def _fits(self, task: tasks_repo.Task, job: jobs_repo.Job) -> bool:
         """Whether `task`'s command would start at once (`Ledger.fits`)."""
-        return self.ledger.fits(job.request, task.gpu_ids or ())
+        return self.ledger.fits(job.request, task.gpu_ids or (), task.staged)
 
     async def background_done(self) -> None:
         """Wait for the runner's background work (the hand-overs to the supervisor)."""

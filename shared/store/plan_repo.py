@@ -235,6 +235,28 @@ FROM users u WHERE u.id = ANY($1::text[])
 """
 
 
+#: The staged tasks that have not started their command, per host and owner (`tasks_staged`):
+#: how many, and what they hold.
+_STAGED: Final = """
+SELECT t.host, t.hold_owner AS owner_id, count(*) AS n,
+       coalesce(sum(t.hold_millicpus), 0)::bigint AS millicpus,
+       coalesce(sum(t.hold_memory_mb), 0)::bigint AS memory_mb
+FROM tasks t
+WHERE t.staged AND t.claim IS NOT NULL AND t.state IN ('new', 'setting_up', 'queued')
+  AND t.hold_owner IS NOT NULL
+GROUP BY t.host, t.hold_owner
+"""
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A user's staged tasks on a host, not started yet: how many, and what they hold."""
+
+    owner_id: str
+    count: int
+    held: Resources
+
+
 @dataclass(frozen=True)
 class HostRow:
     """A host of the pool: what it holds, and whether it takes work."""
@@ -282,6 +304,8 @@ class Feed:
     #: How many jobs are placeable (active, or configuring outside a stop), counted by a full
     #: round only (None in a quick one): what reading jobs without `pending_first` probes.
     placeable_jobs: int | None = None
+    #: Host id -> its staged tasks not started yet, per owner (hosts with none: absent).
+    staged: Mapping[str, tuple[Staged, ...]] = field(default_factory=dict)
 
 
 def feed_from_pending(waiting_jobs: int, placeable_jobs: int) -> bool:
@@ -357,7 +381,16 @@ async def read_unless_idle(
     owners = sorted({j.owner_id for j in jobs} | by_owner.keys())
     users = {row["id"]: _user(row, by_owner) for row in await conn.fetch(_USERS, owners)}
     placeable = None if clock["placeable"] is None else int(clock["placeable"])
-    return Feed(now, stopped, hosts, jobs, users, placeable)
+    return Feed(now, stopped, hosts, jobs, users, placeable, await _staged(conn))
+
+
+async def _staged(conn: Connection) -> dict[str, tuple[Staged, ...]]:
+    """Per host, its staged tasks not started yet, per owner."""
+    found: dict[str, list[Staged]] = {}
+    for row in await conn.fetch(_STAGED):
+        held = Resources(int(row["millicpus"]), int(row["memory_mb"]))
+        found.setdefault(row["host"], []).append(Staged(row["owner_id"], int(row["n"]), held))
+    return {host: tuple(of) for host, of in found.items()}
 
 
 @dataclass
@@ -471,13 +504,13 @@ async def short_users(
 #: a hash of every active job, 0.6-0.8 ms a claim with 1,000 jobs waiting), and each task it
 #: claims by its id (its state compared as text, which `tasks_new` cannot answer: the update
 #: was planned as a scan of every unclaimed new task, 1.7 ms a claim with 1,000 waiting).
-#: The parameters: the met arrays, then job ids, host ids, counts, and each assignment's
-#: devices as a JSON array of arrays.
+#: The parameters: the met arrays, then job ids, host ids, counts, each assignment's devices
+#: as a JSON array of arrays, and whether it is staged (beyond the host's free capacity).
 _CLAIM: Final = f"""
 WITH a AS (
     SELECT a.*, sum(a.n) OVER (PARTITION BY a.job_id ORDER BY a.ord) - a.n AS off
-    FROM unnest($5::text[], $6::text[], $7::int[], $8::text[]) WITH ORDINALITY
-        AS a(job_id, host, n, gpus, ord)
+    FROM unnest($5::text[], $6::text[], $7::int[], $8::text[], $9::boolean[]) WITH ORDINALITY
+        AS a(job_id, host, n, gpus, staged, ord)
 ), wanted AS (
     SELECT a.job_id, sum(a.n)::int AS total FROM a GROUP BY a.job_id
 ), picked AS (
@@ -492,7 +525,8 @@ WITH a AS (
         ORDER BY t.index LIMIT w.total) p
     WHERE {_PLACEABLE}
 ), dealt AS (
-    SELECT p.id, a.host, a.gpus::jsonb -> (p.k - a.off - 1)::int AS gpus, p.job_version,
+    SELECT p.id, a.host, a.gpus::jsonb -> (p.k - a.off - 1)::int AS gpus, a.staged,
+        p.job_version,
         p.owner_id, p.req_millicpus, p.req_memory_mb, p.req_gpus
     FROM picked p JOIN a ON a.job_id = p.job_id AND p.k > a.off AND p.k <= a.off + a.n
 ), claimed AS (
@@ -500,7 +534,7 @@ WITH a AS (
         gpu_ids = CASE WHEN jsonb_array_length(coalesce(p.gpus, '[]')) = 0 THEN NULL
                   ELSE ARRAY(SELECT jsonb_array_elements_text(p.gpus)) END,
         hold_owner = p.owner_id, hold_millicpus = p.req_millicpus,
-        hold_memory_mb = p.req_memory_mb, hold_gpus = p.req_gpus
+        hold_memory_mb = p.req_memory_mb, hold_gpus = p.req_gpus, staged = p.staged
     FROM dealt p
     WHERE t.id = p.id AND t.claim IS NULL AND t.state::text = 'new'
     RETURNING t.id, t.job_id, t.index, t.host, t.claim, to_jsonb(t) AS row, p.job_version
@@ -527,6 +561,8 @@ class Claim:
     host_id: str
     count: int
     gpu_ids: tuple[tuple[str, ...], ...] = ()
+    #: Handed beyond the host's free capacity (the prefetch): `tasks.staged`.
+    staged: bool = False
 
 
 async def claim(conn: Connection, claims: Sequence[Claim]) -> int:
@@ -546,6 +582,7 @@ async def claim(conn: Connection, claims: Sequence[Claim]) -> int:
         [c.host_id for c in claims],
         [c.count for c in claims],
         [json.dumps([list(g) for g in c.gpu_ids]) for c in claims],
+        [c.staged for c in claims],
     )
     return int(count)
 

@@ -53,7 +53,7 @@ _ROUND: Final = f"""
 WITH RECURSIVE {{waiting_jobs}}, picked AS (
     {{picked}}
 ), claimed AS (
-    UPDATE tasks t SET claim = gen_random_uuid(), updated_at = now()
+    UPDATE tasks t SET claim = gen_random_uuid(), staged = false, updated_at = now()
     WHERE t.id = ANY(ARRAY(SELECT p.id FROM picked p)) AND t.claim IS NULL
       AND (t.state IN ('queued', 'data_ready') OR t.state = ANY({{actions}}::task_state[]))
     RETURNING t.id, t.job_id, t.state, t.host, t.claim

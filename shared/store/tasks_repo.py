@@ -59,6 +59,9 @@ class Task:
     test: bool = False  # a test run of a configuring job (negative index)
     #: The GPU devices it was placed with (its own; None: it asked for none).
     gpu_ids: list[str] | None = None
+    #: Handed to its host beyond the host's free capacity (the prefetch): its command waits
+    #: there behind those of the tasks placed on capacity (`services/worker/ledger.py`).
+    staged: bool = False
 
     @classmethod
     def from_record(cls, record: Any) -> "Task":
@@ -674,7 +677,7 @@ async def set_claim(
     """Claim an unclaimed task that is in `state` (no state change); False if someone else has.
     Locks: the task's row if it matches (its UPDATE)."""
     status = await conn.execute(
-        "UPDATE tasks SET claim = $3, worker = $4, updated_at = now()"
+        "UPDATE tasks SET claim = $3, worker = $4, staged = false, updated_at = now()"
         " WHERE id = $1 AND state = $2 AND claim IS NULL",
         task_id,
         state.value,

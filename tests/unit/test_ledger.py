@@ -168,3 +168,32 @@ async def test_many_commands_in_a_random_order_never_over_commit_the_host() -> N
 
 def _tuple(amount: Resources) -> tuple[int, int, int]:
     return amount.millicpus, amount.memory_mb, amount.gpus
+
+
+async def test_a_staged_command_waits_behind_those_placed_on_capacity_whenever_they_came() -> None:
+    ledger = Ledger(HostCapacity.of(1, 1024))
+    running = ledger.hold(CPU)
+    await running.take()
+    staged = ledger.hold(CPU, staged=True)
+    staged_start = asyncio.ensure_future(_taken(staged))
+    await _settle()
+    placed, placed_start = _waiting(ledger, CPU)  # placed ahead of it, after it came
+    await _settle()
+    assert not ledger.fits(CPU, staged=True) and not ledger.fits(CPU)
+
+    running.free()
+    await _settle()
+    assert placed_start.done() and not staged_start.done()
+
+    placed.free()
+    await _settle()
+    assert staged_start.done()
+    staged.free()
+    assert ledger.fits(CPU, staged=True)
+
+
+async def test_a_staged_command_that_fits_starts_at_once_when_nothing_waits() -> None:
+    ledger = Ledger(HostCapacity.of(2, 1024))
+    assert ledger.fits(CPU, staged=True)
+    await ledger.hold(CPU, staged=True).take()
+    assert ledger.free == Resources(1000, 1024, 0)

@@ -596,6 +596,48 @@ def test_when_the_worker_prefetches__full_hosts_are_handed_that_many_more_to_set
     assert result.waits["g"] == TooLarge(R(1, 0, 1), "h1", R(4, 65536))
 
 
+def _staged_host(host_id: str, cpus: float, staged: Mapping[str, int]) -> HostState:
+    """A host whose capacity runs tasks, with `staged` tasks of one CPU each per owner."""
+    of = tuple((owner, R(count)) for owner, count in staged.items())
+    return HostState(host_id, R(cpus, 65536), NOTHING, staged=sum(staged.values()), staged_of=of)
+
+
+def test_a_task_of_a_user_served_first_goes_ahead_of_staged_work_of_one_served_after() -> None:
+    """Alice holds the host and has 4 tasks staged on it; Bob, who holds nothing, comes: his
+    task takes the next capacity freed there, before hers, not after them."""
+    hosts = [_staged_host("h1", 4, {"alice": 4})]
+    users = {"alice": UserState("alice", held=R(8), in_flight=8)}
+    jobs = [JobDemand("bob-echo", "bob", 1), JobDemand("alice-sleeps", "alice", 4)]
+
+    result = plan(Round(NOW, hosts, jobs, users), Settings(prefetch=4))
+
+    assert [(a.job_id, a.host_id, a.count, a.staged) for a in result.assignments] == [
+        ("bob-echo", "h1", 1, False)
+    ]
+
+
+def test_nothing_goes_ahead_of_staged_work_of_a_user_served_first_or_of_ones_own() -> None:
+    hosts = [_staged_host("h1", 4, {"alice": 2})]
+    busy = {"alice": UserState("alice", held=R(6)), "carol": UserState("carol", held=R(9))}
+    jobs = [JobDemand("alice-more", "alice", 3), JobDemand("carol-job", "carol", 1)]
+
+    result = plan(Round(NOW, hosts, jobs, busy), Settings(prefetch=2))
+
+    assert result.assignments == ()  # alice's own order; carol is served after alice
+
+
+def test_what_goes_ahead_is_bounded_by_the_staged_work_it_passes() -> None:
+    """Two staged CPUs of alice's let two tasks of bob's ahead, not three; one already placed
+    ahead (what the host holds beyond its capacity) counts."""
+    hosts = [_staged_host("h1", 4, {"alice": 2})]
+    users = {"alice": UserState("alice", held=R(6))}
+    jobs = [JobDemand("bob-job", "bob", 5)]
+
+    assert _placed(plan(Round(NOW, hosts, jobs, users)), "bob-job") == 2
+    passed_once = [replace(hosts[0], ahead=R(1))]
+    assert _placed(plan(Round(NOW, passed_once, jobs, users)), "bob-job") == 1
+
+
 # -- every reason, with its numbers -----------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ goes to one task.
 """
 
 from bisect import bisect_left, insort
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from shared.domain.scheduling.model import HostState
@@ -39,6 +39,16 @@ class Host:
     hold: Resources = NOTHING  # what a reservation keeps here for `held_for`
     held_for: str | None = None
     ends_at: float | None = None  # a pilot's end (`HostState.ends_at`)
+    #: Per owner, what their staged tasks hold (`HostState.staged_of`).
+    staged_of: tuple[tuple[str, Resources], ...] = ()
+    #: What tasks placed ahead of the staged ones hold beyond its capacity.
+    ahead: Resources = NOTHING
+
+    def room_ahead(self, behind: Callable[[str], bool]) -> Resources:
+        """What a task may take here ahead of the staged tasks of the owners `behind` says
+        it goes before: what those hold, less what tasks placed ahead already took."""
+        of = total(held for owner, held in self.staged_of if behind(owner))
+        return (of - self.ahead).at_least_zero()
 
     def lasts_until(self, until: float | None) -> bool:
         """Whether it takes work until `until` (None: no time asked)."""
@@ -101,6 +111,8 @@ class Board:
                 list(h.free_gpu_ids),
                 h.staged,
                 ends_at=h.ends_at,
+                staged_of=h.staged_of,
+                ahead=h.ahead,
             )
             for n, h in enumerate(x for x in hosts if x.accepting)
         ]
@@ -110,6 +122,7 @@ class Board:
         self._held: dict[str, Host] = {}  # job id -> the host held for it
         self._staging: list[tuple[int, int]] | None = None  # (staged, index), made when asked
         self._ever: dict[Resources, bool] = {}  # capacities do not change in a round
+        self._with_staged = [h for h in self.hosts if h.staged_of]
         self.capacity = total(h.capacity for h in self.hosts)
 
     def __bool__(self) -> bool:
@@ -207,6 +220,34 @@ class Board:
                     insort(self._staging, (host.staged, index))
                 return host
         return None
+
+    @property
+    def has_staged(self) -> bool:
+        """Whether some host holds staged tasks not started yet."""
+        return bool(self._with_staged)
+
+    def ahead(
+        self, need: Resources, behind: Callable[[str], bool], until: float | None = None
+    ) -> Host | None:
+        """Place one task of `need` ahead of staged tasks (of the owners `behind` says it goes
+        before): on the host, not held for another job, whose room ahead of them holds it
+        most amply; never a GPU task (its devices are given when it is placed). The host, or
+        None. It takes no free capacity: it takes the next that its host frees, before them.
+        """
+        if need.gpus:
+            return None
+        best: tuple[int, Host] | None = None
+        for host in self._with_staged:
+            if host.held_for is not None or not host.lasts_until(until):
+                continue
+            room = host.room_ahead(behind)
+            fits = need.fits_in(room) and need.fits_in(host.capacity)
+            if fits and (best is None or room.millicpus > best[0]):
+                best = (room.millicpus, host)
+        if best is None:
+            return None
+        best[1].ahead += need
+        return best[1]
 
     # -- what reasons say ---------------------------------------------------------------------
 

@@ -36,6 +36,13 @@ class HostState:
     #: round's clock; None: never. A task whose walltime would not fit before then is not
     #: placed there.
     ends_at: float | None = None
+    #: Per owner, what their staged tasks here hold (those not started yet). A staged task
+    #: waits on its host behind every task placed on capacity, so a task of a user whom fair
+    #: share serves first may be placed ahead of it (`planner`).
+    staged_of: tuple[tuple[str, Resources], ...] = ()
+    #: What the tasks placed on it hold beyond its capacity: those placed ahead of staged
+    #: tasks, waiting for the next capacity freed.
+    ahead: Resources = NOTHING
 
     def __post_init__(self) -> None:
         if len(self.free_gpu_ids) != max(self.free.gpus, 0):

@@ -12,9 +12,14 @@ The round, in order:
    whose request finds no room is passed over for the round, and smaller requests behind it
    go on (backfill); if it has waited `reserve_after_s`, the first placement behind it holds
    a host for it first (a reservation), on which nothing else takes what it needs.
-4. Prefetch: the same order again, staging tasks beyond hosts' free capacity, up to
+4. Ahead of staged work: the same order again, for what found no room. A staged task (step
+   5) waits on its host behind every task placed on capacity, so a task goes ahead of the
+   staged tasks of users fair share serves after its own (a higher level): it takes the next
+   capacity its host frees, before them, as it would have had they not been staged. Staging
+   never makes a user wait behind work the order puts after theirs.
+5. Prefetch: the same order again, staging tasks beyond hosts' free capacity, up to
    `prefetch` a host.
-5. Reasons: every job with tasks still waiting gets one (`reasons`).
+6. Reasons: every job with tasks still waiting gets one (`reasons`).
 
 The cost is that of the tasks placed (a binary search and a heap step each), plus a few
 steps per job and per user: not the number of tasks waiting, nor the history.
@@ -166,10 +171,10 @@ class _Planner:
     def run(self) -> Plan:
         self._keep_reservations()
         self._serve(self._place)
+        if self.board.has_staged:
+            self._again(self._ahead)
         if self.settings.prefetch > 0:
-            for user in self.users.values():
-                user.next = 0
-            self._serve(self._stage)
+            self._again(self._stage)
         return Plan(
             assignments=tuple(
                 Assignment(job_id, host_id, len(devices), tuple(devices), staged)
@@ -227,6 +232,12 @@ class _Planner:
         self.pending.clear()
 
     # -- serving users in fair-share order --------------------------------------------------
+
+    def _again(self, attempt: _Attempt) -> None:
+        """Another pass of `_serve`, every user's jobs open again."""
+        for user in self.users.values():
+            user.next = 0
+        self._serve(attempt)
 
     def _serve(self, attempt: _Attempt) -> None:
         """Users lowest level first, until none can be given anything more by `attempt`
@@ -293,6 +304,31 @@ class _Planner:
                 break
         return count
 
+    def _ahead(self, user: _User, job: _Job, after: _Next) -> int:
+        """One task of `job` placed ahead of the staged tasks of users above its user's level
+        (`Board.ahead`), or none."""
+        level = user.level
+        behind = self._behind(level)
+        host = self.board.ahead(job.demand.request, behind, self._until(job))
+        if host is None:
+            return 0
+        self._record(user, job, host, 1, staged=False, taken=False)
+        return 1
+
+    def _behind(self, level: float) -> Callable[[str], bool]:
+        """Whether fair share serves a user after one at `level`: theirs is higher."""
+        return lambda owner: self._level_of(owner) > level
+
+    def _level_of(self, name: str) -> float:
+        """A user's level now: as the round has it for a user with tasks waiting, else from
+        what they hold and their usage."""
+        user = self.users.get(name)
+        if user is not None:
+            return user.level
+        state = self.round_.users.get(name) or UserState(name)
+        recent = fairshare.recent(state.usage, self.settings.half_life_s)
+        return (self.pricing.cost(state.held) + recent) / state.share
+
     def _stage(self, user: _User, job: _Job, after: _Next) -> int:
         """One task of `job` staged on a host beyond its free capacity (prefetch), or none.
         It takes no capacity now, so it holds no host for a job passed over either."""
@@ -304,10 +340,13 @@ class _Planner:
         self._record(user, job, host, 1, staged=True)
         return 1
 
-    def _record(self, user: _User, job: _Job, host: Host, count: int, staged: bool) -> None:
-        """Tasks given: the host's capacity taken (unless staged), the user's level raised."""
+    def _record(
+        self, user: _User, job: _Job, host: Host, count: int, staged: bool, taken: bool = True
+    ) -> None:
+        """Tasks given: the host's capacity taken (unless staged, or placed ahead of staged
+        tasks: not `taken`), the user's level raised."""
         need = job.demand.request
-        devices = [()] * count if staged else self.board.take(host, need, count)
+        devices = self.board.take(host, need, count) if taken and not staged else [()] * count
         job.placed += count
         user.placed += count
         user.held += need.times(count)
