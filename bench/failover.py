@@ -37,7 +37,6 @@ import asyncpg
 
 from bench.local_cluster import DEFAULT_ROOT, LocalCluster, step
 from shared.messaging.amqp import connect
-from shared.messaging.event_bundles import unbundle
 from shared.messaging.topology import Topology
 from vigil import AsyncClient
 
@@ -81,7 +80,9 @@ class Recorder:
         await queue.consume(self._on_message)
 
     async def _on_message(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
-        self.seqs.update(_positions(message))
+        seq = (message.headers or {}).get("seq")
+        if isinstance(seq, int):
+            self.seqs.add(seq)
         await message.ack()
 
     async def close(self) -> None:
@@ -105,20 +106,15 @@ class Recorder:
             queue = await channel.declare_queue(self.queue, passive=True)
             while True:
                 while (message := await queue.get(no_ack=True, fail=False)) is not None:
-                    positions = _positions(message)
-                    self.seqs.update(positions)
-                    found += len(positions)
+                    seq = (message.headers or {}).get("seq")
+                    if isinstance(seq, int):
+                        self.seqs.add(seq)
+                        found += 1
                 if wanted <= self.seqs or time.monotonic() > deadline:
                     return found
                 await asyncio.sleep(0.5)
         finally:
             await connection.close()
-
-
-def _positions(message: aio_pika.abc.AbstractIncomingMessage) -> list[int]:
-    """The positions of the events a message carries (a bundle carries several)."""
-    events = unbundle(message.routing_key or "", message.headers, message.body)
-    return [int(body["seq"]) for _key, body in events if isinstance(body.get("seq"), int)]
 
 
 def _command(effects: Path, sleep_s: float) -> str:

@@ -4,12 +4,13 @@ In order within each kind: events go out in outbox order, and so do work message
 message does not wait for the events written before it (a batch holds the oldest of each).
 
 Events are numbered as a batch is read (`outbox.pending`): each carries its position in its
-body (`seq`). Each run of consecutive events of one job goes out as one message
-(`shared.messaging.event_bundles`: routed under each of its events' keys, its last event's
-position in the header `seq` and as its `message_id`); a run of one, as the event itself. A
-row published again after a failed publish keeps its position, so after broker trouble
-positions may arrive out of order: a consumer that sees a gap fills it from the history
-(`GET /events?after=`).
+body (`seq`). Each event goes out as a message of its own, under its own routing key, with its
+body as the outbox holds it and its position in the header `seq` and as its `message_id`: the
+events exchange is a public contract (design §7; docs/architecture.md, "The events
+exchange"), read by any AMQP client. What keeps that cheap is the batch: its messages are
+written together and their confirms awaited together (`Broker.publish_batch`). A row published
+again after a failed publish keeps its position, so after broker trouble positions may arrive
+out of order: a consumer that sees a gap fills it from the history (`GET /events?after=`).
 
 A row is deleted from the outbox only after its confirm (an event stays in the history); a row
 whose publish failed stays pending and is tried again on the next round (so delivery is
@@ -25,10 +26,9 @@ table then held a minute of traffic that each read walked through.
 """
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Final
 
-from shared.messaging import event_bundles
 from shared.messaging.amqp import Broker, Publish
 from shared.messaging.topology import declare_work_queue
 from shared.store import outbox
@@ -119,39 +119,31 @@ class Relay:
             )
 
     async def _publish(self, rows: list[outbox.OutboxRow]) -> list[BaseException | None]:
-        """Publish the batch in one step (`Broker.publish_batch`), each run of consecutive
-        events of one job as one message (`event_bundles`); what became of each row. A work
-        message for a host is sent only once its host queue is declared."""
+        """Publish the batch in one step (`Broker.publish_batch`), a message a row; what
+        became of each row. An event is dropped by the broker if no one listens; a work
+        message is `mandatory` (raises if unroutable), sent only once its host queue is
+        declared."""
         results: list[BaseException | None] = [None] * len(rows)
         messages: list[Publish] = []
-        sent: list[Sequence[int]] = []  # the rows of each message
+        sent: list[int] = []  # the row of each message
         broker = self._broker
-        events = [n for n, row in enumerate(rows) if row.exchange == "events"]
-        bundles = {
-            events[run.start]: [events[i] for i in run]
-            for run in event_bundles.runs([rows[n].routing_key for n in events])
-        }
         for n, row in enumerate(rows):
             if row.exchange == "events":
-                bundle = bundles.get(n)
-                if bundle is not None:
-                    messages.append(_bundled(broker, [rows[i] for i in bundle]))
-                    sent.append(bundle)
-                continue
-            try:
-                await self._ensure_queue(row.routing_key)
-            except Exception as exc:  # this row waits for the next round; the rest go
-                results[n] = exc
-                continue
-            messages.append(Publish(broker.work, row.routing_key, row.body, True))
-            sent.append((n,))
+                messages.append(Publish(broker.events, row.routing_key, row.body, False, row.seq))
+            else:
+                try:
+                    await self._ensure_queue(row.routing_key)
+                except Exception as exc:  # this row waits for the next round; the rest go
+                    results[n] = exc
+                    continue
+                messages.append(Publish(broker.work, row.routing_key, row.body, True))
+            sent.append(n)
         try:
             outcomes = await broker.publish_batch(messages)
         except Exception as exc:  # none was sent: every row waits for the next round
             return [exc] * len(rows)
-        for ns, outcome in zip(sent, outcomes, strict=True):
-            for n in ns:
-                results[n] = outcome
+        for n, outcome in zip(sent, outcomes, strict=True):
+            results[n] = outcome
         return results
 
     async def _ensure_queue(self, routing_key: str) -> None:
@@ -164,20 +156,3 @@ class Relay:
             self._broker.channel, topology, topology.host_queue(host_id), routing_key
         )
         self._declared.add(routing_key)
-
-
-def _bundled(broker: Broker, rows: list[outbox.OutboxRow]) -> Publish:
-    """The message of a run of events: the event itself for one, else their bundle."""
-    first, last = rows[0], rows[-1]
-    if len(rows) == 1:
-        return Publish(broker.events, first.routing_key, first.body, False, first.seq)
-    keys = [row.routing_key for row in rows]
-    return Publish(
-        broker.events,
-        first.routing_key,
-        event_bundles.bundle_body(keys, [row.body for row in rows]),
-        False,
-        last.seq,
-        event_bundles.copied_to(keys),
-        len(rows),
-    )

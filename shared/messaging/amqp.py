@@ -28,7 +28,6 @@ from shared.domain.messages import Message, decode, encode
 from shared.domain.messages import _Message as WireMessage
 from shared.messaging import frame_batching
 from shared.messaging.batch_publish import Outgoing, publish_together
-from shared.messaging.event_bundles import COUNT_HEADER
 from shared.messaging.nodes import connect_to_a_node, hidden, node_urls
 from shared.messaging.topology import Topology, declare_exchanges
 from shared.runtime.health import Check
@@ -52,23 +51,11 @@ class Publish:
     body: bytes
     mandatory: bool
     seq: int | None = None
-    #: A bundle of events (`event_bundles`): the keys of its events but the first, and how
-    #: many it carries; none for a message of one.
-    copied_to: Sequence[str] = ()
-    events: int = 1
 
 
-def _headers(seq: int | None, copied_to: Sequence[str] = (), events: int = 1) -> dict[str, Any]:
-    """An event's position `seq` (a bundle's: its last event's), a bundle's other keys in
-    `CC` and its size in `events`; none for a work message."""
-    if seq is None:
-        return {}
-    headers: dict[str, Any] = {"seq": seq}
-    if events > 1:
-        headers[COUNT_HEADER] = events
-        if copied_to:
-            headers["CC"] = list(copied_to)
-    return headers
+def _headers(seq: int | None) -> dict[str, Any]:
+    """An event's position `seq`; none for a work message or a log line."""
+    return {} if seq is None else {"seq": seq}
 
 
 def _properties(seq: int | None) -> Basic.Properties:
@@ -134,7 +121,7 @@ class Broker:
                     m.body,
                     m.mandatory,
                     None if m.seq is None else str(m.seq),
-                    _headers(m.seq, m.copied_to, m.events),
+                    _headers(m.seq),
                 )
                 for m in messages
             ],

@@ -1,6 +1,7 @@
 """End-to-end fixtures: a running stack, an HTTP client, and a listener on the events exchange."""
 
 import asyncio
+import json
 import os
 import sys
 import uuid
@@ -15,7 +16,6 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from shared.messaging.event_bundles import unbundle
 from shared.messaging.topology import Topology, delete_all
 from tests.conftest import AMQP_URL, REDIS_URL, fresh_database, new_namespace
 from tests.e2e.stack import E2E_ENV, Stack
@@ -169,8 +169,7 @@ async def events(stack: Stack) -> AsyncIterator[Events]:
 
     async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
         async with message.process():
-            for key, body in unbundle(message.routing_key or "", message.headers, message.body):
-                await seen.add(key, body)
+            await seen.add(message.routing_key or "", json.loads(message.body))
 
     await queue.consume(on_message)
     try:

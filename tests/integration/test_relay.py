@@ -15,7 +15,6 @@ from services.scheduler.relay import Relay
 from shared.domain.messages import TaskEvent
 from shared.domain.states import TaskState
 from shared.messaging.amqp import Broker, open_broker
-from shared.messaging.event_bundles import unbundle
 from shared.messaging.topology import Topology
 from shared.store import db, outbox
 from tests.conftest import AMQP_URL, fresh_database, new_namespace
@@ -132,19 +131,11 @@ async def test_publishes_made_together_are_each_confirmed_and_arrive_in_order(
 
 
 async def _receive(queue: aio_pika.abc.AbstractQueue, count: int) -> list[dict[str, Any]]:
-    """The bodies of the next `count` events `queue` receives (a bundle carries several), in
-    their order."""
-    received: list[dict[str, Any]] = []
-    async with asyncio.timeout(10), queue.iterator(no_ack=True) as messages:
-        async for message in messages:
-            events = unbundle(message.routing_key or "", message.headers, message.body)
-            received.extend(body for _key, body in events)
-            if len(received) >= count:
-                break
-    return received
+    """The bodies of the next `count` events `queue` receives, in their order."""
+    return [json.loads(message.body) for message in await _messages(queue, count)]
 
 
-async def test_a_run_of_one_jobs_events_goes_as_one_message_routed_under_each_key(
+async def test_each_event_goes_as_a_message_of_its_own_under_its_own_key(
     rpool: db.Pool, broker: Broker
 ) -> None:
     # given a task's take of three events, then one event of another job
@@ -164,26 +155,26 @@ async def test_a_run_of_one_jobs_events_goes_as_one_message_routed_under_each_ke
             conn, TaskEvent(job_id=other_id, task_id=task_id, state=TaskState.NEW)
         )
 
-    # when the relay publishes them
+    # when the relay publishes them, in one batch
     assert await Relay(rpool, broker, batch=100).run_once() == 4
 
-    # then the first queue gets the three once, as one message, in order, its header the last
-    # position, routed there although its key is the first event's
-    (message,) = await _messages(last, 1)
-    events = unbundle(message.routing_key or "", message.headers, message.body)
-    assert [key for key, _body in events] == [f"task.{s.value}.{job_id}" for s in states]
-    assert [body["state"] for _key, body in events] == [s.value for s in states]
-    seqs = [body["seq"] for _key, body in events]
-    assert seqs == sorted(seqs) and (message.headers or {})["seq"] == seqs[-1]
-    assert message.routing_key == f"task.setting_up.{job_id}"
-    # and the other job's event goes as it always went: a message of its own
-    (alone,) = await _messages(other, 1)
-    assert json.loads(alone.body)["job_id"] == other_id
-    assert "events" not in (alone.headers or {})
-    # and a queue bound to all of them gets each message once: two messages, four events
-    both = await _messages(everything, 2)
-    assert [len(unbundle(m.routing_key or "", m.headers, m.body)) for m in both] == [3, 1]
+    # then a queue bound to everything gets four messages in order, each an event: its own
+    # key, its own body, its position in the header `seq` and as its id
+    keys = [f"task.{s.value}.{job_id}" for s in states] + [f"task.new.{other_id}"]
+    messages = await _messages(everything, 4)
+    assert [m.routing_key for m in messages] == keys
+    bodies = [json.loads(m.body) for m in messages]
+    assert [b["state"] for b in bodies] == [s.value for s in states] + ["new"]
+    seqs = [b["seq"] for b in bodies]
+    assert seqs == sorted(set(seqs))
+    assert [(m.headers, m.message_id) for m in messages] == [({"seq": n}, str(n)) for n in seqs]
     assert await everything.get(fail=False, no_ack=True) is None
+    # and a queue bound to one key gets that event alone, and one bound to a job, its event
+    (alone,) = await _messages(last, 1)
+    assert (alone.routing_key, json.loads(alone.body)) == (keys[2], bodies[2])
+    (others,) = await _messages(other, 1)
+    assert (others.routing_key, json.loads(others.body)) == (keys[3], bodies[3])
+    assert await last.get(fail=False, no_ack=True) is None
 
 
 async def _bound(broker: Broker, key: str) -> aio_pika.abc.AbstractQueue:
