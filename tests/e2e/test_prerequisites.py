@@ -1,5 +1,6 @@
 """Prerequisites across jobs (design §4), driven through real services."""
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -25,29 +26,43 @@ def _position(events: Events, task_id: str, state: str) -> int:
     raise AssertionError(f"{task_id} never reached {state}: {events.routing_keys()}")
 
 
-async def test_when_three_tasks_depend_on_each_other__they_start_in_the_order_the_design_gives(
-    client: httpx.AsyncClient, events: Events
-) -> None:
-    # given t1 with a delay in every stage; t2 waits before setup for t1 queued; t3 waits before
-    # post-processing for t1 data_ready and t2 completed
+async def submit_timeline(client: httpx.AsyncClient) -> list[tuple[str, str]]:
+    """t1 with a delay in every stage; t2 waits before setup for t1 queued; t3 waits before
+    post-processing for t1 data_ready and t2 completed: the (job, task) of each."""
     delays = {"setup_delay": 1, "cluster_delay": 1, "post_delay": 1}
     j1, t1 = await _submit(client, {"name": "t1", "params": delays})
     j2, t2 = await _submit(client, {"name": "t2", "prerequisites": {"setup": {t1: "queued"}}})
     post = {"post_processing": {t1: "data_ready", t2: "completed"}}
     j3, t3 = await _submit(client, {"name": "t3", "prerequisites": post})
+    return [(j1, t1), (j2, t2), (j3, t3)]
+
+
+def assert_timeline(position: Callable[[str, str], int], t1: str, t2: str, t3: str) -> None:
+    """The order the design gives the three of `submit_timeline`, by `position(task, state)`:
+    where the task's event of that state came among the events."""
+    # t2 set up only once t1 was queued, and finished while t1 still ran
+    assert position(t1, "queued") < position(t2, "setting_up")
+    assert position(t2, "completed") < position(t1, "completed")
+    # and t3 ran its command at once, then waited in data_ready for both prerequisites
+    assert position(t3, "data_ready") < position(t1, "data_ready")
+    t3_post = position(t3, "post_processing")
+    assert position(t1, "data_ready") < t3_post
+    assert position(t2, "completed") < t3_post
+
+
+async def test_when_three_tasks_depend_on_each_other__they_start_in_the_order_the_design_gives(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    # given t1 with a delay in every stage; t2 waits before setup for t1 queued; t3 waits before
+    # post-processing for t1 data_ready and t2 completed
+    (j1, t1), (j2, t2), (j3, t3) = await submit_timeline(client)
 
     # when all three run
     for job_id in (j1, j2, j3):
         assert (await wait_job(client, events, job_id))["state"] == "completed"
 
-    # then t2 set up only once t1 was queued, and finished while t1 still ran
-    assert _position(events, t1, "queued") < _position(events, t2, "setting_up")
-    assert _position(events, t2, "completed") < _position(events, t1, "completed")
-    # and t3 ran its command at once, then waited in data_ready for both prerequisites
-    assert _position(events, t3, "data_ready") < _position(events, t1, "data_ready")
-    t3_post = _position(events, t3, "post_processing")
-    assert _position(events, t1, "data_ready") < t3_post
-    assert _position(events, t2, "completed") < t3_post
+    # then they ran in the order the design gives, and t3 knows what it waited for
+    assert_timeline(lambda task_id, state: _position(events, task_id, state), t1, t2, t3)
     task = (await client.get(f"/tasks/{t3}")).json()
     assert {(p["stage"], p["task_id"], p["required"]) for p in task["prerequisites"]} == {
         ("post_processing", t1, "data_ready"),
