@@ -39,6 +39,8 @@ from services.worker.stages import StageRunner
 from services.worker.tenure import Tenure
 from shared.domain.errors import InvalidMessage
 from shared.domain.messages import RemoveWorkdirs, RunStage, decode
+from shared.domain.scheduling.resources import Resources
+from shared.domain.states import Stage
 from shared.messaging.amqp import Broker, settle
 from shared.messaging.topology import declare_all_work_queues
 from shared.runtime.health import Check
@@ -55,6 +57,24 @@ def intake_bound(slots: int, prefetch: int) -> int:
     a quarter CPU each; what the scheduler sends a host is bounded by its capacity already,
     so this only keeps a flood (a scheduler gone wrong) from being taken all at once."""
     return max(8, 4 * slots) + prefetch
+
+
+def _placed_request(message: RunStage) -> Resources | None:
+    """What the command of a new task placed on this host's capacity will hold (its claim's
+    `hold_*`, as the planning round wrote them); None for any other work (a staged task, a
+    later stage, work nobody placed)."""
+    claimed = message.claimed
+    if message.stage is not Stage.SETUP or claimed is None or claimed.get("staged"):
+        return None
+    millicpus = claimed.get("hold_millicpus")
+    if not isinstance(millicpus, int):
+        return None
+    memory_mb, gpus = claimed.get("hold_memory_mb"), claimed.get("hold_gpus")
+    return Resources(
+        millicpus,
+        memory_mb if isinstance(memory_mb, int) else 0,
+        gpus if isinstance(gpus, int) else 0,
+    )
 
 
 class Permit:
@@ -225,6 +245,17 @@ class Consumer:
         key = (message.task_id, message.claim)
         if not await self._first_delivery(incoming, key):
             return
+        # before anything waits: the ledger learns of placed tasks in delivery order
+        with self._runner.ledger.expecting(message.task_id, _placed_request(message)):
+            await self._run_delivered(incoming, message, pool, key)
+
+    async def _run_delivered(
+        self,
+        incoming: AbstractIncomingMessage,
+        message: RunStage,
+        pool: bool,
+        key: tuple[str, UUID],
+    ) -> None:
         ack = _Ack(incoming)
         try:
             bounds = (self._pool_intake, self._intake) if pool else (self._intake,)

@@ -169,7 +169,8 @@ class Runs:
         bounds = limits.resolve(
             policy.limits, held.job.request, self._memory_mb, settings.job_cpus, settings.job_pids
         )
-        hold = self.ledger.hold(held.job.request, held.task.gpu_ids or (), held.task.staged)
+        task = held.task
+        hold = self.ledger.hold(held.job.request, task.gpu_ids or (), task.staged, task.id)
         launch, running = await self._start(held, ctx, script, policy, bounds, hold)
         note = ExitNoting(self._exit_noter(held), self._background)
         try:  # the gate opens once the process is in its cgroup and the task durably on_cpu

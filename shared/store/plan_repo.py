@@ -498,7 +498,9 @@ async def short_users(
 #: Claim `n` releasable tasks of each assigned job in index order for its host (compare-and-
 #: set: still unclaimed and new), with each task's GPU devices (the assignment's list, by the
 #: task's place in it), and queue each one's `RunStage` to the host's queue through the
-#: outbox (as `release_round` writes a resting task's). A job placed on several hosts has
+#: outbox (as `release_round` writes a resting task's), the staged ones last: a worker
+#: learns of the tasks placed on its capacity before the staged ones that must leave it to
+#: them (`services/worker/ledger.py`). A job placed on several hosts has
 #: its first tasks read once (`total`), then dealt out to its assignments in turn (`off`).
 #: Each job is looked up by its id (`OFFSET 0`: a join was planned, from some statistics, as
 #: a hash of every active job, 0.6-0.8 ms a claim with 1,000 jobs waiting), and each task it
@@ -537,7 +539,8 @@ WITH a AS (
         hold_memory_mb = p.req_memory_mb, hold_gpus = p.req_gpus, staged = p.staged
     FROM dealt p
     WHERE t.id = p.id AND t.claim IS NULL AND t.state::text = 'new'
-    RETURNING t.id, t.job_id, t.index, t.host, t.claim, to_jsonb(t) AS row, p.job_version
+    RETURNING t.id, t.job_id, t.index, t.host, t.claim, t.staged, to_jsonb(t) AS row,
+        p.job_version
 ), queued AS (
     INSERT INTO outbox (exchange, routing_key, body)
     SELECT 'work', 'host.' || c.host,
@@ -547,7 +550,7 @@ WITH a AS (
             'claimed', c.row, 'job_version', c.job_version,
             'job', CASE WHEN c.index = 0
                    THEN (SELECT to_jsonb(j) FROM jobs j WHERE j.id = c.job_id) END)
-    FROM claimed c ORDER BY c.id
+    FROM claimed c ORDER BY c.staged, c.id
 )
 SELECT count(*) FROM claimed
 """

@@ -7,8 +7,11 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from services.worker.consumer import Consumer, intake_bound
+from services.worker.ledger import Ledger
 from shared.domain.messages import RunStage, encode
+from shared.domain.scheduling.resources import Resources
 from shared.domain.states import Stage
+from shared.host.capacity import HostCapacity
 
 
 class _Incoming:
@@ -29,6 +32,7 @@ class _Runner:
     def __init__(self) -> None:
         self.takes: asyncio.Queue[str] = asyncio.Queue()
         self.go = asyncio.Event()
+        self.ledger = Ledger(HostCapacity.of(1, 1024))
 
     async def take(self, message: RunStage) -> object:
         self.takes.put_nowait(message.task_id)
@@ -139,3 +143,31 @@ async def test_host_queue_work_is_taken_up_to_the_intake_and_pool_work_up_to_slo
     async with asyncio.timeout(5):
         while runner.takes.qsize() < 15:  # noqa: ASYNC110  (the consumer has no event for it)
             await asyncio.sleep(0.01)
+
+
+async def test_a_task_placed_on_capacity_is_expected_from_its_delivery_until_it_is_done() -> None:
+    """Staged commands leave room for a placed task from the moment its message comes, not
+    only once its command asks for its hold (after its take and setup)."""
+    runner = _Runner()
+    consumer = Consumer(cast(Any, runner), slots=1)
+    cpu = Resources.of(1)
+    claimed = {"staged": False, "hold_millicpus": 1000, "hold_memory_mb": 0, "hold_gpus": 0}
+    placed = RunStage(
+        job_id="j-1", task_id="t-1", stage=Stage.SETUP, claim=uuid.uuid4(), claimed=claimed
+    )
+    staged = RunStage(
+        job_id="j-1",
+        task_id="t-2",
+        stage=Stage.SETUP,
+        claim=uuid.uuid4(),
+        claimed=claimed | {"staged": True},
+    )
+
+    await _delivered(consumer, _Incoming(staged, 1))
+    assert runner.ledger.fits(cpu, staged=True)  # a staged task expects nothing
+    await _delivered(consumer, _Incoming(placed, 2))  # being driven, its hold not asked for
+
+    assert not runner.ledger.fits(cpu, staged=True) and runner.ledger.fits(cpu)
+    runner.go.set()
+    assert await consumer.drain(5) == 0  # both handlings over, none cancelled
+    assert runner.ledger.fits(cpu, staged=True)

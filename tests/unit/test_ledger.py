@@ -197,3 +197,26 @@ async def test_a_staged_command_that_fits_starts_at_once_when_nothing_waits() ->
     assert ledger.fits(CPU, staged=True)
     await ledger.hold(CPU, staged=True).take()
     assert ledger.free == Resources(1000, 1024, 0)
+
+
+async def test_a_staged_command_leaves_room_for_placed_tasks_on_their_way_to_their_commands() -> (
+    None
+):
+    ledger = Ledger(HostCapacity.of(1, 1024))
+    ledger.expect("t-placed", CPU)  # its message came; it is being taken and set up
+    assert ledger.fits(CPU) and not ledger.fits(CPU, staged=True)
+    staged = ledger.hold(CPU, staged=True)
+    staged_start = asyncio.ensure_future(_taken(staged))
+    await _settle()
+    assert not staged_start.done()
+
+    ledger.unexpect("t-placed")  # given up before its command: what it was left goes on
+    await _settle()
+    assert staged_start.done()
+
+
+async def test_a_placed_task_stops_being_expected_once_its_command_asks_for_its_hold() -> None:
+    ledger = Ledger(HostCapacity.of(2, 1024))
+    ledger.expect("t-placed", CPU)
+    await ledger.hold(CPU, key="t-placed").take()
+    assert ledger.fits(CPU, staged=True)  # the other CPU: nothing more is expected
