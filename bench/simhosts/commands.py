@@ -3,6 +3,7 @@
 import asyncio
 import contextlib
 import itertools
+import os
 import random
 import re
 import signal
@@ -148,6 +149,9 @@ class SimLauncher:
     async def prepare(self, command: Command) -> SimLaunch:
         duration_s = self.durations.draw(self.rng)
         return SimLaunch(self.running, command.task_id, command.claim, duration_s)
+
+    async def files_group(self, owner_id: str) -> int:
+        return os.getegid()
 
     def kill_all(self) -> int:
         """The fence: every command of the host killed."""

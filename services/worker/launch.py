@@ -119,6 +119,11 @@ class Launcher(Protocol):
         fails."""
         ...
 
+    async def files_group(self, owner_id: str) -> int:
+        """The group that the commands of `owner_id`'s jobs run with: their job's files are
+        readable by it alone (`shared/host/bundle.py`)."""
+        ...
+
 
 @dataclass
 class _LocalLaunch:
@@ -187,6 +192,9 @@ class LocalUnconfined(_Local):
     async def prepare(self, command: Command) -> _LocalLaunch:
         return self._made_ready(command)
 
+    async def files_group(self, owner_id: str) -> int:
+        return os.getegid()
+
 
 class LocalConfined(_Local):
     """Commands run on this host as their owner's uid, in their owner's network namespace
@@ -208,11 +216,7 @@ class LocalConfined(_Local):
     async def prepare(self, command: Command) -> _LocalLaunch:
         launch = self._made_ready(command)
         try:
-            owner = command.owner_id
-            if owner not in self._job_uids:
-                async with self.pool.acquire() as conn:
-                    self._job_uids[owner] = await users_repo.job_uid(conn, owner)
-            job_uid = self._job_uids[owner]
+            job_uid = await self._job_uid(command.owner_id)
             launch.hand_over = functools.partial(
                 self.confinement.hand_over, self.work_root, command.workdir, job_uid
             )
@@ -221,6 +225,15 @@ class LocalConfined(_Local):
             launch.end()
             raise
         return launch
+
+    async def files_group(self, owner_id: str) -> int:
+        return self.confinement.uid_of(await self._job_uid(owner_id))  # its gid is its uid
+
+    async def _job_uid(self, owner: str) -> int:
+        if owner not in self._job_uids:
+            async with self.pool.acquire() as conn:
+                self._job_uids[owner] = await users_repo.job_uid(conn, owner)
+        return self._job_uids[owner]
 
 
 @dataclass(frozen=True)

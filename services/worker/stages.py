@@ -264,8 +264,9 @@ class StageRunner:
         held.opened = None
         ctx = self._context(held, attempt)
         contents = await self._bundle_contents(held)
+        group = await self.launcher.files_group(held.job.owner_id) if held.job.files else 0
         _, failure = await self._run_hook(
-            "setup", S.FAILED_TO_SETUP, lambda: self._set_up(held, ctx, contents), held
+            "setup", S.FAILED_TO_SETUP, lambda: self._set_up(held, ctx, contents, group), held
         )
         if failure is not None:
             await held.finish(S.SETTING_UP, attempt, failure)
@@ -284,12 +285,15 @@ class StageRunner:
         async with self.pool.acquire() as conn:
             return await bundle_repo.contents(conn, held.job.id)
 
-    def _set_up(self, held: Tenure, ctx: TaskContext, contents: dict[str, bytes] | None) -> bool:
-        """The job's files in the work dir, then its type's setup."""
+    def _set_up(
+        self, held: Tenure, ctx: TaskContext, contents: dict[str, bytes] | None, group: int
+    ) -> bool:
+        """The job's files in the work dir (readable by `group`, its commands' gid), then its
+        type's setup."""
         if held.job.files:
             files = [BundleFile.from_json(f) for f in held.job.files]
             work_root = Path(self.settings.work_root)
-            bundle.place(work_root, held.job.id, files, contents, ctx.workdir)
+            bundle.place(work_root, held.job.id, files, contents, ctx.workdir, group)
         return self._type(held).setup(ctx)
 
     # -- cluster -----------------------------------------------------------------------------

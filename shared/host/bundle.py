@@ -1,11 +1,15 @@
-"""A job's bundle on a host: its files written once under `<work root>/<job>/.files` (root's,
-read-only: 0444, 0555 for an executable), and hard-linked into each task's work dir at setup,
-by their paths. A hard link of a root's read-only file stays root's when the work dir is given
-to the job (`Confinement.hand_over` leaves a root's file with other names as it is): the job
-reads and runs its files, and cannot change them, nor through them another task's.
+"""A job's bundle on a host: its files written once under `<work root>/<job>/.files`, and
+hard-linked into each task's work dir at setup, by their paths. The copy is the worker's (root's
+on a confining worker) with the group of the job's owner (`group`: a confined job runs as uid
+and gid `VIGIL_JOB_UID_BASE` + its owner's `users.job_uid`), its dirs 0750 and its files 0440
+(0550 for an executable): the owner's jobs read and run them, another user's job, knowing the
+job's id, cannot even list them. A hard link of the worker's read-only file stays the worker's
+when the work dir is given to the job (`Confinement.hand_over` leaves a root's file with other
+names as it is): the job cannot change it, nor through it another task's.
 
-The host's copy is written to a temporary dir and renamed into place, so a task never sees a
-half-written bundle, and two tasks set up at once on one host both end with the same one.
+The host's copy is written to a temporary dir (0700 until it is whole) and renamed into place,
+so a task never sees a half-written bundle, and two tasks set up at once on one host both end
+with the same one.
 """
 
 import contextlib
@@ -36,14 +40,16 @@ def place(
     files: list[BundleFile],
     contents: Mapping[str, bytes] | None,
     workdir: Path,
+    group: int,
 ) -> None:
     """Put the job's files in `workdir` by their paths (writing the host's copy first from
-    `contents` if it is not there yet). `BundleUnavailable` when it cannot be had."""
+    `contents` if it is not there yet, readable by `group`: the gid the job's commands run
+    with). `BundleUnavailable` when it cannot be had."""
     kept = on_host(work_root, job_id)
     if not kept.is_dir():
         if contents is None:
             raise BundleUnavailable(f"the job's files are not on this host ({kept})")
-        _write(kept, files, contents)
+        _write(kept, files, contents, group)
     workdir.mkdir(parents=True, exist_ok=True)  # the dirs above it are the worker's
     for file in files:
         parent, _, name = file.path.rpartition("/")
@@ -56,8 +62,9 @@ def place(
             os.close(dir_fd)
 
 
-def _write(kept: Path, files: list[BundleFile], contents: Mapping[str, bytes]) -> None:
-    """Write the host's copy of the files in a temporary dir beside `kept`, then rename it."""
+def _write(kept: Path, files: list[BundleFile], contents: Mapping[str, bytes], group: int) -> None:
+    """Write the host's copy of the files in a temporary dir beside `kept`, give it to
+    `group`, then rename it."""
     missing = [f.path for f in files if f.path not in contents]
     if missing:
         raise BundleUnavailable(
@@ -73,9 +80,11 @@ def _write(kept: Path, files: list[BundleFile], contents: Mapping[str, bytes]) -
                 raise BundleUnavailable(f"the bytes of {file.path!r} do not match its sha256")
             path = made / file.path
             path.parent.mkdir(parents=True, exist_ok=True)
-            job_files.write_new(path, (content,), 0o555 if file.executable else 0o444)
-        for directory, _, _ in os.walk(made):
-            os.chmod(directory, 0o755)
+            job_files.write_new(path, (content,), 0o550 if file.executable else 0o440)
+            os.chown(path, -1, group, follow_symlinks=False)
+        for directory, _, _ in os.walk(made, topdown=False):  # the top one last
+            os.chown(directory, -1, group, follow_symlinks=False)
+            os.chmod(directory, 0o750)
         try:
             os.rename(made, kept)
         except OSError as exc:  # another task of the job wrote it first: theirs is the same

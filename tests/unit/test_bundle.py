@@ -13,6 +13,9 @@ from shared.host import bundle as host_bundle
 from shared.host.bundle import BundleUnavailable
 from shared.host.job_files import UnsafeFile
 
+#: The gid a job's commands run with (a confined job's owner's): its files are readable by it.
+GROUP = 2_000_007
+
 
 @pytest.mark.parametrize(
     "path", ["render.sh", "config/a.yaml", "data/v1.0/x_y-z+w.csv", ".hidden", "a/.vigilant"]
@@ -58,15 +61,19 @@ def test_a_tasks_files_are_the_hosts_copy_read_only(tmp_path: Path) -> None:
     workdir = tmp_path / "work" / "j-1" / "t-1"
     workdir.mkdir(parents=True)
 
-    host_bundle.place(tmp_path / "work", "j-1", files, contents, workdir)
+    host_bundle.place(tmp_path / "work", "j-1", files, contents, workdir, GROUP)
 
     kept = tmp_path / "work" / "j-1" / ".files"
     assert (workdir / "run.sh").read_bytes() == b"echo hi\n"
     assert (workdir / "conf" / "a.yaml").read_bytes() == b"a: 1\n"
     run = (workdir / "run.sh").stat()
     assert run.st_ino == (kept / "run.sh").stat().st_ino  # a link, not a copy
-    assert (run.st_uid, run.st_mode & 0o777) == (0, 0o555)  # the tests run as root
-    assert (workdir / "conf" / "a.yaml").stat().st_mode & 0o777 == 0o444
+    assert (run.st_uid, run.st_gid, run.st_mode & 0o777) == (0, GROUP, 0o550)  # tests: root
+    conf = (workdir / "conf" / "a.yaml").stat()
+    assert (conf.st_gid, conf.st_mode & 0o777) == (GROUP, 0o440)
+    for directory in (kept, kept / "conf"):
+        seen = directory.stat()
+        assert (seen.st_uid, seen.st_gid, seen.st_mode & 0o777) == (0, GROUP, 0o750)
 
 
 def test_the_hosts_copy_is_written_once_and_serves_later_tasks_without_the_bytes(
@@ -77,8 +84,8 @@ def test_the_hosts_copy_is_written_once_and_serves_later_tasks_without_the_bytes
     first.mkdir(parents=True)
     second.mkdir()
 
-    host_bundle.place(tmp_path / "work", "j-1", files, contents, first)
-    host_bundle.place(tmp_path / "work", "j-1", files, None, second)
+    host_bundle.place(tmp_path / "work", "j-1", files, contents, first, GROUP)
+    host_bundle.place(tmp_path / "work", "j-1", files, None, second, GROUP)
 
     assert (second / "run.sh").read_bytes() == b"echo hi\n"
     assert sorted(os.listdir(tmp_path / "work" / "j-1")) == [".files", "t-1", "t-2"]
@@ -94,7 +101,7 @@ def test_a_rerun_replaces_what_the_job_left_at_a_files_path_without_following_it
     victim.write_text("untouched")
     (workdir / "run.sh").symlink_to(victim)
 
-    host_bundle.place(tmp_path / "work", "j-1", files, contents, workdir)
+    host_bundle.place(tmp_path / "work", "j-1", files, contents, workdir, GROUP)
 
     assert not (workdir / "run.sh").is_symlink()
     assert victim.read_text() == "untouched"
@@ -109,7 +116,7 @@ def test_a_dir_link_the_job_left_on_a_files_path_is_refused(tmp_path: Path) -> N
     (workdir / "conf").symlink_to(elsewhere)
 
     with pytest.raises(UnsafeFile):
-        host_bundle.place(tmp_path / "work", "j-1", files, contents, workdir)
+        host_bundle.place(tmp_path / "work", "j-1", files, contents, workdir, GROUP)
 
     assert list(elsewhere.iterdir()) == []
 
@@ -120,9 +127,9 @@ def test_files_whose_bytes_are_gone_or_wrong_are_refused_saying_so(tmp_path: Pat
     workdir.mkdir(parents=True)
 
     with pytest.raises(BundleUnavailable, match="a purge deletes them"):
-        host_bundle.place(tmp_path / "work", "j-1", files, {}, workdir)
+        host_bundle.place(tmp_path / "work", "j-1", files, {}, workdir, GROUP)
     with pytest.raises(BundleUnavailable, match="do not match its sha256"):
-        host_bundle.place(tmp_path / "work", "j-1", files, {"run.sh": b"forged"}, workdir)
+        host_bundle.place(tmp_path / "work", "j-1", files, {"run.sh": b"forged"}, workdir, GROUP)
 
     assert not (tmp_path / "work" / "j-1" / ".files").exists()
     assert hashlib.sha256(b"echo hi\n").hexdigest() == files[0].sha256
