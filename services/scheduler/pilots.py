@@ -29,6 +29,7 @@ from typing import Final, Protocol
 
 from shared.batch.slurm import BatchError, BatchJob
 from shared.domain import pilots
+from shared.host import private_dir
 from shared.store import pilots_repo, pool_repo
 from shared.store.db import Pool
 from shared.store.pilots_repo import Pilot
@@ -52,6 +53,12 @@ FROM job_waits w JOIN jobs j ON j.id = w.job_id
 WHERE w.reason = ANY($1::text[]) AND j.req_millicpus <= $2 AND j.req_gpus = 0
   AND ($3::int IS NULL OR j.req_memory_mb <= $3)
 """
+
+
+def default_pilots_dir(namespace: str) -> Path:
+    """Where a scheduler keeps its pilots' files when `VIGIL_PILOTS_DIR` is unset: in its own
+    user's home, one dir per namespace (never a dir every installation shares, as `/tmp` is)."""
+    return Path.home() / ".vigil" / (namespace or "default") / "pilots"
 
 
 class BatchSystem(Protocol):
@@ -89,7 +96,8 @@ class PilotSettings:
     cpus: int = 1
     memory_mb: int | None = None
     walltime_s: int = 3600
-    workdir: str = "/tmp/vigil-pilots"
+    #: The batch jobs' scripts' dir and their output (`VIGIL_PILOTS_DIR`): the scheduler's own.
+    workdir: str = field(default_factory=lambda: str(default_pilots_dir("")))
     partition: str | None = None
     account: str | None = None
     extra: tuple[str, ...] = ()
@@ -103,7 +111,8 @@ class PilotPool:
 
     def __init__(self, pool: Pool, batch: BatchSystem, settings: PilotSettings) -> None:
         self._pool, self._batch, self.settings = pool, batch, settings
-        Path(settings.workdir).mkdir(parents=True, exist_ok=True)  # the batch jobs' files
+        # the batch jobs' output: never written where another user put a link (UnsafeDir)
+        private_dir.ensure(Path(settings.workdir))
         #: Every pilot's batch script: the pilot, run by the scheduler's Python.
         self._script = f"#!/bin/sh\nexec {shlex.quote(settings.python)} -m services.pilot\n"
 

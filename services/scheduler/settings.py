@@ -4,7 +4,7 @@ import shlex
 
 from pydantic import Field
 
-from services.scheduler.pilots import PilotSettings
+from services.scheduler.pilots import PilotSettings, default_pilots_dir
 from shared.domain.scheduling.model import Settings
 from shared.runtime.config import CommonSettings
 
@@ -88,7 +88,9 @@ class SchedulerSettings(CommonSettings):
     #: alive (`VIGIL_PILOTS_MAX`), each of `VIGIL_PILOTS_CPUS` CPUs, `VIGIL_PILOTS_MEMORY_MB`
     #: (unset: the batch system's default) and `VIGIL_PILOTS_WALLTIME_S`, cancelled after
     #: `VIGIL_PILOTS_IDLE_S` without a task; their batch jobs' files go to
-    #: `VIGIL_PILOTS_DIR`. Slurm's partition, account and further `sbatch` options
+    #: `VIGIL_PILOTS_DIR` (unset: `~/.vigil/<namespace>/pilots` of the scheduler's user;
+    #: `scripts/up` sets `.run/pilots`), made 0700 and checked to be the scheduler's own
+    #: (`shared/host/private_dir.py`). Slurm's partition, account and further `sbatch` options
     #: (`VIGIL_SLURM_PARTITION`, `VIGIL_SLURM_ACCOUNT`, `VIGIL_SLURM_OPTIONS`, split as a
     #: shell would); the pilot's drain and stop margins (`VIGIL_PILOT_DRAIN_S`,
     #: `VIGIL_PILOT_STOP_S`) are passed on to it.
@@ -97,7 +99,7 @@ class SchedulerSettings(CommonSettings):
     pilots_memory_mb: int | None = Field(default=None, ge=1)
     pilots_walltime_s: int = Field(default=3600, ge=60)
     pilots_idle_s: float = Field(default=300.0, ge=0)
-    pilots_dir: str = "/tmp/vigil-pilots"
+    pilots_dir: str = ""
     slurm_partition: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.,-]+$")
     slurm_account: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
     slurm_options: str = ""
@@ -122,7 +124,7 @@ class SchedulerSettings(CommonSettings):
             cpus=self.pilots_cpus,
             memory_mb=self.pilots_memory_mb,
             walltime_s=self.pilots_walltime_s,
-            workdir=self.pilots_dir,
+            workdir=self.pilots_dir or str(default_pilots_dir(self.namespace)),
             partition=self.slurm_partition,
             account=self.slurm_account,
             extra=tuple(shlex.split(self.slurm_options)),
