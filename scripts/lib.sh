@@ -363,6 +363,25 @@ ensure_slurm() {
 # Service processes
 # ---------------------------------------------------------------------------------------------
 
+# The run dir is the services' own: its token, pid files and logs (job ids, users' names,
+# hosts) are for the operator only, whatever umask this script was given. .run is 0711, not
+# 0700: the work root may be .run/work, and a confined job must traverse .run to reach its work
+# dir; nobody else may list it, and every file in it is 0600. New files there are made so
+# (`vigil_private_file`; scripts/keeper writes the pid files so).
+vigil_private_run() {
+    mkdir -p "$VIGIL_RUN/logs"
+    chmod 0711 "$VIGIL_RUN"
+    chmod 0700 "$VIGIL_RUN/logs"
+    find "$VIGIL_RUN" -maxdepth 1 -type f -exec chmod go-rwx {} +
+    find "$VIGIL_RUN/logs" -maxdepth 1 -type f -exec chmod go-rwx {} +
+}
+
+# Make the file $1 (if missing) readable and writable by its owner alone.
+vigil_private_file() {
+    (umask 077 && : >>"$1")
+    chmod 0600 "$1"
+}
+
 # The pid in .run/<service>.pid when that process is alive and really is that service.
 service_pid() {
     local f="$VIGIL_RUN/$1.pid" pid
