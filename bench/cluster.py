@@ -143,6 +143,9 @@ class Cluster:
             "VIGIL_API_PORT": str(port),
             "VIGIL_BOOTSTRAP_TOKEN": self.token,
             "VIGIL_WORK_ROOT": str(self.work_root),
+            # the stack's own claims of job uid ranges: many stacks on one host, each a fresh
+            # installation, neither refuse each other nor leave claims on the host
+            "VIGIL_UID_RANGES_DIR": str(self.work_root.parent / "uid-ranges"),
             "VIGIL_WORKER_SLOTS": str(self.slots),
             **self.extra_env,
         }

@@ -7,6 +7,8 @@ import sys
 from services.worker.confinement import CannotConfine
 from services.worker.main import main
 from services.worker.settings import WorkerSettings
+from shared.host.private_dir import UnsafeDir
+from shared.host.uid_ranges import UidRangeHeld
 from shared.runtime.logs import configure_logging
 
 
@@ -15,7 +17,7 @@ def run() -> None:
     configure_logging("worker", settings.log_level)
     try:
         asyncio.run(main(settings))
-    except CannotConfine as exc:  # a setting to change, not a bug: said in one line
+    except (CannotConfine, UidRangeHeld, UnsafeDir) as exc:  # a setting to change: one line
         logging.getLogger("services.worker").critical("cannot start: %s", exc)
         sys.exit(1)
 

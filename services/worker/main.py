@@ -1,17 +1,19 @@
 """The worker service: register, consume work, heartbeat; drain on SIGTERM."""
 
 import asyncio
+import dataclasses
 import logging
 import os
 import secrets
 from contextlib import AsyncExitStack
+from pathlib import Path
 
 from services.worker import launch, limits
 from services.worker.consumer import Consumer
 from services.worker.registration import Presence, heartbeat, register, unregister
 from services.worker.settings import WorkerSettings
 from services.worker.stages import StageRunner
-from shared.host import fence
+from shared.host import fence, uid_ranges
 from shared.host import health as host_health
 from shared.host.beats import through_redis_if
 from shared.host.cgroups import Cgroups, slow_moves_hint
@@ -22,10 +24,28 @@ from shared.messaging.redis_keys import RedisKeys
 from shared.messaging.topology import Topology
 from shared.runtime.health import Health
 from shared.runtime.lifecycle import stop_on_signals
-from shared.store.db import check_schema, open_pool
+from shared.store import installation_repo
+from shared.store.db import Pool, check_schema, open_pool
 from shared.task_types import load_task_types
 
 logger = logging.getLogger(__name__)
+
+
+async def _with_own_uids(
+    launched: launch.Choice, pool: Pool, settings: WorkerSettings
+) -> launch.Choice:
+    """Confined jobs' uids from a range this installation holds on this host (`UidRangeHeld`
+    when another one holds it): the configured `VIGIL_JOB_UID_BASE`, else a free one."""
+    if launched.confinement is None:
+        return launched  # jobs run as the worker's own user: no uid of theirs to share
+    async with pool.acquire() as conn:
+        installation = await installation_repo.installation_id(conn)
+    asked = settings.job_uid_base if "job_uid_base" in settings.model_fields_set else None
+    claims = Path(settings.uid_ranges_dir)
+    base = await asyncio.to_thread(uid_ranges.claim, claims, installation, asked)
+    logger.info("job uids from %d: installation %s holds them on this host", base, installation)
+    own = dataclasses.replace(launched.confinement, uid_base=base)
+    return dataclasses.replace(launched, confinement=own)
 
 
 async def main(settings: WorkerSettings) -> None:
@@ -45,6 +65,7 @@ async def main(settings: WorkerSettings) -> None:
             open_pool(settings.database_url, max_size=20, generic_plans=True)
         )
         await check_schema(pool)
+        launched = await _with_own_uids(launched, pool, settings)
         health.starting("connecting to RabbitMQ")
         broker = await stack.enter_async_context(
             open_broker(settings.amqp_url, Topology(settings.namespace), f"worker-{instance}")

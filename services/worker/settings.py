@@ -35,6 +35,10 @@ class WorkerSettings(HostSettings):
     job_uid_base: int = Field(default=2_000_000, ge=1000, le=2**31 - 1_000_001)
     #: A task's limits when its job's policy gives none (`VIGIL_JOB_MEMORY_MB`,
     #: `VIGIL_JOB_CPUS`, `VIGIL_JOB_PIDS`; 0: no limit). Memory left unset is 90 % of the
+    #: The host's claims of uid ranges, one per installation (`shared/host/uid_ranges.py`):
+    #: a worker confines only with `job_uid_base` (unset: a free range) its installation
+    #: holds on the host (`VIGIL_UID_RANGES_DIR`).
+    uid_ranges_dir: str = "/var/lib/vigil/uid-ranges"
     #: host's: one runaway command is killed before it takes the host (and its worker) down.
     #: They need cgroups (`VIGIL_CGROUP_ROOT`): the worker says at start which it enforces.
     job_memory_mb: int | None = Field(default=None, ge=0, le=64 * 1024 * 1024)
