@@ -119,11 +119,18 @@ class Cluster:
             Path(tempfile.gettempdir()) / f"vigil-{self.namespace}-{self.port}" / "work",
         )
 
+    @property
+    def shared_root(self) -> Path:
+        """Where the dirs of `shared_dir` are: beside the work root, each job's scratch path
+        (`VIGIL_JOB_SCRATCH_PATHS`), as a confined job's room shows nothing else of the host
+        writable."""
+        return self.work_root.parent / "shared"
+
     def shared_dir(self, name: str) -> Path:
         """A dir that the caller and this cluster's jobs share (markers, locks, effects), made
-        if missing: beside the work root, which a confined job can reach, and writable by all
-        (sticky, as /tmp), as the jobs run as their owners' uids."""
-        shared = self.work_root.parent / f"shared-{name}"
+        if missing: under `shared_root`, and writable by all (sticky, as /tmp), as the jobs
+        run as their owners' uids."""
+        shared = self.shared_root / f"shared-{name}"
         shared.mkdir(parents=True, exist_ok=True)
         shared.chmod(0o1777)
         return shared
@@ -147,6 +154,7 @@ class Cluster:
             # installation, neither refuse each other nor leave claims on the host
             "VIGIL_UID_RANGES_DIR": str(self.work_root.parent / "uid-ranges"),
             "VIGIL_WORKER_SLOTS": str(self.slots),
+            "VIGIL_JOB_SCRATCH_PATHS": str(self.shared_root),
             **self.extra_env,
         }
         if host is not None:
@@ -192,6 +200,7 @@ class Cluster:
 
     def start_all(self, timeout_s: float = 60.0) -> None:
         self.work_root.mkdir(parents=True, exist_ok=True)
+        self.shared_root.mkdir(exist_ok=True)
         for name in self.names():
             self.start(name)
         self.wait_healthy(timeout_s)

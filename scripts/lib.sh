@@ -327,6 +327,11 @@ ensure_tool() {
 # without it the worker uses util-linux's.
 ensure_busybox() { ensure_tool "a confined command's cheaper start" busybox-static busybox; }
 
+# bubblewrap: a root worker seals each job's command in a room of its own with bwrap (mount, PID
+# and IPC namespaces: services/worker/confinement.py); without it such a worker refuses to
+# start (VIGIL_JOB_ISOLATION=on) or runs jobs unconfined, saying so (auto).
+ensure_bubblewrap() { ensure_tool "the sealing of jobs (a root worker's)" bubblewrap bwrap; }
+
 # Debian's chromium, for the browser tests.
 ensure_chromium() { ensure_tool "the browser tests" chromium chromium chromium-browser google-chrome; }
 

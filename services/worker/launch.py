@@ -1,4 +1,4 @@
-"""Where a task's command runs, and how (issue 40, point 6): the seam between the stage
+"""Where a task's command runs, and how: the seam between the stage
 machine (`stages.py`, `runs.py`) and the host.
 
 The cluster stage asks the worker's `Launcher` to `prepare` a `Command` (whose it is, its work
@@ -14,8 +14,13 @@ The launcher is chosen once, at the worker's start, from its settings (`choose`)
 task:
 
 - `LocalConfined`: a worker that is root (`VIGIL_JOB_ISOLATION` `auto` or `on`) starts the
-  command as its owner's uid, in its owner's network namespace with no network
-  (`confinement.py`), in a cgroup of its own where the host has cgroups.
+  command as its owner's uid, in its owner's network namespace with no network, sealed in a
+  room of its own (mount, PID and IPC namespaces: the host read-only, its sockets, the homes
+  and the rest of the work root out of sight, private temporary dirs, a /proc of its own:
+  `confinement.py`), in a cgroup of its own where the host has cgroups. The pid the task row
+  and the supervisor know is the room's outer process (bwrap), whose process group holds the
+  room's pid 1 and the command: its kills reach the room, and the command's own exit status
+  comes through a pipe from pid 1 (`process.reported_status`).
 - `LocalUnconfined`: `VIGIL_JOB_ISOLATION=off` (what a pilot started by an unprivileged batch
   user sets), or `auto` on a worker that is not root: the command runs as the worker's own
   user, on its network (what `describe` says at the start), in a cgroup where this
@@ -128,14 +133,14 @@ class Launcher(Protocol):
 @dataclass
 class _LocalLaunch:
     """A command of this host made ready: its cgroup (if any), what bash is started through
-    and what gives its work dir to the uid it runs as (both none when unconfined)."""
+    (its seal) and what gives its work dir to the uid it runs as (both none when unconfined)."""
 
     cgroups: Cgroups | None
     task_id: str
     claim: UUID
     cgroup: Path | None = None
     limiters: Sequence[Path] = ()
-    through: Sequence[str] = ()
+    sealed: Callable[[int], Sequence[str]] | None = None
     hand_over: Callable[[], None] | None = None
 
     def start(
@@ -146,7 +151,7 @@ class _LocalLaunch:
             workdir,
             env,
             self.cgroup,
-            prefix=self.through,
+            sealed=self.sealed,
             limiters=self.limiters,
             prepare=self.hand_over,
         )
@@ -197,8 +202,9 @@ class LocalUnconfined(_Local):
 
 
 class LocalConfined(_Local):
-    """Commands run on this host as their owner's uid, in their owner's network namespace
-    (`confinement.py`); the work dir given to that uid in the spawn's thread."""
+    """Commands run on this host as their owner's uid, in their owner's network namespace,
+    each sealed in a room of its own (`confinement.py`); the work dir given to that uid in the
+    spawn's thread."""
 
     def __init__(
         self, cgroups: Cgroups | None, confinement: Confinement, pool: Pool, work_root: Path
@@ -210,7 +216,7 @@ class LocalConfined(_Local):
     def describe(self) -> str:
         return (
             f"confined: as uid {self.confinement.uid_base} + their owner's number, in their"
-            " owner's network namespace"
+            " owner's network namespace, each in a sealed room"
         )
 
     async def prepare(self, command: Command) -> _LocalLaunch:
@@ -220,7 +226,9 @@ class LocalConfined(_Local):
             launch.hand_over = functools.partial(
                 self.confinement.hand_over, self.work_root, command.workdir, job_uid
             )
-            launch.through = self.confinement.argv(job_uid, command.network)
+            launch.sealed = self.confinement.sealer(
+                self.work_root, command.workdir, job_uid, command.network
+            )
         except BaseException:
             launch.end()
             raise
@@ -257,6 +265,12 @@ def choose(settings: WorkerSettings) -> Choice:
     must not (`off`). `CannotConfine` when `on` was asked for and it cannot, or confined jobs
     could not reach their work dirs."""
     work_root = Path(settings.work_root)
-    confined = confinement.decide(settings.job_isolation, settings.job_uid_base)
+    sealed = Confinement(
+        settings.job_uid_base,
+        read_only=settings.read_only_paths(),
+        scratch=settings.scratch_paths(),
+        tmp_bytes=settings.job_tmp_mb * 1024 * 1024,
+    )
+    confined = confinement.decide(settings.job_isolation, settings.job_uid_base, sealed)
     confinement.check_reach(confined, work_root)
     return Choice(confined, work_root)

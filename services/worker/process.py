@@ -67,20 +67,55 @@ class Child:
         self.pid = popen.pid
         self.stdout, self.stderr = stdout, stderr
         self._exited: asyncio.Future[None] | None = None
+        #: The read end of the pipe a sealed command's pid 1 reports bash's wait status to.
+        self.report: int | None = None
+        self._reported: int | None = None
 
     @property
     def returncode(self) -> int | None:
         """The exit status once reaped (negative: the signal that killed it)."""
-        return self._popen.returncode
+        if self._reported is not None:
+            return self._reported
+        if self._popen.returncode is None or self.report is None:
+            return self._popen.returncode
+        if self._reported is None:
+            self._reported = reported_status(_read_report(self.report), self._popen.returncode)
+            os.close(self.report)
+            self.report = None
+        return self._reported
 
     async def wait(self) -> int:
         """Wait for the process to end and reap it; its exit status."""
-        if self._popen.returncode is not None:
-            return self._popen.returncode
-        if self._exited is None:
-            self._exited = asyncio.ensure_future(_ended(self.pid))
-        await asyncio.shield(self._exited)
-        return self._popen.wait()  # it has ended: reaping does not block
+        if self._popen.returncode is None:
+            if self._exited is None:
+                self._exited = asyncio.ensure_future(_ended(self.pid))
+            await asyncio.shield(self._exited)
+            self._popen.wait()  # it has ended: reaping does not block
+        returncode = self.returncode
+        assert returncode is not None
+        return returncode
+
+
+def _read_report(fd: int) -> bytes:
+    """What the pipe holds once every writer is gone (its reader is non-blocking: a writer the
+    job kept alive cannot make the worker wait)."""
+    try:
+        return os.read(fd, 64)
+    except BlockingIOError:
+        return b""
+
+
+def reported_status(report: bytes, returncode: int) -> int:
+    """A sealed command's exit status, from the wait status its room's pid 1 reported (`report`,
+    digits and a newline), else from bwrap's `returncode`: bwrap reports a death by signal N as
+    128 + N, and with no report pid 1 itself was killed (by a signal, then)."""
+    text = report.decode("ascii", errors="replace")
+    if text.endswith("\n") and text[:-1].isdigit() and int(text[:-1]) < 65536:
+        status = int(text[:-1])
+        return -(status & 0x7F) if status & 0x7F else status >> 8
+    if 128 < returncode < 128 + 65:
+        return 128 - returncode
+    return returncode
 
 
 async def _ended(pid: int) -> None:
@@ -179,7 +214,7 @@ async def spawn(
     env: dict[str, str],
     cgroup: Path | None = None,
     *,
-    prefix: Sequence[str] = (),
+    sealed: Callable[[int], Sequence[str]] | None = None,
     limiters: Sequence[Path] = (),
     prepare: Callable[[], None] | None = None,
 ) -> Running:
@@ -193,23 +228,37 @@ async def spawn(
     made in a thread: the loop goes on while the kernel waits for the child's exec); the
     process joins its cgroup afterwards, from the worker, while it waits at the gate, where it
     cannot fork. The script is one argument to bash: user text is
-    never interpolated into another shell line. `prefix` is what bash is started through
-    (`services/worker/confinement.py`: each execs the next, so the pid stays the command's).
+    never interpolated into another shell line. `sealed` gives what bash is started through,
+    given the number of the pipe its wait status is reported to
+    (`services/worker/confinement.py`: its own gate, then its room); bash then waits at no gate
+    of its own (`BASH_ENV` would name a file of the host's /tmp, which the room hides).
     `prepare` runs first, in the same thread (the work dir given to the job's uid): one
     hand-off to a thread, not two; if it raises, nothing is started.
     """
     loop = asyncio.get_running_loop()
     gate_read, gate_write = os.pipe()
-    environment = {**_inherited(), **env, "BASH_ENV": str(_gate_file())}
+    report_read, report_write = os.pipe() if sealed is not None else (None, None)
+    environment = {**_inherited(), **env}
+    argv = ["bash", "-c", script]
+    if sealed is None:
+        environment["BASH_ENV"] = str(_gate_file())
+    else:
+        assert report_write is not None
+        argv = [*sealed(report_write), *argv]
     try:
         popen = await asyncio.to_thread(
-            _popen, [*prefix, "bash", "-c", script], workdir, environment, gate_read, prepare
+            _popen, argv, workdir, environment, gate_read, prepare, report_write
         )
         assert popen.stdout is not None and popen.stderr is not None
         child = Child(popen, await _reader(loop, popen.stdout), await _reader(loop, popen.stderr))
     except BaseException:  # (cancelled, say): a process started meanwhile ends at its gate
         os.close(gate_write)
+        if report_read is not None:
+            os.close(report_read)
         raise
+    if report_read is not None:
+        os.set_blocking(report_read, False)
+        child.report = report_read
     created = create_time(child.pid) or 0.0
     return Running(child, child.pid, created, cgroup, gate=gate_write, limiters=tuple(limiters))
 
@@ -220,10 +269,11 @@ def _popen(
     env: dict[str, str],
     gate_read: int,
     prepare: Callable[[], None] | None,
+    report_write: int | None = None,
 ) -> "subprocess.Popen[bytes]":
     """(In a thread.) `prepare()`, then start `argv` in a session of its own, its stdin the
-    gate's read end, which is closed here once the child has it (never while another thread
-    may pass it on)."""
+    gate's read end, with the report pipe's write end (if any); both are closed here once the
+    child has them (never while another thread may pass them on)."""
     try:
         if prepare is not None:
             prepare()
@@ -235,9 +285,12 @@ def _popen(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            pass_fds=() if report_write is None else (report_write,),
         )
     finally:
         os.close(gate_read)
+        if report_write is not None:
+            os.close(report_write)
 
 
 @functools.cache

@@ -1,6 +1,8 @@
 """Worker settings (`VIGIL_*` environment variables)."""
 
-from pydantic import Field
+from pathlib import Path
+
+from pydantic import Field, field_validator
 
 from services.worker.confinement import Isolation
 from shared.host import capacity as host_capacity
@@ -33,12 +35,22 @@ class WorkerSettings(HostSettings):
     job_isolation: Isolation = "auto"
     #: A confined job runs as uid and gid `job_uid_base` + its owner's `users.job_uid`.
     job_uid_base: int = Field(default=2_000_000, ge=1000, le=2**31 - 1_000_001)
-    #: A task's limits when its job's policy gives none (`VIGIL_JOB_MEMORY_MB`,
-    #: `VIGIL_JOB_CPUS`, `VIGIL_JOB_PIDS`; 0: no limit). Memory left unset is 90 % of the
     #: The host's claims of uid ranges, one per installation (`shared/host/uid_ranges.py`):
     #: a worker confines only with `job_uid_base` (unset: a free range) its installation
     #: holds on the host (`VIGIL_UID_RANGES_DIR`).
     uid_ranges_dir: str = "/var/lib/vigil/uid-ranges"
+    #: What a confined job's room shows of the host beside its work dir (`confinement.py`),
+    #: absolute paths separated by commas, each at its own path (a missing one is left out):
+    #: `VIGIL_JOB_READ_ONLY_PATHS` read-only (a site's shared data, a software tree under a
+    #: hidden dir), `VIGIL_JOB_SCRATCH_PATHS` read-write (a scratch file system; its files
+    #: outlive the job and are seen by every job given it).
+    job_read_only_paths: str = Field(default="", max_length=65536)
+    job_scratch_paths: str = Field(default="", max_length=65536)
+    #: The size of a confined command's private /tmp, /var/tmp and /dev/shm, each
+    #: (`VIGIL_JOB_TMP_MB`; memory, charged to the command's cgroup where it has one).
+    job_tmp_mb: int = Field(default=512, ge=1, le=1024 * 1024)
+    #: A task's limits when its job's policy gives none (`VIGIL_JOB_MEMORY_MB`,
+    #: `VIGIL_JOB_CPUS`, `VIGIL_JOB_PIDS`; 0: no limit). Memory left unset is 90 % of the
     #: host's: one runaway command is killed before it takes the host (and its worker) down.
     #: They need cgroups (`VIGIL_CGROUP_ROOT`): the worker says at start which it enforces.
     job_memory_mb: int | None = Field(default=None, ge=0, le=64 * 1024 * 1024)
@@ -61,6 +73,20 @@ class WorkerSettings(HostSettings):
     #: The port of `GET /healthz` (`VIGIL_WORKER_HEALTH_PORT`, on `VIGIL_HEALTH_HOST`; 0: none).
     worker_health_port: int = Field(default=0, ge=0, le=65535)
 
+    @field_validator("job_read_only_paths", "job_scratch_paths")
+    @classmethod
+    def _absolute_paths(cls, value: str) -> str:
+        relative = [path for path in _paths(value) if not path.is_absolute()]
+        if relative:
+            raise ValueError(f"paths must be absolute: {', '.join(map(str, relative))}")
+        return value
+
+    def read_only_paths(self) -> tuple[Path, ...]:
+        return _paths(self.job_read_only_paths)
+
+    def scratch_paths(self) -> tuple[Path, ...]:
+        return _paths(self.job_scratch_paths)
+
     def capacity(self) -> host_capacity.HostCapacity:
         """The host's capacity: as set, else detected (at each call: the worker asks once, at
         its start)."""
@@ -70,3 +96,8 @@ class WorkerSettings(HostSettings):
             self.host_gpus,
             self.worker_slots if "worker_slots" in self.model_fields_set else None,
         )
+
+
+def _paths(listed: str) -> tuple[Path, ...]:
+    """The paths of a comma list (blanks around each ignored, empty ones left out)."""
+    return tuple(Path(part.strip()) for part in listed.split(",") if part.strip())

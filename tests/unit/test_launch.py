@@ -14,7 +14,7 @@ from typing import Any, cast
 import pytest
 
 from services.worker import confinement, launch
-from services.worker.confinement import CannotConfine, Confinement
+from services.worker.confinement import CannotConfine, Confinement, Sealer
 from services.worker.launch import Command, LocalConfined, LocalUnconfined
 from services.worker.settings import WorkerSettings
 from shared.host.cgroups import Cgroups, TaskLimits
@@ -70,7 +70,7 @@ def test_a_worker_that_can_confine_runs_commands_confined(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reached: list[tuple[Confinement | None, Path]] = []
-    monkeypatch.setattr(confinement, "decide", lambda _isolation, base: Confinement(base))
+    monkeypatch.setattr(confinement, "decide", lambda _isolation, base, _sealed: Confinement(base))
     monkeypatch.setattr(confinement, "check_reach", lambda *seen: reached.append(seen))
 
     chosen = launch.choose(_settings(tmp_path, "on"))
@@ -107,7 +107,13 @@ async def test_a_confined_command_starts_through_its_owners_uid_read_once_per_ow
     first = await launcher.prepare(_command(tmp_path / "j" / "t"))
     again = await launcher.prepare(_command(tmp_path / "j" / "u"))
 
-    assert first.through == again.through == held.argv(7, "none")
+    assert isinstance(first.sealed, Sealer) and isinstance(again.sealed, Sealer)
+    assert (first.sealed.job_uid, again.sealed.job_uid) == (7, 7)
+    assert (first.sealed.room.workdir, again.sealed.room.workdir) == (
+        tmp_path / "j" / "t",
+        tmp_path / "j" / "u",
+    )
+    assert first.sealed(9) == held.argv(7, "none", first.sealed.room, 9)
     assert first.hand_over is not None and users.asked == 1
 
 
@@ -133,7 +139,7 @@ async def test_a_confined_command_that_cannot_be_made_ready_leaves_no_cgroup(
     tmp_path: Path,
 ) -> None:
     class _NoNetwork(Confinement):
-        def argv(self, job_uid: int, network: confinement.Network) -> list[str]:
+        def network_of(self, job_uid: int) -> str:
             raise OSError("unshare(CLONE_NEWNET): operation not permitted")
 
     cgroups = _Cgroups()
