@@ -134,14 +134,27 @@ async def test_when_a_task_runs_past_its_walltime__it_fails_as_walltime_even_whi
 async def test_when_a_task_leaves_its_process_group__its_whole_tree_is_still_killed(
     stack: Stack, client: httpx.AsyncClient, events: Events
 ) -> None:
-    # given a command whose child escaped into a session of its own
-    command = "setsid sleep 300 & echo $! > escaped.pid; echo started; sleep 60"
+    # given a command whose child escaped into a session of its own (found on the host by its
+    # name: the pids a job sees are its room's own)
+    escaped = f"escaped-{uuid.uuid4().hex[:12]}"
+    command = f"setsid bash -c 'exec -a {escaped} sleep 300' & echo started; sleep 60"
     job_id = await _submit(client, {"command": command, "policy": {"hang_timeout": 1}})
+    pid = await _host_pid(escaped)
     await events.wait_key(f"job.hung.{job_id}", within=15)
 
     # then the escaped child is killed too (cgroup, or the stray sweep)
-    [pid_file] = await asyncio.to_thread(_find, stack.work_root, "escaped.pid")
-    assert await _gone(int(await asyncio.to_thread(pid_file.read_text)), within=10)
+    assert await _gone(pid, within=10)
+
+
+async def _host_pid(name: str, within: float = 15.0) -> int:
+    """The host's pid of the process whose first argument is `name`, once it runs."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        for process in await asyncio.to_thread(list, psutil.process_iter(["cmdline"])):
+            if (process.info["cmdline"] or [None])[0] == name:
+                return int(process.pid)
+        await asyncio.sleep(0.05)  # no event says a job's process was made
+    raise TimeoutError(f"no process {name} ran within {within} s")
 
 
 # -- resubmission by policy ----------------------------------------------------------------------

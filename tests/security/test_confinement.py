@@ -1,22 +1,20 @@
-"""Findings 1 and 2 of issue 17 (critical: a job was root on the control plane). On a worker
-running as root, a job now runs as an unprivileged uid of its owner's own, in a network
+"""On a worker running as root, a job runs as an unprivileged uid of its owner's own, in a network
 namespace with nothing up, in a work dir only that uid can enter."""
 
 import os
 import shutil
 import tempfile
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import httpx
 import pytest
 
 from shared.store import users_repo
-from tests.e2e.conftest import Events, running_stack, wait_job
+from tests.e2e.conftest import Events, running_stack
 from tests.e2e.stack import E2E_ENV, Stack
+from tests.security.jobs import job_lines
 
 pytestmark = pytest.mark.e2e
 
@@ -40,8 +38,8 @@ if touch "$(dirname "$(dirname "$VIGIL_WORKDIR")")/planted" 2>/dev/null; then
 
 @pytest.fixture
 def stack(e2e_namespace: str) -> Iterator[Stack]:
-    if shutil.which("unshare") is None or shutil.which("nsenter") is None:
-        pytest.fail("unshare and nsenter (util-linux) are needed: apt-get install util-linux")
+    if shutil.which("bwrap") is None or shutil.which("nsenter") is None:
+        pytest.fail("bwrap and nsenter are needed: apt-get install bubblewrap util-linux")
     # The path to the work root must be traversable by the jobs' uids (pytest's own tmp dir
     # is private to root).
     root = Path(tempfile.mkdtemp(prefix="vigil-confined-", dir="/tmp"))
@@ -62,37 +60,13 @@ async def _job_uid_of(stack: Stack, user_id: str) -> int:
         await conn.close()
 
 
-async def _lines(client: httpx.AsyncClient, events: Events, body: dict[str, Any]) -> list[str]:
-    answer = await client.post("/jobs", json=body)
-    assert answer.status_code == 201, answer.text
-    job_id = answer.json()["id"]
-    job = await wait_job(client, events, job_id)
-    assert job["state"] == "completed", job
-    items = (await client.get(f"/jobs/{job_id}/logs")).json()["items"]
-    return [item["line"] for item in items]
-
-
-@pytest.fixture
-async def plain_user(stack: Stack) -> AsyncIterator[tuple[str, httpx.AsyncClient]]:
-    """A second, plain user of the stack: (their id, a client with their token)."""
-    token = uuid.uuid4().hex
-    conn = await asyncpg.connect(stack.database_url)
-    try:
-        user = await users_repo.ensure_user(conn, f"plain-{token[:8]}", "user", token)
-    finally:
-        await conn.close()
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(base_url=stack.base_url, headers=headers, timeout=10) as c:
-        yield user.id, c
-
-
 async def test_a_job_runs_as_its_owners_uid_without_network_or_the_workers_secrets(
     stack: Stack, plain_user: tuple[str, httpx.AsyncClient], events: Events
 ) -> None:
     user_id, client = plain_user
     uid = await _job_uid_of(stack, user_id)
 
-    lines = await _lines(client, events, {"command": PROBE})
+    lines = await job_lines(client, events, {"command": PROBE})
 
     assert lines == [
         f"uid={uid} gid={uid} groups={uid}",
@@ -116,9 +90,9 @@ async def test_one_users_job_cannot_read_another_users_work_dir(
     events: Events,
 ) -> None:
     _, theirs = plain_user
-    [where] = await _lines(theirs, events, {"command": 'echo secret > s; echo "$PWD/s"'})
+    [where] = await job_lines(theirs, events, {"command": 'echo secret > s; echo "$PWD/s"'})
 
-    lines = await _lines(
+    lines = await job_lines(
         client, events, {"command": f"cat {where} 2>/dev/null || echo refused; echo done"}
     )
 
@@ -132,7 +106,7 @@ async def test_the_hosts_network_is_for_operators_only(
     body = {"command": probe, "policy": {"network": "host"}}
 
     refused = await plain_user[1].post("/jobs", json=body)
-    lines = await _lines(client, events, body)  # the stack's operator
+    lines = await job_lines(client, events, body)  # the stack's operator
 
     assert refused.status_code == 403
     assert "only an operator" in refused.json()["detail"]
@@ -146,7 +120,7 @@ async def test_an_owners_jobs_share_a_network_of_their_own_and_anothers_are_in_a
     probe = {"command": "readlink /proc/self/ns/net"}
 
     [mine], [mine_again], [their] = [
-        await _lines(owner, events, probe) for owner in (client, client, theirs)
+        await job_lines(owner, events, probe) for owner in (client, client, theirs)
     ]
 
     assert mine == mine_again  # made once for the owner, entered by each of their commands
