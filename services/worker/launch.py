@@ -108,7 +108,7 @@ class Launch(Protocol):
     def end(self, running: RunningCommand | None = None) -> bool:
         """Clean up after the command (`running`: started, and now ended; None: never
         started, or killed at its gate); whether the kernel killed one of its processes for
-        going over its memory limit (asked only of a command that failed)."""
+        going over its memory limit (asked of every command that ran, whatever its exit)."""
         ...
 
 
@@ -159,10 +159,11 @@ class _LocalLaunch:
     def end(self, running: RunningCommand | None = None) -> bool:
         if self.cgroups is None:
             return False
-        # what the kernel's counts tell matters only for a command that failed
-        failed = running is not None and running.returncode not in (None, 0)
+        # asked of every command that ran: one of its processes killed fails even a command
+        # that exits 0 (`shared.domain.outcomes.limit_outcome`)
+        ended = running is not None and running.returncode is not None
         over_memory = (
-            failed
+            ended
             and running is not None
             and running.cgroup is not None
             and self.cgroups.over_memory(self.task_id, self.claim)

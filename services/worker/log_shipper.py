@@ -18,7 +18,7 @@ from typing import IO, Final, Literal
 from redis.asyncio import Redis
 
 from shared.domain.errors import UNAVAILABLE
-from shared.domain.log_lines import parse_line, shell_syntax_error
+from shared.domain.log_lines import ShellNotes, parse_line
 from shared.domain.messages import LogRecord, Severity
 from shared.host import job_files
 from shared.messaging.amqp import Broker
@@ -73,8 +73,9 @@ class LogShipper:
         self._quota_bytes = quota_bytes
         #: The first line whose severity is in the job's `fail_on_log`, if any.
         self.failing: LogRecord | None = None
-        #: The first stderr line of bash saying it cannot parse the script, if any.
-        self.syntax_error: str | None = None
+        #: What bash said on stderr of how the script went (its syntax, a command it could
+        #: not run, a process killed): the cause a failure's brief names.
+        self.shell = ShellNotes()
         self.last_output = asyncio.get_running_loop().time()
 
     def add(self, stream: Stream, raw: str) -> None:
@@ -90,8 +91,8 @@ class LogShipper:
         )
         if self.failing is None and parsed.severity in self._fail_on:
             self.failing = record
-        if stream == "stderr" and self.syntax_error is None and shell_syntax_error(parsed.line):
-            self.syntax_error = parsed.line
+        if stream == "stderr":
+            self.shell.heard(parsed.line)
 
     def _within_quota(self, stream: Stream, line: str) -> bool:
         """Whether `line` still fits in the run's quota; the first that does not is replaced

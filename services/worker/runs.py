@@ -13,7 +13,7 @@ once for a command handed over, and for the others only if their report has not 
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from redis.asyncio import Redis
@@ -25,6 +25,7 @@ from services.worker.log_shipper import LogShipper
 from services.worker.settings import WorkerSettings
 from services.worker.tenure import Tenure
 from shared.domain.errors import UNAVAILABLE
+from shared.domain.log_lines import ShellNotes
 from shared.domain.messages import LogRecord, WatchProcess
 from shared.domain.policy import Policy
 from shared.domain.states import TaskState
@@ -120,8 +121,8 @@ class Ran:
     status: StatusReport | None
     #: Its memory limit, if the kernel killed one of its processes for going over it.
     over_memory: TaskLimits | None = None
-    #: The line bash wrote on stderr when it could not parse the script, if it wrote one.
-    syntax_error: str | None = None
+    #: What bash said on stderr of how the script went (`ShellNotes`).
+    shell: ShellNotes = field(default_factory=ShellNotes)
     #: Its exit's note: `reported()` once the exit is reported (the move out of `on_cpu` has
     #: committed, or found the task not this worker's any more).
     note: ExitNoting | None = None
@@ -199,7 +200,7 @@ class Runs:
         running.open_gate()
         over_memory = None
         try:
-            returncode, failing, syntax_error = await self._watch_output(
+            returncode, failing, shell = await self._watch_output(
                 held, attempt, ctx, running, policy, hold.free, note
             )
         except BaseException:
@@ -217,7 +218,7 @@ class Runs:
             running.exited_at,
             status,
             over_memory,
-            syntax_error,
+            shell,
             note,
         )
 
@@ -273,9 +274,9 @@ class Runs:
         policy: Policy,
         exited: Callable[[], None],
         note: ExitNoting,
-    ) -> tuple[int, LogRecord | None, str | None]:
+    ) -> tuple[int, LogRecord | None, ShellNotes]:
         """Ship the output until the command exits: (its exit status, its first line with a
-        severity in `fail_on_log`, the stderr line of a shell syntax error; each if any).
+        severity in `fail_on_log` if any, what bash said of how the script went).
         `exited` is called as soon as the command's main process has ended, before its output
         is drained, and its exit is noted (`note`)."""
         shipper = LogShipper(
@@ -302,7 +303,7 @@ class Runs:
             returncode = await running.watch(shipper.add, on_exit)
         finally:
             await shipper.close()
-        return returncode, shipper.failing, shipper.syntax_error
+        return returncode, shipper.failing, shipper.shell
 
     def _exit_noter(self, held: Tenure) -> Callable[[int], Coroutine[Any, Any, None]]:
         """Writes a command's exit note for the supervisor, handed over or not: its reconcile

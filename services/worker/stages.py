@@ -37,6 +37,7 @@ from shared.domain.outcomes import (
     hook_failed,
     limit_outcome,
     lost_outcome,
+    results_refused,
 )
 from shared.domain.policy import Policy
 from shared.domain.states import ACTIONS, FailureClass, Stage, TaskState
@@ -73,13 +74,22 @@ def _failing_severities(held: Tenure, failing: LogRecord | None) -> list[Severit
     return list(Policy.model_validate(held.job.policy).fail_on_log)
 
 
-def _outcome(ran: Ran) -> Outcome:
+def _outcome(ran: Ran, job: jobs_repo.Job) -> Outcome:
     """What a command's exit means for its task."""
-    outcome = command_outcome(ran.returncode, ran.status, ran.syntax_error)
+    shell = ran.shell
+    outcome = command_outcome(
+        ran.returncode,
+        ran.status,
+        shell.syntax_error,
+        refusal=shell.refusal,
+        not_executable=[f["path"] for f in job.files or () if not f["executable"]],
+    )
     if ran.failing is not None:  # the supervisor may have been slower than the exit
         outcome = error_log_outcome(ran.failing.severity.value, ran.failing.line, ran.returncode)
-    if ran.over_memory is not None and ran.returncode != 0:  # the cause, whatever it logged
-        outcome = limit_outcome(ran.returncode, ran.over_memory.memory_bytes)
+    if ran.over_memory is not None:  # the cause, whatever it logged
+        tolerated = Policy.model_validate(job.policy).limits.tolerate_oom_kills
+        if ran.returncode != 0 or not tolerated:
+            outcome = limit_outcome(ran.returncode, ran.over_memory.memory_bytes, shell.killed)
     return outcome
 
 
@@ -325,7 +335,7 @@ class StageRunner:
         """Move the task out of `on_cpu` by how its command ran; True when it went on to
         data_ready (or post-processing)."""
         attempt, status = ran.attempt, ran.status
-        outcome = _outcome(ran)
+        outcome = _outcome(ran, held.job)
         if outcome.failure_class is FailureClass.SIGNAL:  # rare: no await on the common path
             outcome = await self._judged(outcome, ran.returncode)
         if outcome.state is S.DATA_READY:
@@ -409,10 +419,8 @@ class StageRunner:
             "save_results", S.FAILED_TO_POST_PROCESS, lambda: self._type(held).save_results(ctx)
         )
         if failure is not None and failure.detail is None:  # returned False: an app failure
-            brief = "save_results() returned False"
-            if ctx.status is not None and ctx.status.status != "success":
-                brief += f": status file says {ctx.status.status}: {ctx.status.message}"
-            failure = Outcome(S.FAILED_ON_CLUSTER, FailureClass.EXIT, brief=brief)
+            failure = results_refused(ctx.why_failed, ctx.status)
+            logger.info("task %s failed its results: %s", held.task.id, failure.brief)
         outcome = failure or Outcome(S.COMPLETED)
         outputs = list(ctx.recorded.values()) if failure is None else []
         if failure is None and not outputs:

@@ -2,10 +2,12 @@
 
 import errno
 import signal as signals
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Final
 
 from shared.domain.errors import connection_lost
+from shared.domain.log_lines import shell_killed, shell_refusal
 from shared.domain.messages import JobEvent, JobOutcome
 from shared.domain.states import FailureClass, TaskState, failure_state_for
 from shared.domain.status_report import StatusReport
@@ -71,13 +73,26 @@ def signal_name(number: int) -> str:
 SHELL_SYNTAX_EXIT: Final = 2
 
 
+#: What a shell exits with when it found a command but could not run it, and when it found none.
+NOT_EXECUTABLE_EXIT: Final = 126
+NOT_FOUND_EXIT: Final = 127
+
+
 def command_outcome(
-    returncode: int, status: StatusReport | None, syntax_error: str | None = None
+    returncode: int,
+    status: StatusReport | None,
+    syntax_error: str | None = None,
+    *,
+    refusal: str | None = None,
+    not_executable: Collection[str] = (),
 ) -> Outcome:
     """How the command's exit status (negative = killed by that signal) ends the cluster stage.
 
     `syntax_error`: the stderr line in which bash said it could not parse the script
-    (`shared.domain.log_lines.shell_syntax_error`); with exit 2 the brief names it."""
+    (`shared.domain.log_lines.shell_syntax_error`); with exit 2 the brief names it.
+    `refusal`: the last stderr line in which a shell said it could not run a command
+    (`shell_refusal`); with exit 126 or 127 the brief names that command, and a file of the
+    job's among `not_executable` (their paths) as what lacks `executable` in `files`."""
     if returncode < 0:
         sig = -returncode
         return Outcome(
@@ -90,6 +105,8 @@ def command_outcome(
         brief = f"command exited with code {returncode}"
         if returncode == SHELL_SYNTAX_EXIT and syntax_error is not None:
             brief += f": a shell syntax error: {syntax_error[:500]}"
+        elif returncode in (NOT_EXECUTABLE_EXIT, NOT_FOUND_EXIT) and refusal is not None:
+            brief += f": {_refused(refusal, not_executable)}"
         if status is not None and status.message:
             brief += f": {status.message}"
         return Outcome(
@@ -98,18 +115,61 @@ def command_outcome(
     return Outcome(TaskState.DATA_READY, exit_code=0)
 
 
-def limit_outcome(returncode: int, memory_bytes: int | None) -> Outcome:
-    """The kernel killed the command (or one of its processes, so that it failed) for going
-    over the task's own memory limit: the job's failure, never the host's (design §5)."""
+def _refused(line: str, not_executable: Collection[str]) -> str:
+    """What a shell's refusal to run a command says, naming the job's file at fault."""
+    refusal = shell_refusal(line)
+    if refusal is None:
+        return line[:500]
+    if refusal.why == "command not found":
+        return f"command not found: {refusal.command[:200]} ({line[:500]})"
+    command = refusal.command.removeprefix("./")
+    for path in not_executable:
+        if command == path or command.endswith(f"/{path}"):
+            return (
+                f'{path} is not executable: give it "executable": true in the job\'s'
+                f" files ({line[:500]})"
+            )
+    return line[:500]
+
+
+def limit_outcome(returncode: int, memory_bytes: int | None, killed: str | None = None) -> Outcome:
+    """The kernel killed the command, or one of its processes, for going over the task's own
+    memory limit: the job's failure, never the host's (design §5), even when the command went
+    on to exit 0 (as Slurm's OUT_OF_MEMORY: its results may lack what the killed process was
+    to make). `killed`: the line in which bash named a killed process (`shell_killed`)."""
     limit = f" of {memory_bytes // 2**20} MiB" if memory_bytes else ""
+    victim = shell_killed(killed) if killed is not None else None
+    if victim is not None:
+        who = f"`{victim[:200]}`"
+    else:
+        who = "its command" if returncode < 0 else "one of its processes"
+    brief = (
+        f"killed by the kernel: over the task's memory limit{limit}"
+        f" (policy.limits.memory_mb): the OOM killer ended {who}"
+    )
+    if returncode == 0:
+        brief += (
+            "; the command still exited 0 (policy.limits.tolerate_oom_kills: true lets such"
+            " a task complete)"
+        )
     return Outcome(
         TaskState.FAILED_ON_CLUSTER,
         FailureClass.LIMIT,
-        exit_code=returncode if returncode > 0 else None,
+        exit_code=returncode if returncode >= 0 else None,
         signal=-returncode if returncode < 0 else None,
-        brief=f"killed by the kernel: over the task's memory limit{limit}"
-        " (policy.limits.memory_mb)",
+        brief=brief,
     )
+
+
+def results_refused(why: str | None, status: StatusReport | None) -> Outcome:
+    """`save_results` returned False after the command exited 0: the application's failure
+    (class `exit`). `why`: what the task type said of why (`TaskContext.why_failed`, as
+    `output out.dat was not written`), else only that it refused."""
+    brief = why or "save_results() returned False"
+    if status is not None and status.status != "success":
+        brief += f": status file says {status.status}: {status.message}"
+    detail = f"save_results() returned False: {brief}" if why else None
+    return Outcome(TaskState.FAILED_ON_CLUSTER, FailureClass.EXIT, brief=brief, detail=detail)
 
 
 def vanished_outcome() -> Outcome:

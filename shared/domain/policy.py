@@ -26,6 +26,10 @@ class Limits(BaseModel):
     #: Memory (and swap) in MiB; a command that goes over is killed by the kernel and fails
     #: with class `limit`.
     memory_mb: int | None = Field(default=None, ge=4, le=64 * 1024 * 1024)
+    #: Whether a task whose command exits 0 although the kernel killed one of its processes
+    #: for going over `memory_mb` completes; by default it fails with class `limit` (what the
+    #: killed process was to make may be missing from its results).
+    tolerate_oom_kills: bool = False
     #: CPU time, in CPUs (0.5: half of one); a command is slowed, never killed, by it.
     cpus: float | None = Field(default=None, ge=0.01, le=4096)
     #: Processes and threads at once; past it, forks fail inside the command.

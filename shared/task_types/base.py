@@ -48,6 +48,9 @@ class TaskContext:
     keep_total_bytes: int = 0
     #: A chained task's upstream outputs by name (`place_upstream_outputs` puts them in).
     upstream: dict[str, UpstreamOutput] = field(default_factory=dict)
+    #: What a hook that returns False says of why (as `output out.dat was not written`): the
+    #: task's `error_brief`. Without it the brief says only which hook refused.
+    why_failed: str | None = None
 
     @property
     def status_name(self) -> str:

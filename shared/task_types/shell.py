@@ -7,6 +7,13 @@ from shared.host import job_files
 from shared.task_types.base import TaskContext, TaskType
 
 
+def not_written(missing: list[str]) -> str:
+    """What a task whose command did not write its declared outputs `missing` failed of."""
+    if len(missing) == 1:
+        return f"output {missing[0]} was not written"
+    return f"outputs {', '.join(missing)} were not written"
+
+
 class ShellTaskType(TaskType):
     """setup writes the input; the command is the job's script; save_results checks outputs."""
 
@@ -30,7 +37,9 @@ class ShellTaskType(TaskType):
             return False
         if ctx.status is not None and ctx.status.status != "success":
             return False
-        if not all(os.path.lexists(ctx.workdir / name) for name in ctx.outputs):
+        missing = [name for name in ctx.outputs if not os.path.lexists(ctx.workdir / name)]
+        if missing:
+            ctx.why_failed = not_written(missing)
             return False
         for name in ctx.outputs:
             ctx.record_output(name)  # a link, FIFO or device there raises UnsafeFile

@@ -51,3 +51,39 @@ async def test_the_same_command_under_a_higher_limit_completes(
     job = await wait_job(client, events, job_id)
 
     assert job["state"] == "completed"
+
+
+#: A process of the task goes over its limit and is killed; the command goes on and exits 0.
+HOG_THEN_ON = f"{HOG}\necho 'went on'"
+
+
+async def test_a_process_killed_over_the_limit_fails_the_task_although_the_command_exits_0(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    body = {"command": HOG_THEN_ON, "inputs": ["a"], "policy": {"limits": {"memory_mb": 64}}}
+    job_id = (await client.post("/jobs", json=body)).json()["id"]
+
+    job = await wait_job(client, events, job_id)
+
+    assert job["state"] == "failed"
+    [task] = (await client.get(f"/jobs/{job_id}/tasks")).json()
+    task = (await client.get(f"/tasks/{task['id']}")).json()
+    assert (task["state"], task["failure_class"], task["exit_code"]) == (
+        "failed_on_cluster",
+        "limit",
+        0,
+    )
+    assert "over the task's memory limit of 64 MiB" in task["error_brief"]
+    assert "the OOM killer ended `python3 -c" in task["error_brief"], task["error_brief"]
+
+
+async def test_a_job_that_tolerates_oom_kills_completes_when_its_command_exits_0(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    limits = {"memory_mb": 64, "tolerate_oom_kills": True}
+    body = {"command": HOG_THEN_ON, "inputs": ["a"], "policy": {"limits": limits}}
+    job_id = (await client.post("/jobs", json=body)).json()["id"]
+
+    job = await wait_job(client, events, job_id)
+
+    assert job["state"] == "completed"

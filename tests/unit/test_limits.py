@@ -96,9 +96,12 @@ def test_going_over_the_memory_limit_is_the_jobs_failure_and_says_which_limit() 
     assert killed.state is TaskState.FAILED_ON_CLUSTER
     assert killed.failure_class is FailureClass.LIMIT and killed.signal == 9
     assert killed.brief == (
-        "killed by the kernel: over the task's memory limit of 64 MiB (policy.limits.memory_mb)"
+        "killed by the kernel: over the task's memory limit of 64 MiB (policy.limits.memory_mb):"
+        " the OOM killer ended its command"
     )
     assert child_killed.exit_code == 137 and child_killed.signal is None
+    assert child_killed.brief is not None
+    assert child_killed.brief.endswith("the OOM killer ended one of its processes")
     assert not killed.crashed
 
 

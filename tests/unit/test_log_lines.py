@@ -5,7 +5,14 @@ from typing import Literal
 
 import pytest
 
-from shared.domain.log_lines import MAX_LINE_CHARS, parse_line, shell_syntax_error
+from shared.domain.log_lines import (
+    MAX_LINE_CHARS,
+    ShellNotes,
+    parse_line,
+    shell_killed,
+    shell_refusal,
+    shell_syntax_error,
+)
 from shared.domain.messages import Severity
 
 
@@ -111,3 +118,32 @@ def test_what_bash_says_of_a_script_it_cannot_parse_is_told_apart(script: str) -
 )
 def test_other_stderr_lines_are_no_syntax_error(line: str) -> None:
     assert not shell_syntax_error(line)
+
+
+@pytest.mark.parametrize(
+    ("script", "command", "why"),
+    [
+        ("frobnicate-x1", "frobnicate-x1", "command not found"),
+        ("/dev/null", "/dev/null", "Permission denied"),
+    ],
+)
+def test_what_bash_says_of_a_command_it_cannot_run_names_it(
+    script: str, command: str, why: str
+) -> None:
+    ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=10)
+
+    refusal = shell_refusal(ran.stderr.splitlines()[-1])
+
+    assert refusal is not None and (refusal.command, refusal.why) == (command, why)
+
+
+def test_what_bash_says_of_a_killed_process_names_its_command() -> None:
+    script = 'sh -c "kill -9 \\$\\$"; echo after'
+    ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=10)
+    notes = ShellNotes()
+    for line in ran.stderr.splitlines():
+        notes.heard(line)
+
+    assert ran.returncode == 0
+    assert notes.killed is not None and shell_killed(notes.killed) == 'sh -c "kill -9 \\$\\$"'
+    assert shell_killed("WARNING: Killed the cache") is None

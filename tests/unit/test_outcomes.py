@@ -13,7 +13,9 @@ from shared.domain.outcomes import (
     command_outcome,
     error_log_outcome,
     hook_failed,
+    limit_outcome,
     lost_outcome,
+    results_refused,
     vanished_outcome,
     worker_failed,
 )
@@ -47,6 +49,62 @@ def test_exit_2_with_bashs_syntax_error_line_is_named_a_shell_syntax_error() -> 
     assert parse_error.brief == f"command exited with code 2: a shell syntax error: {said}"
     assert other_code.brief == "command exited with code 1"
     assert command_outcome(2, None).brief == "command exited with code 2"
+
+
+def test_outputs_not_written_fail_as_the_applications_exit_naming_them() -> None:
+    named = results_refused("output out.dat was not written", None)
+    unnamed = results_refused(None, StatusReport(status="fatal", message="bad input"))
+
+    assert (named.state, named.failure_class) == (TaskState.FAILED_ON_CLUSTER, FailureClass.EXIT)
+    assert named.brief == "output out.dat was not written"
+    assert named.detail is not None and "output out.dat was not written" in named.detail
+    assert unnamed.brief == "save_results() returned False: status file says fatal: bad input"
+
+
+def test_exit_127_names_the_command_bash_did_not_find() -> None:
+    said = "bash: line 1: frobnicate: command not found"
+
+    outcome = command_outcome(127, None, refusal=said)
+
+    assert (outcome.failure_class, outcome.exit_code) == (FailureClass.EXIT, 127)
+    assert outcome.brief == f"command exited with code 127: command not found: frobnicate ({said})"
+
+
+@pytest.mark.parametrize("called", ["./bin/run.sh", "bin/run.sh", "/work/j-1/t-1/bin/run.sh"])
+def test_exit_126_on_a_job_file_without_its_exec_bit_names_it_and_the_executable_flag(
+    called: str,
+) -> None:
+    said = f"bash: line 1: {called}: Permission denied"
+
+    outcome = command_outcome(126, None, refusal=said, not_executable=["bin/run.sh", "in.txt"])
+    elsewhere = command_outcome(126, None, refusal="bash: /opt/x: Permission denied")
+
+    assert outcome.brief is not None
+    assert outcome.brief.startswith("command exited with code 126: bin/run.sh is not executable")
+    assert '"executable": true in the job\'s files' in outcome.brief
+    assert elsewhere.brief == "command exited with code 126: bash: /opt/x: Permission denied"
+
+
+def test_a_refusal_line_is_not_the_cause_of_another_exit_code() -> None:
+    said = "bash: line 1: frobnicate: command not found"
+    assert command_outcome(1, None, refusal=said).brief == "command exited with code 1"
+
+
+def test_an_oom_kill_of_any_process_is_class_limit_naming_it_even_after_exit_0() -> None:
+    killed = "bash: line 1:  4242 Killed                  python3 hog.py"
+
+    survived = limit_outcome(0, 64 * 2**20, killed)
+    main = limit_outcome(-signal.SIGKILL, 64 * 2**20)
+
+    assert (survived.state, survived.failure_class) == (
+        TaskState.FAILED_ON_CLUSTER, FailureClass.LIMIT,
+    )  # fmt: skip
+    assert (survived.exit_code, survived.signal) == (0, None)
+    assert survived.brief is not None and "`python3 hog.py`" in survived.brief
+    assert "over the task's memory limit of 64 MiB" in survived.brief
+    assert "tolerate_oom_kills" in survived.brief
+    assert main.brief is not None and "ended its command" in main.brief
+    assert (main.exit_code, main.signal) == (None, signal.SIGKILL)
 
 
 def test_a_signal_is_class_signal_named_and_announced_as_a_crash() -> None:

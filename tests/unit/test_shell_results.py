@@ -54,3 +54,17 @@ def test_results_are_saved_exactly_when_save_results_would_succeed_recording_not
     if saved:  # then save_results agrees, and records nothing
         ctx = _ctx(tmp_path, exit_code, status, outputs)
         assert shell.save_results(ctx) is True and ctx.recorded == {}
+
+
+def test_a_declared_output_the_command_never_wrote_is_named_as_why_the_results_failed(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "made.txt").write_text("done\n")
+    one = _ctx(tmp_path, 0, None, ["made.txt", "out.dat"])
+    two = _ctx(tmp_path, 0, None, ["out.dat", "log.txt"])
+
+    assert ShellTaskType().save_results(one) is False
+    assert ShellTaskType().save_results(two) is False
+
+    assert one.why_failed == "output out.dat was not written"
+    assert two.why_failed == "outputs out.dat, log.txt were not written"
