@@ -45,8 +45,9 @@ need no account on the host.
 The worker tries the very chain at its start (`_tried`: the ids and the PID namespace a command
 gets). A worker that is not root cannot confine: with `VIGIL_JOB_ISOLATION=auto` (the default)
 it then runs jobs as itself and says so at start; `on` makes that an error, `off` never
-confines. A root worker that cannot seal (no bwrap, or its trial fails) never confines weaker:
-`on` refuses to start, `auto` logs an error naming what is missing and runs jobs unconfined.
+confines. A root worker that cannot seal (no bwrap, or its trial fails) never confines weaker
+and never runs jobs as root by default: `on` and `auto` both refuse to start, naming what is
+missing; only `off` runs every job as the worker's own user.
 """
 
 import ctypes
@@ -341,7 +342,8 @@ def decide(
 ) -> Confinement | None:
     """The confinement this worker gives its jobs, or None (jobs run as the worker's user).
     `sealed` carries the site's paths and sizes (`uid_base` and no paths when None).
-    `CannotConfine` when `on` was asked for and this worker is not root or cannot seal."""
+    `CannotConfine` when `on` was asked for and this worker is not root or cannot seal, and
+    when it is root and cannot seal (`auto` never runs jobs as root)."""
     if isolation == "off":
         logger.warning("VIGIL_JOB_ISOLATION=off: jobs run as the worker's own user")
         return None
@@ -358,10 +360,13 @@ def decide(
     if why is not None:
         if isolation == "on":
             raise CannotConfine(f"VIGIL_JOB_ISOLATION=on, but {why}")
-        if os.geteuid() == 0:  # an error, not a warning: every job runs as root, unsealed
-            logger.error("JOBS RUN UNCONFINED, as the worker's own user (root): %s", why)
-        else:
-            logger.warning("jobs run as the worker's own user, unconfined: %s", why)
+        if os.geteuid() == 0:  # every job would run as root, unsealed: never by default
+            raise CannotConfine(
+                f"this worker is root and cannot seal jobs ({why}): install what is missing"
+                " (scripts/up does: apt-get install bubblewrap), or set"
+                " VIGIL_JOB_ISOLATION=off to run every job as root on purpose"
+            )
+        logger.warning("jobs run as the worker's own user, unconfined: %s", why)
         return None
     logger.info(
         "jobs run sealed: uid %d + their owner's number, a network namespace each (%s), a"

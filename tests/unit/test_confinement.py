@@ -117,13 +117,15 @@ def test_a_worker_that_is_not_root_tries_nothing(monkeypatch: pytest.MonkeyPatch
         confinement.decide("on", 2_000_000)
 
 
-def test_without_the_tools__auto_runs_unconfined_and_on_refuses(
+def test_a_root_worker_without_the_tools_refuses_to_start_unless_told_off(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """`auto` never runs jobs as root: only `off` says so on purpose."""
     monkeypatch.setattr("shutil.which", lambda _tool: None)
     monkeypatch.setattr("os.geteuid", lambda: 0)
 
-    assert confinement.decide("auto", 2_000_000) is None
+    with pytest.raises(CannotConfine, match=r"root and cannot seal .*bwrap and perl not found"):
+        confinement.decide("auto", 2_000_000)
     with pytest.raises(CannotConfine, match="sh and nsenter and bwrap and perl not found"):
         confinement.decide("on", 2_000_000)
     assert confinement.decide("off", 2_000_000) is None
