@@ -329,7 +329,7 @@ ensure_busybox() { ensure_tool "a confined command's cheaper start" busybox-stat
 
 # bubblewrap: a root worker seals each job's command in a room of its own with bwrap (mount, PID
 # and IPC namespaces: services/worker/confinement.py); without it such a worker refuses to
-# start (VIGIL_JOB_ISOLATION=on) or runs jobs unconfined, saying so (auto).
+# start, unless VIGIL_JOB_ISOLATION=off (every job then runs as root).
 ensure_bubblewrap() { ensure_tool "the sealing of jobs (a root worker's)" bubblewrap bwrap; }
 
 # Debian's chromium, for the browser tests.
