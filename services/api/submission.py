@@ -22,6 +22,7 @@ from services.api.access import owner_filter
 from services.api.errors import invalid
 from services.api.rate_limit import TaskQuota
 from services.api.schemas.jobs import JobCreate
+from shared.domain.scheduling.model import DEFAULT_REQUEST
 from shared.domain.scheduling.reasons import TooLarge
 from shared.domain.scheduling.resources import Resources, coverage
 from shared.operations import datasets, harvest, stop_guard
@@ -187,13 +188,44 @@ def unsatisfiable(request: Resources, capacities: Mapping[str, Resources]) -> st
     return TooLarge(request, host, largest).message()
 
 
+async def why_unsatisfiable(
+    conn: Connection, request: Resources, pool_name: str, fresh_s: float
+) -> str | None:
+    """Why no live host of the pool (its worker heartbeated within `fresh_s`) can ever hold
+    `request`, naming the largest; None when one can. Hosts that have not advertised a
+    capacity are left out; with none known, nothing is said."""
+    return unsatisfiable(request, await queries.live_capacities(conn, pool_name, fresh_s))
+
+
+async def too_large(pool: Pool, request: Resources, pool_name: str, fresh_s: float) -> str | None:
+    """`why_unsatisfiable` for a submission; the default request (one CPU, which every host
+    holds) asks nothing of the database, so that most submissions cost no more."""
+    if request == DEFAULT_REQUEST:
+        return None
+    async with pool.acquire() as conn:
+        return await why_unsatisfiable(conn, request, pool_name, fresh_s)
+
+
+def unsatisfiable_refusal(why: str) -> RequestValidationError:
+    """The 422 on `resources` of a request no live host can hold (`VIGIL_REFUSE_UNSATISFIABLE`)."""
+    return invalid(("body", "resources"), f"{why} (the api refuses what no host can hold)")
+
+
+def unsatisfiable_warning(why: str) -> str:
+    """What an accepted job that no live host can hold is told (`VIGIL_REFUSE_UNSATISFIABLE`
+    off): its tasks wait, `too_large`, until such a host joins (a pilot, a larger host)."""
+    return (
+        f"resources: {why}; its tasks wait (too_large) until a host that can hold them joins the"
+        " pool (a larger host or pilot); VIGIL_REFUSE_UNSATISFIABLE makes the api refuse such"
+        " a job"
+    )
+
+
 async def check_satisfiable(
     conn: Connection, request: Resources, pool_name: str, fresh_s: float
 ) -> None:
-    """A 422 on `resources` when no live host of the pool (its worker heartbeated within
-    `fresh_s`) can ever hold `request` (`VIGIL_REFUSE_UNSATISFIABLE`). Hosts that have not
-    advertised a capacity are left out; with none known, nothing is refused."""
-    capacities = await queries.live_capacities(conn, pool_name, fresh_s)
-    why = unsatisfiable(request, capacities)
+    """A 422 on `resources` when no live host of the pool can ever hold `request`
+    (`VIGIL_REFUSE_UNSATISFIABLE`: `why_unsatisfiable`)."""
+    why = await why_unsatisfiable(conn, request, pool_name, fresh_s)
     if why is not None:
-        raise invalid(("body", "resources"), f"{why} (the api refuses what no host can hold)")
+        raise unsatisfiable_refusal(why)

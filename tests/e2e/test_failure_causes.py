@@ -64,3 +64,29 @@ async def test_a_command_not_found_is_named_as_bash_reported_it(
     assert task["error_brief"].startswith(
         f"command exited with code 127: command not found: {missing} (bash: "
     ), task["error_brief"]
+
+
+async def test_a_request_no_host_can_hold_is_accepted_with_a_warning_naming_the_largest_host(
+    client: httpx.AsyncClient, events: Events
+) -> None:
+    # given: the stack's host is live (its worker ran a job), with its capacity advertised
+    answer = await client.post("/jobs", json={"command": "true", "inputs": ["a"]})
+    await wait_job(client, events, answer.json()["id"])
+    [host] = (await client.get("/hosts")).json()
+    cpus = int(host["capacity"]["cpus"])
+
+    # when: a job asks four times its CPUs
+    answer = await client.post(
+        "/jobs", json={"command": "true", "inputs": ["a"], "resources": {"cpus": 4 * cpus}}
+    )
+
+    # then: it is accepted (a larger host may join), and told that none can hold it now
+    assert answer.status_code == 201, answer.text
+    [warning] = answer.json()["warnings"]
+    assert warning.startswith(
+        f"resources: no host can ever hold it: needs {4 * cpus} cpus; the largest host,"
+        f" {host['id']}, has {cpus} cpus"
+    ), warning
+    assert "too_large" in warning and "VIGIL_REFUSE_UNSATISFIABLE" in warning
+    cancelled = await client.post(f"/jobs/{answer.json()['id']}/actions", json={"action": "cancel"})
+    assert cancelled.status_code == 202, cancelled.text

@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from services.api.schemas.jobs import JobCreate, JobEdit, ResourcesIn, check_priority
-from services.api.submission import unsatisfiable
+from services.api.submission import unsatisfiable, unsatisfiable_warning
 from shared.domain.scheduling.resources import Resources
 from shared.domain.states import JobState
 from shared.operations.job_edits import refusal
@@ -103,6 +103,18 @@ def test_a_request_that_no_host_can_hold_names_the_closest_host() -> None:
     assert "h-gpu, has 8 cpus, 16384 MiB, 2 gpus" in str(
         unsatisfiable(Resources(1000, 0, 4), hosts)
     )
+
+
+def test_a_job_accepted_although_no_host_can_hold_it_is_told_why_it_will_wait() -> None:
+    why = unsatisfiable(Resources(8000, 0, 0), {"h-1": Resources(2000, 4096, 0)})
+    assert why is not None
+
+    warning = unsatisfiable_warning(why)
+
+    assert warning.startswith(
+        "resources: no host can ever hold it: needs 8 cpus; the largest host, h-1, has 2 cpus"
+    )
+    assert "wait (too_large)" in warning and "VIGIL_REFUSE_UNSATISFIABLE" in warning
 
 
 def test_an_edit_of_an_active_jobs_request_is_refused_naming_resources_not_columns() -> None:

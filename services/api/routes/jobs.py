@@ -137,11 +137,12 @@ async def submit_job(
     body.check_against(task_types, settings.max_inputs, analysers)
     check_priority(body.priority, user.is_operator, settings.priority_user_range)
     check_retention(body.retention_s, settings.min_retention_s)
-    if settings.refuse_unsatisfiable:
-        async with pool.acquire() as conn:
-            await submission.check_satisfiable(
-                conn, body.resources.to_resources(), settings.worker_pool, settings.dead_host_s
-            )
+    # a request no live host can hold is refused, or accepted and said so (`warnings`)
+    too_large = await submission.too_large(
+        pool, body.resources.to_resources(), settings.worker_pool, settings.dead_host_s
+    )
+    if too_large is not None and settings.refuse_unsatisfiable:
+        raise submission.unsatisfiable_refusal(too_large)
     job, created = await submission.submit(pool, user, body, idempotency_key, quota)
     if created:
         metrics.jobs_submitted.inc()
@@ -150,6 +151,8 @@ async def submit_job(
     response.headers["Location"] = f"/jobs/{job.id}"
     shell = body.type == ShellTaskType.name
     warnings = await syntax.warnings(body.command) if shell and body.command else []
+    if too_large is not None:
+        warnings.append(submission.unsatisfiable_warning(too_large))
     return JobSubmitted(**dict(JobPublic.from_job(job)), warnings=warnings)
 
 

@@ -482,7 +482,9 @@ class JobSubmitted(JobPublic):
     warnings: list[str] = Field(
         default_factory=list,
         description="Problems found without refusing the job: a `shell` command that `bash -n`"
-        " cannot parse (its tasks would fail with exit code 2), with what bash said.",
+        " cannot parse (its tasks would fail with exit code 2), with what bash said; a request"
+        " no live host of the pool can hold, naming the largest (its tasks wait, `too_large`,"
+        " until one that can joins; `VIGIL_REFUSE_UNSATISFIABLE` refuses it instead).",
     )
 
 
