@@ -131,10 +131,15 @@ def detail_lines(detail: Mapping[str, Any] | None) -> list[str]:
 
 
 def reason_text(wait: Mapping[str, Any]) -> str:
-    """`fair_share: fair share: 3 tasks of other users ahead`: a reason and its message."""
+    """`fair_share: 3 tasks of other users ahead`: a reason and its message, the label a
+    message opens with (`fair share: ...`, `priority: ...`) said once."""
     message = wait.get("message")
     reason = printable(wait.get("reason"))
-    return f"{reason}: {printable(message)}" if message else reason
+    if not message:
+        return reason
+    said = printable(message)
+    label = f"{reason.replace('_', ' ')}: "
+    return f"{reason}: {said.removeprefix(label)}"
 
 
 def job_waiting(job: Mapping[str, Any]) -> str | None:

@@ -8,6 +8,7 @@ import re
 import select
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -276,3 +277,43 @@ def test_vigil_tasks_shows_each_task_as_it_ended_and_each_failure_keeps_its_caus
         2: "command exited with code 2: a shell syntax error:"
         " bash: eval: line 1: unexpected EOF while looking for matching `\"'",
     }
+
+
+def _waiting_reason(client: Client, task_id: str, within_s: float = 30.0) -> str | None:
+    """The reason the scheduler gave the task for waiting, once it gave one (None if it ran)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        task = client.task(task_id)
+        why = task.get("waiting_reason")
+        if task["state"] != "new" or (why and why["reason"] not in ("pending", "starting")):
+            return str(why["reason"]) if task["state"] == "new" and why else None
+        time.sleep(0.1)
+    raise TimeoutError(f"task {task_id} was given no waiting reason in {within_s} s")
+
+
+def test_vigil_why_says_each_reason_once(stack: Stack, env: dict[str, str]) -> None:
+    # given: a job of priority 10 whose two tasks each need the whole host (one runs, one
+    # waits), then a job of priority 0 of the same user, which waits behind it
+    with Client(stack.base_url, stack.token) as client:
+        [host] = client.hosts()
+        whole = {"cpus": host["capacity"]["cpus"]}
+        high = client.submit(
+            {"command": "sleep 60", "inputs": ["a", "b"], "priority": 10, "resources": whole}
+        )["id"]
+        low = client.submit({"command": "true", "inputs": ["x"], "resources": whole})["id"]
+        [task] = client.tasks(low)
+        try:
+            assert _waiting_reason(client, task["id"]) == "priority"
+
+            # when
+            why_task = vigil(env, "why", task["id"])
+            why_job = vigil(env, "why", low)
+        finally:
+            for job_id in (high, low):
+                client.job_action(job_id, "cancel")
+
+    # then: the reason, then its message without its own label again
+    ahead = "priority: 1 task of the user's higher-ranked jobs ahead"
+    assert why_task.returncode == 0, why_task.stderr
+    assert f"waiting: {ahead}" in why_task.stdout.splitlines()[0], why_task.stdout
+    assert f"1 task(s) waiting: {ahead}" in why_job.stdout.splitlines(), why_job.stdout

@@ -126,11 +126,11 @@ def test_vigil_why_and_status_say_why_a_jobs_tasks_wait_with_the_reasons_numbers
     assert why_job.stdout.splitlines() == [
         f"job {job_id} is active: 2 new",
         "each task needs 2 cpus",
-        "2 task(s) waiting: fair_share: fair share: 12 tasks of other users ahead",
+        "2 task(s) waiting: fair_share: 12 tasks of other users ahead",
         "  ahead: 12",
     ]
     assert why_task.stdout.splitlines() == [
-        f"task {task_id} (job {job_id}, index 0) is new, waiting: fair_share: fair share:"
+        f"task {task_id} (job {job_id}, index 0) is new, waiting: fair_share:"
         " 12 tasks of other users ahead",
         "  ahead: 12",
     ]
@@ -142,7 +142,7 @@ def test_vigil_why_and_status_say_why_a_jobs_tasks_wait_with_the_reasons_numbers
     }
     shown = " ".join(status.stdout.split())
     assert "resources each task 2 cpus" in shown
-    assert "waiting 2 task(s): fair_share: fair share: 12 tasks of other users ahead" in shown
+    assert "waiting 2 task(s): fair_share: 12 tasks of other users ahead" in shown
     assert "priority" not in shown  # 0: the default
 
 

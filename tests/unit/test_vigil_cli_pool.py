@@ -312,7 +312,7 @@ def test_vigil_why_job_says_how_many_wait_why_and_its_counts(
     assert result.stdout.splitlines() == [
         "job j-1 is active: 5 new, 3 completed, 2 on_cpu",
         "priority 5; each task needs 2 cpus, 1 gpu",
-        "5 task(s) waiting: fair_share: fair share: 12 tasks of other users ahead",
+        "5 task(s) waiting: fair_share: 12 tasks of other users ahead",
         "  ahead: 12",
     ]
 
@@ -386,7 +386,7 @@ def test_vigil_status_job_leaves_out_the_defaults_and_a_job_that_does_not_wait()
 def test_vigil_status_task_shows_its_waiting_reason() -> None:
     shown = _shown(render.task_detail(TASK | {"waiting_reason": FAIR_SHARE_WAIT}))
 
-    assert "waiting fair_share: fair share: 12 tasks of other users ahead" in shown
+    assert "waiting fair_share: 12 tasks of other users ahead" in shown
 
 
 def test_vigil_status_job_asks_the_job_and_its_tasks(
@@ -398,7 +398,7 @@ def test_vigil_status_job_asks_the_job_and_its_tasks(
     result = vigil("status", "j-1")
 
     assert result.exit_code == 0, result.output
-    assert "5 task(s): fair_share: fair share: 12 tasks of other users ahead" in result.stdout
+    assert "5 task(s): fair_share: 12 tasks of other users ahead" in result.stdout
 
 
 # -- formatting --------------------------------------------------------------------------------
