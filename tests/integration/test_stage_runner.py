@@ -318,11 +318,32 @@ def _default_launcher(settings: WorkerSettings, pool: db.Pool) -> launch.Launche
 
 
 @pytest.fixture
+def signals_dir() -> Iterator[Path]:
+    """A new directory the test writes in and confined jobs may read (see `default_runner`)."""
+    made = Path(tempfile.mkdtemp(prefix="vigil-signals-", dir="/tmp"))
+    made.chmod(0o755)
+    yield made
+    shutil.rmtree(made, ignore_errors=True)
+
+
+@pytest.fixture
 async def default_runner(
-    pool: db.Pool, session_database_url: str, namespace: str, passable_dir: Path
+    pool: db.Pool,
+    session_database_url: str,
+    namespace: str,
+    passable_dir: Path,
+    signals_dir: Path,
 ) -> AsyncIterator[StageRunner]:
-    """A stage runner as a worker runs by default (`_default_launcher`)."""
-    settings = _settings(session_database_url, namespace, passable_dir, default=True)
+    """A stage runner as a worker runs by default (`_default_launcher`); its jobs see one
+    directory of the test's, read-only (`VIGIL_JOB_READ_ONLY_PATHS`: the sealed room shows
+    them nothing else of the host's `/tmp` or of the work root but their own work dir)."""
+    settings = _settings(
+        session_database_url,
+        namespace,
+        passable_dir,
+        default=True,
+        job_read_only_paths=str(signals_dir),
+    )
     redis = Redis.from_url(REDIS_URL)
     try:
         async with open_broker(AMQP_URL, Topology(namespace), name="test-stages") as broker:
@@ -336,7 +357,7 @@ async def test_the_exit_of_a_short_command_whose_report_is_late_is_noted_for_the
 ) -> None:
     runner = default_runner
     # given: a short command running under its claim (not handed over), confined
-    go = Path(runner.settings.work_root) / "go"  # where the job's uid can look
+    go = runner.settings.read_only_paths()[0] / "go"  # where the job can look
     message, driving = await _running_until(go, runner, pool, exit_code=3)
 
     # when: it exits while its task's row is held, so that its report waits
