@@ -387,6 +387,24 @@ vigil_private_file() {
     chmod 0600 "$1"
 }
 
+# The settings the services are started with: every VIGIL_* variable of this environment, one
+# NAME=VALUE a line, sorted (the operator token by its digest only: the file is kept).
+vigil_settings() {
+    local name value
+    while IFS= read -r name; do
+        value="${!name}"
+        [[ $name == VIGIL_BOOTSTRAP_TOKEN ]] && value="sha256:$(printf '%s' "$value" | sha256sum | cut -c1-16)"
+        printf '%s=%s\n' "$name" "$value"
+    done < <(compgen -e | grep '^VIGIL_' | LC_ALL=C sort)
+}
+
+# The names of the settings that differ between two lists of vigil_settings ($1: a file, $2:
+# a file), one a line: changed, added or removed.
+vigil_settings_changed() {
+    LC_ALL=C comm -3 <(LC_ALL=C sort "$1") <(LC_ALL=C sort "$2") | sed 's/^\t//; s/=.*//' |
+        LC_ALL=C sort -u
+}
+
 # The pid in .run/<service>.pid when that process is alive and really is that service.
 service_pid() {
     local f="$VIGIL_RUN/$1.pid" pid
