@@ -35,6 +35,7 @@ from shared.domain.scheduling.model import (
     Round,
     Settings,
     UserState,
+    expected_runtime,
 )
 from shared.domain.scheduling.planner import plan
 from shared.domain.scheduling.reasons import detail
@@ -217,6 +218,8 @@ class Planning:
                 j.max_in_flight,
                 j.walltime_s,
                 stageable=self.prefetch > 0 or j.owner_id in self._short,
+                expected_s=expected_runtime(j.took_p95_s),
+                restartable=j.restartable,
             )
             for j in feed.jobs
         ]

@@ -13,7 +13,7 @@ writes to `job_waits` and `users` take those rows' locks; the reads lock nothing
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from shared.domain.prerequisites import met_arrays, unmet_sql
@@ -48,6 +48,7 @@ _JOB_COLUMNS: Final = f"""j.id, j.owner_id, j.priority, j.req_millicpus, j.req_m
        j.req_gpus,
        CASE WHEN j.probing_since IS NULL THEN j.max_in_flight ELSE 1 END AS max_in_flight,
        (j.policy->>'walltime')::float8 AS walltime,
+       coalesce((j.policy->>'restartable')::boolean, false) AS restartable,
        w.n AS waiting, extract(epoch FROM w.since)::float8 AS since,
        (SELECT count(*) FROM tasks x WHERE x.job_id = j.id
           AND (x.claim IS NOT NULL OR x.state NOT IN {sql_states.NOT_IN_FLIGHT})) AS in_flight"""
@@ -280,6 +281,10 @@ class JobRow:
     since: float  # epoch seconds
     in_flight: int
     walltime_s: float | None = None  # `policy.walltime`
+    restartable: bool = False  # `policy.restartable`
+    #: Without a walltime, while some host ends: the 95th percentile of what its finished
+    #: tasks' commands took (`_TOOK`); None: none has finished, or not asked.
+    took_p95_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -377,11 +382,42 @@ async def read_unless_idle(
         rows = await conn.fetch(
             _TOP_JOBS[pending_first], per_job, *met_arrays(), top[0] + per_job, top[1]
         )
-    jobs = [_job(row) for row in rows]
+    jobs = await _with_lengths(conn, hosts, [_job(row) for row in rows])
     owners = sorted({j.owner_id for j in jobs} | by_owner.keys())
     users = {row["id"]: _user(row, by_owner) for row in await conn.fetch(_USERS, owners)}
     placeable = None if clock["placeable"] is None else int(clock["placeable"])
     return Feed(now, stopped, hosts, jobs, users, placeable, await _staged(conn))
+
+
+#: Per job of $1, the 95th percentile of how long its finished commands took: the cluster
+#: attempts that ended without a failure, of its first $2 tasks (an index walk of the job's
+#: tasks, bounded, then each task's attempts by their key): one aggregate a job.
+_TOOK: Final = """
+SELECT t.job_id, percentile_cont(0.95) WITHIN GROUP (
+           ORDER BY extract(epoch FROM a.ended_at - a.started_at)) AS p95
+FROM unnest($1::text[]) AS j(id)
+CROSS JOIN LATERAL (
+    SELECT t.id, t.job_id FROM tasks t WHERE t.job_id = j.id ORDER BY t.index LIMIT $2) t
+JOIN attempts a ON a.task_id = t.id
+WHERE a.stage = 'cluster' AND a.ended_at IS NOT NULL AND a.failure_class IS NULL
+GROUP BY t.job_id
+"""
+
+#: How many of a job's tasks `_TOOK` looks at: tasks run in index order, so its first ones
+#: are those that have finished.
+TOOK_OF_FIRST: Final = 2000
+
+
+async def _with_lengths(
+    conn: Connection, hosts: Sequence[HostRow], jobs: list[JobRow]
+) -> list[JobRow]:
+    """The jobs, those without a walltime with what their finished tasks took, asked only
+    while some host ends (a pilot): elsewhere a task's length decides nothing."""
+    unsaid = [j.job_id for j in jobs if j.walltime_s is None]
+    if not unsaid or all(h.ends_at is None for h in hosts):
+        return jobs
+    took = {r["job_id"]: float(r["p95"]) for r in await conn.fetch(_TOOK, unsaid, TOOK_OF_FIRST)}
+    return [replace(j, took_p95_s=took[j.job_id]) if j.job_id in took else j for j in jobs]
 
 
 async def _staged(conn: Connection) -> dict[str, tuple[Staged, ...]]:
@@ -450,6 +486,7 @@ def _job(row: Any) -> JobRow:
         since=float(row["since"]),
         in_flight=int(row["in_flight"]),
         walltime_s=row["walltime"],
+        restartable=bool(row["restartable"]),
     )
 
 

@@ -541,6 +541,36 @@ async def _ran_lately(conn: Connection, job: jobs_repo.Job, host: str, seconds: 
         )
 
 
+async def test_a_task_without_walltime_goes_to_a_pilot_only_if_its_jobs_past_says_it_ends_there(
+    pool: Pool,
+) -> None:
+    dispatcher = _dispatcher(pool)
+    async with pool.acquire() as conn:
+        # given a pilot that ends in 8 minutes, and three jobs with no walltime, not
+        # restartable: one whose tasks took 30 s, one whose took 400 s, one with none done
+        pilot = await _host(conn, cpus=8)
+        await conn.execute(
+            "UPDATE hosts SET ends_at = now() + interval '8 minutes' WHERE id = $1", pilot
+        )
+        quick = await _submitted(conn, NewJob("took-30", "shell", "true", list("abcde")))
+        slow = await _submitted(conn, NewJob("took-400", "shell", "true", list("abcde")))
+        fresh = await _submitted(conn, NewJob("sleep-600", "shell", "sleep 600", ["a"]))
+        await _ran_lately(conn, quick, pilot, 30)
+        await _ran_lately(conn, slow, pilot, 400)
+
+        # when a round runs
+        await dispatcher.run_once()
+        claimed = {job.id: await _claimed(conn, job.id) for job in (quick, slow, fresh)}
+        waits = {job.id: await _wait(conn, job.id) for job in (slow, fresh)}
+
+    # then only the job whose tasks end before the pilot does is placed on it
+    assert claimed == {quick.id: 2, slow.id: 0, fresh.id: 0}
+    slow_wait, fresh_wait = waits[slow.id], waits[fresh.id]
+    assert slow_wait is not None and slow_wait[0] == "resources"
+    assert "for 660 s (what its job's finished tasks took)" in slow_wait[1]
+    assert fresh_wait is not None and "not restartable, no walltime" in fresh_wait[1]
+
+
 @pytest.mark.parametrize(("seconds", "claimed"), [(0.05, 1 + 4), (5.0, 1)])
 async def test_a_host_is_handed_more_than_it_can_run_only_of_short_work(
     pool: Pool, seconds: float, claimed: int

@@ -24,10 +24,12 @@ from shared.domain.scheduling.model import (
     Round,
     Settings,
     UserState,
+    expected_runtime,
 )
 from shared.domain.scheduling.planner import plan
 from shared.domain.scheduling.reasons import (
     EmergencyStop,
+    EndsTooSoon,
     FairShare,
     NoHost,
     Priority,
@@ -712,12 +714,12 @@ def test_when_a_pilot_ends_before_a_task_could__the_task_goes_where_it_has_the_t
     later = replace(HostState.idle("pilot-later", R(8)), ends_at=NOW + 7200)
     hosts = [soon, later]
     hour = JobDemand("hour", "u", 3, R(1), walltime_s=3600, waiting_since=NOW)
-    unsaid = JobDemand("unsaid", "v", 1, R(1), waiting_since=NOW)
+    unsaid = JobDemand("unsaid", "v", 1, R(1), waiting_since=NOW, restartable=True)
 
     result = plan(Round(NOW, hosts, [hour, unsaid]))
 
     assert {a.host_id for a in result.assignments if a.job_id == "hour"} == {"pilot-later"}
-    assert _placed(result, "unsaid") == 1  # no walltime: any host, a pilot's too
+    assert _placed(result, "unsaid") == 1  # restartable, length unknown: a pilot's too
 
 
 def test_when_no_host_lasts_long_enough__the_task_waits_for_resources() -> None:
@@ -728,6 +730,49 @@ def test_when_no_host_lasts_long_enough__the_task_waits_for_resources() -> None:
 
     assert result.assignments == ()
     assert result.waits["hour"].reason is WaitingReason.RESOURCES
+
+
+def test_when_a_task_is_not_restartable_and_of_unknown_length__no_host_that_ends_gets_it() -> None:
+    ending = replace(HostState.idle("pilot-ending", R(4)), ends_at=NOW + 470)
+    sleep = JobDemand("sleep-600", "alice", 1, R(1), waiting_since=NOW)
+
+    alone = plan(Round(NOW, [ending], [sleep]))
+    beside = plan(Round(NOW, [ending, HostState.idle("h1", R(1))], [sleep]))
+
+    assert alone.assignments == ()
+    wait = alone.waits["sleep-600"]
+    assert wait == EndsTooSoon(R(1), None, False, "pilot-ending", 470.0)
+    assert wait.reason is WaitingReason.RESOURCES  # a pilot asked for may last: it asks one
+    assert "not restartable, no walltime" in wait.message()
+    assert [(a.host_id, a.count) for a in beside.assignments] == [("h1", 1)]
+
+
+def test_when_a_job_has_no_walltime__what_its_finished_tasks_took_decides_where_it_fits() -> None:
+    ending = replace(HostState.idle("pilot-ending", R(4)), ends_at=NOW + 470)
+    short = JobDemand("short", "u", 2, R(1), waiting_since=NOW, expected_s=expected_runtime(90))
+    long = JobDemand("long", "v", 2, R(1), waiting_since=NOW, expected_s=expected_runtime(600))
+
+    result = plan(Round(NOW, [ending], [short, long]))
+
+    assert expected_runtime(90) == 90 * 1.5 + 60 and expected_runtime(None) is None
+    assert _placed(result, "short") == 2  # 195 s: ends before the pilot does
+    assert _placed(result, "long") == 0  # 960 s: would not
+    wait = result.waits["long"]
+    assert wait == EndsTooSoon(R(1), 960.0, False, "pilot-ending", 470.0)
+    assert "960 s (what its job's finished tasks took)" in wait.message()
+
+
+def test_when_a_walltime_outlasts_every_pilot__the_reason_names_the_one_that_lasts_longest() -> (
+    None
+):
+    soon = replace(HostState.idle("pilot-soon", R(4)), ends_at=NOW + 600)
+    later = replace(HostState.idle("pilot-later", R(4)), ends_at=NOW + 1200)
+    day = JobDemand("day", "u", 1, R(1), walltime_s=86400, waiting_since=NOW)
+
+    result = plan(Round(NOW, [soon, later], [day]))
+
+    assert result.waits["day"] == EndsTooSoon(R(1), 86400.0, True, "pilot-later", 1200.0)
+    assert "(its walltime)" in result.waits["day"].message()
 
 
 def test_when_a_job_is_not_stageable__nothing_of_it_is_handed_beyond_free_capacity() -> None:

@@ -121,7 +121,7 @@ class Board:
         self._gpus: list[_Key] = sorted(h.key() for h in self.hosts if h.has_gpus)
         self._held: dict[str, Host] = {}  # job id -> the host held for it
         self._staging: list[tuple[int, int]] | None = None  # (staged, index), made when asked
-        self._ever: dict[Resources, bool] = {}  # capacities do not change in a round
+        self._ever: dict[tuple[Resources, float | None], bool] = {}  # fixed in a round
         self._with_staged = [h for h in self.hosts if h.staged_of]
         self.capacity = total(h.capacity for h in self.hosts)
 
@@ -251,11 +251,20 @@ class Board:
 
     # -- what reasons say ---------------------------------------------------------------------
 
-    def can_ever_hold(self, need: Resources) -> bool:
-        """Whether some host's capacity holds `need` (looked at once per request shape)."""
-        if (known := self._ever.get(need)) is None:
-            known = self._ever[need] = any(need.fits_in(h.capacity) for h in self.hosts)
+    def can_ever_hold(self, need: Resources, until: float | None = None) -> bool:
+        """Whether some host's capacity holds `need`, taking work until `until` (looked at
+        once per request shape and time)."""
+        if (known := self._ever.get((need, until))) is None:
+            known = self._ever[(need, until)] = any(
+                need.fits_in(h.capacity) and h.lasts_until(until) for h in self.hosts
+            )
         return known
+
+    def last_to_end(self, need: Resources) -> Host:
+        """Of the hosts whose capacity holds `need` (all, if none), the one that ends last
+        (one that never ends first). The board must have a host."""
+        able = [h for h in self.hosts if need.fits_in(h.capacity)] or self.hosts
+        return max(able, key=lambda h: (h.ends_at is None, h.ends_at or 0.0, h.host_id))
 
     def closest(self, need: Resources, by_capacity: bool = False) -> Host:
         """The host that comes closest to holding `need` now (or ever, `by_capacity`): the

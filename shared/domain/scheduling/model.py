@@ -8,6 +8,7 @@ for a large request, and why every other waiting task waits.
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from shared.domain.scheduling.reasons import Wait
 from shared.domain.scheduling.resources import NOTHING, Resources
@@ -58,6 +59,20 @@ class HostState:
         return cls(host_id, capacity, capacity, ids)
 
 
+#: The margin on what a job's finished tasks took (their 95th percentile): a task placed by
+#: it on a host that ends is given half as long again, and a minute (setup, a slower input).
+EXPECTED_FACTOR: Final = 1.5
+EXPECTED_EXTRA_S: Final = 60.0
+
+
+def expected_runtime(took_p95_s: float | None) -> float | None:
+    """How long a task of a job without a walltime is expected to run, from the 95th
+    percentile of what its finished tasks took (None: none has finished)."""
+    if took_p95_s is None:
+        return None
+    return took_p95_s * EXPECTED_FACTOR + EXPECTED_EXTRA_S
+
+
 @dataclass(frozen=True)
 class JobDemand:
     """One job's waiting tasks, all alike: the planner decides how many go where."""
@@ -73,13 +88,20 @@ class JobDemand:
     in_flight: int = 0
     #: The job's throttle (1 while it probes); None: none.
     max_in_flight: int | None = None
-    #: How long each task may run (`policy.walltime`); None: not said (placed on any host,
-    #: a pilot's too, where the end of the allocation may stop it: a lost host, not its fault).
+    #: How long each task may run (`policy.walltime`); None: not said. A task is placed on a
+    #: host that ends (a pilot) only if it ends there: by its walltime, else by `expected_s`.
     walltime_s: float | None = None
     #: Whether its tasks may be handed to a host beyond its free capacity (the prefetch):
     #: the caller says so when they are known to be short, so that staged work delays a
     #: task placed after it by little.
     stageable: bool = True
+    #: Without a walltime, how long a task is expected to run: what the job's finished tasks
+    #: took (`expected_runtime`); None: none has finished, or no host ends (not asked).
+    expected_s: float | None = None
+    #: Whether a task lost with its host is run again (`policy.restartable`). One that is not,
+    #: with neither a walltime nor `expected_s`, never goes to a host that ends: the end of
+    #: the allocation would fail its job.
+    restartable: bool = False
 
     def __post_init__(self) -> None:
         # Every task takes some CPU: a request of nothing would fit anywhere without end,

@@ -43,6 +43,7 @@ from shared.domain.scheduling.model import (
 )
 from shared.domain.scheduling.reasons import (
     EmergencyStop,
+    EndsTooSoon,
     FairShare,
     NoHost,
     Priority,
@@ -286,10 +287,15 @@ class _Planner:
         return count
 
     def _until(self, job: _Job) -> float | None:
-        """Until when a host must take work for a task of `job` to end there (its walltime
-        from now), or None: not said."""
-        walltime = job.demand.walltime_s
-        return None if walltime is None else self.round_.now + walltime
+        """Until when a host must take work for a task of `job` to end there: its walltime
+        from now, else what its job's finished tasks took (`JobDemand.expected_s`); for a
+        task that is not restartable and of unknown length, for ever (a host that ends would
+        fail it); None: any host (a restartable task lost with its host is run again)."""
+        d = job.demand
+        runs = d.walltime_s if d.walltime_s is not None else d.expected_s
+        if runs is not None:
+            return self.round_.now + runs
+        return None if d.restartable else math.inf
 
     def _while_lowest(self, user: _User, need: Resources, after: _Next, most: int) -> int:
         """How many tasks of `need` (1 to `most`) the user is given before their level passes
@@ -360,7 +366,8 @@ class _Planner:
         """Why each job with tasks left waits, walking each user's jobs in their order."""
         for user in self.users.values():
             for job in user.jobs:
-                job.eligible = job.room if self.board.can_ever_hold(job.demand.request) else 0
+                can = self.board.can_ever_hold(job.demand.request, self._until(job))
+                job.eligible = job.room if can else 0
         others = self._others_ahead()
         waits: dict[str, Wait] = {}
         for name, user in self.users.items():
@@ -381,6 +388,8 @@ class _Planner:
         if not self.board.can_ever_hold(need):
             largest = self.board.closest(need, by_capacity=True)
             return TooLarge(need, largest.host_id, largest.capacity)
+        if not self.board.can_ever_hold(need, until := self._until(job)):
+            return self._ends_too_soon(job, until)
         if (held := self.board.held_for(d.job_id)) is not None:  # it starts there, first
             return WaitsForResources(need, held.host_id, held.free, held.host_id)
         if (holder := self.board.holder_of(need, besides=d.job_id)) is not None:
@@ -389,6 +398,14 @@ class _Planner:
             closest = self.board.closest(need)
             return WaitsForResources(need, closest.host_id, closest.free)
         return FairShare(others) if own == 0 else Priority(own, others)
+
+    def _ends_too_soon(self, job: _Job, until: float | None) -> EndsTooSoon:
+        """Why a job waits whose tasks every host that could hold them ends before."""
+        d = job.demand
+        last = self.board.last_to_end(d.request)
+        runs = None if until is None or math.isinf(until) else until - self.round_.now
+        left = max(0.0, (last.ends_at or self.round_.now) - self.round_.now)
+        return EndsTooSoon(d.request, runs, d.walltime_s is not None, last.host_id, left)
 
     def _others_ahead(self) -> dict[str, int]:
         """For each user, how many tasks of other users the order serves before the user's

@@ -105,6 +105,35 @@ class TooLarge:
 
 
 @dataclass(frozen=True)
+class EndsTooSoon:
+    """Every host that could hold it ends before it would (pilots, their allocations'
+    ends): it waits for resources that last, as a new pilot's would."""
+
+    reason: ClassVar[WaitingReason] = WaitingReason.RESOURCES
+    needs: Resources
+    #: How long a task runs (its walltime, or what the job's finished tasks took, with a
+    #: margin); None: not known, and the task is not restartable.
+    runs_s: float | None
+    by_walltime: bool  # `runs_s` is its walltime
+    last_host: str  # of the hosts that could hold it, the one that ends last
+    ends_in_s: float  # when it ends, from now
+
+    def message(self) -> str:
+        ends = f"{self.last_host}, the host that lasts longest, ends in {self.ends_in_s:.0f} s"
+        if self.runs_s is None:
+            return (
+                f"needs {self.needs.describe()} on a host that does not end: not restartable,"
+                f" no walltime, and no task of its job has finished yet to tell its length;"
+                f" {ends}"
+            )
+        basis = "its walltime" if self.by_walltime else "what its job's finished tasks took"
+        return (
+            f"next to run, waits for a host that lasts: needs {self.needs.describe()} for"
+            f" {self.runs_s:.0f} s ({basis}); {ends}"
+        )
+
+
+@dataclass(frozen=True)
 class Reserved:
     reason: ClassVar[WaitingReason] = WaitingReason.RESERVED
     needs: Resources
@@ -162,6 +191,7 @@ Wait = (
     | Throttled
     | UserCapped
     | TooLarge
+    | EndsTooSoon
     | Reserved
     | WaitsForResources
     | FairShare
