@@ -8,7 +8,7 @@ with the task row locked, writes it on the task's last attempt and publishes it 
 Fencing: a task `lost` while its process may still run (its host was silent, nobody killed
 it) is not resubmitted until that process is known gone: the triage asks the host's
 supervisor to kill it (`KillTask`, which marks the attempt reaped) and waits, unless the host
-stays unreachable for `fence_timeout_s`.
+stays unreachable for `fence_timeout_s` or is a pilot whose allocation has ended.
 """
 
 import logging
@@ -44,10 +44,14 @@ WHERE t.id = $1 AND NOT t.decided AND t.state = ANY($2::task_state[])
 FOR UPDATE OF t SKIP LOCKED FOR SHARE OF j SKIP LOCKED
 """
 
+#: Whether a host can no longer kill a lost task's process: silent for $2 seconds, or a pilot
+#: whose allocation the batch system reports ended (its processes ended with it: Slurm kills
+#: every process of a job it ends), which no kill could reach and none needs to.
 _HOST_UNREACHABLE = """
-SELECT coalesce(greatest(heartbeat_at, supervisor_heartbeat_at), heartbeat_at)
+SELECT coalesce(greatest(h.heartbeat_at, h.supervisor_heartbeat_at), h.heartbeat_at)
        < now() - make_interval(secs => $2)
-FROM hosts WHERE id = $1
+       OR EXISTS (SELECT 1 FROM pilots p WHERE p.host_id = h.id AND p.state = 'ended')
+FROM hosts h WHERE h.id = $1
 """
 
 

@@ -11,7 +11,7 @@ from shared.domain.analyser import Decision, DefaultAnalyser, Facts, Verdict
 from shared.domain.states import FailureClass, TaskState
 from shared.operations import configuring, datasets, quarantine
 from shared.operations.configuring import TrialInput
-from shared.store import jobs_repo, logs_repo, tasks_repo, users_repo
+from shared.store import jobs_repo, logs_repo, pilots_repo, tasks_repo, users_repo
 from shared.store.db import Connection, Pool
 from shared.store.jobs_repo import NewJob
 
@@ -152,6 +152,35 @@ async def test_when_the_host_stays_unreachable_past_the_fence_timeout__the_clone
         await _triage(pool, fence_timeout_s=60).run_once()
         task = await tasks_repo.get(conn, task_id)
         assert task is not None and task.superseded_by is not None
+
+
+async def test_when_a_pilots_allocation_has_ended__its_lost_task_waits_for_no_fence(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        # given a restartable task lost on a pilot's host whose last heartbeat is fresh, and
+        # the batch system reporting the pilot's allocation ended (`vigil pilots rm`)
+        [task_id] = await _job(conn, ["x"], {"restartable": True})
+        host = await _host(conn)
+        [pilot] = await pilots_repo.request(
+            conn, "default", "slurm", pilots_repo.Ask(cpus=1, walltime_s=600), 1, "op"
+        )
+        await conn.execute(
+            "UPDATE pilots SET state = 'ended', host_id = $2, reason = 'cancelled',"
+            " ended_at = now() WHERE id = $1",
+            pilot.id,
+            host,
+        )
+        await _fail(conn, task_id, FailureClass.LOST, host)
+
+        # when triaged
+        await _triage(pool, fence_timeout_s=600).run_once()
+
+        # then it is resubmitted at once: no kill asked of a host whose processes are gone
+        task = await tasks_repo.get(conn, task_id)
+        assert task is not None and task.superseded_by is not None
+        assert (await _decision(conn, task_id))[0] == "resubmitted"
+        assert await _kills(conn, host, task_id) == []
 
 
 async def _host_row(conn: Connection, host: str) -> Any:
