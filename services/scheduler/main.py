@@ -34,6 +34,7 @@ from services.scheduler.dispatcher import Dispatcher
 from services.scheduler.due import Due, Pace, relay_wait, soon_enough_for
 from services.scheduler.finaliser import SWEEP_EVERY_S, Finaliser
 from services.scheduler.gather import Gather
+from services.scheduler.host_queues import HostQueues
 from services.scheduler.leader import Leadership
 from services.scheduler.pilots import PilotPool
 from services.scheduler.reaper import Reaper
@@ -107,6 +108,10 @@ class Scheduler:
             pool, redis, RedisKeys(settings.namespace), settings.scheduler_batch
         )
         self.reaper = Reaper(pool, settings.dead_host_s)
+        #: Retired hosts' queues deleted, once nothing in them is owed.
+        self.host_queues = HostQueues(
+            pool, broker, settings.dead_host_s, on_deleted=self.relay.forget_host
+        )
         #: Hosts' beats from Redis into `hosts` (issue 41).
         self.beats = BeatRelay(pool, BeatBoard(redis, RedisKeys(settings.namespace)))
         #: Pilots on a batch system (issue 40), when one is configured.
@@ -186,6 +191,7 @@ class Scheduler:
             self._last_reap = now
             ran = ran.plus(await self.reaper.run_once())
             ran = ran.plus(await self._give_back_from_gone_hosts())
+            ran = ran.plus(await self.host_queues.run_once())
             probed = await end_probing(self.pool)  # jobs whose throttle is back: release now
             if probed:
                 self.release_due.tell()

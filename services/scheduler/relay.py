@@ -29,8 +29,9 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
+from services.scheduler import host_queues
 from shared.messaging.amqp import Broker, Publish
-from shared.messaging.topology import declare_work_queue
+from shared.messaging.topology import declare_work_queue, host_key, supervise_key
 from shared.store import outbox
 from shared.store.db import Pool
 
@@ -50,6 +51,7 @@ class Relay:
         self._vacuum_every = vacuum_every
         #: Rows deleted since the last vacuum.
         self._deleted = 0
+        #: Routing keys of host and supervise queues known to be there (of hosts not retired).
         self._declared: set[str] = set()
         #: Told of every row once it is confirmed (the scheduler follows jobs that may end).
         self.on_published: Callable[[outbox.OutboxRow], None] | None = None
@@ -132,7 +134,8 @@ class Relay:
                 messages.append(Publish(broker.events, row.routing_key, row.body, False, row.seq))
             else:
                 try:
-                    await self._ensure_queue(row.routing_key)
+                    if not await self._ensure_queue(row.routing_key):
+                        continue  # a retired host's: dropped, counted as confirmed
                 except Exception as exc:  # this row waits for the next round; the rest go
                     results[n] = exc
                     continue
@@ -146,13 +149,26 @@ class Relay:
             results[n] = outcome
         return results
 
-    async def _ensure_queue(self, routing_key: str) -> None:
-        """Declare the host queue a work message is for, so it is never dropped unrouted."""
-        if routing_key in self._declared or not routing_key.startswith("host."):
-            return
-        host_id = routing_key.removeprefix("host.")
-        topology = self._broker.topology
-        await declare_work_queue(
-            self._broker.channel, topology, topology.host_queue(host_id), routing_key
-        )
+    async def _ensure_queue(self, routing_key: str) -> bool:
+        """Declare the host queue a work message is for, so it is never dropped unrouted;
+        False for a message to a retired host (`host_queues`), its work or supervise queue:
+        that queue stays deleted and the message goes nowhere, as what it carried is the
+        database's (its task resolved or placed again, a kill owed kept in `attempts`)."""
+        kind, _, host_id = routing_key.partition(".")
+        if routing_key in self._declared or kind not in ("host", "supervise"):
+            return True
+        async with self._pool.acquire() as conn:
+            if await host_queues.is_retired(conn, host_id):
+                logger.info("%s message for retired host %s dropped", kind, host_id)
+                return False
+        if kind == "host":  # a supervise queue is its supervisor's to declare, at its start
+            topology = self._broker.topology
+            await declare_work_queue(
+                self._broker.channel, topology, topology.host_queue(host_id), routing_key
+            )
         self._declared.add(routing_key)
+        return True
+
+    def forget_host(self, host_id: str) -> None:
+        """The host's queues were deleted: its next message looks again."""
+        self._declared -= {host_key(host_id), supervise_key(host_id)}

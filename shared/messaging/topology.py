@@ -6,6 +6,7 @@ deliveries; each is declared only here, with one set of arguments (design §10: 
 with other arguments closes the channel).
 """
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -14,6 +15,8 @@ from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractQueue
 
 from shared.domain.ids import is_safe_id
 from shared.runtime.config import DEFAULT_POOL
+
+logger = logging.getLogger(__name__)
 
 #: Poison messages go to the DLQ after this many deliveries (quorum queues need it explicit).
 DELIVERY_LIMIT: Final = 5
@@ -214,3 +217,25 @@ async def delete_all(
         topology.dead_letter_exchange,
     ):
         await channel.exchange_delete(exchange)
+
+
+async def delete_host_queues(channel: AbstractChannel, topology: Topology, host_id: str) -> int:
+    """Delete the work and supervise queues of a retired host; how many messages they held.
+
+    Idempotent: a queue already gone is no error (RabbitMQ's delete of a missing queue succeeds).
+    Called once nothing in them is owed (`services/scheduler/host_queues.py`): what is left are
+    messages of tasks the database already resolved or placed again, so they are dropped. A
+    host that comes back under the same id declares them again at its start.
+    """
+    dropped = 0
+    for queue in (topology.host_queue(host_id), topology.supervisor_queue(host_id)):
+        # Quorum queues refuse if_unused=True by closing the connection (design §10).
+        result = await channel.queue_delete(queue, if_unused=False, if_empty=False)
+        dropped += result.message_count or 0
+    logger.info(
+        "host %s retired: its work and supervise queues deleted (%d message(s) dropped)",
+        host_id,
+        dropped,
+        extra={"host": host_id},
+    )
+    return dropped

@@ -1,0 +1,89 @@
+"""A host's queues live as long as the host.
+
+Each host has two durable quorum queues (its work queue and its supervisor's), each a Raft
+group on every broker node. A pilot is a new host id each time, so without this every ended
+pilot would leave two behind for ever. The leading scheduler deletes them once the host is
+retired and nothing in them is owed:
+
+- the host is dead: no worker registered (the reaper declared its held tasks lost, or it
+  stopped), and neither its worker nor its supervisor has beaten for `dead_after_s`;
+- no task still claims it: held tasks were resolved by the reaper, and new tasks placed on it
+  and not taken were placed again (`plan_repo.give_back_from_gone_hosts`).
+
+What is left in the queues is then only messages of tasks the database already resolved. The
+host's row is locked while its queues go, so a worker registering under the same id waits and
+declares them again at its start. A work message for the host that the relay reads later is
+dropped, never published (that would declare the queue again): its task is the database's
+(`Relay`, `is_retired`).
+"""
+
+import logging
+from collections.abc import Callable
+from typing import Final
+
+from shared.domain.states import TERMINAL
+from shared.messaging.amqp import Broker
+from shared.messaging.topology import delete_host_queues
+from shared.store.db import Connection, Pool
+
+logger = logging.getLogger(__name__)
+
+#: Hosts retired per look at most (each costs two queue deletes on the broker).
+BATCH: Final = 50
+
+#: Whether the queues of a host are deleted and it has not beaten since: a host that comes back
+#: (its worker registers, or any heartbeat) is newer than the deletion.
+_RETIRED: Final = """
+h.queues_deleted_at IS NOT NULL
+AND h.queues_deleted_at >= greatest(h.heartbeat_at, h.supervisor_heartbeat_at)
+"""
+
+#: Dead hosts whose queues are not deleted yet and owe nothing: locked, skipped if busy.
+_DUE: Final = f"""
+SELECT h.id FROM hosts h
+WHERE h.worker IS NULL
+  AND h.heartbeat_at < now() - make_interval(secs => $1)
+  AND (h.supervisor_heartbeat_at IS NULL
+       OR h.supervisor_heartbeat_at < now() - make_interval(secs => $1))
+  AND NOT ({_RETIRED})
+  AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.host = h.id AND t.claim IS NOT NULL
+                  AND t.state <> ALL($2::task_state[]))
+ORDER BY h.id LIMIT $3
+FOR UPDATE OF h SKIP LOCKED
+"""
+
+
+async def is_retired(conn: Connection, host_id: str) -> bool:
+    """Whether `host_id`'s queues are deleted and it has not come back."""
+    found = await conn.fetchval(f"SELECT 1 FROM hosts h WHERE h.id = $1 AND {_RETIRED}", host_id)
+    return found is not None
+
+
+class HostQueues:
+    """Deletes the queues of retired hosts (`run_once`), telling `on_deleted` of each."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        broker: Broker,
+        dead_after_s: float,
+        on_deleted: Callable[[str], None] | None = None,
+    ) -> None:
+        self._pool, self._broker, self._dead_after_s = pool, broker, dead_after_s
+        self._on_deleted = on_deleted
+
+    async def run_once(self) -> int:
+        """Retire the hosts due (up to `BATCH`); how many."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            due = await conn.fetch(
+                _DUE, self._dead_after_s, sorted(s.value for s in TERMINAL), BATCH
+            )
+            for row in due:
+                await self._retire(conn, row["id"])
+        return len(due)
+
+    async def _retire(self, conn: Connection, host_id: str) -> None:
+        await delete_host_queues(self._broker.channel, self._broker.topology, host_id)
+        await conn.execute("UPDATE hosts SET queues_deleted_at = now() WHERE id = $1", host_id)
+        if self._on_deleted is not None:
+            self._on_deleted(host_id)
