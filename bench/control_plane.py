@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,6 +36,7 @@ import asyncpg
 import httpx
 import psutil
 
+from bench import teardown
 from bench.cluster import Cluster, create_database, drop_database
 from shared.messaging.topology import Topology, delete_all
 
@@ -238,11 +240,13 @@ async def _log_statements(url: str, database: str) -> None:
         await conn.close()
 
 
-async def _remove_queues(cluster: Cluster, host_ids: list[str]) -> None:
-    """The namespace's queues (two quorum queues a host: a broker keeps them, and recovers
-    each one at its start, until they are deleted)."""
+async def _remove_queues(cluster: Cluster, hosts: int) -> None:
+    """The namespace's queues and exchanges (two quorum queues a host: a broker keeps them,
+    and recovers each one at its start, until they are deleted). The simulator deletes its
+    hosts' at its end; here again, for a simulator that did not reach its own."""
     connection = await aio_pika.connect(cluster.amqp_url)
     async with connection:
+        host_ids = [f"sim-{n + 1}" for n in range(hosts)]
         await delete_all(await connection.channel(), Topology(cluster.namespace), host_ids)
 
 
@@ -250,11 +254,8 @@ def _run(args: argparse.Namespace, hosts: int) -> None:
     admin = os.environ.get("VIGIL_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
     name = f"cp{uuid.uuid4().hex[:8]}"
     root = Path(tempfile.mkdtemp(prefix="vigil-cp-"))
-    url = asyncio.run(create_database(admin, name))
-    if args.log_statements:
-        asyncio.run(_log_statements(url, name))
     cluster = Cluster(
-        database_url=url,
+        database_url="",  # its own database, made below
         amqp_url=os.environ.get("VIGIL_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
         redis_url=os.environ.get("VIGIL_REDIS_URL", "redis://127.0.0.1:6379/0"),
         namespace=name,
@@ -263,37 +264,49 @@ def _run(args: argparse.Namespace, hosts: int) -> None:
         extra_env=dict(e.split("=", 1) for e in args.env),
     )
     print(f"{hosts} simulated hosts x {args.cpus:g} CPUs, commands {args.duration}", flush=True)
-    headers = {"Authorization": f"Bearer {cluster.token}"}
     sim: Sim | None = None
     try:
+        url = cluster.database_url = asyncio.run(create_database(admin, name))
+        if args.log_statements:
+            asyncio.run(_log_statements(url, name))
         cluster.start_all()
         sim = Sim(cluster, args, hosts)
-        if args.idle_s > 0:
-            _idle(cluster, sim, hosts, args.idle_s)
-
-        def client() -> httpx.AsyncClient:
-            return httpx.AsyncClient(base_url=cluster.base_url, headers=headers, timeout=60)
-
-        if args.tasks:
-
-            async def one() -> None:
-                async with client() as c:
-                    await _one_job(c, url, f"{name}-one", args.tasks)
-
-            _measure("one job", cluster, sim, args.tasks, "tasks", one)
-        if args.jobs:
-
-            async def many() -> None:
-                async with client() as c:
-                    await _many_jobs(c, url, f"{name}-w1", args.jobs, args.concurrency)
-
-            _measure("one-task jobs", cluster, sim, args.jobs, "jobs", many)
+        _measure_all(args, cluster, sim, hosts)
     finally:
-        if sim is not None:
-            sim.stop()
-        cluster.stop_all()
-        asyncio.run(_remove_queues(cluster, [f"sim-{n + 1}" for n in range(hosts)]))
-        asyncio.run(drop_database(admin, name))
+        teardown.each(
+            [
+                ("the simulator", lambda: sim.stop() if sim is not None else None),
+                ("the services", cluster.stop_all),
+                ("the queues and exchanges", lambda: asyncio.run(_remove_queues(cluster, hosts))),
+                ("the database", lambda: asyncio.run(drop_database(admin, name))),
+                ("its dir", lambda: shutil.rmtree(root, ignore_errors=True)),
+            ]
+        )
+
+
+def _measure_all(args: argparse.Namespace, cluster: Cluster, sim: Sim, hosts: int) -> None:
+    if args.idle_s > 0:
+        _idle(cluster, sim, hosts, args.idle_s)
+    url, name = cluster.database_url, cluster.namespace
+    headers = {"Authorization": f"Bearer {cluster.token}"}
+
+    def client() -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=cluster.base_url, headers=headers, timeout=60)
+
+    if args.tasks:
+
+        async def one() -> None:
+            async with client() as c:
+                await _one_job(c, url, f"{name}-one", args.tasks)
+
+        _measure("one job", cluster, sim, args.tasks, "tasks", one)
+    if args.jobs:
+
+        async def many() -> None:
+            async with client() as c:
+                await _many_jobs(c, url, f"{name}-w1", args.jobs, args.concurrency)
+
+        _measure("one-task jobs", cluster, sim, args.jobs, "jobs", many)
 
 
 def main() -> None:

@@ -8,23 +8,26 @@ import asyncio
 import gc
 import logging
 import os
+import signal
 import sys
 import tempfile
 import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 
+import aio_pika
 from redis.asyncio import BlockingConnectionPool, Redis
 
 from bench.simhosts.commands import Durations
 from bench.simhosts.host import SimHost
+from bench.teardown import signal_ignored
 from services.supervisor.settings import SupervisorSettings
 from services.worker.settings import WorkerSettings
 from shared.host import handovers
 from shared.host.capacity import HostCapacity
 from shared.messaging.amqp import open_broker
 from shared.messaging.redis_keys import RedisKeys
-from shared.messaging.topology import Topology, declare_all_work_queues
+from shared.messaging.topology import Topology, declare_all_work_queues, delete_host_queues
 from shared.runtime.lifecycle import stop_on_signals
 from shared.store.db import check_schema, open_pool
 from shared.task_types import load_task_types
@@ -147,9 +150,27 @@ async def _run(args: argparse.Namespace) -> None:
         print(f"stopped: {killed} command(s) killed on order, {fenced} by the fence", flush=True)
 
 
+async def _remove_queues(args: argparse.Namespace) -> None:
+    """Delete the queues of every host this run made: a stopped simulated host is retired (a
+    host id of a later run declares them again at its start). On its own connection, as the
+    hosts' may be gone; idempotent, so it runs whatever the run reached."""
+    settings = WorkerSettings()
+    topology = Topology(settings.namespace)
+    connection = await aio_pika.connect(settings.amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        for n in range(args.hosts):
+            await delete_host_queues(channel, topology, f"{args.prefix}-{n + 1}")
+
+
 def main() -> None:
     logging.basicConfig(level=os.environ.get("VIGIL_LOG_LEVEL", "WARNING"), stream=sys.stderr)
-    asyncio.run(_run(_arguments()))
+    args = _arguments()
+    try:
+        asyncio.run(_run(args))
+    finally:
+        with signal_ignored(signal.SIGINT):
+            asyncio.run(_remove_queues(args))
 
 
 if __name__ == "__main__":

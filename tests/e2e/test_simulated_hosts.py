@@ -3,6 +3,7 @@ the work of one job is spread over both and every task completes, and a cancelle
 simulated commands are killed on the supervisor's order, as real ones are."""
 
 import asyncio
+import signal
 import subprocess
 import sys
 import uuid
@@ -13,6 +14,7 @@ import asyncpg
 import httpx
 
 from bench.cluster import ROOT
+from tests.e2e.broker_queues import queues_of
 from tests.e2e.conftest import HOST_ID, Events, wait_job
 from tests.e2e.stack import Stack
 
@@ -21,8 +23,11 @@ READY_WITHIN_S = 60
 
 
 @contextmanager
-def simulator(stack: Stack, duration: str, hosts: int = 3) -> Iterator[list[str]]:
-    """Simulated hosts against `stack`; yields their ids, then the simulator's last lines."""
+def simulator(
+    stack: Stack, duration: str, hosts: int = 3, stop: int = signal.SIGTERM
+) -> Iterator[list[str]]:
+    """Simulated hosts against `stack`, stopped by the signal `stop`; yields their ids, then
+    the simulator's last lines."""
     prefix = f"sim{uuid.uuid4().hex[:6]}"
     args = ["--hosts", str(hosts), "--cpus", "2", "--duration", duration, "--prefix", prefix]
     proc = subprocess.Popen(
@@ -38,7 +43,7 @@ def simulator(stack: Stack, duration: str, hosts: int = 3) -> Iterator[list[str]
     try:
         yield said
     finally:
-        proc.terminate()
+        proc.send_signal(stop)
         out, _ = proc.communicate(timeout=60)
         said += out.splitlines()
 
@@ -107,3 +112,15 @@ async def test_a_cancelled_jobs_simulated_commands_are_killed(
     assert job["state"] == "cancelled" and set(job["counts"]) == {"terminated"}, job
     killed = [line for line in said if line.startswith("stopped:")]
     assert killed and not killed[0].startswith("stopped: 0 "), said
+
+
+def test_a_simulated_pool_started_and_stopped_leaves_the_broker_as_it_found_it(
+    stack: Stack,
+) -> None:
+    before = queues_of(stack.namespace)
+    with simulator(stack, "fixed:0.2", hosts=10, stop=signal.SIGINT):
+        during = queues_of(stack.namespace)
+    after = queues_of(stack.namespace)
+
+    assert len(during - before) == 20, during - before  # a work and a supervise queue a host
+    assert after == before, after - before
