@@ -20,6 +20,7 @@ import pytest
 from shared.batch.slurm import Slurm
 from tests.conftest import AMQP_URL, REDIS_URL, fresh_database
 from tests.e2e.attempts import cluster_attempts
+from tests.e2e.broker_queues import queues_of
 from tests.e2e.conftest import Events, wait_job
 from tests.e2e.stack import E2E_ENV, Stack
 
@@ -135,6 +136,30 @@ async def test_pilots_come_on_demand_run_a_job_and_go_when_idle(
 
     await _until(all_ended, within=60)
     assert {p["reason"] for p in await _pilots(client)} <= {"idle", "cancelled", "completed"}
+
+
+async def test_a_pilot_that_ends_leaves_no_queue_of_its_host_within_a_minute(
+    stack: Stack, client: httpx.AsyncClient, events: Events
+) -> None:
+    # given a job run on pilots, which end once idle
+    response = await client.post("/jobs", json={"command": "true", "inputs": ["a"]})
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    assert (await wait_job(client, events, job_id, within=120))["state"] == "completed"
+    hosts = {p["host_id"] for p in await _pilots(client) if p["host_id"]}
+    assert hosts
+
+    async def all_ended() -> bool:
+        return all(p["state"] == "ended" for p in await _pilots(client))
+
+    await _until(all_ended, within=60)
+
+    # then within a minute no queue of their hosts is left on the broker
+    async def none_left() -> bool:
+        left = await asyncio.to_thread(queues_of, stack.namespace)
+        return not any(q.endswith(tuple(f".{h}" for h in hosts)) for q in left)
+
+    await _until(none_left, within=60)
 
 
 async def test_a_pilot_cancelled_mid_job_loses_nothing_and_runs_nothing_twice_at_once(
