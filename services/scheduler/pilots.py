@@ -7,8 +7,9 @@ talks to it. Every `EVERY_S` it:
    `running`, or `ended` (a job the batch system no longer lists has ended);
 3. cancels the batch jobs of `draining` pilots (withdrawn by an operator, or idle);
 4. with `VIGIL_PILOTS_BACKEND` set, asks for pilots when work waits that no host can take
-   (the planner's `no_host`, `resources`, `too_large`), enough for the CPUs it needs, up to
-   `VIGIL_PILOTS_MAX` alive;
+   (the planner's `no_host`, `resources`, `too_large`, of jobs still active), enough for the
+   CPUs it needs, up to `VIGIL_PILOTS_MAX` alive, and withdraws those it asked for that have
+   not started when that work no longer needs them (a job cancelled or finished);
 5. withdraws a running pilot whose host has held no task for `VIGIL_PILOTS_IDLE_S` while no
    work waits for a host.
 
@@ -50,7 +51,8 @@ _WANTED: Final = """
 SELECT j.req_millicpus, (SELECT count(*) FROM (SELECT 1 FROM tasks t
     WHERE t.job_id = w.job_id AND t.state = 'new' AND t.claim IS NULL LIMIT 1000) x) AS n
 FROM job_waits w JOIN jobs j ON j.id = w.job_id
-WHERE w.reason = ANY($1::text[]) AND j.req_millicpus <= $2 AND j.req_gpus = 0
+WHERE w.reason = ANY($1::text[]) AND j.state IN ('active', 'configuring')
+  AND j.req_millicpus <= $2 AND j.req_gpus = 0
   AND ($3::int IS NULL OR j.req_memory_mb <= $3)
 """
 
@@ -128,6 +130,7 @@ class PilotPool:
         wanted = await self._wanted_cpus()
         if self.settings.backend != "none":
             changed += await self._on_demand(live, wanted)
+            changed += await self._withdraw_surplus(live, wanted)
         changed += await self._retire_idle([p for p in live if p.state == "running"], wanted)
         return changed
 
@@ -159,7 +162,7 @@ class PilotPool:
                 continue
             logger.info("pilot %s submitted as batch job %s", pilot.id, batch_id)
             async with self._pool.acquire() as conn:
-                await pilots_repo.submitted(conn, pilot.id, batch_id, pilots.host_id(batch_id))
+                await pilots_repo.submitted(conn, pilot.id, batch_id)
         return len(requested)
 
     async def _follow(self, submitted: list[Pilot]) -> int:
@@ -175,10 +178,14 @@ class PilotPool:
                 reason = _reason(job, state)
                 if (state, reason) == (pilot.state, pilot.reason) and state != "running":
                     continue
-                # a job cancelled while pending shows the cancel as its start: not a run
-                started = job.started_at if job and state == "running" else None
-                ends = job.ends_at if job and job.ends_at else _ends(started, pilot)
-                await pilots_repo.follow(conn, pilot.id, state, reason, started, ends)
+                # a job cancelled while pending shows the cancel as its start: not a run; a
+                # pending one's end is the batch system's guess: no end until it runs
+                running = state == "running"
+                started = job.started_at if job and running else None
+                ran = running or pilot.started_at is not None
+                ends = _ends(job, started, pilot) if ran else None
+                host = pilots.host_id(pilot.batch_job_id) if running else None
+                await pilots_repo.follow(conn, pilot.id, state, reason, started, ends, host)
                 changed += state != pilot.state
         return changed
 
@@ -213,6 +220,22 @@ class PilotPool:
         logger.info("%d pilot(s) asked for: work waits for %g cpus", len(made), wanted)
         return len(made)
 
+    async def _withdraw_surplus(self, live: list[Pilot], wanted: float) -> int:
+        """Withdraw the pilots it asked for that have not started and that the work waiting
+        for a host no longer needs, the newest first (the last asked for would start last)."""
+        starting = [
+            p for p in live if p.state in ("requested", "pending") and p.requested_by == "scheduler"
+        ]
+        count = pilots.surplus(wanted, self.settings.cpus, len(starting))
+        if count <= 0:
+            return 0
+        newest = sorted(starting, key=lambda p: (p.created_at, p.id), reverse=True)[:count]
+        async with self._pool.acquire() as conn:
+            for pilot in newest:
+                await pilots_repo.withdraw(conn, pilot.id, "no work waits for it")
+        logger.info("%d pilot(s) not started withdrawn: work waits for %g cpus", count, wanted)
+        return count
+
     async def _retire_idle(self, running: list[Pilot], wanted: float) -> int:
         hosts = [p.host_id for p in running if p.host_id]
         if not hosts:
@@ -240,9 +263,11 @@ def _reason(job: BatchJob | None, state: str) -> str | None:
     return job.reason if state == "pending" else None
 
 
-def _ends(started: datetime | None, pilot: Pilot) -> datetime | None:
-    """The end of a running pilot's allocation: its start plus its walltime in whole minutes
-    (what it was submitted with)."""
+def _ends(job: BatchJob | None, started: datetime | None, pilot: Pilot) -> datetime | None:
+    """The end of a pilot's allocation that has run: the batch system's, else its start plus
+    its walltime in whole minutes (what it was submitted with)."""
+    if job is not None and job.ends_at is not None:
+        return job.ends_at
     if started is None:
         return None
     return started + timedelta(minutes=math.ceil(pilot.walltime_s / 60))

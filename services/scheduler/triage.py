@@ -27,7 +27,7 @@ from shared.domain.status_report import StatusReport
 from shared.messaging.topology import supervise_key
 from shared.operations import lineage, stop_guard
 from shared.operations.revocation import revoke_job
-from shared.store import attempts_repo, jobs_repo, outbox, tasks_repo
+from shared.store import attempts_repo, jobs_repo, outbox, pilots_repo, tasks_repo
 from shared.store.db import Connection, Pool
 
 logger = logging.getLogger(__name__)
@@ -47,10 +47,9 @@ FOR UPDATE OF t SKIP LOCKED FOR SHARE OF j SKIP LOCKED
 #: Whether a host can no longer kill a lost task's process: silent for $2 seconds, or a pilot
 #: whose allocation the batch system reports ended (its processes ended with it: Slurm kills
 #: every process of a job it ends), which no kill could reach and none needs to.
-_HOST_UNREACHABLE = """
+_HOST_UNREACHABLE = f"""
 SELECT coalesce(greatest(h.heartbeat_at, h.supervisor_heartbeat_at), h.heartbeat_at)
-       < now() - make_interval(secs => $2)
-       OR EXISTS (SELECT 1 FROM pilots p WHERE p.host_id = h.id AND p.state = 'ended')
+       < now() - make_interval(secs => $2) OR {pilots_repo.allocation_ended("h.id")}
 FROM hosts h WHERE h.id = $1
 """
 

@@ -1,5 +1,5 @@
-"""Pilots (issue 40), pure: a pilot's host id, its state from the batch system's, and how many
-more the pool needs."""
+"""Pilots (issue 40), pure: a pilot's host id, its state from the batch system's, how many
+more the pool needs, and how many of those it asked for are no longer needed."""
 
 import math
 import re
@@ -33,3 +33,12 @@ def more_needed(waiting_cpus: float, pilot_cpus: int, starting: int, live: int, 
         return 0
     needed = math.ceil(waiting_cpus / pilot_cpus) - starting
     return max(0, min(needed, most - live))
+
+
+def surplus(waiting_cpus: float, pilot_cpus: int, starting: int) -> int:
+    """How many of the `starting` pilots the pool asked for (not yet running) to withdraw:
+    those beyond what work waiting for a host needs now (`more_needed`'s count, the other
+    way). A job cancelled or finished takes its demand with it, and a pilot that would start
+    for nothing is cancelled while it still waits in the batch system."""
+    needed = math.ceil(max(waiting_cpus, 0.0) / pilot_cpus)
+    return max(0, starting - needed)

@@ -22,6 +22,17 @@ STATES: Final = ("requested", "pending", "running", "draining", "ended")
 LIVE: Final = ("requested", "pending", "running", "draining")
 
 
+def allocation_ended(host_id: str) -> str:
+    """SQL: whether the host whose id is `host_id` (an SQL expression) is a pilot's whose
+    allocation has ended, as the batch system reported it. The last pilot of that host id
+    decides: a batch system started afresh numbers its jobs from 1 again, and a new pilot may
+    come up with the id of an old one."""
+    return (
+        f"(SELECT p.state = 'ended' FROM pilots p WHERE p.host_id = {host_id}"
+        " ORDER BY p.created_at DESC LIMIT 1) IS TRUE"
+    )
+
+
 @dataclass(frozen=True)
 class Pilot:
     id: str
@@ -111,15 +122,14 @@ async def withdraw(conn: Connection, pilot_id: str, reason: str) -> Pilot | None
     return Pilot.from_record(row)
 
 
-async def submitted(conn: Connection, pilot_id: str, batch_job_id: str, host_id: str) -> None:
-    """The batch system took a requested pilot: `pending` there, as batch job `batch_job_id`.
-    Locks: the pilot's row (its UPDATE)."""
+async def submitted(conn: Connection, pilot_id: str, batch_job_id: str) -> None:
+    """The batch system took a requested pilot: `pending` there, as batch job `batch_job_id`
+    (no host yet: it has one once it runs). Locks: the pilot's row (its UPDATE)."""
     await conn.execute(
-        "UPDATE pilots SET state = 'pending', batch_job_id = $2, host_id = $3"
+        "UPDATE pilots SET state = 'pending', batch_job_id = $2"
         " WHERE id = $1 AND state = 'requested'",
         pilot_id,
         batch_job_id,
-        host_id,
     )
 
 
@@ -141,16 +151,19 @@ async def follow(
     reason: str | None,
     started_at: datetime | None,
     ends_at: datetime | None,
+    host_id: str | None = None,
 ) -> None:
     """The batch state seen for a live pilot: `pending` (with the batch system's reason),
-    `running` (a draining one stays draining), or `ended` (with why). Locks: the pilot's row
-    (its UPDATE)."""
+    `running` on host `host_id` (a draining one stays draining, with why, until it ends), or
+    `ended` (with why: the withdrawal's, else the batch system's). A pilot has a host and an
+    end only once it has run. Locks: the pilot's row (its UPDATE)."""
     await conn.execute(
         "UPDATE pilots SET"
-        " state = CASE WHEN $2 = 'running' AND state = 'draining' THEN state ELSE $2 END,"
-        " reason = CASE WHEN $2 = 'running' AND state = 'draining' THEN reason"
-        "   WHEN $2 = 'ended' THEN coalesce(reason, $3) ELSE $3 END,"
+        " state = CASE WHEN $2 <> 'ended' AND state = 'draining' THEN state ELSE $2 END,"
+        " reason = CASE WHEN $2 <> 'ended' AND state = 'draining' THEN reason"
+        "   WHEN $2 = 'ended' AND state = 'draining' THEN coalesce(reason, $3) ELSE $3 END,"
         " started_at = coalesce(started_at, $4), ends_at = coalesce($5, ends_at),"
+        " host_id = coalesce(host_id, $6),"
         " ended_at = CASE WHEN $2 = 'ended' THEN now() END"
         " WHERE id = $1 AND state <> 'ended'",
         pilot_id,
@@ -158,6 +171,7 @@ async def follow(
         reason,
         started_at,
         ends_at,
+        host_id,
     )
 
 

@@ -179,3 +179,32 @@ async def test_when_an_operator_drains_and_undrains_a_host__hosts_shows_it(api: 
         "/hosts/h-nowhere/actions", json={"action": "drain"}, headers=ops
     )
     assert missing.status_code == 404
+
+
+async def test_an_ended_pilots_host_leaves_the_hosts_but_stays_in_the_pilots_list(
+    api: Api,
+) -> None:
+    # given two pilots' hosts: one whose allocation ended, one running
+    ended = await _host(api, worker="w-ended", worker_age_s=1)
+    running = await _host(api, worker="w-running", worker_age_s=1)
+    for host_id, state in ((ended, "ended"), (running, "running")):
+        await api.pool.execute(
+            "INSERT INTO pilots (id, pool, backend, state, host_id, batch_job_id, cpus,"
+            " walltime_s, requested_by, reason) VALUES ($1, 'default', 'slurm', $2, $3, $4, 1,"
+            " 600, 'op', $5)",
+            f"p-{uuid.uuid4().hex[:10]}",
+            state,
+            host_id,
+            uuid.uuid4().hex[:6],
+            "cancelled" if state == "ended" else None,
+        )
+
+    # when
+    hosts = (await api.client.get("/hosts", headers=api.user.headers)).json()
+    pilots = (await api.client.get("/pilots", headers=api.user.headers)).json()
+
+    # then the ended one is only in the pilots list, with why it ended
+    ids = {h["id"] for h in hosts}
+    assert running in ids and ended not in ids
+    [gone] = [p for p in pilots if p["host_id"] == ended]
+    assert (gone["state"], gone["reason"]) == ("ended", "cancelled")

@@ -3,13 +3,16 @@ for a host that a pilot could take (the pilots themselves on the real Slurm:
 tests/e2e/test_pilots.py)."""
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from services.scheduler.pilots import PilotPool, PilotSettings
-from shared.batch.slurm import Slurm
-from shared.store import db, jobs_repo, users_repo
+from shared.batch.slurm import BatchJob, Slurm
+from shared.store import db, jobs_repo, pilots_repo, users_repo
 from shared.store.jobs_repo import NewJob
 from tests.conftest import fresh_database
 
@@ -28,7 +31,9 @@ async def pool(pilot_database_url: str) -> AsyncIterator[db.Pool]:
         yield pool
 
 
-async def _waiting(conn: db.Connection, cpus: float, gpus: int, tasks: int, reason: str) -> None:
+async def _waiting(
+    conn: db.Connection, cpus: float, gpus: int, tasks: int, reason: str
+) -> jobs_repo.Job:
     user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
     job, _ = await jobs_repo.create(conn, user.id, NewJob("w", "shell", "true", list(range(tasks))))
     await conn.execute(
@@ -40,6 +45,7 @@ async def _waiting(conn: db.Connection, cpus: float, gpus: int, tasks: int, reas
     await conn.execute(
         "INSERT INTO job_waits (job_id, reason, message) VALUES ($1, $2, 'test')", job.id, reason
     )
+    return job
 
 
 async def test_only_work_a_pilot_could_run_asks_for_pilots(pool: db.Pool) -> None:
@@ -52,3 +58,102 @@ async def test_only_work_a_pilot_could_run_asks_for_pilots(pool: db.Pool) -> Non
     pilots = PilotPool(pool, Slurm(), PilotSettings(backend="slurm", worker_pool="p", cpus=2))
 
     assert await pilots._wanted_cpus() == pytest.approx(4.0)
+
+
+@dataclass
+class _Batch:
+    """A batch system that keeps its jobs in memory: each submitted job pends, with an end
+    the batch system guesses, until `run` starts it."""
+
+    known: dict[str, BatchJob] = field(default_factory=dict)
+    cancelled: list[str] = field(default_factory=list)
+
+    async def submit(self, script: str, **_: object) -> str:
+        job_id = str(100 + len(self.known))
+        guess = datetime.now(UTC) + timedelta(hours=5)
+        self.known[job_id] = BatchJob(job_id, "PENDING", "Resources", None, guess, None)
+        return job_id
+
+    async def jobs(self, job_ids: Sequence[str]) -> dict[str, BatchJob]:
+        return {i: self.known[i] for i in job_ids if i in self.known}
+
+    async def cancel(self, job_id: str, signal: str | None = None) -> None:
+        self.cancelled.append(job_id)
+        self.known[job_id] = BatchJob(job_id, "CANCELLED", None, None, None, None)
+
+    def run(self, job_id: str) -> datetime:
+        start = datetime.now(UTC).replace(microsecond=0)
+        ends = start + timedelta(minutes=10)
+        self.known[job_id] = BatchJob(job_id, "RUNNING", None, start, ends, 600.0)
+        return ends
+
+
+def _pilot_pool(pool: db.Pool, batch: _Batch, tmp: Path) -> PilotPool:
+    """The pool's pilots on `batch`, in a worker pool of their own."""
+    settings = PilotSettings(
+        backend="slurm", worker_pool=f"p-{uuid.uuid4().hex[:8]}", cpus=1, workdir=str(tmp / "pilots")
+    )
+    return PilotPool(pool, batch, settings)
+
+
+async def _pilots(conn: db.Connection, pool: str) -> Mapping[str, pilots_repo.Pilot]:
+    return {p.id: p for p in await pilots_repo.listed(conn, pool)}
+
+
+async def test_a_cancelled_jobs_demand_is_gone_and_the_pilots_it_caused_are_cancelled_pending(
+    pool: db.Pool, tmp_path: Path
+) -> None:
+    batch = _Batch()
+    pilots = _pilot_pool(pool, batch, tmp_path)
+    async with pool.acquire() as conn:
+        await conn.execute("DELETE FROM job_waits")  # this test's demand only
+        # given a large job waiting for hosts, for which three pilots are asked and submitted
+        job = await _waiting(conn, cpus=1, gpus=0, tasks=3, reason="no_host")
+        await pilots.run_once()
+        await pilots.run_once()
+        asked = await _pilots(conn, pilots.settings.worker_pool)
+        assert sorted(p.state for p in asked.values()) == ["pending"] * 3
+        # and an operator's pilot, pending too
+        [own] = await pilots_repo.request(
+            conn, pilots.settings.worker_pool, "slurm", pilots_repo.Ask(1, 600), 1, "op"
+        )
+
+        # when the job is cancelled
+        await conn.execute("UPDATE jobs SET state = 'cancelled' WHERE id = $1", job.id)
+        assert await pilots._wanted_cpus() == 0
+        await pilots.run_once()  # the operator's is submitted; the others withdrawn
+        await pilots.run_once()  # their batch jobs cancelled
+        await pilots.run_once()  # and seen ended
+        after = await _pilots(conn, pilots.settings.worker_pool)
+
+    # then the pilots it caused are cancelled while pending, never started; the operator's stays
+    assert sorted(batch.cancelled) == sorted(p.batch_job_id or "" for p in asked.values())
+    assert {after[i].state for i in asked} == {"ended"}
+    assert {after[i].reason for i in asked} == {"no work waits for it"}
+    assert after[own.id].state == "pending"
+
+
+async def test_a_pending_pilot_has_no_host_and_no_end_until_it_runs(
+    pool: db.Pool, tmp_path: Path
+) -> None:
+    batch = _Batch()
+    pilots = _pilot_pool(pool, batch, tmp_path)
+    async with pool.acquire() as conn:
+        # given an operator's pilot submitted, pending (the batch system guesses its end)
+        [pilot] = await pilots_repo.request(
+            conn, pilots.settings.worker_pool, "slurm", pilots_repo.Ask(1, 600), 1, "op"
+        )
+        await pilots.run_once()
+        await pilots.run_once()
+        pending = await pilots_repo.get(conn, pilot.id)
+        assert pending is not None and pending.batch_job_id is not None
+
+        # when it starts
+        ends = batch.run(pending.batch_job_id)
+        await pilots.run_once()
+        running = await pilots_repo.get(conn, pilot.id)
+
+    # then only then does it show its host and its end
+    assert (pending.state, pending.host_id, pending.ends_at) == ("pending", None, None)
+    assert running is not None and running.state == "running"
+    assert (running.host_id, running.ends_at) == (f"pilot-{pending.batch_job_id}", ends)

@@ -89,3 +89,10 @@ def test_pilots_are_asked_for_as_the_waiting_work_needs_within_the_most_alive() 
     assert pilots.more_needed(3, pilot_cpus=1, starting=1, live=1, most=4) == 2
     assert pilots.more_needed(10, pilot_cpus=2, starting=0, live=2, most=4) == 2
     assert pilots.more_needed(1.5, pilot_cpus=4, starting=1, live=1, most=4) == 0
+
+
+def test_pilots_asked_for_and_not_started_are_withdrawn_beyond_what_waiting_work_needs() -> None:
+    assert pilots.surplus(0, pilot_cpus=1, starting=3) == 3  # the job is cancelled: all
+    assert pilots.surplus(1.5, pilot_cpus=1, starting=3) == 1  # two still have work
+    assert pilots.surplus(8, pilot_cpus=2, starting=3) == 0  # all of them and more
+    assert pilots.surplus(-1, pilot_cpus=2, starting=0) == 0

@@ -21,8 +21,8 @@ class PilotRequest(BaseModel):
 
 class PilotPublic(BaseModel):
     """One pilot: its state (`requested`, `pending` in the batch system with its `reason`,
-    `running`, `draining`, `ended` with why), its batch job and host, and when its
-    allocation ends."""
+    `running`, `draining`, `ended` with why), its batch job, and once it has run, its host
+    and when its allocation ends (none while pending)."""
 
     id: str
     pool: str
