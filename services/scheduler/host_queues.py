@@ -31,10 +31,11 @@ logger = logging.getLogger(__name__)
 #: Hosts retired per look at most (each costs two queue deletes on the broker).
 BATCH: Final = 50
 
-#: Whether the queues of a host are deleted and it has not beaten since: a host that comes back
-#: (its worker registers, or any heartbeat) is newer than the deletion.
+#: Whether the queues of a host are deleted and it has not come back since: a host that comes
+#: back has a worker registered (at once, whatever the clocks of the two transactions), then
+#: beats newer than the deletion.
 _RETIRED: Final = """
-h.queues_deleted_at IS NOT NULL
+h.worker IS NULL AND h.queues_deleted_at IS NOT NULL
 AND h.queues_deleted_at >= greatest(h.heartbeat_at, h.supervisor_heartbeat_at)
 """
 
