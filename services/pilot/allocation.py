@@ -26,6 +26,12 @@ class Allocation:
         """The host id of the pilot: derived from the batch job id (one host per job)."""
         return pilots.host_id(self.batch_job_id, prefix)
 
+    def tasks_end(self, stop_s: float) -> float:
+        """Until when its host runs tasks (`hosts.ends_at`, what placement measures a task
+        against): `stop_s` before the allocation's end, when the pilot stops its worker. Its
+        drain, earlier, takes no new task but lets those running go on until then."""
+        return self.ends_at - stop_s
+
     def host_env(self) -> dict[str, str]:
         """The capacity settings of the host's worker (`VIGIL_HOST_*`)."""
         env = {

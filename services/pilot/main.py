@@ -83,7 +83,8 @@ async def run(settings: PilotSettings) -> int:
     )
     async with open_pool(settings.database_url, max_size=1) as pool:
         async with pool.acquire() as conn:
-            await hosts_repo.prepare_pilot(conn, host_id, settings.worker_pool, allocation.ends_at)
+            ends_at = allocation.tasks_end(settings.pilot_stop_s)
+            await hosts_repo.prepare_pilot(conn, host_id, settings.worker_pool, ends_at)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -23,6 +23,7 @@ def test_a_pilot_reads_its_allocation_from_slurms_environment() -> None:
     assert allocation.host_id() == "pilot-42"
     assert (allocation.cpus, allocation.memory_mb, allocation.gpu_ids) == (4, 8000, ("0", "1"))
     assert allocation.ends_at == START + 120  # Slurm's --time is in whole minutes
+    assert allocation.tasks_end(stop_s=30) == START + 90  # its host's end: the stop margin
     assert allocation.host_env() == {
         "VIGIL_HOST_CPUS": "4",
         "VIGIL_HOST_GPUS": "0,1",
