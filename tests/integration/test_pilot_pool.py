@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from services.scheduler import stop_pilots
 from services.scheduler.pilots import PilotPool, PilotSettings
 from shared.batch.slurm import BatchJob, Slurm
 from shared.store import db, jobs_repo, pilots_repo, users_repo
 from shared.store.jobs_repo import NewJob
 from tests.conftest import fresh_database
+from tests.integration.test_slurm_client import submit, until
 
 pytestmark = pytest.mark.integration
 
@@ -91,7 +93,10 @@ class _Batch:
 def _pilot_pool(pool: db.Pool, batch: _Batch, tmp: Path) -> PilotPool:
     """The pool's pilots on `batch`, in a worker pool of their own."""
     settings = PilotSettings(
-        backend="slurm", worker_pool=f"p-{uuid.uuid4().hex[:8]}", cpus=1, workdir=str(tmp / "pilots")
+        backend="slurm",
+        worker_pool=f"p-{uuid.uuid4().hex[:8]}",
+        cpus=1,
+        workdir=str(tmp / "pilots"),
     )
     return PilotPool(pool, batch, settings)
 
@@ -157,3 +162,57 @@ async def test_a_pending_pilot_has_no_host_and_no_end_until_it_runs(
     assert (pending.state, pending.host_id, pending.ends_at) == ("pending", None, None)
     assert running is not None and running.state == "running"
     assert (running.host_id, running.ends_at) == (f"pilot-{pending.batch_job_id}", ends)
+
+
+async def test_stopping_the_installation_cancels_its_pilots_on_the_real_slurm(
+    pool: db.Pool, slurm_conf: str, tmp_path: Path
+) -> None:
+    slurm = Slurm(slurm_conf, timeout_s=20)
+    async with pool.acquire() as conn:
+        await conn.execute("DELETE FROM pilots")  # this database's pilots: this test's only
+        # given a pilot running as a real batch job, and one not yet submitted
+        batch_id = await submit(slurm, tmp_path, 300)
+        await until(slurm, batch_id, lambda job: job is not None and job.state == "RUNNING")
+        [running, requested] = await pilots_repo.request(
+            conn, "default", "slurm", pilots_repo.Ask(1, 600), 2, "op"
+        )
+        await conn.execute(
+            "UPDATE pilots SET state = 'running', batch_job_id = $2 WHERE id = $1",
+            running.id,
+            batch_id,
+        )
+
+        # when the installation is stopped (scripts/down)
+        done = await stop_pilots.stop(conn, slurm)
+        after = await _pilots(conn, "default")
+
+    # then its batch job is cancelled at once, and both are withdrawn, saying why
+    await until(slurm, batch_id, lambda job: job is None or job.state == "CANCELLED")
+    assert sorted(one.line() for one in done) == sorted(
+        [
+            f"pilot {running.id} (batch job {batch_id}): cancelled",
+            f"pilot {requested.id} (never submitted): cancelled",
+        ]
+    )
+    assert (after[running.id].state, after[running.id].reason) == ("draining", stop_pilots.WHY)
+    assert after[requested.id].state == "ended"
+
+
+async def test_a_pilot_that_cannot_be_cancelled_is_named_with_how_long_it_lives(
+    pool: db.Pool, tmp_path: Path
+) -> None:
+    async with pool.acquire() as conn:
+        await conn.execute("DELETE FROM pilots")
+        [pilot] = await pilots_repo.request(
+            conn, "default", "slurm", pilots_repo.Ask(1, 600), 1, "op"
+        )
+        await conn.execute(
+            "UPDATE pilots SET state = 'running', batch_job_id = '77',"
+            " ends_at = '2030-01-01 12:00:00+00' WHERE id = $1",
+            pilot.id,
+        )
+
+        [done] = await stop_pilots.stop(conn, Slurm(bin_dir=str(tmp_path)))  # no scancel there
+
+    assert done.line().startswith(f"pilot {pilot.id} (batch job 77) not cancelled: ")
+    assert "scancel not found" in done.line() and "it lives until 2030-01-01" in done.line()
