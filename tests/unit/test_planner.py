@@ -775,6 +775,15 @@ def test_when_a_walltime_outlasts_every_pilot__the_reason_names_the_one_that_las
     assert "(its walltime)" in result.waits["day"].message()
 
 
+def test_when_a_host_held_for_a_job_ends_too_soon__the_job_is_not_placed_there() -> None:
+    ending = replace(HostState.idle("pilot-ending", R(4)), ends_at=NOW + 470)
+    sleep = JobDemand("sleep-600", "alice", 1, R(1), waiting_since=NOW - 3600)
+
+    result = plan(Round(NOW, [ending], [sleep], reservations={"sleep-600": "pilot-ending"}))
+
+    assert result.assignments == () and result.reservations == {}
+
+
 def test_when_a_job_is_not_stageable__nothing_of_it_is_handed_beyond_free_capacity() -> None:
     full = replace(HostState.idle("h1", R(1)), free=NOTHING)
     long = JobDemand("long", "u", 5, R(1), waiting_since=NOW, stageable=False)

@@ -208,6 +208,7 @@ class _Planner:
             and job.room > 0
             and user.room != 0
             and job.demand.request.fits_in(host.capacity)
+            and host.lasts_until(self._until(job))
             and len(self.board.held()) < self.settings.max_reservations
         )
 
