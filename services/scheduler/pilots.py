@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final, Protocol
 
+from services.pilot.settings import PilotSettings as PilotOwnSettings
 from shared.batch.slurm import BatchError, BatchJob
 from shared.domain import pilots
 from shared.host import private_dir
@@ -46,15 +47,23 @@ WANTING_HOSTS: Final = ("no_host", "resources", "too_large")
 #: Per job waiting for a host that a pilot could hold ($2 millicpus, $3 MiB, no GPU: a
 #: pilot asked for is no use to the others, and would be kept up by them for nothing): its
 #: request and how many of its tasks wait (counted up to 1,000: enough to size what to ask
-#: for).
+#: for). A job waiting for a host that lasts (`host_ends`) counts when a new pilot would
+#: last long enough: its tasks run for at most $4 seconds (one not restartable and of
+#: unknown length never does: every pilot ends).
 _WANTED: Final = """
 SELECT j.req_millicpus, (SELECT count(*) FROM (SELECT 1 FROM tasks t
     WHERE t.job_id = w.job_id AND t.state = 'new' AND t.claim IS NULL LIMIT 1000) x) AS n
 FROM job_waits w JOIN jobs j ON j.id = w.job_id
-WHERE w.reason = ANY($1::text[]) AND j.state IN ('active', 'configuring')
+WHERE (w.reason = ANY($1::text[])
+       OR (w.reason = 'host_ends' AND (w.detail->>'runs_s')::float8 <= $4))
+  AND j.state IN ('active', 'configuring')
   AND j.req_millicpus <= $2 AND j.req_gpus = 0
   AND ($3::int IS NULL OR j.req_memory_mb <= $3)
 """
+
+
+#: A pilot's stop margin when the scheduler's settings do not give one (the pilot's default).
+_PILOT_STOP_S: Final = float(PilotOwnSettings.model_fields["pilot_stop_s"].default)
 
 
 def default_pilots_dir(namespace: str) -> Path:
@@ -106,6 +115,13 @@ class PilotSettings:
     python: str = field(default_factory=lambda: sys.executable)
     #: Extra settings of the pilot's own (drain and stop margins...), put in its environment.
     env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def runs_up_to_s(self) -> float:
+        """How long a task may run on a pilot asked for now: its walltime (whole minutes, as
+        the batch system counts it) less the stop margin its host's end is measured by."""
+        stop = float(self.env.get("VIGIL_PILOT_STOP_S", _PILOT_STOP_S))
+        return math.ceil(self.walltime_s / 60) * 60 - stop
 
 
 class PilotPool:
@@ -201,7 +217,11 @@ class PilotPool:
     async def _wanted_cpus(self) -> float:
         async with self._pool.acquire() as conn:
             rows = await conn.fetch(
-                _WANTED, list(WANTING_HOSTS), self.settings.cpus * 1000, self.settings.memory_mb
+                _WANTED,
+                list(WANTING_HOSTS),
+                self.settings.cpus * 1000,
+                self.settings.memory_mb,
+                self.settings.runs_up_to_s,
             )
         return float(sum(r["req_millicpus"] / 1000 * r["n"] for r in rows))
 

@@ -1,7 +1,9 @@
 """Pilots on a real Slurm (issue 40): the scheduler asks for pilots when work waits that no
 host can take, a job completes on them, an idle pilot is cancelled, a pilot `scancel`ed
 mid-job loses nothing (its tasks run again elsewhere, never twice at once), a pilot whose
-walltime ends charges nothing to the application, and a pilot Slurm cannot start says why.
+walltime ends charges nothing to the application, a task not restartable and of unknown length
+waits (`host_ends`) rather than go to a pilot that would end under it, and a pilot Slurm
+cannot start says why.
 
 The stack has no host of its own: only the api and the scheduler run, and every host is a
 pilot that Slurm starts (`scripts/slurm`, the `slurm_conf` fixture)."""
@@ -116,10 +118,10 @@ async def _task_rows(stack: Stack, job_id: str) -> list[Any]:
 async def test_pilots_come_on_demand_run_a_job_and_go_when_idle(
     stack: Stack, client: httpx.AsyncClient, events: Events
 ) -> None:
-    # given no host at all, when a job of three tasks is submitted
-    response = await client.post(
-        "/jobs", json={"command": "echo $VIGIL_INPUT", "inputs": list("abc")}
-    )
+    # given no host at all, when a job of three tasks is submitted (each ends within a
+    # minute: a pilot takes it)
+    body = {"command": "echo $VIGIL_INPUT", "inputs": list("abc"), "policy": {"walltime": 60}}
+    response = await client.post("/jobs", json=body)
     assert response.status_code == 201, response.text
     job_id = response.json()["id"]
 
@@ -142,7 +144,8 @@ async def test_a_pilot_that_ends_leaves_no_queue_of_its_host_within_a_minute(
     stack: Stack, client: httpx.AsyncClient, events: Events
 ) -> None:
     # given a job run on pilots, which end once idle
-    response = await client.post("/jobs", json={"command": "true", "inputs": ["a"]})
+    body = {"command": "true", "inputs": ["a"], "policy": {"walltime": 60}}
+    response = await client.post("/jobs", json=body)
     assert response.status_code == 201, response.text
     job_id = response.json()["id"]
     assert (await wait_job(client, events, job_id, within=120))["state"] == "completed"
@@ -245,6 +248,45 @@ async def test_a_pilot_reaching_its_walltime_charges_nothing_to_the_application(
     assert first["failure_class"] == "lost"
     assert all(r["app_retries"] == 0 for r in rows)
     assert rows[-1]["infra_retries"] >= 1
+
+
+async def test_a_task_not_restartable_and_of_unknown_length_never_goes_to_a_pilot(
+    stack: Stack, client: httpx.AsyncClient
+) -> None:
+    # given a pilot running (an operator's) and nothing else
+    response = await client.post("/pilots", json={"cpus": 1, "walltime_s": 600})
+    assert response.status_code == 201, response.text
+    [pilot] = response.json()
+
+    async def running() -> dict[str, Any] | None:
+        """The pilot once its host's worker takes work (the planner sees it)."""
+        found = next(p for p in await _pilots(client) if p["id"] == pilot["id"])
+        if found["state"] != "running" or not found["host_id"]:
+            return None
+        hosts = (await client.get("/hosts")).json()
+        taking = any(
+            h["id"] == found["host_id"] and h["worker"] and h["capacity"]["cpus"] > 0 for h in hosts
+        )
+        return found if taking else None
+
+    up = await _until(running)
+
+    # when Alice submits `sleep 600`, without walltime, not restartable
+    response = await client.post("/jobs", json={"command": "sleep 600", "inputs": ["a"]})
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+
+    # then it waits, saying why, instead of being lost with the pilot; no pilot is asked for
+    async def waiting() -> dict[str, Any] | None:
+        job = (await client.get(f"/jobs/{job_id}")).json()
+        wait = job.get("waiting") or {}
+        return wait if wait.get("reason") == "host_ends" else None
+
+    wait = await _until(waiting, within=30)
+    assert "not restartable, no walltime" in wait["message"]
+    assert up["host_id"] in wait["message"]
+    assert [r["host"] for r in await _task_rows(stack, job_id)] == [None]
+    assert [p["id"] for p in await _pilots(client)] == [pilot["id"]]
 
 
 async def test_a_pilot_slurm_cannot_start_says_why(client: httpx.AsyncClient) -> None:

@@ -566,7 +566,7 @@ async def test_a_task_without_walltime_goes_to_a_pilot_only_if_its_jobs_past_say
     # then only the job whose tasks end before the pilot does is placed on it
     assert claimed == {quick.id: 2, slow.id: 0, fresh.id: 0}
     slow_wait, fresh_wait = waits[slow.id], waits[fresh.id]
-    assert slow_wait is not None and slow_wait[0] == "resources"
+    assert slow_wait is not None and slow_wait[0] == "host_ends"
     assert "for 660 s (what its job's finished tasks took)" in slow_wait[1]
     assert fresh_wait is not None and "not restartable, no walltime" in fresh_wait[1]
 

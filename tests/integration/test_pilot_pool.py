@@ -29,7 +29,9 @@ def pilot_database_url() -> Iterator[str]:
 
 @pytest.fixture
 async def pool(pilot_database_url: str) -> AsyncIterator[db.Pool]:
+    """This module's database, with no work waiting (each test says what waits)."""
     async with db.open_pool(pilot_database_url, max_size=2) as pool:
+        await pool.execute("DELETE FROM job_waits")
         yield pool
 
 
@@ -60,6 +62,28 @@ async def test_only_work_a_pilot_could_run_asks_for_pilots(pool: db.Pool) -> Non
     pilots = PilotPool(pool, Slurm(), PilotSettings(backend="slurm", worker_pool="p", cpus=2))
 
     assert await pilots._wanted_cpus() == pytest.approx(4.0)
+
+
+async def test_work_waiting_for_a_host_that_lasts_asks_for_pilots_only_if_one_would(
+    pool: db.Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        fits = await _waiting(conn, cpus=1, gpus=0, tasks=2, reason="host_ends")
+        longer = await _waiting(conn, cpus=1, gpus=0, tasks=3, reason="host_ends")
+        unknown = await _waiting(conn, cpus=1, gpus=0, tasks=4, reason="host_ends")
+        for job, runs_s in ((fits, 500), (longer, 900), (unknown, None)):
+            await conn.execute(
+                "UPDATE job_waits SET detail = jsonb_build_object('runs_s', $2::float8)"
+                " WHERE job_id = $1",
+                job.id,
+                runs_s,
+            )
+    settings = PilotSettings(backend="slurm", worker_pool="p", walltime_s=600)
+    pilots = PilotPool(pool, Slurm(), settings)
+
+    # a pilot of 600 s runs tasks for 570 s: only the first job's would end on one
+    assert settings.runs_up_to_s == 570
+    assert await pilots._wanted_cpus() == pytest.approx(2.0)
 
 
 @dataclass
@@ -111,7 +135,6 @@ async def test_a_cancelled_jobs_demand_is_gone_and_the_pilots_it_caused_are_canc
     batch = _Batch()
     pilots = _pilot_pool(pool, batch, tmp_path)
     async with pool.acquire() as conn:
-        await conn.execute("DELETE FROM job_waits")  # this test's demand only
         # given a large job waiting for hosts, for which three pilots are asked and submitted
         job = await _waiting(conn, cpus=1, gpus=0, tasks=3, reason="no_host")
         await pilots.run_once()

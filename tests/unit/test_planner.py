@@ -722,14 +722,14 @@ def test_when_a_pilot_ends_before_a_task_could__the_task_goes_where_it_has_the_t
     assert _placed(result, "unsaid") == 1  # restartable, length unknown: a pilot's too
 
 
-def test_when_no_host_lasts_long_enough__the_task_waits_for_resources() -> None:
+def test_when_no_host_lasts_long_enough__the_task_waits_for_a_host_that_does() -> None:
     soon = replace(HostState.idle("pilot-soon", R(4)), ends_at=NOW + 600)
     hour = JobDemand("hour", "u", 1, R(1), walltime_s=3600, waiting_since=NOW)
 
     result = plan(Round(NOW, [soon], [hour]))
 
     assert result.assignments == ()
-    assert result.waits["hour"].reason is WaitingReason.RESOURCES
+    assert result.waits["hour"].reason is WaitingReason.HOST_ENDS
 
 
 def test_when_a_task_is_not_restartable_and_of_unknown_length__no_host_that_ends_gets_it() -> None:
@@ -742,7 +742,7 @@ def test_when_a_task_is_not_restartable_and_of_unknown_length__no_host_that_ends
     assert alone.assignments == ()
     wait = alone.waits["sleep-600"]
     assert wait == EndsTooSoon(R(1), None, False, "pilot-ending", 470.0)
-    assert wait.reason is WaitingReason.RESOURCES  # a pilot asked for may last: it asks one
+    assert wait.reason is WaitingReason.HOST_ENDS
     assert "not restartable, no walltime" in wait.message()
     assert [(a.host_id, a.count) for a in beside.assignments] == [("h1", 1)]
 

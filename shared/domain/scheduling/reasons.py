@@ -23,6 +23,7 @@ class WaitingReason(StrEnum):
     THROTTLED = "throttled"  # the job's max_in_flight
     USER_CAP = "user_cap"  # the user's cap on tasks in flight
     TOO_LARGE = "too_large"  # resources: no host's capacity can ever hold the request
+    HOST_ENDS = "host_ends"  # every host that could hold it ends (a pilot) before it would
     RESERVED = "reserved"  # resources: what would hold it is held for a larger request
     RESOURCES = "resources"  # next to run: waits for capacity that holds its request
     FAIR_SHARE = "fair_share"  # other users' tasks come first
@@ -107,9 +108,10 @@ class TooLarge:
 @dataclass(frozen=True)
 class EndsTooSoon:
     """Every host that could hold it ends before it would (pilots, their allocations'
-    ends): it waits for resources that last, as a new pilot's would."""
+    ends): it waits for a host that lasts, as a new pilot's may (the pool asks for one when
+    `runs_s` fits in its walltime)."""
 
-    reason: ClassVar[WaitingReason] = WaitingReason.RESOURCES
+    reason: ClassVar[WaitingReason] = WaitingReason.HOST_ENDS
     needs: Resources
     #: How long a task runs (its walltime, or what the job's finished tasks took, with a
     #: margin); None: not known, and the task is not restartable.
@@ -128,7 +130,7 @@ class EndsTooSoon:
             )
         basis = "its walltime" if self.by_walltime else "what its job's finished tasks took"
         return (
-            f"next to run, waits for a host that lasts: needs {self.needs.describe()} for"
+            f"waits for a host that lasts: needs {self.needs.describe()} for"
             f" {self.runs_s:.0f} s ({basis}); {ends}"
         )
 
