@@ -405,7 +405,7 @@ GROUP BY t.job_id
 
 #: How many of a job's tasks `_TOOK` looks at: tasks run in index order, so its first ones
 #: are those that have finished.
-TOOK_OF_FIRST: Final = 2000
+TOOK_OF_FIRST: Final = 200
 
 
 async def _with_lengths(
