@@ -271,11 +271,9 @@ async def run(scenario: str, tasks: int, sleep_s: float, cluster: LocalCluster) 
 
 
 async def _scenario(cluster: LocalCluster, report: Report, tasks: int, sleep_s: float) -> None:
-    # The jobs run confined, as a user of their own: the effects file is in a directory anyone
-    # may write to.
-    (cluster.root / "effects").mkdir(mode=0o1777)
-    (cluster.root / "effects").chmod(0o1777)
-    effects = cluster.root / "effects" / "effects.log"
+    # The jobs run sealed, as a user of their own: the effects file is in a directory their
+    # room shows them (a scratch path of the cluster's) and anyone may write to.
+    effects = cluster.services.shared_dir("effects") / "effects.log"
     recorder = Recorder(cluster.mq.url, cluster.namespace)
     await recorder.start()
     client = AsyncClient(",".join(cluster.services.api_urls), cluster.services.token)
