@@ -95,7 +95,7 @@ class _Batch:
     cancelled: list[str] = field(default_factory=list)
 
     async def submit(self, script: str, **_: object) -> str:
-        job_id = str(100 + len(self.known))
+        job_id = str(uuid.uuid4().int % 10**9)  # unique in this database's pilots
         guess = datetime.now(UTC) + timedelta(hours=5)
         self.known[job_id] = BatchJob(job_id, "PENDING", "Resources", None, guess, None)
         return job_id
@@ -155,7 +155,7 @@ async def test_a_cancelled_jobs_demand_is_gone_and_the_pilots_it_caused_are_canc
         after = await _pilots(conn, pilots.settings.worker_pool)
 
     # then the pilots it caused are cancelled while pending, never started; the operator's stays
-    assert sorted(batch.cancelled) == sorted(p.batch_job_id or "" for p in asked.values())
+    assert set(batch.cancelled) == {p.batch_job_id for p in asked.values()}
     assert {after[i].state for i in asked} == {"ended"}
     assert {after[i].reason for i in asked} == {"no work waits for it"}
     assert after[own.id].state == "pending"
