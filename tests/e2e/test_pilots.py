@@ -137,7 +137,9 @@ async def test_pilots_come_on_demand_run_a_job_and_go_when_idle(
         return all(p["state"] == "ended" for p in await _pilots(client))
 
     await _until(all_ended, within=60)
-    assert {p["reason"] for p in await _pilots(client)} <= {"idle", "cancelled", "completed"}
+    # (one still pending once the job is done is withdrawn: no work waits for it)
+    ended = {"idle", "cancelled", "completed", "no work waits for it"}
+    assert {p["reason"] for p in await _pilots(client)} <= ended
 
 
 async def test_a_pilot_that_ends_leaves_no_queue_of_its_host_within_a_minute(
