@@ -151,7 +151,7 @@ async def test_a_pilot_that_ends_leaves_no_queue_of_its_host_within_a_minute(
     assert response.status_code == 201, response.text
     job_id = response.json()["id"]
     assert (await wait_job(client, events, job_id, within=120))["state"] == "completed"
-    hosts = {p["host_id"] for p in await _pilots(client) if p["host_id"]}
+    hosts = {a["host"] for a in await cluster_attempts(stack, job_id)}
     assert hosts
 
     async def all_ended() -> bool:
