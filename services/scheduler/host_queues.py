@@ -5,6 +5,9 @@ group on every broker node. A pilot is a new host id each time, so without this 
 pilot would leave two behind for ever. The leading scheduler deletes them once the host is
 retired and nothing in them is owed:
 
+- the host is gone for good: a pilot's whose allocation the batch system reports ended (its
+  processes ended with it). A host silent for any other reason may be cut off and come back
+  with the same worker process, which declares its queues only at its start: its queues stay;
 - the host is dead: no worker registered (the reaper declared its held tasks lost, or it
   stopped), and neither its worker nor its supervisor has beaten for `dead_after_s`;
 - no task still claims it: held tasks were resolved by the reaper, and new tasks placed on it
@@ -24,6 +27,7 @@ from typing import Final
 from shared.domain.states import TERMINAL
 from shared.messaging.amqp import Broker
 from shared.messaging.topology import delete_host_queues
+from shared.store import pilots_repo
 from shared.store.db import Connection, Pool
 
 logger = logging.getLogger(__name__)
@@ -39,10 +43,11 @@ h.worker IS NULL AND h.queues_deleted_at IS NOT NULL
 AND h.queues_deleted_at >= greatest(h.heartbeat_at, h.supervisor_heartbeat_at)
 """
 
-#: Dead hosts whose queues are not deleted yet and owe nothing: locked, skipped if busy.
+#: Dead hosts gone for good (a pilot's whose allocation ended) whose queues are not deleted yet
+#: and owe nothing: locked, skipped if busy.
 _DUE: Final = f"""
 SELECT h.id FROM hosts h
-WHERE h.worker IS NULL
+WHERE h.worker IS NULL AND {pilots_repo.allocation_ended("h.id")}
   AND h.heartbeat_at < now() - make_interval(secs => $1)
   AND (h.supervisor_heartbeat_at IS NULL
        OR h.supervisor_heartbeat_at < now() - make_interval(secs => $1))

@@ -72,12 +72,19 @@ async def _host_with_queues(conn: Connection, broker: Broker, host_id: str = "")
     return host_id
 
 
-async def _dies(conn: Connection, host_id: str) -> None:
-    """Given-step: the host's worker is gone and it has not beaten for a minute."""
+async def _dies(conn: Connection, host_id: str, pilot: bool = True) -> None:
+    """Given-step: the host's worker is gone and it has not beaten for a minute; `pilot`: it
+    was a pilot whose allocation ended."""
     await conn.execute(
         "UPDATE hosts SET worker = NULL, heartbeat_at = now() - interval '1 minute' WHERE id = $1",
         host_id,
     )
+    if pilot:
+        await conn.execute(
+            "INSERT INTO pilots (id, pool, backend, state, host_id, cpus, walltime_s,"
+            " requested_by) VALUES ('p-' || $1, 'default', 'slurm', 'ended', $1, 1, 60, 't')",
+            host_id,
+        )
 
 
 async def _dead_host(hpool: db.Pool, broker: Broker) -> str:
@@ -116,6 +123,19 @@ async def test_a_dead_host_that_nothing_claims_loses_its_queues_once(
     async with hpool.acquire() as conn:
         assert await is_retired(conn, host_id)
     await delete_host_queues(broker.channel, broker.topology, host_id)  # idempotent
+
+
+async def test_a_silent_host_that_is_no_ended_pilot_keeps_its_queues(
+    hpool: db.Pool, broker: Broker
+) -> None:
+    # cut off, its worker process may come back, and it declares its queues only at its start
+    async with hpool.acquire() as conn:
+        host_id = await _host_with_queues(conn, broker)
+        await _dies(conn, host_id, pilot=False)
+
+    await HostQueues(hpool, broker, DEAD_AFTER_S).run_once()
+
+    assert len(await _queues_left(broker, host_id)) == 2
 
 
 async def test_a_dead_host_a_task_still_claims_keeps_its_queues(
