@@ -127,6 +127,9 @@ class Sim:
             stdout=subprocess.PIPE,
             stderr=(cluster.root / "sim.log").open("ab"),
             text=True,
+            # out of the terminal's process group: a Ctrl-C reaches this process only, whose
+            # clean-up stops the simulator with one signal (a second one cancels its stop)
+            start_new_session=True,
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
