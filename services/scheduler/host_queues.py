@@ -27,7 +27,7 @@ from typing import Final
 from shared.domain.states import TERMINAL
 from shared.messaging.amqp import Broker
 from shared.messaging.topology import delete_host_queues
-from shared.store import pilots_repo
+from shared.store import hosts_repo, pilots_repo
 from shared.store.db import Connection, Pool
 
 logger = logging.getLogger(__name__)
@@ -90,6 +90,6 @@ class HostQueues:
 
     async def _retire(self, conn: Connection, host_id: str) -> None:
         await delete_host_queues(self._broker.channel, self._broker.topology, host_id)
-        await conn.execute("UPDATE hosts SET queues_deleted_at = now() WHERE id = $1", host_id)
+        await hosts_repo.mark_queues_deleted(conn, host_id)
         if self._on_deleted is not None:
             self._on_deleted(host_id)

@@ -401,3 +401,9 @@ async def end_run_out(conn: Connection) -> list[Record]:
     """End every operator's quarantine that has run out: the hosts. Locks: the row of each
     host it changes (its UPDATE, in no set order)."""
     return list(await conn.fetch(_RUN_OUT))
+
+
+async def mark_queues_deleted(conn: Connection, host_id: str) -> None:
+    """Record that the host's work and supervise queues were deleted (it is retired until its
+    worker registers again). Locks: the host's row (its UPDATE)."""
+    await conn.execute("UPDATE hosts SET queues_deleted_at = now() WHERE id = $1", host_id)
