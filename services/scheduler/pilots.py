@@ -143,6 +143,10 @@ class PilotPool:
         changed += await self._cancel(
             [p for p in live if p.state == "draining" and p.batch_job_id is not None]
         )
+        # read again: a pilot the follow just saw start is running, and may already hold the
+        # work that made it wanted (never withdrawn as "not started")
+        async with self._pool.acquire() as conn:
+            live = await pilots_repo.listed(conn, self.settings.worker_pool, live=True)
         wanted = await self._wanted_cpus()
         if self.settings.backend != "none":
             changed += await self._on_demand(live, wanted)

@@ -128,8 +128,14 @@ async def test_pilots_come_on_demand_run_a_job_and_go_when_idle(
     # then pilots are asked for, Slurm runs them, and the job completes on them
     assert (await wait_job(client, events, job_id, within=120))["state"] == "completed"
     hosts = {a["host"] for a in await cluster_attempts(stack, job_id)}
-    pilots = await _pilots(client)
-    assert hosts and hosts <= {p["host_id"] for p in pilots}
+    assert hosts
+
+    # (a pilot names its host once the scheduler has seen it run: it follows Slurm every 2 s)
+    async def named() -> list[dict[str, Any]] | None:
+        pilots = await _pilots(client)
+        return pilots if hosts <= {p["host_id"] for p in pilots} else None
+
+    pilots = await _until(named, within=30)
     assert all(p["requested_by"] == "scheduler" and p["batch_job_id"] for p in pilots)
 
     # and once idle, each is cancelled

@@ -161,6 +161,30 @@ async def test_a_cancelled_jobs_demand_is_gone_and_the_pilots_it_caused_are_canc
     assert after[own.id].state == "pending"
 
 
+async def test_a_pilot_that_starts_and_takes_the_work_it_was_asked_for_is_never_withdrawn(
+    pool: db.Pool, tmp_path: Path
+) -> None:
+    batch = _Batch()
+    pilots = _pilot_pool(pool, batch, tmp_path)
+    async with pool.acquire() as conn:
+        # given a pilot asked for and submitted for a task waiting for a host
+        job = await _waiting(conn, cpus=1, gpus=0, tasks=1, reason="no_host")
+        await pilots.run_once()
+        await pilots.run_once()
+        [asked] = (await _pilots(conn, pilots.settings.worker_pool)).values()
+        assert asked.state == "pending" and asked.batch_job_id is not None
+
+        # when it starts and its host takes the task (nothing waits for a host any more)
+        batch.run(asked.batch_job_id)
+        await conn.execute("DELETE FROM job_waits WHERE job_id = $1", job.id)
+        await pilots.run_once()
+        after = await pilots_repo.get(conn, asked.id)
+
+    # then it runs: a pilot seen starting in this look is not withdrawn as "not started"
+    assert after is not None and after.state == "running"
+    assert batch.cancelled == []
+
+
 async def test_a_pending_pilot_has_no_host_and_no_end_until_it_runs(
     pool: db.Pool, tmp_path: Path
 ) -> None:
