@@ -1,4 +1,4 @@
-"""Pilots (issue 40), pure: a pilot's host id, its state from the batch system's, how many
+"""Pilots, pure: a pilot's host id, its state from the batch system's, how many
 more the pool needs, and how many of those it asked for are no longer needed."""
 
 import math

@@ -243,7 +243,7 @@ async def relay_supervisor_beats(
 
 
 async def prepare_pilot(conn: Connection, host_id: str, pool: str, ends_at: float) -> None:
-    """A pilot's host (issue 40): its row made (or taken over), not draining, with when it
+    """A pilot's host: its row made (or taken over), not draining, with when it
     stops running tasks (`ends_at`, epoch seconds: its stop margin before the allocation's
     end), before its worker registers. Locks: the host's
     row (the upsert's insert or update)."""
