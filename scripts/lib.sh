@@ -76,11 +76,15 @@ vigil_base_python() {
     printf '%s\n' "$py"
 }
 
-# Create .venv when missing and `pip install -e '.[dev]'` into it. The install is skipped when
-# the stamp file is newer than pyproject.toml (delete it, or touch pyproject.toml, to force one).
+# Create .venv when missing and install into it every dependency pinned in requirements.lock
+# (the dev tools included; hashes checked), then the project itself, editable, with --no-deps.
+# The install is skipped when the stamp file is newer than both pyproject.toml and
+# requirements.lock (delete it, or touch either, to force one). scripts/lock regenerates the lock.
 vigil_ensure_venv() {
     local py stamp="$VIGIL_VENV/.vigil-install-stamp" logf="$VIGIL_RUN/logs/pip.log"
+    local lock="$VIGIL_ROOT/requirements.lock"
     mkdir -p "$VIGIL_RUN/logs"
+    [[ -f "$lock" ]] || die "${lock#"$VIGIL_ROOT"/} is missing (scripts/lock makes it from pyproject.toml)"
     if [[ ! -x "$VIGIL_PY" ]]; then
         [[ -e "$VIGIL_VENV" ]] && die "$VIGIL_VENV exists but has no bin/python; remove it and re-run"
         py="$(vigil_base_python)" || exit 1
@@ -92,14 +96,15 @@ vigil_ensure_venv() {
     fi
     "$VIGIL_PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
         die "$VIGIL_VENV uses $("$VIGIL_PY" -V 2>&1); Vigil needs 3.11+: remove $VIGIL_VENV and re-run"
-    if [[ -f "$stamp" && "$stamp" -nt "$VIGIL_ROOT/pyproject.toml" ]]; then
+    if [[ -f "$stamp" && "$stamp" -nt "$VIGIL_ROOT/pyproject.toml" && "$stamp" -nt "$lock" ]]; then
         ok "project already installed in ${VIGIL_VENV#"$VIGIL_ROOT"/} (delete $(basename "$stamp") there to reinstall)"
         return 0
     fi
-    step "Installing the project and its dev tools (pip install -e '.[dev]')"
+    step "Installing the pinned dependencies (requirements.lock), then the project (pip install --no-deps -e .)"
     if ! (cd "$VIGIL_ROOT" &&
-        PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 \
-            "$VIGIL_PY" -m pip install -q -e '.[dev]') >"$logf" 2>&1; then
+        export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 &&
+        "$VIGIL_PY" -m pip install -q --require-hashes -r requirements.lock &&
+        "$VIGIL_PY" -m pip install -q --no-deps -e .) >"$logf" 2>&1; then
         tail -n 30 "$logf" >&2
         die "pip install failed (full output: ${logf#"$VIGIL_ROOT"/})"
     fi
