@@ -1,4 +1,4 @@
-"""What a host's heartbeats cost PostgreSQL (issue 41): the beats of `--hosts` idle hosts
+"""What a host's heartbeats cost PostgreSQL: the beats of `--hosts` idle hosts
 (a worker's and a supervisor's each, every `--period` seconds, over `--connections`
 connections, as `bench.simhosts` makes them: 4) against a database of their own, and
 PostgreSQL's CPU for them.

@@ -1,4 +1,4 @@
-"""What writing hosts' beats from Redis costs the leading scheduler (issue 41): `--hosts`
+"""What writing hosts' beats from Redis costs the leading scheduler: `--hosts`
 hosts' two services each push a beat on the board, and the relay (`services/scheduler/
 beat_relay.py`) takes, writes and answers them; its own CPU per beat, over `--rounds` rounds.
 

@@ -1,4 +1,4 @@
-"""The control plane at cluster scale (issue 41): what hosts and tasks cost centrally.
+"""The control plane at cluster scale: what hosts and tasks cost centrally.
 
 Starts an installation of its own (`bench.cluster`: an api and a scheduler, in a database and
 namespace of their own, no host), then for each host count runs `bench.simhosts` with that

@@ -8,7 +8,7 @@ time, tasks/s, and per task the committed transactions (reads included: every st
 a transaction is one), rows inserted and updated, and WAL bytes, from `pg_stat_database` and
 `pg_current_wal_lsn()` read before and after (the services' background work included).
 
-Slot scaling (issue 12): `VIGIL_WORKER_SLOTS=32 scripts/up --no-demo`, then
+Slot scaling: `VIGIL_WORKER_SLOTS=32 scripts/up --no-demo`, then
 `python -m bench.cost --tasks 5000 --jobs 0 --command "sleep 0.1"` (ideal: 320 tasks/s).
 """
 

@@ -1,4 +1,4 @@
-"""Dashboard benchmark: the pages of one big job, served in-process (issue 16, point 4).
+"""Dashboard benchmark: the pages of one big job, served in-process.
 
     python -m bench.dashboard [--inputs 100000] [--repeat 15]
 

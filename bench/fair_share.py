@@ -1,4 +1,4 @@
-"""Fair share on the real services (issue 39, point 3): how the pool's capacity is split
+"""Fair share on the real services: how the pool's capacity is split
 between users who compete for it.
 
     python -m bench.fair_share [--minutes 2] [--cpus 4] [--task-s 2]
@@ -10,8 +10,9 @@ run (so both wait throughout), and the benchmark adds up, from the attempts' sta
 times, the CPU-seconds each user's commands held within the phase (its first task's length
 left out, while the first placements settle). It also runs a lone user for five task
 lengths (how busy it keeps the host: work-conserving), and times a late user's one `echo`
-behind another's 12 x `sleep 8` and 5,000 x `sleep 2` (issue 39's Bob). Prints each user's
-part of the capacity; asserts nothing. The issue's target: 50 / 50 and 75 / 25, each ± 5 %.
+behind another's 12 x `sleep 8` and 5,000 x `sleep 2` (the case of a user who
+waits behind a big job). Prints each user's
+part of the capacity; asserts nothing. The target: 50 / 50 and 75 / 25, each ± 5 %.
 """
 
 import argparse

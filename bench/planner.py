@@ -1,4 +1,4 @@
-"""Planner benchmark (issue 39, point 8): one planning round, pure, no database.
+"""Planner benchmark: one planning round, pure, no database.
 
     python -m bench.planner [--tasks 100000] [--jobs 1000] [--users 50] [--hosts 100] [--repeat 7]
 

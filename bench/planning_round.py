@@ -1,4 +1,4 @@
-"""The scheduler's planning round on the real PostgreSQL (issue 39, point 8): the feed, the
+"""The scheduler's planning round on the real PostgreSQL: the feed, the
 planner and the claims, as the leading scheduler runs them.
 
     python -m bench.planning_round [--tasks 100000] [--jobs 1000] [--users 50] [--hosts 100]

@@ -1,4 +1,4 @@
-"""What relaying the outbox costs the leading scheduler (issue 41), by itself: the relay's own
+"""What relaying the outbox costs the leading scheduler, by itself: the relay's own
 CPU a row, over the rows a task of a big job writes at steady state.
 
 A task of a running job writes its work message (`host.<id>`, with the claimed row in it) and

@@ -1,5 +1,5 @@
-"""Submission benchmark: how long `POST /jobs` takes to accept a job of N inputs (issue 12,
-point 6: 100,000 inputs in at most 3 s), the api served in-process.
+"""Submission benchmark: how long `POST /jobs` takes to accept a job of N inputs (the
+target: 100,000 inputs in at most 3 s), the api served in-process.
 
     python -m bench.submission [--inputs 100000] [--repeat 5]
 

@@ -22,7 +22,7 @@ import pytest
 
 from shared.store import db
 from shared.store.migrate import migrate
-from tests.slurm_fixture import slurm_conf  # noqa: F401  (a fixture: the real Slurm, issue 40)
+from tests.slurm_fixture import slurm_conf  # noqa: F401  (a fixture: the real Slurm)
 
 ADMIN_DATABASE_URL = os.environ.get(
     "TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test"

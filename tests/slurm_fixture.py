@@ -1,4 +1,4 @@
-"""The real one-node Slurm of `scripts/slurm` (issue 40), for the tests of pilots and of the
+"""The real one-node Slurm of `scripts/slurm`, for the tests of pilots and of the
 Slurm client: `slurm_conf` brings it up once a session (it stays up afterwards: `scripts/slurm
 down` stops it) and gives its `slurm.conf`. Without Slurm's binaries the tests fail, saying how
 to install them; they never skip."""

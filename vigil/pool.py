@@ -1,4 +1,4 @@
-"""How the command shows the shared pool (issue 39): amounts of resources, a job's priority
+"""How the command shows the shared pool: amounts of resources, a job's priority
 and request, what a host has free, and why a task or a job waits (`vigil why`, `status`).
 
 Plain text, one fact a line; everything from the API goes through `render.printable`. A

@@ -1,4 +1,4 @@
-"""Simulated hosts (issue 41): many hosts in one process, speaking the real protocol.
+"""Simulated hosts: many hosts in one process, speaking the real protocol.
 
 Each simulated host is a real worker's objects (`services.worker`: its registration and
 heartbeat, its `Consumer` of the host's and pool's queues, its `StageRunner` with its takes,

@@ -48,7 +48,7 @@ class _Server(uvicorn.Server):
     would otherwise hold the graceful shutdown for its whole timeout.
 
     Its main loop sleeps a second at a time, woken at once by a signal: uvicorn's own wakes
-    ten times a second to look for one (most of an idle api's CPU, issue 12)."""
+    ten times a second to look for one (most of an idle api's CPU)."""
 
     def __init__(self, config: uvicorn.Config, hub: EventHub) -> None:
         super().__init__(config)

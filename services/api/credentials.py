@@ -1,4 +1,4 @@
-"""Whom a token belongs to, remembered by the api for a few seconds (issue 41).
+"""Whom a token belongs to, remembered by the api for a few seconds.
 
 Every request named its caller with a statement of its own (the token's hash looked up with
 its user): a round trip and a pool borrowing a request, a tenth of the api's CPU under W1.

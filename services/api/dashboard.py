@@ -260,7 +260,7 @@ _LIVE_PILOTS: Final = (
 
 @dataclass(frozen=True)
 class PilotRow:
-    """A live pilot as the hosts page shows it (issue 40)."""
+    """A live pilot as the hosts page shows it."""
 
     pilot: Pilot
     #: Its host has come up (a `hosts` row): a pending pilot's host id is only its name to be.

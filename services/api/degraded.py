@@ -1,4 +1,4 @@
-"""What `/healthz` reports as degraded (issue 13): the api answers, but something it relies on
+"""What `/healthz` reports as degraded: the api answers, but something it relies on
 does not — no live worker or supervisor in the pool, every host quarantined, no scheduler
 leading, events not going out, Redis away. Each reason says what is wrong, in words."""
 

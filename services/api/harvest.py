@@ -1,4 +1,4 @@
-"""Views and checks of harvest and cleanup (issue 6): listed outputs, their page cursor, the
+"""Views and checks of harvest and cleanup: listed outputs, their page cursor, the
 download's answer, and the retention a submission may ask for.
 """
 

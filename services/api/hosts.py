@@ -65,7 +65,7 @@ class HostView:
     probing_since: datetime | None = None
     #: An operator drains it: it finishes what it holds and takes no new task.
     draining: bool = False
-    #: What its worker advertised it has (issue 39; 0 CPUs until it did), and what its tasks
+    #: What its worker advertised it has (0 CPUs until it did), and what its tasks
     #: leave free: `{"cpus", "memory_mb", "gpus": [device ids]}`.
     capacity: dict[str, object] = field(default_factory=lambda: amount(NOTHING, ()))
     free: dict[str, object] = field(default_factory=lambda: amount(NOTHING, ()))

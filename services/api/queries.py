@@ -260,7 +260,7 @@ async def emergency_stop_in_force(conn: Connection) -> bool:
 
 async def live_capacities(conn: Connection, pool: str, fresh_s: float) -> dict[str, Resources]:
     """The capacity of each host of `pool` whose worker heartbeated within `fresh_s` seconds
-    and advertised one (issue 39: 0 CPUs until its worker did)."""
+    and advertised one (0 CPUs until its worker did)."""
     rows = await conn.fetch(
         "SELECT id, capacity_millicpus, capacity_memory_mb, cardinality(gpu_ids) AS gpus"
         " FROM hosts WHERE pool = $1 AND worker IS NOT NULL AND capacity_millicpus > 0"

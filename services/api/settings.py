@@ -54,7 +54,7 @@ class ApiSettings(CommonSettings):
     #: Tasks a bulk action changes per transaction.
     bulk_batch: int = Field(default=200, ge=1, le=10_000)
     #: A user (not an operator) sets their jobs' priority within plus or minus this
-    #: (`VIGIL_PRIORITY_USER_RANGE`); operators within `PRIORITY_LIMIT` (issue 39).
+    #: (`VIGIL_PRIORITY_USER_RANGE`); operators within `PRIORITY_LIMIT`.
     priority_user_range: int = Field(default=100, ge=0, le=1_000_000)
     #: Refuse at submission (422) a request of resources that no live host of the pool can
     #: ever hold (`VIGIL_REFUSE_UNSATISFIABLE`); off, such a job waits (`too_large`).

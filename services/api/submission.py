@@ -1,6 +1,6 @@
 """Submitting a job: references checked, then job, tasks, events and prerequisites written in
 one transaction, so that a failure anywhere leaves no trace (never a half-created job). Its
-tasks are placed by the leading scheduler's round (issue 39), which the commit wakes.
+tasks are placed by the leading scheduler's round, which the commit wakes.
 
 A job with `inputs_from` is created without inputs and chained (design §6): one promised input
 per task of the upstream job, each waiting for its upstream task to complete. A job submitted

@@ -1,5 +1,5 @@
-"""What `GET /tasks/{id}` and `GET /jobs/{id}` read to say why a task or a job waits (issue
-39, point 6); the decision itself is `shared.domain.waiting`'s, pure. Nothing is read for a
+"""What `GET /tasks/{id}` and `GET /jobs/{id}` read to say why a task or a job waits;
+the decision itself is `shared.domain.waiting`'s, pure. Nothing is read for a
 task that is not waiting."""
 
 from datetime import UTC, datetime

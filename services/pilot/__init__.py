@@ -1,4 +1,4 @@
-"""A pilot (issue 40): one host of Vigil inside a batch system's allocation, for its walltime.
+"""A pilot: one host of Vigil inside a batch system's allocation, for its walltime.
 
 `python -m services.pilot` runs as the batch job's command: it reads the allocation from the
 batch system's environment (`allocation.py`), marks its host's end (`hosts.ends_at`: the

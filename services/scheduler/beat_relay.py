@@ -1,4 +1,4 @@
-"""Hosts' beats from Redis into PostgreSQL (issue 41): the leader takes every beat pushed on the
+"""Hosts' beats from Redis into PostgreSQL: the leader takes every beat pushed on the
 board (`shared/messaging/beat_board.py`) in one round trip, writes them into `hosts` in one
 transaction, and answers each service what PostgreSQL said of its host. The host's side, and
 what the fence keeps, is `shared/host/beats.py`."""

@@ -1,4 +1,4 @@
-"""Quarantine as a circuit breaker (design §5, issue 13): a host is shut when failures it is
+"""Quarantine as a circuit breaker (design §5): a host is shut when failures it is
 blamed for pile up, and probes its way back.
 
     closed --(quarantine_after blamed failures within the window)--> shut

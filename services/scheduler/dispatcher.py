@@ -1,6 +1,6 @@
 """Releasing tasks to hosts: claim (compare-and-set) and a work message, in one transaction.
 
-New tasks are placed by the shared pool's policy (`planning.py`, issue 39): on a host with
+New tasks are placed by the shared pool's policy (`planning.py`): on a host with
 free capacity for their request, by fair share between users, priority and age within a
 user, best fit, backfill and reservations, within each job's `max_in_flight` (1 while the
 job is probing) and the per-user cap (`VIGIL_MAX_IN_FLIGHT_PER_USER`); a configuring job's

@@ -18,7 +18,7 @@ class Due:
     """A step's schedule: `due(now)` before it runs, `ran(left, now)` after.
 
     `tell()` makes the next round look. What needs a look but not at once makes a round look
-    once a gap has passed since the last look ended (issue 41): `tell_soon()` (a task ended,
+    once a gap has passed since the last look ended: `tell_soon()` (a task ended,
     and what waited on it may fit now; `soon_in` says when, for the round to wake then), or a
     pass that left work (any round after the gap looks again). Under load task ends come many
     to a look's time, and one look places what all of them freed.

@@ -102,7 +102,7 @@ class Finaliser:
         no look: what it was told of (the notification of a commit, which a read begun after
         it sees) had not finished the job. One told of after it waits for the next such read
         (the next planning round's), at most `waiting_hold_s`: under load a big job has a
-        task end every few ms and nearly every round sees its waiting tasks (issue 41)."""
+        task end every few ms and nearly every round sees its waiting tasks."""
         self._waiting_at = dict.fromkeys(job_ids, read_from)
         for job_id in self._waiting_at:
             told = self._touched.get(job_id)

@@ -9,7 +9,7 @@ on: a round's work messages (a host's slots are idle until they come) and a job'
 submitter waits for `job.<outcome>`). Written while the relay gathers, they end the gather
 (`hurry`): the relay reads at once, and they go out without the wait. A lone job's chain thus
 never waits for a gather, and a big job's events are published in batches of about twice as
-many rows (issue 41: `docs/performance.md`, "The relay's gather, cut short").
+many rows.
 """
 
 import asyncio

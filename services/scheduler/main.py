@@ -65,7 +65,7 @@ logger = logging.getLogger(__name__)
 #: The dispatcher's gap for task ends is this many times its last look's own time (`Due`):
 #: while tasks wait, it spends at most a sixth of its time looking for what ends freed. Five
 #: rather than two: at 100 hosts under load the control plane spent 7-12 % less a task and a
-#: one-task job, at the same or a higher rate (docs/performance.md, "The gap, five looks").
+#: one-task job, at the same or a higher rate.
 GAP_PER_LOOK: Final = 5.0
 #: The waiters look this long after a task's end at most (`Scheduler.waiters_due`).
 WAITERS_GAP_S: Final = 0.1
@@ -112,9 +112,9 @@ class Scheduler:
         self.host_queues = HostQueues(
             pool, broker, settings.dead_host_s, on_deleted=self.relay.forget_host
         )
-        #: Hosts' beats from Redis into `hosts` (issue 41).
+        #: Hosts' beats from Redis into `hosts`.
         self.beats = BeatRelay(pool, BeatBoard(redis, RedisKeys(settings.namespace)))
-        #: Pilots on a batch system (issue 40), when one is configured.
+        #: Pilots on a batch system, when one is configured.
         self.pilots = (
             PilotPool(pool, Slurm(), settings.pilots())
             if settings.pilots_backend == "slurm"
@@ -490,7 +490,7 @@ async def main(settings: SchedulerSettings) -> None:
         scheduler = Scheduler(settings, pool, broker, redis)
         # What the start made (modules, pools, connections) lives as long as the process: out
         # of the collector's generations, its periodic passes walk only what the rounds make
-        # (issue 41: the collector was 8 % of the leader's samples).
+        # (the collector was 8 % of the leader's samples).
         gc.freeze()
         wake, relay_wake = asyncio.Event(), asyncio.Event()
         scheduler.wake_relay = relay_wake.set

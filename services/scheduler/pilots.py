@@ -1,4 +1,4 @@
-"""Pilots on a batch system (issue 40): the leading scheduler is the only part of Vigil that
+"""Pilots on a batch system: the leading scheduler is the only part of Vigil that
 talks to it. Every `EVERY_S` it:
 
 1. submits the pilots operators asked for (`requested`), as batch jobs running

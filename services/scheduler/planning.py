@@ -1,4 +1,4 @@
-"""Placing new tasks on hosts by the shared pool's policy (issue 39): the leading scheduler's
+"""Placing new tasks on hosts by the shared pool's policy: the leading scheduler's
 round reads the feed (`plan_repo.read`), asks the planner (`shared/domain/scheduling`), and
 in the same transaction claims each assignment's tasks for its host, queues their work
 messages to that host's queue, and writes the reasons of the jobs left waiting.
@@ -109,7 +109,7 @@ class Planning:
     #: Whether the feed finds the jobs with tasks to place from the pending tasks rather than
     #: by probing every placeable job (`plan_repo.feed_from_pending`, at each full round): a
     #: pool running thousands of one-task jobs has thousands of active jobs, few of them
-    #: waiting (`docs/performance.md`, "Many jobs running, few waiting").
+    #: waiting.
     pending_first: bool = False
     #: The hosts as the last round read them (`plan_repo.KnownHosts`), and the state the
     #: planner was given of each (a host that reads the same is given the same state).

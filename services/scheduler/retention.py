@@ -1,4 +1,4 @@
-"""Retention (issue 6): purge the jobs whose `retention_s` ran out since they ended, and finish
+"""Retention: purge the jobs whose `retention_s` ran out since they ended, and finish
 the purges cut short.
 
 Runs with the scheduler's pruning, a batch per round; each purge marks its job in a short

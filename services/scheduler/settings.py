@@ -15,12 +15,11 @@ class SchedulerSettings(CommonSettings):
     scheduler_tick_s: float = Field(default=0.25, gt=0, le=60)
     #: While tasks wait, the dispatcher looks for what task ends freed five times its last
     #: look's own time after that look, at most this long after it (`VIGIL_RELEASE_GAP_S`,
-    #: seconds; issue 41), or at once when the ends since have freed a tenth of the pool's
+    #: seconds), or at once when the ends since have freed a tenth of the pool's
     #: CPUs: one look places what all those ends freed. A submission, a full batch or a
     #: triage decision is looked at at once. 0: every end is looked at. With 100 hosts under
     #: load the gap cuts the scheduler's and PostgreSQL's CPU per task by a fifth to a third;
-    #: a pool of a few CPUs looks at every end, as without it (docs/performance.md, "The gap,
-    #: adaptive", "The gap, five looks").
+    #: a pool of a few CPUs looks at every end, as without it.
     release_gap_s: float = Field(default=0.1, ge=0, le=10)
     scheduler_batch: int = Field(default=500, ge=1, le=10000)
     #: The relay looks for unpublished rows this often while the system is busy (every 2 s
@@ -55,7 +54,7 @@ class SchedulerSettings(CommonSettings):
     event_retention_s: float = Field(default=7 * 86400.0, gt=0)
     #: The port of `GET /healthz` (`VIGIL_SCHEDULER_HEALTH_PORT`, on `VIGIL_HEALTH_HOST`; 0: none).
     scheduler_health_port: int = Field(default=0, ge=0, le=65535)
-    #: The shared pool's policy (issue 39; `docs/scheduling.md`, Knobs): usage halves in
+    #: The shared pool's policy (`docs/scheduling.md`, Knobs): usage halves in
     #: this time (`VIGIL_FAIRSHARE_HALF_LIFE_S`; 0: only what is held now counts), a job
     #: gains this many points of priority per hour its oldest task waits
     #: (`VIGIL_PRIORITY_AGE_PER_HOUR`), a request passed over after waiting this long gets a
@@ -84,7 +83,7 @@ class SchedulerSettings(CommonSettings):
             prefetch=self.worker_prefetch,
         )
 
-    #: Pilots (issue 40, `docs/pilots.md`; with `VIGIL_PILOTS_BACKEND`): at most this many
+    #: Pilots (`docs/pilots.md`; with `VIGIL_PILOTS_BACKEND`): at most this many
     #: alive (`VIGIL_PILOTS_MAX`), each of `VIGIL_PILOTS_CPUS` CPUs, `VIGIL_PILOTS_MEMORY_MB`
     #: (unset: the batch system's default) and `VIGIL_PILOTS_WALLTIME_S`, cancelled after
     #: `VIGIL_PILOTS_IDLE_S` without a task; their batch jobs' files go to

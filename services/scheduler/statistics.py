@@ -4,11 +4,11 @@ A statement's plan is made once per connection (asyncpg's prepared statements, t
 functions) and made again only when the statistics of a table it reads change. A plan made
 while a table was young (a fresh database) reads the whole table where an index probe was
 meant, and keeps doing so as the table grows: the submission's release scanned every task and
-every active job, 1.3 ms a job after 1,000 jobs and growing with the history
-(`docs/performance.md`, step 32). Autovacuum, where it runs, analyses a table once `50 + 10 %`
+every active job, 1.3 ms a job after 1,000 jobs and growing with the history.
+Autovacuum, where it runs, analyses a table once `50 + 10 %`
 of its rows changed since its last analysis, but only at its next look (`autovacuum_naptime`,
 a minute by default): a plan made meanwhile sees a big job's thousands of new tasks as none,
-and the waiters' statement drove from them, 4.6 ms a task's end (step 34). So the
+and the waiters' statement drove from them, 4.6 ms a task's end. So the
 leading scheduler analyses the tables below itself, whether autovacuum runs or not, each once
 it holds twice the rows it held at its last analysis (and at least `FIRST_ROWS`: a plan's
 choices hardly matter on fewer): about a dozen times on a table's way to a million rows, and
@@ -19,8 +19,8 @@ analysis makes every connection plan again; autovacuum, where it runs, takes car
 But for one: the tasks in flight. The statements over them (index `tasks_in_flight`) are
 planned from the share of the tasks with a claim. With statistics taken while no task was
 claimed, the planner expects one row there: the hosts' read then joined each task to its job
-by an index probe, 45 ms at a thousand hosts of 16 CPUs instead of 8 with a hash join (issue
-41; that read, `pool_repo.HELD_BY_HOST_AND_OWNER`, now reads what each task holds from the
+by an index probe, 45 ms at a thousand hosts of 16 CPUs instead of 8 with a hash join
+(that read, `pool_repo.HELD_BY_HOST_AND_OWNER`, now reads what each task holds from the
 task itself, migration 0043, and looks up by id the job of a task claimed before it). A
 table of ten million ended tasks does not double for a long while, and autovacuum waits for
 a tenth of it to change. So `tasks` is also analysed once the tasks claimed now (`claimed`,
@@ -32,15 +32,15 @@ And `task_prerequisites` from its first look, empty: a table never analysed is p
 ten pages of rows, and the waiters' statement, which reads the waiting tasks' prerequisites,
 drove from the waiting tasks and probed the (empty) table once for each: 1.25 ms a look with
 1,000 tasks waiting, O(tasks waiting), up to ten looks a second while tasks end; 0.03 ms
-once the table was analysed (`docs/performance.md`, "The planning round and the history").
+once the table was analysed.
 Autovacuum analyses it only once 50 of its rows changed: an installation whose jobs have no
 prerequisites never would.
 
 And `hosts`, from its tenth row (`FIRST_HOSTS`): every round reads all of it, and a plan
 made while the pool's hosts were being registered (the planner expects one) joins each of
 them to the aggregate of the tasks in flight again: the feed's read of what the hosts hold
-took 1.5-5 ms a round at 100 hosts, where a hash join takes 0.3 (`docs/performance.md`,
-"Statistics of the hosts"). A few analyses on a pool's way to a thousand hosts.
+took 1.5-5 ms a round at 100 hosts, where a hash join takes 0.3.
+A few analyses on a pool's way to a thousand hosts.
 """
 
 import logging

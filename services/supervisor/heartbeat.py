@@ -2,7 +2,7 @@
 are silent (the scheduler's reaper), since a live supervisor judges its worker itself.
 
 The beat reads, in the same statement, what the supervisor's other rounds need to know of
-its host (issue 41, `hosts_repo.SupervisorBeat`): whether its worker is silent (the worker
+its host (`hosts_repo.SupervisorBeat`): whether its worker is silent (the worker
 watch), and whether any command runs here, any task is held by a gone instance, or any kill
 is owed (the reconcile looks further only where one is). An idle host costs one statement a
 beat."""

@@ -14,7 +14,7 @@ registration is not read again while the worker watched lives and the host's row
 beat read it) names no other: a host runs one worker, and a new one registers after the old
 one exits, or, started beside it by hand, shows in the row at its first beat. That read was a
 Redis round trip every 2 s a host, 480 a second for a thousand idle hosts, over a third of
-what they asked of Redis (issue 41).
+what they asked of Redis.
 """
 
 import asyncio

@@ -1,9 +1,9 @@
 """What a host's quarantine (see `services/scheduler/breaker.py`) and an operator's drain let
-its worker take from the legacy pool queue (consumed so that an upgrade from before issue 39
-loses nothing; nothing publishes to it now): everything, one task at a time (a breaker
-probing), or nothing. The planning round places work on the host's own queue by the same
-rules (`services/scheduler/planning.py`), and a task's later stages come through that queue
-whatever the admission, so a draining host finishes what it holds."""
+its worker take from the legacy pool queue (still consumed so that an upgrade from a version
+with one shared queue loses nothing; nothing publishes to it now): everything, one task at a
+time (a breaker probing), or nothing. The planning round places work on the host's own queue
+by the same rules (`services/scheduler/planning.py`), and a task's later stages come through
+that queue whatever the admission, so a draining host finishes what it holds."""
 
 from enum import StrEnum
 

@@ -11,8 +11,8 @@ one task:
 2. `nsenter --net`: the network namespace of the job's owner on this worker, with not even a
    loopback up (no PostgreSQL, RabbitMQ, Redis or anything else), unless the job's policy says
    `network: host` (then this step is left out). BusyBox's where there is a `busybox` (one
-   static binary, 0.5 ms of CPU a command less than util-linux's: `docs/performance.md`, step
-   35). An owner's namespace is made once, the first time one of their jobs runs here, and held
+   static binary, 0.5 ms of CPU a command less than util-linux's).
+   An owner's namespace is made once, the first time one of their jobs runs here, and held
    by the worker (an open file of it); jobs of one owner share it, as they share a uid.
 3. `bwrap` (Debian's bubblewrap), as root, with no user namespace: a new mount, PID and IPC
    namespace (`room_argv`): the host's file system read-only; empty over `/run` (so

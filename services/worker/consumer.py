@@ -9,7 +9,7 @@ host's capacity); the tasks taken beyond them are set up meanwhile, each waiting
 its request to be free. Messages beyond the intake stay unacked, so the broker hands them to
 someone else if this worker dies.
 
-Two bounds (issue 39): the host queue carries what the scheduler placed on this host, already
+Two bounds: the host queue carries what the scheduler placed on this host, already
 bounded by its capacity (plus `prefetch`), so its intake only guards the worker against a
 flood: `intake_bound`, room for tasks of a quarter CPU. The pool queue, whose work nobody
 placed (the legacy path, and any work sent there during an upgrade), is taken as before the
@@ -330,7 +330,7 @@ class Consumer:
         handlings drive; each task held but driven by none is driven again (or failed as lost,
         `_drive_again`) in a tracked task of its own. Returns how many were found. Reads
         nothing when the last heartbeat said this instance holds no task (an idle host's
-        reconcile costs the database nothing: issue 41); a task taken since is compared at
+        reconcile costs the database nothing); a task taken since is compared at
         the round after the next beat."""
         if self._held == 0:
             return 0

@@ -1,5 +1,5 @@
 """The jobs a worker has read, by their row version: a take of a task of a known job reads
-nothing (issue 41).
+nothing.
 
 A work message from the planning round carries its task's row as the claim left it and its
 job's row version then (`jobs.xmin`, which every update of the row changes: a state, an edit,

@@ -1,4 +1,4 @@
-"""What the host's commands hold of its capacity (issue 39): the worker's admission by
+"""What the host's commands hold of its capacity: the worker's admission by
 resources, in place of a count of slots.
 
 Each command holds its job's request (CPUs, memory, GPUs: `jobs.req_*`) and its GPU devices

@@ -1,4 +1,4 @@
-"""What one command may use: its job's request (issue 39: what its host holds for it), narrowed
+"""What one command may use: its job's request (what its host holds for it), narrowed
 by its `policy.limits`; what neither names, this worker's defaults."""
 
 from typing import Final, TypeVar

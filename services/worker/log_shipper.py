@@ -6,7 +6,7 @@ Lines are numbered in the order they are read (both streams together), persisted
 
 A stream's run file is made at its first line, and the periodic flush starts with the first
 line: a silent command costs no file and no timer. Making a file is not free (on the ext4 of
-our 2-core VMs, up to 0.3-0.8 ms of kernel CPU each: `docs/performance.md`, step 35), and most
+our 2-core VMs, up to 0.3-0.8 ms of kernel CPU each), and most
 short commands print nothing on one stream or both.
 """
 

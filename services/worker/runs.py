@@ -308,8 +308,8 @@ class Runs:
     def _exit_noter(self, held: Tenure) -> Callable[[int], Coroutine[Any, Any, None]]:
         """Writes a command's exit note for the supervisor, handed over or not: its reconcile
         follows any task it finds `on_cpu`, and judges an exit it finds unnoted by its grace
-        (a command whose many lines took longer to store than that was failed as `signal`:
-        `docs/performance.md`, step 35, tried and dropped; `ExitNoting` puts the note of a
+        (a command whose many lines took longer to store than that was failed as `signal`;
+        `ExitNoting` puts the note of a
         command not handed over off until its report is late)."""
 
         async def note(returncode: int) -> None:

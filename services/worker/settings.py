@@ -13,7 +13,7 @@ class WorkerSettings(HostSettings):
     """Tasks run on this host as far as its capacity holds their requests, taken from
     `VIGIL_WORKER_POOL` and from the host's own queue."""
 
-    #: The host's capacity (issue 39, `shared/host/capacity.py`): its CPUs
+    #: The host's capacity (`shared/host/capacity.py`): its CPUs
     #: (`VIGIL_HOST_CPUS`, fractions allowed), memory (`VIGIL_HOST_MEMORY_MB`) and GPU devices
     #: (`VIGIL_HOST_GPUS`, ids separated by commas: "0,1"; "": none). Each one unset is
     #: detected (affinity and cgroup `cpu.max`, `/proc/meminfo` and `memory.max`,

@@ -1,5 +1,5 @@
 """A task this worker holds, from its take to its finish, and every move it makes under its
-claim (issue 40, point 6: the held task's one owner in the worker).
+claim (the held task's one owner in the worker).
 
 A `Tenure` is made by the take (`claims.Taker`); the stage machine (`stages.py`, `runs.py`)
 asks it for each step: `advance` (a successful move in one statement, committed with the

@@ -1,2 +1,2 @@
-"""Batch systems a pilot runs under (issue 40): `slurm.py` submits, follows and cancels jobs
+"""Batch systems a pilot runs under: `slurm.py` submits, follows and cancels jobs
 through Slurm's own commands."""

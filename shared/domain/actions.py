@@ -82,7 +82,7 @@ SUPERSEDED: Final = "the task was resubmitted: its clone carries its input on"
 
 def runs_again(action: TaskAction) -> bool:
     """Whether `action` could make a task work again (every action but `cancel`): refused on a
-    task superseded by its resubmitted clone, whose input its clone carries on (issue 42)."""
+    task superseded by its resubmitted clone, whose input its clone carries on."""
     return action is not TaskAction.CANCEL
 
 

@@ -28,7 +28,7 @@ INFRA: frozenset[FailureClass] = frozenset(
 
 #: Classes that count against the host a task failed on (design §5, blame): `lost`, its
 #: worker or supervisor dying or going silent, and `host`, its disk refusing the task's files
-#: (full, over quota, read-only: issue 13). A signal (a program's own fault signal, or one
+#: (full, over quota, read-only). A signal (a program's own fault signal, or one
 #: from outside such as the OOM killer or an operator's kill) and a hang are infra for
 #: retrying but the job's record, never a host's: otherwise any user could take a pool out with
 #: `kill -SEGV $$`.

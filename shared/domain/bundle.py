@@ -1,5 +1,5 @@
 """A job's bundle: the files a user submits with a job (scripts, configs, small data), placed
-read-only in every task's work dir on any host (issue 42). As HTCondor's
+read-only in every task's work dir on any host. As HTCondor's
 `transfer_input_files`, but stored once per job in PostgreSQL, checksummed, and never writable
 by the job. The rules of a path and the list a job keeps (`jobs.files`) are here; the api
 checks a submission against them, the worker places the files (`shared/host/bundle.py`)."""

@@ -37,7 +37,7 @@ def parse_line(raw: str, stream: Literal["stdout", "stderr"]) -> ParsedLine:
     """Classify one output line: a leading level word wins, else stdout=info, stderr=warning.
 
     A NUL becomes U+FFFD, as undecodable bytes already did: PostgreSQL's text cannot hold it,
-    and a line it refused made the whole batch of lines fail (issue 17: a user could hide a
+    and a line it refused made the whole batch of lines fail (a user could hide a
     task's output that way)."""
     line = raw.rstrip("\r\n")[:MAX_LINE_CHARS].replace("\x00", "\ufffd")
     level = _LEVEL_RE.match(line)

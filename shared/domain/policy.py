@@ -18,7 +18,7 @@ class Backoff(BaseModel):
 
 
 class Limits(BaseModel):
-    """What one task of the job may use on its host, enforced by its cgroup (issue 17). None:
+    """What one task of the job may use on its host, enforced by its cgroup. None:
     the worker's default (`VIGIL_JOB_MEMORY_MB`, `VIGIL_JOB_CPUS`, `VIGIL_JOB_PIDS`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -60,7 +60,7 @@ class Policy(BaseModel):
     probe_window: int = Field(default=10, ge=2, le=1000)
     #: Which analyser decides after a failed attempt (a `vigil.analysers` entry point).
     analyser: str = Field(default="default", pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
-    #: What the command can reach on a confining worker (issue 17): `none`, a network
+    #: What the command can reach on a confining worker: `none`, a network
     #: namespace of its own with no interface up; `host`, the host's network (operators only:
     #: the services' PostgreSQL, RabbitMQ and Redis are on it).
     network: Literal["none", "host"] = "none"

@@ -1,4 +1,4 @@
-"""Selecting tasks across jobs (issue 6, global fixes): `TaskSelector` and the SQL it becomes.
+"""Selecting tasks across jobs (global fixes): `TaskSelector` and the SQL it becomes.
 
 Pure: no I/O. `where()` turns a selector into a WHERE clause over `tasks t JOIN jobs j` in
 which every value is a bind parameter. A job name glob (`*` any run of characters, `?` one

@@ -1,5 +1,5 @@
-"""Why a task or a job waits, as `GET /tasks/{id}` and `GET /jobs/{id}` say it (issue 39,
-point 6): one pure decision from facts the caller gathers, in one place.
+"""Why a task or a job waits, as `GET /tasks/{id}` and `GET /jobs/{id}` say it: one
+pure decision from facts the caller gathers, in one place.
 
 The scheduler's planning round writes one reason per waiting job (`job_waits`, the planner's
 `shared/domain/scheduling/reasons.py`); what only a task or its job can say comes first, in

@@ -1,4 +1,4 @@
-"""What this host has to run tasks with (issue 39): its CPUs, memory and GPU devices. Its
+"""What this host has to run tasks with: its CPUs, memory and GPU devices. Its
 worker advertises it at registration (`hosts.capacity_*`, `hosts.gpu_ids`), where the leading
 scheduler places tasks by it, and admits the tasks it is sent by it
 (`services/worker/ledger.py`).

@@ -7,7 +7,7 @@ kills through `cgroup.kill` and suspends through `cgroup.freeze`. Where it is no
 no permission, kernel < 5.14 without `cgroup.kill`), `detect()` gives None and everything falls
 back to process groups. Worker and supervisor of one host compute the same paths.
 
-Limits (`TaskLimits`, issue 17) are set by the controller that has them: the v2 cgroup's own
+Limits (`TaskLimits`) are set by the controller that has them: the v2 cgroup's own
 `memory.max`, `pids.max` and `cpu.max` where the unified hierarchy offers the controller to
 Vigil's root, else a cgroup of the same name in that controller's v1 hierarchy (a hybrid host,
 as our CI machines: v2 without controllers, v1 `memory`, `pids` and `cpu` beside it), which the

@@ -1,4 +1,4 @@
-"""Self-fencing (issue 15, point 3): a host cut off from the database kills its own commands
+"""Self-fencing: a host cut off from the database kills its own commands
 before the rest of the cluster may run them elsewhere. Both per-host services hold a lease, so
 that the fence holds even when one of them is dead: the supervisor's is renewed by its
 heartbeat, the worker's by its own.

@@ -1,4 +1,4 @@
-"""A worker hands a running command to its host's supervisor through Redis (issue 41).
+"""A worker hands a running command to its host's supervisor through Redis.
 
 A command that runs `follow_after_s` is handed over (`WatchProcess`): the supervisor follows
 it by its pidfd, its vitals and its error log, so that it is judged even if the worker dies.

@@ -5,7 +5,7 @@ work dir. Its `$VIGIL_WORKDIR`, `$VIGIL_STATUS_FILE` and the chained inputs in i
 absolute paths, and the kernel checks every directory on such a path: one directory above the
 work root that others may not traverse (`/root` is mode 0700, and so is pytest's tmp dir) and
 the job cannot open its own status file, though its relative paths work. That is what broke
-the status file and chaining for a clone in `/root` (issue 38).
+the status file and chaining for a clone in `/root`.
 
 `blocker()` finds such a directory, `choose()` picks a work root a job can reach (`scripts/up`
 and the test stacks use it), and the worker refuses to start confined on a work root that a job

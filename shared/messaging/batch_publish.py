@@ -1,4 +1,4 @@
-"""A relay batch published in one step, each message still confirmed on its own (issue 41).
+"""A relay batch published in one step, each message still confirmed on its own.
 
 aiormq's `basic_publish` is made for one message: each call enters a timeout scope and a
 close guard, takes the channel's lock, queues its own frame and waits for its own confirm,

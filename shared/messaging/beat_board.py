@@ -1,4 +1,4 @@
-"""Heartbeats through Redis (issue 41): both sides of the board, written and read here.
+"""Heartbeats through Redis: both sides of the board, written and read here.
 
 A host's service pushes its beat on the `beats` list (`<kind>:<host> <instance> <seq>
 <dead_worker_s> <Redis time>`: Redis stamps it, so that every age is read on one clock) and

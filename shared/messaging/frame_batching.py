@@ -1,4 +1,4 @@
-"""Frames queued together reach the broker's socket in one write (issue 12).
+"""Frames queued together reach the broker's socket in one write.
 
 aiormq's connection writer takes the frames its channels queue one at a time and writes each
 with its own `send()`: a relay batch of twenty confirmed publishes costs twenty system calls
@@ -8,7 +8,7 @@ wait for the socket to drain (`Broker.publish`) queue their frames in one loop i
 
 aiormq bounds a connection's write queue at 10 frames (`Connection.FRAME_BUFFER_SIZE`): the
 11th publish of a batch waited for room while holding its channel's lock, and every publish
-behind it then went out alone, one `send()` each (issue 41: a relay batch of 20 to 40 rows
+behind it then went out alone, one `send()` each (a relay batch of 20 to 40 rows
 was about two publishes a write, and the scheduler's writes to RabbitMQ a fifth of its CPU).
 `install()` raises the bound to `WRITE_QUEUE_FRAMES`, above a relay batch (500 rows), so that
 a batch's publishes all queue in the loop iteration that makes them; the queue is still

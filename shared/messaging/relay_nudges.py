@@ -1,4 +1,4 @@
-"""Workers nudge the relay through Redis, not PostgreSQL (issue 41).
+"""Workers nudge the relay through Redis, not PostgreSQL.
 
 The events of a task's normal path notify nobody when they are written (their moves would
 each take PostgreSQL's notification lock at commit); the relay polls for them, quickly only

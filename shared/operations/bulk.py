@@ -1,4 +1,4 @@
-"""Global fixes (issue 6): one task action applied to every task a selector matches, across jobs.
+"""Global fixes: one task action applied to every task a selector matches, across jobs.
 
 `run()` selects the matching tasks (ordered by job and index, at most `Limits.max_tasks`),
 refuses a selection too large to act on, or larger than `Limits.confirm_over` without

@@ -1,4 +1,4 @@
-"""Cleaning up after jobs (issue 6): removing work dirs on their hosts, purging a job, and
+"""Cleaning up after jobs: removing work dirs on their hosts, purging a job, and
 finding the jobs whose retention ran out.
 
 Work dirs live on the host that ran the task, so they are removed by that host's worker: a

@@ -1,4 +1,4 @@
-"""Whether the worker pool can start tasks, and if not, why (issue 13): what a job's
+"""Whether the worker pool can start tasks, and if not, why: what a job's
 `waiting_on` and `/healthz` tell whoever looks, read from `hosts` in one statement."""
 
 from dataclasses import dataclass

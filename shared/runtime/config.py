@@ -58,7 +58,7 @@ class CommonSettings(BaseSettings):
     #: A host whose worker and supervisor have not heartbeated for this long is dead: its
     #: tasks are lost (the scheduler), and it counts as gone (the api's `waiting_on`, health).
     dead_host_s: float = Field(default=10.0, gt=0)
-    #: The batch system that pilots are submitted to (issue 40, `VIGIL_PILOTS_BACKEND`):
+    #: The batch system that pilots are submitted to (`VIGIL_PILOTS_BACKEND`):
     #: `slurm`, or `none` (no pilots; `POST /pilots` refused). The scheduler also asks for
     #: pilots on its own when work waits that no host can take.
     pilots_backend: Literal["none", "slurm"] = "none"
@@ -83,7 +83,7 @@ class HostSettings(CommonSettings):
     host_id: HostId = Field(default_factory=default_host_id)
     work_root: str = "/tmp/vigil-work"
     #: How often the worker and the supervisor beat in `hosts` (`VIGIL_HEARTBEAT_S`). Unset, a
-    #: quarter of `dead_host_s`, at most 3 s (issue 41): four beats within the time after which
+    #: quarter of `dead_host_s`, at most 3 s: four beats within the time after which
     #: a silent host is dead, and each beat one statement of each service. What a beat is
     #: for is a lost host, whose detection takes `dead_host_s` anyway: a dead command or
     #: worker process is seen at once (pidfd), not by beats.

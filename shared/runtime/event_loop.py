@@ -1,7 +1,7 @@
 """The event loop of the scheduler and the api: uvloop's (libuv's), not asyncio's own.
 
 The same asyncio API, its loop machinery in C: each wake-up, callback, socket read and timer
-costs less (issue 12: the api's CPU per submission 20 % less, with uvicorn's httptools parser;
+costs less (the api's CPU per submission 20 % less, with uvicorn's httptools parser;
 the scheduler's 11 % less). Both only talk to servers over sockets.
 
 The worker and the supervisor stay on asyncio's loop. The worker reads its commands' pipes

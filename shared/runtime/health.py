@@ -1,4 +1,4 @@
-"""What a service says of its own health (issue 38), served over HTTP and told to systemd.
+"""What a service says of its own health, served over HTTP and told to systemd.
 
 The scheduler, the worker and the supervisor each serve `GET /healthz` (and `HEAD`) on
 `VIGIL_HEALTH_HOST` (loopback by default) and a port of their own (`VIGIL_SCHEDULER_HEALTH_PORT`,

@@ -13,7 +13,7 @@ _STANDARD: Final = frozenset(vars(logging.makeLogRecord({})).keys()) | {
 
 
 #: Control characters (C0, DEL, C1): a job's text in a message (a brief, a name) must not
-#: move the terminal of whoever reads the log, nor forge a line of its own (issue 17).
+#: move the terminal of whoever reads the log, nor forge a line of its own.
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _CONTROL_BUT_NEWLINE: Final = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 

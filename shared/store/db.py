@@ -119,7 +119,7 @@ async def open_pool(
     # scheduler query over a table with many dead rows) took 0.7 s for 7 ms of work. No
     # parallel plans either: the round's aggregate of the users' tasks in flight, estimated
     # from statistics that counted a long history, went parallel and took 8 ms for 1 ms of
-    # work, most of it starting the workers (docs/performance.md, "Parallel plans").
+    # work, most of it starting the workers.
     settings = {"jit": "off", "max_parallel_workers_per_gather": "0"}
     if generic_plans:
         settings["plan_cache_mode"] = "force_generic_plan"

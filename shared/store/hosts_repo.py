@@ -31,7 +31,7 @@ async def register_worker(
     gpu_ids: Sequence[str] = (),
 ) -> Record:
     """Make (or take over) the host's row for this worker instance, serving `pool`, with the
-    host's capacity as the worker found it (CPUs, memory, GPU devices `gpu_ids`: issue 39;
+    host's capacity as the worker found it (CPUs, memory, GPU devices `gpu_ids`;
     `slots`, its CPUs rounded up, for what still shows slots); the row's admission fields:
     `quarantined`, `probing`, `draining`. Locks: the host's row (the upsert's insert or
     update)."""
@@ -59,7 +59,7 @@ async def beat_worker(conn: Connection, host_id: str, instance: str) -> Record |
     """The worker's heartbeat, if the host is still this instance's (or no worker's: one
     declared dead takes its place again); its admission fields, and `held`: how many tasks
     this instance holds as `tasks_repo.held_by` counts them (a worker holding none has nothing
-    to reconcile: issue 41), or None.
+    to reconcile), or None.
     Locks: the host's row if it matches (its UPDATE)."""
     return await conn.fetchrow(
         "UPDATE hosts SET heartbeat_at = now(), worker = $2"
@@ -83,7 +83,7 @@ async def forget_worker(conn: Connection, host_id: str, instance: str) -> None:
 
 @dataclass(frozen=True)
 class SupervisorBeat:
-    """What the supervisor's heartbeat read of its host (issue 41: its rounds look further
+    """What the supervisor's heartbeat read of its host (its rounds look further
     only where this says there is something to see)."""
 
     #: The worker instance registered in the row (None: none).

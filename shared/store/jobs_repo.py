@@ -47,7 +47,7 @@ class NewJob:
     release_per_tick: int | None = None
     #: Its bundle: the files it was submitted with, path -> (bytes, executable).
     files: dict[str, tuple[bytes, bool]] = field(default_factory=dict)
-    #: Its rank among its owner's jobs, and what each of its tasks asks for (issue 39).
+    #: Its rank among its owner's jobs, and what each of its tasks asks for.
     priority: int = 0
     request: Resources = DEFAULT_REQUEST
 
@@ -85,7 +85,7 @@ class Job:
     #: The files it was submitted with (`shared/domain/bundle.py`: path, size, sha256,
     #: executable), as JSON.
     files: list[dict[str, Any]] = field(default_factory=list)
-    #: Its rank among its owner's jobs (higher first; issue 39) and what each of its tasks
+    #: Its rank among its owner's jobs (higher first) and what each of its tasks
     #: asks for: CPUs in millicores, memory in MiB (0: none asked), whole GPUs.
     priority: int = 0
     req_millicpus: int = 1000

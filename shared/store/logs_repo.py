@@ -77,7 +77,7 @@ def refused_line(exc: Exception) -> str:
 
 
 #: The most bytes of line text one page of a job's log carries (lines are cut at 8,192
-#: characters): eight pages of 10,000 long lines at once took the api to 470 MiB (issue 17).
+#: characters): eight pages of 10,000 long lines at once took the api to 470 MiB.
 PAGE_BYTES: Final = 4 * 1024 * 1024
 
 

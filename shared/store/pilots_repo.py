@@ -1,4 +1,4 @@
-"""The `pilots` table (issue 40, migration 0039): every write to it lives here.
+"""The `pilots` table (migration 0039): every write to it lives here.
 
 Operators ask for pilots (`POST /pilots`: rows `requested`) and withdraw them (`DELETE`:
 `draining`); the leading scheduler submits the requested ones to the batch system, follows

@@ -1,4 +1,4 @@
-"""The planning round's reads and writes (issue 39): the feed the planner is given, the claims
+"""The planning round's reads and writes: the feed the planner is given, the claims
 its plan makes, the reasons it leaves, and the usage it charges. The leading scheduler runs
 them (`services/scheduler/planning.py`), in one transaction per round.
 
@@ -161,7 +161,7 @@ def _top_jobs(pending_first: bool) -> str:
     first from `jobs_by_rank_class` and probed until $6 have tasks to place; a user's best
     $6 are among those of their classes, which are then ranked (`_rank_order`). The cost is
     a descent per class and the probes, not the user's jobs: with 1,000 one-task jobs
-    waiting, a look sorted all 1,000 (docs/performance.md, "The best-ranked jobs, by class").
+    waiting, a look sorted all 1,000.
 
     With `pending_first` (few of the placeable jobs wait: `feed_from_pending`), the jobs
     with a new task are read first, and a user's among them are sorted by rank, job rows
@@ -366,7 +366,7 @@ async def read_unless_idle(
     """`read`, but with `skip_idle`, None after its first statement when no placeable job
     has a new task (`_CLOCK`'s `waiting`): an idle pool's round (every 2 s) then reads none
     of its hosts (their load, an aggregate over the tasks in flight) and plans nothing: 42 %
-    of an idle leader's CPU with 1,000 hosts (issue 41). The hosts that read as they did at
+    of an idle leader's CPU with 1,000 hosts. The hosts that read as they did at
     the last round are `known`'s rows of then (`KnownHosts`)."""
     clock = await conn.fetchrow(_CLOCK, top is None, skip_idle)
     assert clock is not None  # one row, always
@@ -434,7 +434,7 @@ class KnownHosts:
     """The pool's hosts as the feed made them at the last round, kept by the planning round
     between rounds: a host whose row and whose tasks' sums read as they did then is that
     round's `HostRow` again, not made anew. With 1,000 hosts, making each anew was about a
-    fifth of a busy round (`docs/performance.md`, "A round's hosts, made once"); between two
+    fifth of a busy round; between two
     rounds of a busy pool few hosts change."""
 
     _last: dict[str, tuple[tuple[object, ...], HostRow]] = field(default_factory=dict)

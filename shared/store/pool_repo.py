@@ -1,4 +1,4 @@
-"""What the pool's hosts hold and have free (issue 39): read by the leading scheduler's
+"""What the pool's hosts hold and have free: read by the leading scheduler's
 planning round (`services/scheduler/planning.py`) and by `GET /hosts`.
 
 A task **holds** its job's request (`jobs.req_*`, copied to the task by the claim: `hold_*`)

@@ -18,8 +18,8 @@ transaction of its own (`_Together`).
 Up to `max_commits` flushers commit at once, each a batch on a connection of its own: a move
 asked for while one batch is under way starts the next flusher rather than wait for that
 batch's statements, one round trip each through a busy event loop (with 32 slots, a move
-waited 89 ms for its commit with one flusher, 63 ms with four: `docs/performance.md`, step
-31). A new flusher starts only when none is still gathering, so what is asked for meanwhile
+waited 89 ms for its commit with one flusher, 63 ms with four).
+A new flusher starts only when none is still gathering, so what is asked for meanwhile
 goes into its batch. Batches hold disjoint tasks (a task has one move in flight at a time),
 each locking its rows in id order, so two batches at once cannot deadlock on task rows.
 
@@ -39,7 +39,7 @@ match (nothing of it written). A move that fails the batch (an error, not a miss
 with another writer, a bug) makes the flusher try each move of that batch again alone, so it
 fails only its own caller.
 
-A lost connection (PostgreSQL restarting: issue 13) leaves a batch's outcome unknown. Its
+A lost connection (PostgreSQL restarting) leaves a batch's outcome unknown. Its
 flusher rides it out: it waits for the database, up to `ride_out_s`, and makes each move again.
 A move's guard (its claim, its source states) makes doing it twice impossible: one that
 misses and finds the task where the move leads, still under the move's claim, had landed
@@ -332,7 +332,7 @@ def sending(moves: Sequence[tuple[str, str]]) -> tuple[bool, list[list[int]]]:
     order: no lock is needed. That costs a round trip per run; where there are more runs than
     query texts plus one (texts interleaved: A B A B), the rows are locked first and each
     text goes once instead. A batch of two moves never needs the lock (W1's commits: half a
-    statement a task, `docs/performance.md`)."""
+    statement a task)."""
     order = sorted(range(len(moves)), key=lambda i: moves[i][0])
     runs: list[list[int]] = []
     for i in order:

@@ -110,7 +110,7 @@ class UserSummary:
     tokens: int
     created_at: datetime
     disabled_at: datetime | None = None
-    #: Their fair share (issue 39: operators set it) and decayed usage in CPU-seconds as of
+    #: Their fair share (operators set it) and decayed usage in CPU-seconds as of
     #: `usage_at`, as the leading scheduler last charged it.
     share: float = 1.0
     usage: float = 0.0

@@ -1,4 +1,4 @@
-"""Reads of why waiting tasks wait (issue 39): a job's `job_waits` row, which the leading
+"""Reads of why waiting tasks wait: a job's `job_waits` row, which the leading
 scheduler's planning round writes, how many of its new tasks are placed (the rest wait), and a
 task's setup prerequisites with the state of each task they name. The api's `waiting` and
 `waiting_reason` are decided from these by `shared.domain.waiting`.

@@ -1,4 +1,4 @@
-"""A site's analyser on the real services (issue 6): the example package of `examples/`,
+"""A site's analyser on the real services: the example package of `examples/`,
 installed with pip as a site would install its own, decides after a SIGSEGV."""
 
 import subprocess

@@ -1,4 +1,4 @@
-"""Try before production (issue 6) on the real services: a configuring job runs only its test
+"""Try before production on the real services: a configuring job runs only its test
 tasks, is fixed by an edit, and once activated runs its inputs with the test outputs gone."""
 
 import asyncio

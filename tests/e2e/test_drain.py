@@ -1,4 +1,4 @@
-"""Draining a host (issue 15 point 4): it finishes what it holds and takes no new task until an
+"""Draining a host: it finishes what it holds and takes no new task until an
 operator undrains it; jobs say why they wait meanwhile."""
 
 import asyncio

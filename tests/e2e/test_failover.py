@@ -1,4 +1,4 @@
-"""Failovers on a whole cluster on this machine (issue 15 point 2): three RabbitMQ nodes, a
+"""Failovers on a whole cluster on this machine: three RabbitMQ nodes, a
 PostgreSQL primary with its synchronous standby, two apis, two schedulers and two hosts
 (`bench.local_cluster`), one fault per test during a restartable job (`bench.failover`).
 

@@ -1,4 +1,4 @@
-"""Every service answers a health probe (issue 38), as processes: the scheduler, the worker and
+"""Every service answers a health probe, as processes: the scheduler, the worker and
 the supervisor on their own ports (`bench.cluster` gives each a free one), the api on its own.
 A standby scheduler is healthy and says it does not lead, until the leader goes; a host cut off
 from the broker or from the database says it is degraded, and why, and ok again once back; a

@@ -1,4 +1,4 @@
-"""What a job sees from inside, under the configuration a user gets from the README (issue 38):
+"""What a job sees from inside, under the configuration a user gets from the README:
 the services run as root, so every job runs confined, as its owner's own uid, with the default
 limits; the stack's root is a private dir (pytest's, as a clone in /root is), and the work root
 is the one `scripts/up` would pick (`shared/host/work_root.py`).
@@ -276,7 +276,7 @@ RENDER = '#!/bin/bash\necho "rendering $1 with $(cat conf/scene.txt)"\n'
 async def test_a_jobs_own_files_are_in_every_task_read_only(
     user: httpx.AsyncClient, events: Events
 ) -> None:
-    # given: a job that brings its script and its config (issue 42: `./render.sh` was exit 127)
+    # given: a job that brings its script and its config (`./render.sh` was exit 127)
     files = {
         "render.sh": {"content": _b64(RENDER), "executable": True},
         "conf/scene.txt": {"content": _b64("a teapot\n")},

@@ -1,4 +1,4 @@
-"""A job's own limits (issue 17, point 1), end to end: a command that goes over its memory limit
+"""A job's own limits, end to end: a command that goes over its memory limit
 is killed by the kernel and the task says so, class `limit`, blamed on the job: not retried
 even when restartable, since the same input would go over again."""
 

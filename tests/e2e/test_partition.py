@@ -1,4 +1,4 @@
-"""No split brain on a partition (issue 15, point 3). Two hosts, each reaching PostgreSQL,
+"""No split brain on a partition. Two hosts, each reaching PostgreSQL,
 RabbitMQ and Redis through a link of its own. The host running a restartable task is cut off:
 the rest of the cluster declares it lost and runs a clone on the other host, and the cut-off
 host's supervisor kills its own command first (self-fencing). The job's own effects file shows

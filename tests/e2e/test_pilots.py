@@ -1,4 +1,4 @@
-"""Pilots on a real Slurm (issue 40): the scheduler asks for pilots when work waits that no
+"""Pilots on a real Slurm: the scheduler asks for pilots when work waits that no
 host can take, a job completes on them, an idle pilot is cancelled, a pilot `scancel`ed
 mid-job loses nothing (its tasks run again elsewhere, never twice at once), a pilot whose
 walltime ends charges nothing to the application, a task not restartable and of unknown length

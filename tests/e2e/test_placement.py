@@ -1,4 +1,4 @@
-"""Placement across hosts (issue 15 point 4): a job's `max_in_flight` holds across every host,
+"""Placement across hosts: a job's `max_in_flight` holds across every host,
 and a host that joins a busy pool takes work."""
 
 import asyncio

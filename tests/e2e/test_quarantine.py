@@ -1,4 +1,4 @@
-"""Quarantine is a circuit breaker (issue 13 point 1): a one-host pool whose worker died under
+"""Quarantine is a circuit breaker: a one-host pool whose worker died under
 its tasks is shut, says so, probes one task at a time, heals, and every job completes."""
 
 import asyncio

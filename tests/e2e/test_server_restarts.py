@@ -1,5 +1,5 @@
-"""PostgreSQL restarted for real (`pg_ctlcluster ... restart`), idle and under load (issue 13
-points 4 and 5): every service rides through on its own, no job is lost, no task pays for it,
+"""PostgreSQL restarted for real (`pg_ctlcluster ... restart`), idle and under load:
+every service rides through on its own, no job is lost, no task pays for it,
 and `/healthz` says what it waits for meanwhile."""
 
 import asyncio

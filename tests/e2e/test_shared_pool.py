@@ -1,4 +1,4 @@
-"""A shared pool on the real services (issue 39): work is released by free capacity, so a
+"""A shared pool on the real services: work is released by free capacity, so a
 user who comes later is not queued behind another's backlog; requests are placed where they
 fit, GPUs are never shared; every waiting task says why."""
 

@@ -1,4 +1,4 @@
-"""Simulated hosts (issue 41, `bench/simhosts`) beside a real one, against the real services:
+"""Simulated hosts (`bench/simhosts`) beside a real one, against the real services:
 the work of one job is spread over both and every task completes, and a cancelled job's
 simulated commands are killed on the supervisor's order, as real ones are."""
 

@@ -1,4 +1,4 @@
-"""A superseded task is history, not work (issue 42, point 1), through the four services and the
+"""A superseded task is history, not work, through the four services and the
 installed `vigil` command: the newcomer's scenario, a restartable task killed with `kill -9`,
 resubmitted, its clone completing, then the original recovered by hand."""
 

@@ -1,4 +1,4 @@
-"""Each failure class end to end, with real processes and real signals (design §5, issue 4).
+"""Each failure class end to end, with real processes and real signals (design §5).
 
 Error logs, hangs and walltime are judged by the supervisor; signals, lost workers and silent
 hosts lead to resubmission by policy, never to two executions of one task at once.

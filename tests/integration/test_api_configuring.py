@@ -1,4 +1,4 @@
-"""Try before production (issue 6): configuring jobs, test tasks, edits and activation, through
+"""Try before production: configuring jobs, test tasks, edits and activation, through
 the in-process api on the real database."""
 
 import asyncio

@@ -47,7 +47,7 @@ async def test_when_a_job_is_submitted__it_has_one_new_task_per_input_and_their_
     events = [r["routing_key"] for r in keys if r["exchange"] == "events"]
     assert events == [f"task.new.{job['id']}"] * 3
     # and none is placed by the submission: the scheduler's planning round places them by the
-    # pool's free capacity (issue 39)
+    # pool's free capacity
     assert [r["exchange"] for r in keys] == ["events"] * 3
 
 

@@ -1,4 +1,4 @@
-"""`/pilots` on the real database (issue 40): operators ask for pilots and withdraw them,
+"""`/pilots` on the real database: operators ask for pilots and withdraw them,
 anyone signed in lists them. No scheduler runs here: the rows stay as the api wrote them
 (a test that needs a submitted pilot sets its batch state with SQL)."""
 

@@ -1,4 +1,4 @@
-"""The shared pool as the api shows it (issue 39) on the real database: a job's request of
+"""The shared pool as the api shows it on the real database: a job's request of
 resources and priority at submission and by `PATCH /jobs/{id}`, users' shares, hosts'
 capacity and what is free, and why a task or a job waits."""
 

@@ -1,4 +1,4 @@
-"""`GET /jobs/{id}/tasks` as a queue listing (issue 42, point 3): tasks filtered by one state
+"""`GET /jobs/{id}/tasks` as a queue listing: tasks filtered by one state
 or several, and when each ran (`started_at`, `stage_started_at`, `ended_at`, `elapsed_s`)."""
 
 from collections.abc import AsyncIterator

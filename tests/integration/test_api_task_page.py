@@ -1,4 +1,4 @@
-"""The dashboard's task page, server side (issue 16, point 2): the attempts as a timeline, the
+"""The dashboard's task page, server side: the attempts as a timeline, the
 status file, the outputs with download links, one run's log (the current one live, earlier ones
 a click away), error details for operators only, and another user's task not found.
 

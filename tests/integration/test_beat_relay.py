@@ -1,4 +1,4 @@
-"""Hosts' beats through Redis (issue 41): a service writes its beat on the board, the leading
+"""Hosts' beats through Redis: a service writes its beat on the board, the leading
 scheduler writes the board's new beats into `hosts` in one transaction and answers them, and
 the answer renews the service's lease as of when that beat was sent. The real PostgreSQL and
 Redis; the hosts' rows as the services leave them."""

@@ -1,6 +1,6 @@
 """The `vigil` command against a served api (no worker runs): inputs from a file at submission
 and appended, what a submission is warned of, the input limit's next step, what a purged job
-shows, and a job's tasks a line (issue 42)."""
+shows, and a job's tasks a line."""
 
 import asyncio
 import json

@@ -1,5 +1,5 @@
 """The shared pool through the `vigil` command against a served api (no scheduler or worker
-runs; issue 39): a request and a priority at submission, `vigil priority`, `vigil why` and
+runs): a request and a priority at submission, `vigil priority`, `vigil why` and
 `vigil status` on a waiting job, `vigil users share`, and what `vigil hosts` shows a host has
 free."""
 

@@ -1,5 +1,5 @@
-"""The dispatcher on the real PostgreSQL: what it places, where, and why the rest waits (issue
-39; see also tests/e2e/test_shared_pool.py). Each test starts from a database where nothing
+"""The dispatcher on the real PostgreSQL: what it places, where, and why the rest waits (see
+also tests/e2e/test_shared_pool.py). Each test starts from a database where nothing
 waits and no host is known, then registers the hosts it needs."""
 
 import uuid

@@ -1,4 +1,4 @@
-"""Self-fencing (issue 15, point 3): a service whose lease has expired (no heartbeat has
+"""Self-fencing: a service whose lease has expired (no heartbeat has
 reached PostgreSQL for half the fence timeout) kills every command of its host, and only
 those; with a fresh lease it kills nothing; and only the database renews the lease."""
 

@@ -1,4 +1,4 @@
-"""Health probes (issue 38) for real: the HTTP server every service runs and the command that
+"""Health probes for real: the HTTP server every service runs and the command that
 probes it, systemd's notifications, and the scheduler's checks against the real servers (a
 standby says it is not leading; a broker cut off makes it degraded, and the probe answers
 meanwhile; a database away makes it unavailable)."""

@@ -1,4 +1,4 @@
-"""What a host's beats read (issue 41): the supervisor's beat says, in its one statement,
+"""What a host's beats read: the supervisor's beat says, in its one statement,
 whether its worker is silent and whether its reconcile has anything to look at; the worker's
 says how many tasks its instance holds, and a worker holding none reads nothing at its
 reconcile. The real PostgreSQL; the rows as the services leave them."""

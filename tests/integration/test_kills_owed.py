@@ -1,4 +1,4 @@
-"""Kills owed (issue 38, point 3): a command whose attempt someone else ended (a cancel, a task
+"""Kills owed: a command whose attempt someone else ended (a cancel, a task
 declared lost) is killed by its host's supervisor at its reconcile, and recorded gone, whatever
 became of the `KillTask` sent for it: here each one is dead-lettered, as after five failed
 deliveries, and read by the scheduler's dead-letter handler. Real commands, the real

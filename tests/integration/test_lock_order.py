@@ -1,4 +1,4 @@
-"""One lock order (issue 13): bulk actions, the triage, the finaliser and a job's cancel racing on
+"""One lock order: bulk actions, the triage, the finaliser and a job's cancel racing on
 the 5,000 tasks of one job finish without a deadlock error reaching anyone.
 
 Every writer locks job rows before task rows, several of a kind in id order

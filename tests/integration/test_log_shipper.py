@@ -1,5 +1,5 @@
 """The worker's log shipper against the real PostgreSQL, RabbitMQ and Redis: what a task shows
-as its progress once its command has ended (issue 42, point 5)."""
+as its progress once its command has ended."""
 
 import asyncio
 import uuid

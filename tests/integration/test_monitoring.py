@@ -1,4 +1,4 @@
-"""`deploy/prometheus/` alert rules and the `deploy/grafana/` dashboard (issue 16): every metric
+"""`deploy/prometheus/` alert rules and the `deploy/grafana/` dashboard: every metric
 they use is one `/metrics` exports, and every expression is valid PromQL (`promtool`)."""
 
 import json

@@ -1,4 +1,4 @@
-"""The scheduler's pilot pool on the real database (issue 40): what it counts as work waiting
+"""The scheduler's pilot pool on the real database: what it counts as work waiting
 for a host that a pilot could take (the pilots themselves on the real Slurm:
 tests/e2e/test_pilots.py)."""
 

@@ -1,5 +1,5 @@
-"""The Slurm client (`shared/batch/slurm.py`) against the real one-node Slurm of `scripts/slurm`
-(issue 40): a job runs and completes, one larger than the node pends with Slurm's reason, one
+"""The Slurm client (`shared/batch/slurm.py`) against the real one-node Slurm of `scripts/slurm`:
+a job runs and completes, one larger than the node pends with Slurm's reason, one
 larger in memory is refused, a running one is signalled and cancelled, and a job Slurm does not
 know is absent from its answers."""
 

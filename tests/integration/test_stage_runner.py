@@ -1,4 +1,4 @@
-"""The worker's stage runner driven directly (issue 14, point 4): a work message taken and its
+"""The worker's stage runner driven directly: a work message taken and its
 task driven through setup, the command and post-processing, against the real PostgreSQL,
 RabbitMQ and Redis, with real commands; no other service runs.
 

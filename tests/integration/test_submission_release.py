@@ -1,4 +1,4 @@
-"""A submission places none of its job's tasks itself (issue 39): the leading scheduler's
+"""A submission places none of its job's tasks itself: the leading scheduler's
 planning round places them by the pool's free capacity, and the submission wakes it. An
 emergency stop in force holds the job it makes."""
 
@@ -40,8 +40,8 @@ async def _claims(api: Api, job_id: str) -> dict[str, Any]:
 
 
 async def test_a_submission_places_nothing_itself_and_wakes_the_round(api: Api) -> None:
-    # the leading scheduler's planning round places new tasks, by the pool's free capacity
-    # (issue 39): a submission cannot see what other submissions are placing meanwhile
+    # the leading scheduler's planning round places new tasks, by the pool's free capacity:
+    # a submission cannot see what other submissions are placing meanwhile
     assert await _notified_by_submitting(api, inputs=["a", "b"]) == {"relay", "round"}
     job = await api.submit(api.user, command="true", inputs=["a", "b", "c"])
 

@@ -1,4 +1,4 @@
-"""A superseded task is history, not work (issue 42), on the real database.
+"""A superseded task is history, not work, on the real database.
 
 A restartable job's task is killed and resubmitted by the real triage (twice, for a lineage of
 three): the clones keep the input's index; no action runs a superseded task again (each is

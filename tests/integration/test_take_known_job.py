@@ -1,4 +1,4 @@
-"""A take of a task of a job the worker knows reads nothing (issue 41): the planning round's
+"""A take of a task of a job the worker knows reads nothing: the planning round's
 work message carries the task as its claim left it and its job's row version, and a worker
 that read the job at that version takes the task from the message (`Taker.take`,
 `services/worker/job_cache.py`)."""
@@ -112,7 +112,7 @@ async def test_a_take_of_a_known_jobs_task_reads_nothing_and_a_changed_job_is_re
     assert fourth.job_version != second.job_version
 
     # then the take of the fourth reads the job again, and so does that of the third
-    # (claimed before the change: older than what the worker now knows)
+    # (claimed before that job's row changed: older than what the worker knows)
     assert await taker.take(fourth) is not None
     assert (await taker.take(third)) is not None
     assert taker.jobs.hits == 2

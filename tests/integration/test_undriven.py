@@ -1,4 +1,4 @@
-"""No task left undriven (issue 38, point 3a): a task PostgreSQL says a worker instance holds
+"""No task left undriven: a task PostgreSQL says a worker instance holds
 but that none of its handlings drives (the reply of its take was lost after the take
 committed) is driven again by that worker's reconcile from where it rests, when nothing after
 its take had started, and failed as lost otherwise; never run twice.

@@ -1,4 +1,4 @@
-"""The supervisor's watchers driven directly (issue 14, point 4): a process that dies with no
+"""The supervisor's watchers driven directly: a process that dies with no
 exit note from its worker fails its task as `signal` once the grace has passed; one its worker
 noted is left to the worker; one whose task moved on is left alone. Real processes, real
 PostgreSQL and Redis; no other service runs."""

@@ -1,4 +1,4 @@
-"""Finding 7 of issue 17, in part: users saw the worker's tracebacks, with the servers' paths,
+"""Error detail is for operators: users saw the worker's tracebacks, with the servers' paths,
 in `error_detail`. A user now gets the brief only; operators see the detail."""
 
 from collections.abc import AsyncIterator

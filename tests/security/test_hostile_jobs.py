@@ -1,4 +1,4 @@
-"""Finding 3 of issue 17, end to end: a job that leaves a FIFO (or a link to a device) where
+"""A hostile status file, end to end: a job that leaves a FIFO (or a link to a device) where
 its status file goes blocked the worker's event loop on reading it; heartbeats stopped, other
 users' tasks were declared lost. Now that task fails, saying why, and the host works on."""
 

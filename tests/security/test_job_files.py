@@ -1,4 +1,4 @@
-"""Finding 3 and 4 of issue 17, at the file level: what a job leaves in its work dir is read
+"""A job's files read by the worker, at the file level: what a job leaves in its work dir is read
 only as a plain regular file of that dir, never waited on, never followed."""
 
 import hashlib

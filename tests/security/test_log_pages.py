@@ -1,4 +1,4 @@
-"""Finding 7 of issue 17, log pages: a page of 10,000 long lines was tens of MiB, and a few at
+"""Log pages have a byte budget: a page of 10,000 long lines was tens of MiB, and a few at
 once took the api to 470 MiB. A page now stops once its text reaches a byte budget; the next
 page starts where it stopped, so nothing is skipped."""
 

@@ -1,4 +1,4 @@
-"""Finding 5 of issue 17, the quota: one run stored 38 MiB of log lines in 3.6 s. A run now
+"""The log quota: one run stored 38 MiB of log lines in 3.6 s. A run now
 keeps `VIGIL_LOG_QUOTA_BYTES` of lines; past it one marker line says so and the rest is not
 kept, and the task goes on to its normal end."""
 

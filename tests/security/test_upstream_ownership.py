@@ -1,6 +1,7 @@
-"""Finding 2 of issue 17: an input `{"upstream_task": "<another user's task>"}` linked that
-task's outputs into the attacker's work dir. Every route that takes inputs now answers such an
-id as it answers an unknown one (422), and the worker links nothing of another owner's task."""
+"""Upstream links stay within one owner: an input
+`{"upstream_task": "<another user's task>"}` linked that task's outputs into
+another user's work dir. Every route that takes inputs answers such an id as it answers an
+unknown one (422), and the worker links nothing of another owner's task."""
 
 from collections.abc import AsyncIterator
 from pathlib import Path

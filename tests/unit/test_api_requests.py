@@ -1,4 +1,4 @@
-"""A job's request of resources and its priority as the api takes them (issue 39): the body's
+"""A job's request of resources and its priority as the api takes them: the body's
 checks, a user's priority range, a request no host can hold, and an edit's refusal naming
 `resources` once the job is active."""
 

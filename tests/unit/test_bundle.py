@@ -1,4 +1,4 @@
-"""A job's bundle (issue 42): which paths it may hold, and how a host places its files in a
+"""A job's bundle: which paths it may hold, and how a host places its files in a
 task's work dir: read-only, root's, one copy per host, never through a link the job left."""
 
 import hashlib

@@ -1,5 +1,5 @@
 """The dashboard's charts: buckets over time, series binned into them, columns and histograms as
-rectangles of the drawing (issue 16, point 3); which events count for what."""
+rectangles of the drawing; which events count for what."""
 
 import json
 from datetime import UTC, datetime, timedelta

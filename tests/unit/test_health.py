@@ -1,4 +1,4 @@
-"""Health (issue 38): the status a service's checks make, what its lease and its leadership say,
+"""Health: the status a service's checks make, what its lease and its leadership say,
 and what a probe answers before the service is up, when its checks hang or fail, and when many
 ask at once."""
 

@@ -1,4 +1,4 @@
-"""A host's capacity (issue 39): what its worker advertises and admits tasks by, from its
+"""A host's capacity: what its worker advertises and admits tasks by, from its
 settings, else found in made-up `/proc` and cgroup files (no real host's)."""
 
 from pathlib import Path

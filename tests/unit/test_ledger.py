@@ -1,4 +1,4 @@
-"""The worker's admission by resources (issue 39): a command starts only once its request fits
+"""The worker's admission by resources: a command starts only once its request fits
 in what the host's other commands leave free, first come first served, and never when the host
 could never hold it; a command sees its own GPU devices only."""
 

@@ -1,5 +1,5 @@
 """A task's limits: the job's `policy.limits` where it gives them, else the worker's, and the
-cgroup files that set them (issue 17, point 1)."""
+cgroup files that set them."""
 
 import uuid
 from pathlib import Path

@@ -198,7 +198,7 @@ def test_any_other_error_of_a_hook_or_the_worker_stays_a_hook_failure() -> None:
 def test_a_database_gone_under_the_workers_bookkeeping_is_the_platforms_failure(
     exc: Exception,
 ) -> None:
-    # issue 13: a server restart is never the job's fault (hook) nor the host's (quarantine)
+    # a server restart is never the job's fault (hook) nor the host's (quarantine)
     outcome = worker_failed(TaskState.FAILED_ON_CLUSTER, exc, "trace")
 
     assert outcome.failure_class is FailureClass.PLATFORM

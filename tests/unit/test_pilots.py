@@ -1,4 +1,4 @@
-"""Pilots (issue 40), pure: the allocation a pilot reads from Slurm's environment, the
+"""Pilots, pure: the allocation a pilot reads from Slurm's environment, the
 environment of its worker and supervisor, its state from the batch system's, and how many
 more pilots the pool asks for."""
 

@@ -1,4 +1,4 @@
-"""The scheduling planner (issue 39): every rule of `shared/domain/scheduling`, pure.
+"""The scheduling planner: every rule of `shared/domain/scheduling`, pure.
 
 Fair share is checked over a stream of rounds by a tiny simulation (`_simulate`: each round
 is one second; tasks end, usage is charged, the planner places, tasks start), the rest on

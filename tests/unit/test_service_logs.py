@@ -1,5 +1,5 @@
 """The services' own log lines: a job's text in them (a brief, a task name) is escaped, so it
-can neither drive the reader's terminal nor forge a line of its own (issue 17, finding 7)."""
+can neither drive the reader's terminal nor forge a line of its own."""
 
 import io
 import logging

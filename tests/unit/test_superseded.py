@@ -1,4 +1,4 @@
-"""A superseded task is history, not work (issue 42): the pure parts. A global fix refuses it,
+"""A superseded task is history, not work: the pure parts. A global fix refuses it,
 the dashboard offers it nothing that runs, and `vigil status` shows it apart from what is
 wrong, with its clone and the triage's decision."""
 

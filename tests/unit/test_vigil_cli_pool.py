@@ -1,4 +1,4 @@
-"""The shared pool in the command (issue 39): a request and a priority at submission,
+"""The shared pool in the command: a request and a priority at submission,
 `vigil priority`, `vigil users share`, hosts' capacity, `vigil why`, and `vigil status JOB`'s
 waiting line. The commands run whole against a fake API (an `httpx.MockTransport` that
 records what it was sent); the formatting functions are tested alone."""

@@ -1,4 +1,4 @@
-"""Why a task or a job waits (issue 39, point 6): `shared.domain.waiting`, one branch a test,
+"""Why a task or a job waits: `shared.domain.waiting`, one branch a test,
 in the order the decision takes them."""
 
 from dataclasses import replace

@@ -1,5 +1,5 @@
 """A confined job reaches its work dir by absolute paths: every directory above the work root
-must be traversable by others (issue 38: a clone in /root broke status files and chaining)."""
+must be traversable by others (a clone in /root broke status files and chaining)."""
 
 import shutil
 import tempfile

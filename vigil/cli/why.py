@@ -1,4 +1,4 @@
-"""`vigil why`: why a task or a job's tasks wait (issue 39): the reason the scheduler gave,
+"""`vigil why`: why a task or a job's tasks wait: the reason the scheduler gave,
 its message and its numbers."""
 
 import typer

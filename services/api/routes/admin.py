@@ -1,5 +1,5 @@
 """`/admin/*` (operators only): the emergency stop and its resume (design §8, §9); users and
-their tokens (issue 17: made, listed, revoked, disabled)."""
+their tokens (made, listed, revoked, disabled)."""
 
 import logging
 from typing import Annotated, Any, Final
@@ -95,7 +95,7 @@ async def list_users(user: OperatorUser, pool: PoolDep) -> list[UserPublic]:
 async def edit_user(
     user: OperatorUser, user_name: UserName, body: UserEdit, pool: PoolDep
 ) -> UserPublic:
-    """Set a user's fair `share` (issue 39; more than 0, at most 1,000,000): the scheduler's
+    """Set a user's fair `share` (more than 0, at most 1,000,000): the scheduler's
     next round serves users in proportion to their shares. 200 with the user."""
     async with pool.acquire() as conn:
         found = await users_repo.set_share(conn, user_name, body.share)

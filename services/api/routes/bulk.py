@@ -1,4 +1,4 @@
-"""`/bulk/actions`: global fixes (issue 6), one task action on every task a selector matches.
+"""`/bulk/actions`: global fixes, one task action on every task a selector matches.
 
 Operators select across every job; a user's selector is limited to their own jobs, and they
 see only their own records. The work is `shared.operations.bulk`'s.

@@ -1,4 +1,4 @@
-"""Harvest (issue 6): `GET /jobs/{job_id}/outputs` lists a job's outputs, and
+"""Harvest: `GET /jobs/{job_id}/outputs` lists a job's outputs, and
 `GET /tasks/{task_id}/outputs/{name}` downloads one whose bytes are kept.
 
 Work dirs are on the workers' hosts, which the api cannot read: only the bytes the worker kept

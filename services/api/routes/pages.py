@@ -110,7 +110,7 @@ class TaskView:
     #: When its job was purged, what to say instead of its outputs (their files and kept bytes
     #: are gone; the records stay for the history).
     purged: str | None = None
-    #: Why it waits, if it does (issue 39).
+    #: Why it waits, if it does.
     waiting: Why | None = None
 
 
@@ -548,7 +548,7 @@ async def _task_view(conn: Connection, task: Task, user: User) -> TaskView:
 
 @router.get("/ui/hosts")
 async def hosts_page(request: Request, pool: PoolDep, redis: RedisDep) -> Response:
-    """Every host: heartbeats, load and quarantine, and the live pilots (issue 40): those that
+    """Every host: heartbeats, load and quarantine, and the live pilots: those that
     are a host say so in its row (refreshed by the page every few seconds)."""
     async with pool.acquire() as conn:
         user = await _page_user(request, conn)

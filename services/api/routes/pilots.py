@@ -1,4 +1,4 @@
-"""`/pilots` (issue 40): hosts asked of the batch system as pilot jobs. Operators ask for and
+"""`/pilots`: hosts asked of the batch system as pilot jobs. Operators ask for and
 withdraw them; anyone signed in sees them. Only the leading scheduler talks to the batch
 system (`services/scheduler/pilots.py`): these routes write what it is to do."""
 

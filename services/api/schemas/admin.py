@@ -56,7 +56,7 @@ class UserPublic(BaseModel):
     disabled_at: datetime | None = Field(description="Set: none of the user's tokens works.")
     share: float = Field(
         default=1.0,
-        description="Their fair share of the pool (issue 39): users are served in proportion"
+        description="Their fair share of the pool: users are served in proportion"
         " to their shares. Operators set it (PATCH /admin/users/{name}).",
     )
     usage: float = Field(

@@ -1,4 +1,4 @@
-"""Bodies and answers of `/bulk/actions` (issue 6, global fixes).
+"""Bodies and answers of `/bulk/actions` (global fixes).
 
 The selector is `shared.domain.selectors.TaskSelector` as is (unknown fields and an empty selector
 are 422); a record is `shared.store.bulk_repo.BulkRecord` as is, and the answer to an action is that

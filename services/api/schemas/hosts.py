@@ -44,7 +44,7 @@ class HostPublic(BaseModel):
     )
     capacity: HostAmount = Field(
         default_factory=lambda: HostAmount(cpus=0, memory_mb=0, gpus=[]),
-        description="What its worker advertised (issue 39; 0 CPUs until it did).",
+        description="What its worker advertised (0 CPUs until it did).",
     )
     free: HostAmount = Field(
         default_factory=lambda: HostAmount(cpus=0, memory_mb=0, gpus=[]),

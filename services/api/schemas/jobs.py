@@ -106,7 +106,7 @@ def decoded_files(files: Mapping[str, FileIn]) -> dict[str, tuple[bytes, bool]]:
     return found
 
 
-#: Most CPUs, GPUs and MiB one task may ask for (issue 39): far above any host, below what
+#: Most CPUs, GPUs and MiB one task may ask for: far above any host, below what
 #: the columns hold.
 MAX_CPUS: Final = 1024
 MAX_GPUS: Final = 64
@@ -117,7 +117,7 @@ PRIORITY_LIMIT: Final = 1_000_000
 
 
 class ResourcesIn(BaseModel):
-    """What each task of the job asks for (issue 39): placed only on a host with that much
+    """What each task of the job asks for: placed only on a host with that much
     free, and charged to its owner's fair share by it."""
 
     model_config = ConfigDict(extra="forbid")
@@ -440,9 +440,7 @@ class JobPublic(BaseModel):
         " no live worker, the job probing after failures); null when nothing holds them."
         " Given by `GET /jobs` and `GET /jobs/{id}`.",
     )
-    priority: int = Field(
-        default=0, description="Its rank among its owner's jobs (higher first; issue 39)."
-    )
+    priority: int = Field(default=0, description="Its rank among its owner's jobs (higher first).")
     resources: ResourcesPublic = Field(
         default_factory=lambda: ResourcesPublic.of(DEFAULT_REQUEST),
         description="What each of its tasks asks for (`cpus`, `memory_mb`, `gpus`).",

@@ -1,4 +1,4 @@
-"""Views and bodies of `/pilots` (issue 40)."""
+"""Views and bodies of `/pilots`."""
 
 from datetime import datetime
 

@@ -99,7 +99,7 @@ class TaskPublic(BaseModel):
         timing: Timing | None = None,
     ) -> "TaskPublic":
         """The view of `task`; `error_detail` (a worker's traceback, with the servers' paths)
-        only with `detail` (operators: issue 17), the brief always; `decision` the triage's
+        only with `detail` (operators), the brief always; `decision` the triage's
         (verdict, reason) on its failure (`queries.decisions_of`); `timing` when it ran
         (`queries.timings_of`)."""
         own = set(cls.model_fields) - {"prerequisites", "decision", "decision_reason", *_TIMING}
@@ -175,7 +175,7 @@ class TaskDetail(TaskPublic):
     attempts: list[AttemptPublic]
     waiting_reason: WaitingReasonPublic | None = Field(
         default=None,
-        description="Why it waits (issue 39): new and not yet placed (an emergency stop, its"
+        description="Why it waits: new and not yet placed (an emergency stop, its"
         " job suspended or configuring, a prerequisite, its backoff, then the scheduler's"
         " reason for its job, or `pending` until the next round), placed and `starting`,"
         " `held` by an operator, or `queued_on_host`; null when it is not waiting.",

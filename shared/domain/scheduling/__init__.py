@@ -1,4 +1,4 @@
-"""Scheduling a shared pool (issue 39): the one policy that decides which waiting tasks go to
+"""Scheduling a shared pool: the one policy that decides which waiting tasks go to
 which host, and why the others wait. Pure: inputs in, a plan out, no I/O, no clock.
 
 - `resources`: amounts (CPU in millicores, memory, GPUs) and what they cost in CPUs.

@@ -13,7 +13,7 @@ from typing import Final
 from shared.domain.scheduling.reasons import Wait
 from shared.domain.scheduling.resources import NOTHING, Resources
 
-#: What a task asks for when its job says nothing (issue 39: "default 1 cpu").
+#: What a task asks for when its job says nothing ("default 1 cpu").
 DEFAULT_REQUEST = Resources.of(cpus=1)
 
 

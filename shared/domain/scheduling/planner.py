@@ -1,4 +1,4 @@
-"""One planning round (issue 39): which waiting tasks go to which host, and why the rest wait.
+"""One planning round: which waiting tasks go to which host, and why the rest wait.
 
 The round, in order:
 

@@ -1,4 +1,4 @@
-"""Why a waiting task waits (issue 39, point 6): one reason per job with tasks left waiting
+"""Why a waiting task waits: one reason per job with tasks left waiting
 after a round, with the numbers that say how far it is from running.
 
 The planner makes all but two: `SUSPENDED` and `PREREQUISITES` are decided before it (a

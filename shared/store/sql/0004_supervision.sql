@@ -1,4 +1,4 @@
--- Supervision and fault tolerance (issue 4): failure triage, backoff, fencing records,
+-- Supervision and fault tolerance: failure triage, backoff, fencing records,
 -- signs of life, job errors, host heartbeats of the supervisor, quarantine, probing.
 
 ALTER TABLE tasks

@@ -1,4 +1,4 @@
--- Try before production (issue 6): a job can be created `configuring`, where only test tasks
+-- Try before production: a job can be created `configuring`, where only test tasks
 -- run and its command, inputs and policy can still be edited; `activate` makes its tasks.
 
 ALTER TYPE job_state ADD VALUE IF NOT EXISTS 'configuring' BEFORE 'active';

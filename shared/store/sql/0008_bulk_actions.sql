@@ -1,4 +1,4 @@
--- Global fixes (issue 6): one action applied to every task a selector matches, across jobs.
+-- Global fixes: one action applied to every task a selector matches, across jobs.
 -- Every bulk action is recorded, dry runs too: who, when, what was selected and what it did.
 -- The counts are written with each batch of tasks acted on, in the batch's transaction, so
 -- the record always says what was committed; `finished_at` is null while (or if) it runs.

@@ -1,4 +1,4 @@
--- Harvest and cleanup (issue 6): small outputs kept for download, a retention per job, and
+-- Harvest and cleanup: small outputs kept for download, a retention per job, and
 -- the record of a job's purge (its logs, kept outputs and work dirs removed).
 
 -- The bytes of a small output file, read by the worker when it recorded the file (null: too

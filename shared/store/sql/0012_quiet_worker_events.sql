@@ -1,6 +1,6 @@
 -- NOTIFY serializes every committing transaction that sent one (PostgreSQL holds a lock on
 -- "database 0" from pre-commit until after the WAL flush): under load, most of the worker's
--- commits were waiting on it (issue 12, docs/performance.md). The events a worker writes along
+-- commits were waiting on it. The events a worker writes along
 -- a task's normal path (setting_up, queued, on_cpu, data_ready, post_processing) wake nobody:
 -- no scheduling round acts on them, and the relay publishes them with the next notified batch
 -- or its next short poll. Work messages and every other event still notify.

@@ -1,4 +1,4 @@
--- Who needs waking (issue 12): the scheduling round only for rows it may act on; the relay for
+-- Who needs waking: the scheduling round only for rows it may act on; the relay for
 -- every row it must publish soon. A notification says which: 'round' (the round and the relay)
 -- or 'relay' (the relay only: work messages, which the round itself or the api wrote, and
 -- the finaliser's `job.succeeded` / `job.failed`). The events of a task's normal path on its

@@ -1,4 +1,4 @@
--- Jobs run as an unprivileged Unix user of their owner's own (issue 17): uid and gid
+-- Jobs run as an unprivileged Unix user of their owner's own: uid and gid
 -- `VIGIL_JOB_UID_BASE` + `users.job_uid`, numeric (no account is created on the hosts). Two
 -- users' jobs never share a uid, so one cannot read the other's work dirs or processes.
 CREATE SEQUENCE users_job_uid_seq MINVALUE 1 MAXVALUE 999999;

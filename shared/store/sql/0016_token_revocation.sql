@@ -1,4 +1,4 @@
--- Tokens and users an operator can end (issue 17, point 7). A token gets a public id (`k-`
+-- Tokens and users an operator can end. A token gets a public id (`k-`
 -- and the first 12 hex digits of its hash: never the token itself) by which it is listed and
 -- revoked, an optional label, and `revoked_at`; a user gets `disabled_at`. A revoked token or
 -- a disabled user's tokens stop working at the next request (every request looks its token

@@ -1,4 +1,4 @@
--- The scheduling round sleeps longer when nothing happens (issue 12: idle services), woken by
+-- The scheduling round sleeps longer when nothing happens (idle services), woken by
 -- the outbox's notifications. Changes that make tasks releasable without an outbox row wake it
 -- too: a job that becomes active (resumed, by hand or when an emergency stop is lifted;
 -- reopened), a throttle that changes, an emergency stop lifted (a configuring job's test

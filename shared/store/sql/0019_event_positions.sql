@@ -1,5 +1,5 @@
 -- Every event (`job.*` and `task.*`, the outbox's `events` rows) gets a position in one
--- installation-wide sequence, and a history readers can replay from a position (issue 20).
+-- installation-wide sequence, and a history readers can replay from a position.
 --
 -- Positions are assigned by the relay as it reads a batch (`outbox_batch`), under the lock of
 -- the one counter row: numberings are serialized and each commits before the next starts, so

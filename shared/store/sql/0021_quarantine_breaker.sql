@@ -1,4 +1,4 @@
--- Quarantine as a circuit breaker (issue 13 point 1). A host the triage quarantines (`breaker`)
+-- Quarantine as a circuit breaker. A host the triage quarantines (`breaker`)
 -- is shut for a cool-down, then probes: it takes one task of its pool at a time
 -- (`probing_since`) until an attempt started there since ends with no failure blamed on the
 -- host (closed again), or one fails on it (shut again for twice the cool-down, up to

@@ -1,4 +1,4 @@
--- A failure of Vigil's own servers under a task's bookkeeping (issue 13, point 4): the database
+-- A failure of Vigil's own servers under a task's bookkeeping: the database
 -- went away (a restart) longer than the worker could wait, or where it could not tell what had
 -- committed. Infra (a restartable job is resubmitted), blamed on neither the job nor the host:
 -- it counts towards no quarantine.

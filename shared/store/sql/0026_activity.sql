@@ -1,4 +1,4 @@
--- What the relay published, counted per minute (issue 16, point 3: the dashboard's charts read a
+-- What the relay published, counted per minute (the dashboard's charts read a
 -- few hundred rows here instead of the event history): per job (`job_id`), and for the whole
 -- system (`job_id` = ''). Kinds: `state:<task state>` (tasks that reached on_cpu or an end),
 -- `started` (a command started: on_cpu), `ended` (a task came to rest), `failed:<class>`.

@@ -1,4 +1,4 @@
--- A task's `task.new` event wakes the relay only (issue 12): the round is woken for new tasks
+-- A task's `task.new` event wakes the relay only: the round is woken for new tasks
 -- by whoever adds them (`jobs_repo.add_tasks` notifies 'round' in its own statement), unless
 -- the adder releases them itself (a submission: `release_round.release_job`) and wakes the
 -- round only for what it left. The rest as in 0014.

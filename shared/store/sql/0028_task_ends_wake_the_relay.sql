@@ -1,4 +1,4 @@
--- A task's terminal event wakes the relay only (issue 12). The round acts on a task's end once
+-- A task's terminal event wakes the relay only. The round acts on a task's end once
 -- the relay has published its event (the scheduler's `_on_published`: the finaliser is told
 -- which job may have ended, the triage of a failure, the waiters, and the round is woken);
 -- woken by the notification as well, it ran once more per task end before that, too early to

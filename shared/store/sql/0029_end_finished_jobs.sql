@@ -1,4 +1,4 @@
--- Ending the jobs a task's end may have finished, in one round trip (issue 12): the
+-- Ending the jobs a task's end may have finished, in one round trip: the
 -- finaliser's transaction was five (BEGIN, the lock, the counts, the move with its events,
 -- COMMIT). Each statement of a VOLATILE function takes a snapshot of its own, so the counts
 -- still see whatever committed before the lock was granted (whoever adds work to a job locks

@@ -1,4 +1,4 @@
--- A task's terminal event names its job in the notification (issue 12): 'ended <job id>,...'
+-- A task's terminal event names its job in the notification: 'ended <job id>,...'
 -- wakes the relay and, at once, the round's finaliser for those jobs, which until now waited
 -- for the relay to publish the event (0028: a confirm and a second wake-up later). The relay
 -- no longer tells the finaliser of a task's end; a notification lost with the listener's

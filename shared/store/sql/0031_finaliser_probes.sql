@@ -1,4 +1,4 @@
--- The finaliser's probes stay probes (issue 12). `end_finished_jobs` (0029) makes its plans
+-- The finaliser's probes stay probes. `end_finished_jobs` (0029) makes its plans
 -- once per connection (a custom plan of its last statement cost more than running it), and a
 -- plan made while the tables were young (a fresh database, or one that autovacuum does not
 -- analyse) read every task and every active job at each call: 1 ms a call after 1,000 jobs,

@@ -1,4 +1,4 @@
--- The outbox holds what waits to be published, and nothing else (issue 12). A row confirmed by
+-- The outbox holds what waits to be published, and nothing else. A row confirmed by
 -- the broker was marked (`published_at`: a new version of the row and an entry in each of its
 -- indexes) and deleted an hour later by the prune; meanwhile the table held an hour of traffic
 -- (nine rows a job), and a probe for unnumbered events that the planner made a sequential scan

@@ -1,4 +1,4 @@
--- The finaliser's probe of a job's tasks stays a probe of that job's tasks (issue 12). Pulled
+-- The finaliser's probe of a job's tasks stays a probe of that job's tasks. Pulled
 -- up into an anti-join, the `NOT EXISTS` of 0031 was planned (with the tables' statistics
 -- taken when no job was active, as where autovacuum does not analyse) as a scan of the whole
 -- `tasks_unfinished` index for each job, its job id a filter, not an index condition: each

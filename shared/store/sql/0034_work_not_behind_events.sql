@@ -1,4 +1,4 @@
--- Work messages no longer wait behind events (issue 12). The relay read the outbox's oldest
+-- Work messages no longer wait behind events. The relay read the outbox's oldest
 -- rows whatever their exchange, so the 100,000 `task.new` events of a big job's submission (or
 -- of a cancel of one) went out before any work message written after them: about 28 s on a
 -- two-core host, during which no task of any job started and no kill was sent. Each batch now

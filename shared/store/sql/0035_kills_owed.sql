@@ -1,4 +1,4 @@
--- Kills owed (issue 38, point 3). An attempt closed by someone who is not its command's
+-- Kills owed. An attempt closed by someone who is not its command's
 -- parent (a cancel, a task declared lost, a worker failing while it drove the task) leaves
 -- `reaped_at` empty until the command is known gone; the kill order sent with most of those
 -- changes (`KillTask`) could be lost for good (dead-lettered), and then nothing killed the

@@ -1,4 +1,4 @@
--- A resubmitted clone keeps its input's index (issue 42): the index says which input a task
+-- A resubmitted clone keeps its input's index: the index says which input a task
 -- runs, the lineage (`resubmitted_from`, `superseded_by`) which try of it. `(job_id, index)`
 -- was unique, so a clone took the next free index and the index no longer named the input.
 -- Now two tasks share an index only along one lineage: the tasks that start one (appended,

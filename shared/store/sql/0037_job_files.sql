@@ -1,4 +1,4 @@
--- A job's own files (issue 42): scripts, configs and small data a user submits with the job,
+-- A job's own files: scripts, configs and small data a user submits with the job,
 -- placed read-only in every task's work dir on any host. The job keeps their list (path,
 -- size, sha256, executable) in `jobs.files`; the bytes are stored once per job, here, and
 -- read by a host's worker the first time one of the job's tasks is set up there. A purge

@@ -1,4 +1,4 @@
--- A shared pool (issue 39): what the scheduling planner (`shared/domain/scheduling/`) reads and
+-- A shared pool: what the scheduling planner (`shared/domain/scheduling/`) reads and
 -- what it leaves, so that work is released by free capacity, placed where its request fits,
 -- shared between users by their shares and ordered by priority, with a reason for every wait.
 

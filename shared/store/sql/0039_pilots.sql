@@ -1,4 +1,4 @@
--- Pilots (issue 40): hosts that a batch system starts as jobs, for a walltime.
+-- Pilots: hosts that a batch system starts as jobs, for a walltime.
 
 -- When a host stops taking work for good: a pilot's allocation ends (its walltime). The
 -- planner places on it only tasks whose walltime fits before then; NULL: never.

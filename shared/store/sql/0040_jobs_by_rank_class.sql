@@ -1,5 +1,5 @@
--- The quick planning round's read of each user's best-ranked jobs (issue 41,
--- `plan_repo._top_jobs`). It sorted all of a user's active jobs by rank to probe the first
+-- The quick planning round's read of each user's best-ranked jobs (`plan_repo._top_jobs`).
+-- It sorted all of a user's active jobs by rank to probe the first
 -- few: with 1,000 one-task jobs waiting, 1.05-1.5 ms a look, and a look per task's end on a
 -- small pool. A rank is `priority + age_per_hour x hours since the job was made`: among the
 -- jobs of one priority it orders them oldest first, whatever `age_per_hour`. So each

@@ -1,5 +1,5 @@
--- The api remembers, for a few seconds, whom a token belongs to (issue 41,
--- `services/api/credentials.py`): one statement fewer a request. What could make it wrong
+-- The api remembers, for a few seconds, whom a token belongs to (`services/api/credentials.py`):
+-- one statement fewer a request. What could make it wrong
 -- tells every api at once: a token revoked, expired early, deleted or moved to another
 -- user, a user disabled, deleted or given another role or name. A notification on the
 -- channel `vigil_credentials` empties every api's memory of tokens (they are rare changes;
