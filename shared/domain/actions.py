@@ -120,7 +120,10 @@ def task_next_step(task_id: str, current: TaskState) -> str:
     if current is TaskState.COMPLETED:
         return f"run it again from a stage (`vigil restart {task_id} --stage cluster`)"
     if current in FAILED:
-        return f"recover it (`vigil recover {task_id}`), or restart it from a stage"
+        return (
+            f"recover it (`vigil recover {task_id}`), or duplicate it (the action duplicate)"
+            " to run its input again"
+        )
     if current is TaskState.TERMINATED:
         return "it was cancelled for good; duplicate it (the action duplicate) to run its input"
     if current in (TaskState.NEW, TaskState.ON_HOLD):

@@ -46,7 +46,7 @@ def restart(
     task_id: TaskArg,
     stage: Annotated[RestartStage, typer.Option(help="The stage to run again from.")],
 ) -> None:
-    """Run a task again from a stage (a completed or failed task)."""
+    """Run a completed task again from a stage (a failed one is recovered instead)."""
     task_action(ctx, expect_id("task", task_id, "restart"), f"restart_{stage.value}")
 
 
