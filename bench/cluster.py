@@ -78,7 +78,8 @@ class Cluster:
     namespace: str
     root: Path
     hosts: list[str]
-    slots: int = 4
+    #: `VIGIL_WORKER_SLOTS` of every worker; None: unset, the worker detects its host's CPUs.
+    slots: int | None = 4
     apis: int = 1
     schedulers: int = 1
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -141,8 +142,9 @@ class Cluster:
             shutil.rmtree(self.work_root.parent, ignore_errors=True)
 
     def _env(self, host: str | None, port: int) -> dict[str, str]:
+        slots = {} if self.slots is None else {"VIGIL_WORKER_SLOTS": str(self.slots)}
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k != "VIGIL_WORKER_SLOTS"},
             "VIGIL_DATABASE_URL": self.database_url,
             "VIGIL_AMQP_URL": self.amqp_url,
             "VIGIL_REDIS_URL": self.redis_url,
@@ -153,7 +155,7 @@ class Cluster:
             # the stack's own claims of job uid ranges: many stacks on one host, each a fresh
             # installation, neither refuse each other nor leave claims on the host
             "VIGIL_UID_RANGES_DIR": str(self.work_root.parent / "uid-ranges"),
-            "VIGIL_WORKER_SLOTS": str(self.slots),
+            **slots,
             "VIGIL_JOB_SCRATCH_PATHS": str(self.shared_root),
             **self.extra_env,
         }

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 from shared.messaging.topology import Topology, delete_all
 from tests.conftest import AMQP_URL, REDIS_URL, fresh_database, new_namespace
-from tests.e2e.stack import E2E_ENV, Stack
+from tests.e2e.stack import DEFAULTS_ENV, E2E_ENV, Stack
 
 pytestmark = pytest.mark.e2e
 
@@ -62,7 +62,8 @@ def e2e_namespace() -> Iterator[str]:
 def running_stack(
     root: Path, namespace: str, extra_env: Mapping[str, str] = E2E_ENV
 ) -> Iterator[Stack]:
-    """The four services, up and healthy, on a fresh database, with `extra_env`."""
+    """The four services, up and healthy, on a fresh database, with `extra_env` (whose
+    `VIGIL_WORKER_SLOTS`, if any, the worker takes; without it, it detects its CPUs)."""
     with fresh_database("vigil_e2e") as url:
         s = Stack(
             database_url=url,
@@ -71,6 +72,7 @@ def running_stack(
             namespace=namespace,
             root=root,
             hosts=[HOST_ID],
+            slots=None,
             extra_env=dict(extra_env),
         )
         with started(s):
@@ -92,9 +94,11 @@ def started(s: Stack) -> Iterator[Stack]:
 
 
 @pytest.fixture
-def stack(tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
-    """The four services, up and healthy, on a fresh database."""
-    with running_stack(tmp_path, e2e_namespace) as s:
+def stack(request: pytest.FixtureRequest, tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
+    """The four services, up and healthy, on a fresh database: at the defaults users get for
+    a test marked `defaults`, else with `E2E_ENV`."""
+    env = DEFAULTS_ENV if request.node.get_closest_marker("defaults") else E2E_ENV
+    with running_stack(tmp_path, e2e_namespace, env) as s:
         yield s
 
 

@@ -13,7 +13,8 @@ import pytest
 from tests.e2e.conftest import Events, wait_job
 from tests.e2e.stack import Stack
 
-pytestmark = pytest.mark.e2e
+# at the defaults users get: the worker's CPUs detected, the host breaker on
+pytestmark = [pytest.mark.e2e, pytest.mark.defaults]
 
 
 async def _running_tasks(
