@@ -26,7 +26,8 @@ whose generic marshalling of each frame and property was a fifth of the relay's 
 
 It reaches into aiormq's channel (`lock`, `delivery_tag`, `confirmations`,
 `message_id_delivery_tag`, `write_queue`, `max_content_size`), as `frame_batching` does into its
-connection. `tests/integration/test_batch_publish.py` fails if aiormq stops keeping them.
+connection. `tests/integration/test_batch_publish.py` fails if aiormq stops keeping them, and
+aiormq is pinned exactly to the release this was checked against (`verified_releases`).
 """
 
 import asyncio

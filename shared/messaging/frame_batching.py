@@ -18,7 +18,8 @@ Nothing about a frame changes: the same bytes in the same order, each publisher'
 future set once its bytes are written, and a frame that closes the connection still ends the
 writer (nothing queued after it is joined). `install()` replaces aiormq's `FrameGenerator`,
 which its writer looks up by name; `tests/unit/test_frame_batching.py` fails if aiormq's
-writer stops doing so.
+writer stops doing so. aiormq is pinned exactly to the release this was checked against
+(`verified_releases`, which lists what to re-check before another).
 """
 
 import asyncio
