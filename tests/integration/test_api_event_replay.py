@@ -12,9 +12,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import aio_pika
 import httpx
 import pytest
 
+from services.api import sse
 from services.scheduler.relay import Relay
 from shared.domain.messages import JobEvent, JobOutcome
 from shared.messaging.amqp import open_broker
@@ -22,7 +24,7 @@ from shared.messaging.topology import Topology, declare_work_queue, pool_key
 from shared.store import event_log, outbox
 from tests.conftest import AMQP_URL, fresh_database
 from tests.integration.served_api import Served, served_api
-from tests.integration.test_api_events import Frames
+from tests.integration.test_api_events import Broker, Frames
 from tests.integration.test_api_harness import Caller
 
 pytestmark = pytest.mark.integration
@@ -145,6 +147,45 @@ async def test_a_stream_resumes_after_a_position_then_goes_on_live_without_gap_o
     assert live.seq > third
     assert [e.body["brief"] for e in (*replayed, live)] == ["#1", "#2", "#0"]
     assert all(e.body["seq"] == e.seq for e in (*replayed, live))
+
+
+async def test_when_the_broker_connection_is_reestablished__an_open_stream_goes_on_live(
+    served: Served, relaying: Relaying, namespace: str
+) -> None:
+    # given: an open stream on the hub's one connection
+    job_id = await served.submit(served.user)
+    await relaying.all()
+    async with _stream(served, served.operator, f"job.*.{job_id}") as (frames, start):
+        connection = served.hub._connection
+        assert connection is not None
+        reconnected = asyncio.Event()
+        connection.reconnect_callbacks.add(lambda *_: reconnected.set())
+
+        # when: the connection drops (its exclusive queue dies with it) and aio-pika makes it
+        # again by itself (after its reconnect interval, 5 s); then the job's next event
+        # goes out as every event does, numbered by the relay
+        assert connection.transport is not None
+        await connection.transport.connection.close(ConnectionResetError("dropped by the test"))
+        async with asyncio.timeout(WAIT_S + 5):
+            await reconnected.wait()
+        [name] = served.hub.queue_names()
+        await _job_events(served, job_id, 1)
+        await relaying.all()
+
+        # then: its delivery brings it at once, not the history's next look (`sse.POLL_S`)
+        async with asyncio.timeout(sse.POLL_S / 2):
+            event = await _next_numbered(frames)
+    assert start is not None
+    assert (event.seq, event.routing_key) == (start + 1, f"job.failed.{job_id}")
+    assert event.body["brief"] == "#0"
+    assert served.hub.connects == 1
+    async with asyncio.timeout(WAIT_S):
+        await served.hub.wait_idle()
+    broker = await aio_pika.connect_robust(AMQP_URL, timeout=10)
+    try:
+        assert not await Broker(broker, namespace).queue_exists(name)
+    finally:
+        await broker.close()
 
 
 async def _positions_of_outcomes(served: Served, job_id: str) -> list[int]:

@@ -345,35 +345,6 @@ async def test_when_the_api_stops__open_streams_end_and_their_queues_go(
     assert not await broker.queue_exists(name)
 
 
-async def test_when_the_broker_connection_is_reestablished__open_streams_go_on(
-    served: Served, broker: Broker
-) -> None:
-    # given: an open stream on the hub's one connection
-    job_id = await served.submit(served.user)
-    async with stream(served, served.operator, f"job.*.{job_id}") as frames:
-        connection = served.hub._connection
-        assert connection is not None
-        reconnected = asyncio.Event()
-        connection.reconnect_callbacks.add(lambda *_: reconnected.set())
-
-        # when: the connection drops (its exclusive queue dies with it) and aio-pika makes it
-        # again by itself (after its reconnect interval, 5 s)
-        assert connection.transport is not None
-        await connection.transport.connection.close(ConnectionResetError("dropped by the test"))
-        async with asyncio.timeout(WAIT_S + 5):
-            await reconnected.wait()
-
-        # then: the queue, its bindings and its consumer are back, on the same connection
-        [name] = served.hub.queue_names()
-        assert await broker.queue_exists(name)
-        await broker.publish(f"job.failed.{job_id}", encode(_job_event(job_id, JobOutcome.FAILED)))
-        assert (await frames.next_event())["routing_key"] == f"job.failed.{job_id}"
-    async with asyncio.timeout(WAIT_S):
-        await served.hub.wait_idle()
-    assert not await broker.queue_exists(name)
-    assert served.hub.connects == 1
-
-
 def _token_id(caller: Caller) -> str:
     token = caller.headers["Authorization"].removeprefix("Bearer ")
     return users_repo.token_id(users_repo.hash_token(token))
