@@ -1,4 +1,4 @@
-"""Failovers, measured on a whole cluster on this machine (docs/scale-out.md).
+"""Failovers, measured on a whole cluster on this machine (docs/explanation/scale-out.md).
 
     python -m bench.failover [--scenario all|scheduler|rabbitmq|postgresql|api]
                              [--tasks 1000] [--hosts 4] [--slots 4] [--sleep 1]

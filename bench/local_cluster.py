@@ -12,7 +12,7 @@ PostgreSQL servers with `target_session_attrs=read-write`). Redis is the machine
 
 `scripts/cluster env` prints what the CLI needs (`eval "$(scripts/cluster env)"`), `status`
 what runs, and `down` stops and removes all of it.
-`bench.failover` uses it to measure failovers (docs/scale-out.md).
+`bench.failover` uses it to measure failovers (docs/explanation/scale-out.md).
 """
 
 import argparse

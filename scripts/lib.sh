@@ -348,7 +348,7 @@ ensure_jq() { ensure_tool "the docs' examples" jq jq; }
 ensure_promtool() { ensure_tool "the monitoring files' check" prometheus promtool; }
 
 # Debian's slurm-wlm and munge: scripts/slurm runs a one-node Slurm of them for the pilots and
-# their tests (docs/pilots.md); tests/slurm_fixture.py fails, saying so, without them.
+# their tests (docs/how-to/pilots.md); tests/slurm_fixture.py fails, saying so, without them.
 # On a machine run by systemd, the packages start Debian's munged (scripts/slurm then uses it);
 # slurmctld and slurmd are started by scripts/slurm up only, with a slurm.conf of its own.
 ensure_slurm() {

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 ROOT: Final = Path(__file__).resolve().parents[1]
-PAGES: Final = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+PAGES: Final = (ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")))
 FILES: Final = ROOT / "docs" / "examples" / "campaign"
 MARK: Final = "<!-- doc-test -->"
 DOC_URL: Final = "http://127.0.0.1:8000"

@@ -8,5 +8,5 @@ the walltime (no new task; those running are stopped and, being infra's loss, re
 elsewhere) and stops its children, and so its tasks, when the batch system stops it
 (`scancel`, the walltime's SIGTERM): processes that leave the job's tree would outlive it
 otherwise. A pilot that dies is a host lost: its heartbeats stop and the scheduler's
-reaper declares its tasks lost (`docs/pilots.md`).
+reaper declares its tasks lost (`docs/how-to/pilots.md`).
 """

@@ -6,7 +6,7 @@ message does not wait for the events written before it (a batch holds the oldest
 Events are numbered as a batch is read (`outbox.pending`): each carries its position in its
 body (`seq`). Each event goes out as a message of its own, under its own routing key, with its
 body as the outbox holds it and its position in the header `seq` and as its `message_id`: the
-events exchange is a public contract (design §7; docs/architecture.md, "The events
+events exchange is a public contract (design §7; docs/reference/events.md, "The events
 exchange"), read by any AMQP client. What keeps that cheap is the batch: its messages are
 written together and their confirms awaited together (`Broker.publish_batch`). A row published
 again after a failed publish keeps its position, so after broker trouble positions may arrive

@@ -54,7 +54,7 @@ class SchedulerSettings(CommonSettings):
     event_retention_s: float = Field(default=7 * 86400.0, gt=0)
     #: The port of `GET /healthz` (`VIGIL_SCHEDULER_HEALTH_PORT`, on `VIGIL_HEALTH_HOST`; 0: none).
     scheduler_health_port: int = Field(default=0, ge=0, le=65535)
-    #: The shared pool's policy (`docs/scheduling.md`, Knobs): usage halves in
+    #: The shared pool's policy (`docs/explanation/scheduling.md`, Knobs): usage halves in
     #: this time (`VIGIL_FAIRSHARE_HALF_LIFE_S`; 0: only what is held now counts), a job
     #: gains this many points of priority per hour its oldest task waits
     #: (`VIGIL_PRIORITY_AGE_PER_HOUR`), a request passed over after waiting this long gets a
@@ -83,7 +83,7 @@ class SchedulerSettings(CommonSettings):
             prefetch=self.worker_prefetch,
         )
 
-    #: Pilots (`docs/pilots.md`; with `VIGIL_PILOTS_BACKEND`): at most this many
+    #: Pilots (`docs/how-to/pilots.md`; with `VIGIL_PILOTS_BACKEND`): at most this many
     #: alive (`VIGIL_PILOTS_MAX`), each of `VIGIL_PILOTS_CPUS` CPUs, `VIGIL_PILOTS_MEMORY_MB`
     #: (unset: the batch system's default) and `VIGIL_PILOTS_WALLTIME_S`, cancelled after
     #: `VIGIL_PILOTS_IDLE_S` without a task; their batch jobs' files go to

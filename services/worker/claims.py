@@ -386,7 +386,7 @@ def resumed_attempt(
     (`on_cpu`), nor when a step after the take had started (another attempt is open).
 
     Running again what a take leads to is what a task type's hooks are written for: a stage
-    cut off is run again in the same work dir (`docs/task-types.md`); a command never is."""
+    cut off is run again in the same work dir (`docs/how-to/task-types.md`); a command never is."""
     if state not in _RESUMABLE:
         return False, None
     stage = _RESUMABLE[state]

@@ -4,7 +4,7 @@ Work messages (`RunStage`, `WatchProcess`) go through the work exchange; events 
 `JobEvent`, `LogRecord`) go through the events exchange under `task.<state>.<job>`,
 `job.<outcome>.<job>` and `log.<severity>.<job>`. Messages carry ids, not rows, but for one: a
 claim's `RunStage` carries its task's row as claimed, which spares a worker's take its read
-(`docs/architecture.md`, "Departures from the brief").
+(`docs/explanation/architecture.md`, "Departures from the brief, and why").
 Consumers are tolerant readers (`extra="ignore"`); `decode()` raises one `InvalidMessage`.
 """
 

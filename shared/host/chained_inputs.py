@@ -13,7 +13,7 @@ it cannot be had.
 A file the upstream job was given back (a restart hands its work dir to its uid again, with
 the outputs that no chained task shares) is checked against the recorded size and sha256
 before it is frozen again and linked: a job cannot pass a changed file off as its recorded
-output. See docs/security.md, "What a job may read and write".
+output. See docs/explanation/security.md, "What a job may read and write".
 """
 
 import contextlib

@@ -3,7 +3,7 @@
 Queues of a plain AMQP client, bound to the documented topics, get each event of a run as a
 message of its own, under its own routing key, with the JSON body the history keeps, its
 position in the header `seq` and as the `message_id`. Only aio-pika reads the exchange here:
-its name is made from the stack's namespace as docs/architecture.md tells a subscriber ("The
+its name is made from the stack's namespace as docs/reference/events.md tells a subscriber ("The
 events exchange"), and the test knows the system only through its HTTP api.
 """
 

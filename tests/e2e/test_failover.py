@@ -4,7 +4,8 @@ PostgreSQL primary with its synchronous standby, two apis, two schedulers and tw
 
 Each test asserts what the scenario must keep: every task completed, no input ran twice, every
 event the database holds was received and none it does not hold. The figures (how fast) are
-the benchmark's to print (`python -m bench.failover`, docs/scale-out.md), not asserted here.
+the benchmark's to print (`python -m bench.failover`, docs/explanation/scale-out.md), not
+asserted here.
 """
 
 import uuid

@@ -1,4 +1,4 @@
-"""The refusals `docs/cli.md` shows, reproduced with the CLI against a api api.
+"""The refusals `docs/reference/cli.md` shows, reproduced with the CLI against a api api.
 
 Every `vigil: ...` line of the page's console blocks is paired with the `$ ` command before it;
 each pair has a scenario here that makes the state the page implies, runs that command and
@@ -24,7 +24,7 @@ from vigil.cli import app
 
 pytestmark = pytest.mark.integration
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md"
 _ID = re.compile(r"\b[jt]-[0-9a-z]{12}\b")
 _EXIT_NOTE = re.compile(r"\s+#\s*exits?\s+\d+.*$")
 

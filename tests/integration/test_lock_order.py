@@ -2,7 +2,8 @@
 the 5,000 tasks of one job finish without a deadlock error reaching anyone.
 
 Every writer locks job rows before task rows, several of a kind in id order
-(`docs/architecture.md`, "Lock order"); the triage and the finaliser skip what is locked.
+(`docs/explanation/architecture.md`, "Lock order"); the triage and the finaliser skip what is
+locked.
 """
 
 import asyncio

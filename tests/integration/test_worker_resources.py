@@ -1,4 +1,4 @@
-"""The worker's side of the shared pool (docs/scheduling.md steps 5 and 6), against
+"""The worker's side of the shared pool (docs/explanation/scheduling.md steps 5 and 6), against
 the real PostgreSQL, RabbitMQ and Redis, with real commands (and this host's real cgroups
 where it has them): the host's capacity in its `hosts` row, a request it can never hold given
 back or failed as the host's, a command's limits from its job's request, and its GPU devices

@@ -1,5 +1,6 @@
-"""Who may import whom (docs/architecture.md, the map): `shared/` imports no service, no service
-imports another, and the `vigil` client imports neither. Read from the source, not run."""
+"""Who may import whom (docs/explanation/architecture.md, the map): `shared/` imports no
+service, no service imports another, and the `vigil` client imports neither. Read from the
+source, not run."""
 
 import ast
 import re
@@ -47,7 +48,8 @@ def test_each_layer_of_shared_imports_only_the_layers_below_it() -> None:
         assert _offenders(ROOT / "shared" / layer, above) == [], layer
 
 
-#: A statement that writes: what only `shared/store/` may hold (docs/architecture.md, the map).
+#: A statement that writes: what only `shared/store/` may hold (docs/explanation/architecture.md,
+#: the map).
 _WRITE = re.compile(r"\b(INSERT\s+INTO|DELETE\s+FROM|TRUNCATE|UPDATE\s+\w+(\s+\w+)?\s+SET)\b")
 _COPY = frozenset({"copy_records_to_table", "copy_to_table", "copy_from_query"})
 

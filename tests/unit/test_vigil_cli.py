@@ -92,7 +92,7 @@ def test_when_text_from_the_api_holds_control_characters__they_are_shown_escaped
 
 
 def test_the_exit_code_table_of_the_docs_is_the_one_the_command_uses() -> None:
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md").read_text()
     table = doc.split("### Exit codes and errors", 1)[1].split("\n\n", 2)[1]
     documented = {int(line.split("|")[1]) for line in table.splitlines()[2:]}
     used = {

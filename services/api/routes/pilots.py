@@ -63,7 +63,7 @@ async def withdraw_pilot(
 ) -> PilotPublic:
     """Stop a pilot: 202 with it. One not yet submitted ends at once; one submitted drains
     and its batch job is cancelled (its running tasks are a lost host's: a restartable job's
-    resubmitted elsewhere, another's abandoned, `docs/pilots.md`); an ended one is returned
+    resubmitted elsewhere, another's abandoned, `docs/how-to/pilots.md`); an ended one is returned
     as it is."""
     if not is_safe_id(pilot_id):
         raise invalid(("path", "pilot_id"), f"pilot id {pilot_id[:100]!r} is not a valid id")

@@ -112,7 +112,9 @@ class WaitingReasonPublic(BaseModel):
     """Why a task (or a job's tasks) waits: one reason, a sentence, and its numbers."""
 
     reason: str = Field(
-        description="One of: " + ", ".join(ALL_REASONS) + " (docs/scheduling.md, Reasons)."
+        description="One of: "
+        + ", ".join(ALL_REASONS)
+        + " (docs/explanation/scheduling.md, Reasons)."
     )
     message: str
     detail: dict[str, Any] = Field(

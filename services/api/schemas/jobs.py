@@ -100,7 +100,7 @@ def decoded_files(files: Mapping[str, FileIn]) -> dict[str, tuple[bytes, bool]]:
         if total > bundle.MAX_BYTES:
             raise ValueError(
                 f"the files are over {human_size(bundle.MAX_BYTES)} in all: put large data"
-                " where the hosts can read it (docs/security.md, 'A job's files')"
+                " where the hosts can read it (docs/explanation/security.md, 'A job's files')"
             )
         found[path] = (content, file.executable)
     return found

@@ -8,6 +8,6 @@ which host, and why the others wait. Pure: inputs in, a plan out, no I/O, no clo
 - `board`: a round's hosts, best-fit placement, GPU devices and reservations.
 - `planner`: `plan()`, the round itself.
 
-`docs/scheduling.md` gives the model, the formulas and the knobs; the leading scheduler runs
-the planner each round (`services/scheduler/planning.py`).
+`docs/explanation/scheduling.md` gives the model, the formulas and the knobs; the leading
+scheduler runs the planner each round (`services/scheduler/planning.py`).
 """

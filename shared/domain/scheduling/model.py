@@ -133,7 +133,7 @@ class UserState:
 
 @dataclass(frozen=True)
 class Settings:
-    """The policy's knobs (`docs/scheduling.md` names their settings)."""
+    """The policy's knobs (`docs/explanation/scheduling.md` names their settings)."""
 
     #: Usage halves in this time; 0 keeps no history (only what is held now counts).
     half_life_s: float = 86400.0

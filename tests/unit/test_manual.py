@@ -1,0 +1,36 @@
+"""The manual stays true to the code: its HTTP reference is the api's schema as it is now, and
+every `VIGIL_*` name a page mentions exists. (`scripts/docs build` checks the links and the
+nav: `mkdocs build --strict`.)"""
+
+from pathlib import Path
+
+from manual import http_reference, settings_mentioned
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_http_reference_is_the_schema_of_the_routes_as_they_are() -> None:
+    page = (ROOT / http_reference.PAGE).read_text()
+    assert page == http_reference.render(http_reference.schema()), (
+        f"{http_reference.PAGE} is out of date: run `scripts/docs api` and commit it"
+    )
+
+
+def test_the_http_reference_names_every_route() -> None:
+    spec = http_reference.schema()
+    page = http_reference.render(spec)
+    for path, item in spec["paths"].items():
+        for method in item:
+            if method in http_reference.METHODS:
+                assert f"### `{method.upper()} {path}`" in page
+
+
+def test_every_setting_the_pages_mention_exists() -> None:
+    assert settings_mentioned.unknown() == []
+
+
+def test_a_misspelt_setting_is_found_with_where_it_is(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("Set `VIGIL_DATABASE_URL`.\nOr `VIGIL_DATABSE_URL=postgresql://...`.\n")
+    found = settings_mentioned.unknown([page], settings_mentioned.settings())
+    assert found == [(f"{page}:2", "VIGIL_DATABSE_URL")]
