@@ -3,6 +3,7 @@
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -26,6 +27,15 @@ pytestmark = pytest.mark.e2e
 HOST_ID = "e2e-host"
 #: The installed `vigil` command (`pip install -e .`).
 VIGIL = Path(sys.executable).with_name("vigil")
+
+
+def vigil(
+    env: Mapping[str, str], *args: str, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed `vigil args...` to its end, as a user's shell runs it."""
+    return subprocess.run(
+        [str(VIGIL), *args], env=dict(env), capture_output=True, text=True, timeout=timeout
+    )
 
 
 async def _delete_namespace(namespace: str) -> None:

@@ -1,5 +1,7 @@
 """The installed `vigil` command against the four services: submit, wait, logs, events, actions,
-and the errors a user meets (API down, token refused), each as one line without a traceback.
+tokens, analysers, and the errors a user meets (API down, token refused), each as one line
+without a traceback. (`vigil pilots`: tests/e2e/test_pilots.py; `restart`, `recover` and
+`wait`'s exit 3: tests/e2e/test_job_environment.py.)
 """
 
 import importlib.util
@@ -17,7 +19,7 @@ from types import ModuleType
 import pytest
 
 from bench.cluster import free_port
-from tests.e2e.conftest import VIGIL
+from tests.e2e.conftest import VIGIL, vigil
 from tests.e2e.stack import Stack
 from vigil import Client, Event
 
@@ -31,13 +33,6 @@ name: greet
 command: echo "hello $VIGIL_INPUT"
 inputs: [a, b]
 """
-
-
-def vigil(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """Run `vigil args...` to its end."""
-    return subprocess.run(
-        [str(VIGIL), *args], env=env, capture_output=True, text=True, timeout=WAIT_S + 30
-    )
 
 
 @contextmanager
@@ -317,3 +312,34 @@ def test_vigil_why_says_each_reason_once(stack: Stack, env: dict[str, str]) -> N
     assert why_task.returncode == 0, why_task.stderr
     assert f"waiting: {ahead}" in why_task.stdout.splitlines()[0], why_task.stdout
     assert f"1 task(s) waiting: {ahead}" in why_job.stdout.splitlines(), why_job.stdout
+
+
+def test_an_operator_issues_a_token_that_works_and_lists_the_analysers(
+    env: dict[str, str],
+) -> None:
+    # given a user of the stack
+    added = vigil(env, "add-user", "cli-newtoken", "--label", "first")
+    assert added.returncode == 0, added.stderr
+
+    # when an operator asks for one more token, and for the analysers
+    issued = vigil(env, "new-token", "cli-newtoken", "--label", "laptop")
+    listed = vigil(env, "analysers")
+    as_json = vigil(env, "analysers", "--json")
+
+    # then the token is alone on stdout (`TOKEN=$(vigil new-token bob)`), its id on stderr,
+    # and it works; the analysers list `default` one a line, and as a JSON list
+    assert issued.returncode == 0, issued.stderr
+    token = issued.stdout.removesuffix("\n")
+    assert token and "\n" not in token and " " not in token, issued.stdout
+    assert re.fullmatch(
+        r"token k-\S+ for cli-newtoken \(shown once: keep it now\)\n", issued.stderr
+    )
+    tokens = vigil(env, "tokens", "cli-newtoken", "--json")
+    assert sorted(t["label"] for t in json.loads(tokens.stdout)) == ["first", "laptop"]
+    as_user = vigil(env | {"VIGIL_TOKEN": token}, "status")
+    assert as_user.returncode == 0, as_user.stderr
+    denied = vigil(env | {"VIGIL_TOKEN": token}, "new-token", "cli-newtoken")
+    assert denied.returncode == 1 and "(403)" in denied.stderr, denied.stderr
+    assert listed.returncode == 0, listed.stderr
+    assert "default" in listed.stdout.splitlines()
+    assert json.loads(as_json.stdout) == listed.stdout.splitlines()

@@ -10,9 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Events, wait_job
+from tests.e2e.conftest import Events, vigil, wait_job
 from tests.e2e.stack import Stack
-from tests.e2e.test_cli import vigil
 from vigil import Client
 
 pytestmark = pytest.mark.e2e

@@ -3,13 +3,12 @@ what the API says of its task over plain HTTP, across a recovery and a restart (
 attempt and the run change), driven by the installed `vigil` command as a user drives it."""
 
 import json
-import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import VIGIL
+from tests.e2e.conftest import vigil
 from tests.e2e.stack import Stack
 
 pytestmark = pytest.mark.e2e
@@ -32,13 +31,6 @@ DOCUMENTED = {
     "VIGIL_MARK",
     "VIGIL_GPUS",
 }
-
-
-def vigil(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """Run the installed `vigil args...` to its end."""
-    return subprocess.run(
-        [str(VIGIL), *args], env=env, capture_output=True, text=True, timeout=WAIT_S + 30
-    )
 
 
 def _environment(dump: Path) -> dict[str, str]:

@@ -3,7 +3,8 @@ host can take, a job completes on them, an idle pilot is cancelled, a pilot `sca
 mid-job loses nothing (its tasks run again elsewhere, never twice at once), a pilot whose
 walltime ends charges nothing to the application, a task not restartable and of unknown length
 waits (`host_ends`) rather than go to a pilot that would end under it, and a pilot Slurm
-cannot start says why.
+cannot start says why. An operator's pilots are asked for, listed and removed with the
+installed `vigil pilots add|ls|rm`, as the README's Slurm block does.
 
 The stack has no host of its own: only the api and the scheduler run, and every host is a
 pilot that Slurm starts (`scripts/slurm`, the `slurm_conf` fixture)."""
@@ -23,7 +24,7 @@ from shared.batch.slurm import Slurm
 from tests.conftest import AMQP_URL, REDIS_URL, fresh_database
 from tests.e2e.attempts import cluster_attempts
 from tests.e2e.broker_queues import queues_of
-from tests.e2e.conftest import Events, wait_job
+from tests.e2e.conftest import Events, vigil, wait_job
 from tests.e2e.stack import E2E_ENV, Stack
 
 pytestmark = pytest.mark.e2e
@@ -258,17 +259,24 @@ async def test_a_pilot_reaching_its_walltime_charges_nothing_to_the_application(
     assert rows[-1]["infra_retries"] >= 1
 
 
+def _pilot_rows(listed: str) -> dict[str, list[str]]:
+    """`vigil pilots`' table (to a pipe: no cell cut) by pilot id: its cells."""
+    header, *rows = listed.splitlines()
+    assert header.split()[:3] == ["PILOT", "STATE", "BATCH"], listed
+    return {cells[0]: cells for cells in (row.split() for row in rows)}
+
+
 async def test_a_task_not_restartable_and_of_unknown_length_never_goes_to_a_pilot(
-    stack: Stack, client: httpx.AsyncClient
+    stack: Stack, client: httpx.AsyncClient, env: dict[str, str]
 ) -> None:
-    # given a pilot running (an operator's) and nothing else
-    response = await client.post("/pilots", json={"cpus": 1, "walltime_s": 600})
-    assert response.status_code == 201, response.text
-    [pilot] = response.json()
+    # given a pilot running, asked for as the README does (`vigil pilots add`), and nothing else
+    added = await asyncio.to_thread(vigil, env, "pilots", "add", "--walltime", "600")
+    assert added.returncode == 0, added.stderr
+    [pilot_id] = _pilot_rows(added.stdout)
 
     async def running() -> dict[str, Any] | None:
         """The pilot once its host's worker takes work (the planner sees it)."""
-        found = next(p for p in await _pilots(client) if p["id"] == pilot["id"])
+        found = next(p for p in await _pilots(client) if p["id"] == pilot_id)
         if found["state"] != "running" or not found["host_id"]:
             return None
         hosts = (await client.get("/hosts")).json()
@@ -278,6 +286,13 @@ async def test_a_task_not_restartable_and_of_unknown_length_never_goes_to_a_pilo
         return found if taking else None
 
     up = await _until(running)
+    # (`vigil pilots` shows it running on its host, `vigil hosts` lists that host)
+    listed = await asyncio.to_thread(vigil, env, "pilots")
+    cells = _pilot_rows(listed.stdout)[pilot_id]
+    assert cells[1:4] == ["running", up["batch_job_id"], up["host_id"]], listed.stdout
+    assert up["host_id"] == f"pilot-{up['batch_job_id']}"
+    hosts = await asyncio.to_thread(vigil, env, "hosts")
+    assert up["host_id"] in hosts.stdout.split(), hosts.stdout
 
     # when Alice submits `sleep 600`, without walltime, not restartable
     response = await client.post("/jobs", json={"command": "sleep 600", "inputs": ["a"]})
@@ -294,21 +309,41 @@ async def test_a_task_not_restartable_and_of_unknown_length_never_goes_to_a_pilo
     assert "not restartable, no walltime" in wait["message"]
     assert up["host_id"] in wait["message"]
     assert [r["host"] for r in await _task_rows(stack, job_id)] == [None]
-    assert [p["id"] for p in await _pilots(client)] == [pilot["id"]]
+    assert [p["id"] for p in await _pilots(client)] == [pilot_id]
 
 
-async def test_a_pilot_slurm_cannot_start_says_why(client: httpx.AsyncClient) -> None:
+async def test_a_pilot_slurm_cannot_start_says_why_and_an_operator_removes_it(
+    client: httpx.AsyncClient, env: dict[str, str]
+) -> None:
+    # given a pilot of more CPUs than the node has, asked for with `vigil pilots add`
     cpus = (os.cpu_count() or 2) * 16
-    response = await client.post("/pilots", json={"cpus": cpus, "walltime_s": 60})
-    assert response.status_code == 201, response.text
-    [pilot] = response.json()
+    added = await asyncio.to_thread(
+        vigil, env, "pilots", "add", "--cpus", str(cpus), "--walltime", "60"
+    )
+    assert added.returncode == 0, added.stderr
+    [(pilot_id, cells)] = _pilot_rows(added.stdout).items()
+    assert cells[1] == "requested" and cells[4] == str(cpus), added.stdout
 
-    async def explained() -> dict[str, Any] | None:
-        found = next(p for p in await _pilots(client) if p["id"] == pilot["id"])
-        return found if found["state"] != "requested" and found["reason"] else None
+    # then `vigil pilots` says why Slurm does not start it
+    async def explained() -> list[str] | None:
+        listed = await asyncio.to_thread(vigil, env, "pilots", "ls")
+        found = _pilot_rows(listed.stdout)[pilot_id]
+        return found if found[1] in ("pending", "ended") and found[2].startswith("(") else None
 
     seen = await _until(explained, within=30)
-    assert seen["state"] in ("pending", "ended")
-    assert seen["reason"]
-    deleted = await client.delete(f"/pilots/{pilot['id']}")
-    assert deleted.status_code == 202, deleted.text
+    assert seen[2] != "()", seen
+
+    # and `vigil pilots rm` stops it; once ended, `--live` leaves it out
+    removed = await asyncio.to_thread(vigil, env, "pilots", "rm", pilot_id)
+    assert removed.returncode == 0, removed.stderr
+    assert list(_pilot_rows(removed.stdout)) == [pilot_id]
+    missing = await asyncio.to_thread(vigil, env, "pilots", "rm")
+    assert missing.returncode == 2 and missing.stderr == "vigil: vigil pilots rm needs a PILOT\n"
+
+    async def gone() -> bool:
+        live = await asyncio.to_thread(vigil, env, "pilots", "--live")
+        return pilot_id not in _pilot_rows(live.stdout)
+
+    await _until(gone, within=30)
+    [ended] = [p for p in await _pilots(client) if p["id"] == pilot_id]
+    assert ended["state"] == "ended"
