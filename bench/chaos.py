@@ -222,7 +222,8 @@ async def _make_chaos(
     background: list[asyncio.Task[None]] = []
     start = time.monotonic()
     due = [(start + duration_s * (i + 1) / (len(restarts) + 1), s) for i, s in enumerate(restarts)]
-    while time.monotonic() - start < duration_s:
+    # every server asked for is restarted, even when the restarts before it ran past the end
+    while time.monotonic() - start < duration_s or due:
         await asyncio.sleep(rng.uniform(0.3, 1.2))
         if due and time.monotonic() >= due[0][0]:
             _, server = due.pop(0)

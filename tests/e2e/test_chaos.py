@@ -1,4 +1,5 @@
-"""The chaos run of `bench/chaos.py` with small numbers: every promise holds under fire."""
+"""The chaos run of `bench/chaos.py` with small numbers: every promise holds under fire, the
+servers' restarts included."""
 
 import asyncio
 import uuid
@@ -53,11 +54,16 @@ def cluster(tmp_path: Path, e2e_namespace: str) -> Iterator[Cluster]:
 async def test_under_chaos__no_job_is_lost_and_no_task_runs_twice_at_once(
     cluster: Cluster,
 ) -> None:
-    # given 30 mixed jobs, while processes, workers and supervisors are killed and frozen
-    report = await chaos.run(cluster, jobs=30, duration_s=15, seed=20261122, restarts=())
+    # given 30 mixed jobs, while processes, workers and supervisors are killed and frozen,
+    # and PostgreSQL, RabbitMQ and Redis each restarted once
+    servers = ("postgresql", "rabbitmq", "redis")
+    report = await chaos.run(cluster, jobs=30, duration_s=15, seed=20261122, restarts=servers)
 
     # then every check of the chaos run holds
     print(report.render())  # noqa: T201
     assert report.problems == []
     assert report.jobs == 30
     assert sum(report.chaos.values()) > 5
+    assert {server: report.chaos[f"{server} restarts"] for server in servers} == dict.fromkeys(
+        servers, 1
+    )
