@@ -1,9 +1,9 @@
 """An object store in an S3 bucket (`s3://BUCKET/PREFIX`): AWS, SeaweedFS, MinIO, Ceph RGW.
 
-Spoken with obstore (Rust's `object_store` crate; why this client: docs/explanation/storage.md). The keys
-are under PREFIX; the endpoint is `VIGIL_S3_ENDPOINT_URL` (none: AWS), and the credentials
-are the standard `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and `AWS_REGION`, read from the
-environment by obstore.
+Spoken with obstore (Rust's `object_store` crate; why this client:
+docs/explanation/storage.md). The keys are under PREFIX; the endpoint is
+`VIGIL_S3_ENDPOINT_URL` (none: AWS); the credentials are the standard `AWS_ACCESS_KEY_ID`,
+`AWS_SECRET_ACCESS_KEY` and `AWS_REGION`, read from the environment by obstore.
 
 A put is write-once and never partly visible: a small file goes in one PUT with
 `If-None-Match: *` (the store refuses a taken key); a large one as a multipart upload that only
