@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from services.api.app import create_app
 from services.api.event_hub import EventHub
 from services.api.settings import ApiSettings
+from services.settings_catalog import warn_unknown_settings
 from shared.runtime.logs import configure_logging
 
 #: Seconds an idle client connection is kept open.
@@ -26,6 +27,7 @@ def main() -> None:
     except ValidationError as exc:
         sys.exit(f"invalid api settings: {exc}")
     configure_logging("api", settings.log_level)
+    warn_unknown_settings()
     app = create_app(settings)
     config = uvicorn.Config(
         app,

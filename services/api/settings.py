@@ -15,6 +15,7 @@ _TOKEN_RE: Final = re.compile(r"[\x21-\x7e]+")  # visible ASCII: it travels in a
 class ApiSettings(CommonSettings):
     """`VIGIL_API_HOST`, `VIGIL_API_PORT`, `VIGIL_BOOTSTRAP_TOKEN`, request and rate limits."""
 
+    #: The address the api listens on (`VIGIL_API_HOST`), and its port (`VIGIL_API_PORT`).
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8000, ge=1, le=65535)
     #: When set, the api makes (or keeps) the operator `operator` holding this token.

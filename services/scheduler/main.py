@@ -41,7 +41,7 @@ from services.scheduler.reaper import Reaper
 from services.scheduler.relay import Relay
 from services.scheduler.retention import Retention
 from services.scheduler.settings import SchedulerSettings
-from services.scheduler.triage import Triage, TriageSettings, end_probing
+from services.scheduler.triage import Triage, end_probing
 from services.scheduler.waiters import Waiters
 from shared.batch.slurm import BatchError, Slurm
 from shared.domain.analysers import load_analysers
@@ -128,14 +128,7 @@ class Scheduler:
         self.gather = Gather(settings.relay_gather_s)
         self.retention = Retention(pool, _RETENTION_BATCH)
         self.waiters = Waiters(pool, settings.scheduler_batch)
-        triage_settings = TriageSettings(
-            batch=settings.scheduler_batch,
-            fence_timeout_s=settings.fence_timeout_s,
-            quarantine_after=settings.quarantine_after,
-            quarantine_window_s=settings.quarantine_window_s,
-            quarantine_s=settings.quarantine_s,
-            quarantine_probe_s=settings.quarantine_probe_s,
-        )
+        triage_settings = settings.triage()
         self.breaker_settings = triage_settings.breaker
         self.triage = Triage(pool, load_analysers(), triage_settings)
         self._last_reap = self._last_prune = 0.0

@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final, Protocol
 
-from services.pilot.settings import PilotSettings as PilotOwnSettings
+from services.pilot.settings import PilotMargins
 from shared.batch.slurm import BatchError, BatchJob
 from shared.domain import pilots
 from shared.host import private_dir
@@ -63,7 +63,7 @@ WHERE (w.reason = ANY($1::text[])
 
 
 #: A pilot's stop margin when the scheduler's settings do not give one (the pilot's default).
-_PILOT_STOP_S: Final = float(PilotOwnSettings.model_fields["pilot_stop_s"].default)
+_PILOT_STOP_S: Final = float(PilotMargins.model_fields["pilot_stop_s"].default)
 
 
 def default_pilots_dir(namespace: str) -> Path:
@@ -97,7 +97,7 @@ class BatchSystem(Protocol):
 
 
 @dataclass(frozen=True)
-class PilotSettings:
+class PilotPoolSettings:
     """The scheduler's pilot settings (`SchedulerSettings.pilots()`)."""
 
     backend: str  # "none": only operators' pilots, submitted if a batch system is given
@@ -127,7 +127,7 @@ class PilotSettings:
 class PilotPool:
     """The pool's pilots, kept as the settings and the waiting work say."""
 
-    def __init__(self, pool: Pool, batch: BatchSystem, settings: PilotSettings) -> None:
+    def __init__(self, pool: Pool, batch: BatchSystem, settings: PilotPoolSettings) -> None:
         self._pool, self._batch, self.settings = pool, batch, settings
         # the batch jobs' output: never written where another user put a link (UnsafeDir)
         private_dir.ensure(Path(settings.workdir))

@@ -4,14 +4,19 @@ import shlex
 
 from pydantic import Field
 
-from services.scheduler.pilots import PilotSettings, default_pilots_dir
+from services.pilot.settings import PilotMargins
+from services.scheduler.pilots import PilotPoolSettings, default_pilots_dir
+from services.scheduler.triage import TriageSettings
 from shared.domain.scheduling.model import Settings
-from shared.runtime.config import CommonSettings
+from shared.runtime.config import CommonSettings, FenceSettings, PrefetchSettings
 
 
-class SchedulerSettings(CommonSettings):
+class SchedulerSettings(CommonSettings, FenceSettings, PrefetchSettings, PilotMargins):
     """How often the scheduler looks, how much it does per look, when a host counts as dead."""
 
+    #: The shortest wait of an idle round (`VIGIL_SCHEDULER_TICK_S`): with nothing to do, the
+    #: scheduler's rounds wait from this up to the sweep's period, unless woken by a
+    #: notification.
     scheduler_tick_s: float = Field(default=0.25, gt=0, le=60)
     #: While tasks wait, the dispatcher looks for what task ends freed five times its last
     #: look's own time after that look, at most this long after it (`VIGIL_RELEASE_GAP_S`,
@@ -21,6 +26,9 @@ class SchedulerSettings(CommonSettings):
     #: load the gap cuts the scheduler's and PostgreSQL's CPU per task by a fifth to a third;
     #: a pool of a few CPUs looks at every end, as without it.
     release_gap_s: float = Field(default=0.1, ge=0, le=10)
+    #: Rows one step of the scheduler handles at most (`VIGIL_SCHEDULER_BATCH`): the outbox
+    #: rows one read of the relay publishes, the failed tasks one pass of the triage decides,
+    #: and as much for the dispatcher's and the waiters' steps.
     scheduler_batch: int = Field(default=500, ge=1, le=10000)
     #: The relay looks for unpublished rows this often while the system is busy (every 2 s
     #: after a quiet spell): the events of a task's normal path on its worker send no NOTIFY
@@ -33,9 +41,6 @@ class SchedulerSettings(CommonSettings):
     #: nothing waits, and work messages or jobs' ends written meanwhile end the wait
     #: (`services/scheduler/gather.py`; `VIGIL_RELAY_GATHER_S`, 0: read again at once).
     relay_gather_s: float = Field(default=0.025, ge=0, le=1)
-    #: A lost task whose process may still run is resubmitted once its supervisor killed it,
-    #: or after its host has been unreachable this long.
-    fence_timeout_s: float = Field(default=60.0, gt=0)
     #: Quarantine is a circuit breaker (`services/scheduler/breaker.py`): a host with
     #: `quarantine_after` failures blamed on it (lost) within `quarantine_window_s` is shut
     #: (0: never), probes one task at a time after `quarantine_probe_s`, and is shut again
@@ -65,7 +70,6 @@ class SchedulerSettings(CommonSettings):
     priority_age_per_hour: float = Field(default=10.0, ge=0)
     reserve_after_s: float = Field(default=600.0, ge=0)
     max_reservations: int = Field(default=4, ge=0)
-    worker_prefetch: int = Field(default=0, ge=0, le=4096)
     #: With no `VIGIL_WORKER_PREFETCH`: tasks handed to a host beyond its free capacity for
     #: users whose commands are short lately (median under `VIGIL_SHORT_TASK_S`): the host's
     #: next task is set up while one runs, and a task placed after them waits little
@@ -102,20 +106,21 @@ class SchedulerSettings(CommonSettings):
     slurm_partition: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.,-]+$")
     slurm_account: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
     slurm_options: str = ""
-    pilot_drain_s: float | None = Field(default=None, ge=0)
-    pilot_stop_s: float | None = Field(default=None, ge=0)
 
-    def pilots(self) -> PilotSettings:
+    def triage(self) -> TriageSettings:
+        """The triage's settings (and its hosts' breaker's)."""
+        return TriageSettings(
+            batch=self.scheduler_batch,
+            fence_timeout_s=self.fence_timeout_s,
+            quarantine_after=self.quarantine_after,
+            quarantine_window_s=self.quarantine_window_s,
+            quarantine_s=self.quarantine_s,
+            quarantine_probe_s=self.quarantine_probe_s,
+        )
+
+    def pilots(self) -> PilotPoolSettings:
         """The pilot pool's settings."""
-        env = {
-            name: str(value)
-            for name, value in (
-                ("VIGIL_PILOT_DRAIN_S", self.pilot_drain_s),
-                ("VIGIL_PILOT_STOP_S", self.pilot_stop_s),
-            )
-            if value is not None
-        }
-        return PilotSettings(
+        return PilotPoolSettings(
             backend=self.pilots_backend,
             worker_pool=self.worker_pool,
             most=self.pilots_max,
@@ -127,5 +132,5 @@ class SchedulerSettings(CommonSettings):
             partition=self.slurm_partition,
             account=self.slurm_account,
             extra=tuple(shlex.split(self.slurm_options)),
-            env=env,
+            env=self.margins_set(),
         )

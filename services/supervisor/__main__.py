@@ -2,6 +2,7 @@
 
 import asyncio
 
+from services.settings_catalog import warn_unknown_settings
 from services.supervisor.main import main
 from services.supervisor.settings import SupervisorSettings
 from shared.runtime.logs import configure_logging
@@ -10,6 +11,7 @@ from shared.runtime.logs import configure_logging
 def run() -> None:
     settings = SupervisorSettings()
     configure_logging("supervisor", settings.log_level)
+    warn_unknown_settings()
     asyncio.run(main(settings))
 
 

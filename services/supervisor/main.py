@@ -18,7 +18,7 @@ from services.supervisor.freezes import Suspensions
 from services.supervisor.heartbeat import LastBeat, heartbeat
 from services.supervisor.reconcile import reconcile
 from services.supervisor.settings import SupervisorSettings
-from services.supervisor.watchers import Watchers, WatchSettings
+from services.supervisor.watchers import Watchers
 from services.supervisor.worker_watch import WorkerWatch
 from shared.domain.errors import UNAVAILABLE, InvalidMessage
 from shared.domain.messages import FreezeTask, KillTask, Message, WatchProcess
@@ -139,12 +139,7 @@ async def main(settings: SupervisorSettings) -> None:
             pool,
             redis,
             RedisKeys(settings.namespace),
-            WatchSettings(
-                report_grace_s=settings.report_grace_s,
-                vitals_s=settings.vitals_s,
-                kill_grace_s=settings.kill_grace_s,
-                follow_after_s=settings.follow_after_s,
-            ),
+            settings.watch(),
             cgroups,
             error_logs,
         )

@@ -2,6 +2,7 @@
 
 from pydantic import Field
 
+from services.supervisor.watchers import WatchSettings
 from shared.runtime.config import HostSettings
 
 
@@ -10,8 +11,6 @@ class SupervisorSettings(HostSettings):
 
     #: After a watched process exits, the worker has this long to report how before we judge.
     report_grace_s: float = Field(default=0.5, gt=0, le=30)
-    #: Every this often, compare PostgreSQL's view of this host with the processes running.
-    reconcile_s: float = Field(default=2.0, gt=0, le=300)
     #: How often to look up which worker process is registered on this host while none is
     #: watched (one is starting); a watched worker's exit is seen at once, and its
     #: registration and heartbeat are looked at every `dead_worker_s` / 10 (or this, if longer).
@@ -25,3 +24,12 @@ class SupervisorSettings(HostSettings):
     dead_worker_s: float = Field(default=10.0, gt=0)
     #: The port of `GET /healthz` (`VIGIL_SUPERVISOR_HEALTH_PORT`, on `VIGIL_HEALTH_HOST`; 0: none).
     supervisor_health_port: int = Field(default=0, ge=0, le=65535)
+
+    def watch(self) -> WatchSettings:
+        """The watchers' settings."""
+        return WatchSettings(
+            report_grace_s=self.report_grace_s,
+            vitals_s=self.vitals_s,
+            kill_grace_s=self.kill_grace_s,
+            follow_after_s=self.follow_after_s,
+        )

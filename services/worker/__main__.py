@@ -4,6 +4,7 @@ import asyncio
 import logging
 import sys
 
+from services.settings_catalog import warn_unknown_settings
 from services.worker.confinement import CannotConfine
 from services.worker.main import main
 from services.worker.settings import WorkerSettings
@@ -15,6 +16,7 @@ from shared.runtime.logs import configure_logging
 def run() -> None:
     settings = WorkerSettings()
     configure_logging("worker", settings.log_level)
+    warn_unknown_settings()
     try:
         asyncio.run(main(settings))
     except (CannotConfine, UidRangeHeld, UnsafeDir) as exc:  # a setting to change: one line

@@ -38,15 +38,30 @@ HostId = Annotated[str, AfterValidator(_check_host_id)]
 DEFAULT_POOL: Final = "default"
 
 
-class CommonSettings(BaseSettings):
+#: What every `VIGIL_*` variable starts with: a setting `name` is `VIGIL_<NAME>`.
+ENV_PREFIX: Final = "VIGIL_"
+
+
+class VigilSettings(BaseSettings):
+    """Read from `VIGIL_*` variables. A variable no model declares is ignored here, and named
+    in a warning at the service's start (`shared/runtime/settings_names.py`)."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+
+
+class CommonSettings(VigilSettings):
     """What every service needs: where the three servers are, and the namespace."""
 
-    model_config = SettingsConfigDict(env_prefix="VIGIL_", extra="ignore")
-
+    #: The PostgreSQL database (a libpq URL).
     database_url: str = "postgresql://postgres@127.0.0.1:5432/test"
+    #: The RabbitMQ broker; several nodes of one cluster separated by commas.
     amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    #: The Redis server (heartbeats, presence, the api's limits).
     redis_url: str = "redis://127.0.0.1:6379/0"
+    #: Prefixes the names of exchanges, queues and Redis keys, so that several installations
+    #: share the servers ("": none).
     namespace: Namespace = ""
+    #: The services' log level (DEBUG, INFO, WARNING, ERROR).
     log_level: str = "INFO"
     #: How long a service waits for in-flight work after SIGTERM before cancelling it.
     graceful_timeout_s: float = Field(default=10.0, gt=0)
@@ -84,10 +99,33 @@ def default_heartbeat_s(dead_host_s: float) -> float:
     return min(HEARTBEAT_MAX_S, dead_host_s / 4)
 
 
-class HostSettings(CommonSettings):
+class FenceSettings(VigilSettings):
+    """When a lost task's host is given up on (the scheduler, the worker, the supervisor)."""
+
+    #: The scheduler may resubmit a lost task whose process may still run once its supervisor
+    #: killed it, or once its host has been unreachable this long (`VIGIL_FENCE_TIMEOUT_S`):
+    #: the supervisor of a host cut off from the database kills its commands after half of it
+    #: (self-fencing).
+    fence_timeout_s: float = Field(default=60.0, gt=0)
+
+
+class PrefetchSettings(VigilSettings):
+    """How far a host is fed beyond what it can run at once (the scheduler and the worker)."""
+
+    #: Tasks taken beyond what the host can run at once (`VIGIL_WORKER_PREFETCH`): the
+    #: scheduler hands each host this many beyond its free capacity, and the worker sets them
+    #: up while others run commands, then they wait `queued` for room on this host. It helps
+    #: campaigns of short tasks; keep 0 for long tasks over many hosts (a task taken here runs
+    #: here, and is failed as lost if this worker dies before it ran).
+    worker_prefetch: int = Field(default=0, ge=0, le=4096)
+
+
+class HostSettings(CommonSettings, FenceSettings):
     """Settings of the two per-host services, worker and supervisor."""
 
+    #: This host's id in `hosts` and in its queues' names (unset: the hostname, folded).
     host_id: HostId = Field(default_factory=default_host_id)
+    #: Where tasks' work dirs are made (`VIGIL_WORK_ROOT`).
     work_root: str = "/tmp/vigil-work"
     #: How often the worker and the supervisor beat in `hosts` (`VIGIL_HEARTBEAT_S`). Unset, a
     #: quarter of `dead_host_s`, at most 3 s: four beats within the time after which
@@ -95,10 +133,6 @@ class HostSettings(CommonSettings):
     #: for is a lost host, whose detection takes `dead_host_s` anyway: a dead command or
     #: worker process is seen at once (pidfd), not by beats.
     heartbeat_s: float = Field(default=HEARTBEAT_MAX_S, gt=0)
-    #: The scheduler may resubmit a lost task elsewhere once its host has been silent this
-    #: long (`VIGIL_FENCE_TIMEOUT_S`, read by the scheduler too): the supervisor of a host cut
-    #: off from the database kills its commands after half of it (self-fencing).
-    fence_timeout_s: float = Field(default=60.0, gt=0)
     #: Whether the worker and the supervisor beat through Redis, for the leading scheduler to
     #: write all hosts' beats in one transaction (`VIGIL_BEATS_THROUGH_REDIS`;
     #: `shared/host/beats.py`). Either way a beat nobody answers goes to PostgreSQL.
@@ -113,6 +147,10 @@ class HostSettings(CommonSettings):
     #: fails it on its error log, and a worker that dies meanwhile is seen by the supervisor's
     #: watch of the worker and by its reconcile.
     follow_after_s: float = Field(default=0.25, ge=0, le=60)
+    #: Every this often (`VIGIL_RECONCILE_S`), the worker compares the tasks PostgreSQL says it
+    #: holds with those it drives (`Consumer.reconcile`), and the supervisor PostgreSQL's view
+    #: of this host with the processes running.
+    reconcile_s: float = Field(default=2.0, gt=0, le=300)
 
     @model_validator(mode="after")
     def _beat_within_dead_host(self) -> "HostSettings":

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from services.scheduler import stop_pilots
-from services.scheduler.pilots import PilotPool, PilotSettings
+from services.scheduler.pilots import PilotPool, PilotPoolSettings
 from shared.batch.slurm import BatchJob, Slurm
 from shared.store import db, jobs_repo, pilots_repo, users_repo
 from shared.store.jobs_repo import NewJob
@@ -59,7 +59,7 @@ async def test_only_work_a_pilot_could_run_asks_for_pilots(pool: db.Pool) -> Non
         await _waiting(conn, cpus=8, gpus=0, tasks=5, reason="too_large")  # no pilot holds it
         await _waiting(conn, cpus=1, gpus=1, tasks=5, reason="no_host")  # nor a GPU
         await _waiting(conn, cpus=1, gpus=0, tasks=5, reason="fair_share")  # not for a host
-    pilots = PilotPool(pool, Slurm(), PilotSettings(backend="slurm", worker_pool="p", cpus=2))
+    pilots = PilotPool(pool, Slurm(), PilotPoolSettings(backend="slurm", worker_pool="p", cpus=2))
 
     assert await pilots._wanted_cpus() == pytest.approx(4.0)
 
@@ -78,7 +78,7 @@ async def test_work_waiting_for_a_host_that_lasts_asks_for_pilots_only_if_one_wo
                 job.id,
                 runs_s,
             )
-    settings = PilotSettings(backend="slurm", worker_pool="p", walltime_s=600)
+    settings = PilotPoolSettings(backend="slurm", worker_pool="p", walltime_s=600)
     pilots = PilotPool(pool, Slurm(), settings)
 
     # a pilot of 600 s runs tasks for 570 s: only the first job's would end on one
@@ -116,7 +116,7 @@ class _Batch:
 
 def _pilot_pool(pool: db.Pool, batch: _Batch, tmp: Path) -> PilotPool:
     """The pool's pilots on `batch`, in a worker pool of their own."""
-    settings = PilotSettings(
+    settings = PilotPoolSettings(
         backend="slurm",
         worker_pool=f"p-{uuid.uuid4().hex[:8]}",
         cpus=1,

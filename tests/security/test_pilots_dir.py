@@ -8,7 +8,7 @@ from typing import cast
 
 import pytest
 
-from services.scheduler.pilots import BatchSystem, PilotPool, PilotSettings
+from services.scheduler.pilots import BatchSystem, PilotPool, PilotPoolSettings
 from services.scheduler.settings import SchedulerSettings
 from shared.host.private_dir import UnsafeDir
 from shared.store.db import Pool
@@ -19,7 +19,7 @@ SOMEONE_ELSE = 65534
 
 def _pool_on(workdir: Path) -> PilotPool:
     """A pilot pool whose batch jobs' files go to `workdir` (nothing submitted)."""
-    settings = PilotSettings(backend="slurm", worker_pool="p", workdir=str(workdir))
+    settings = PilotPoolSettings(backend="slurm", worker_pool="p", workdir=str(workdir))
     return PilotPool(cast(Pool, None), cast(BatchSystem, None), settings)
 
 
