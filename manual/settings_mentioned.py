@@ -14,22 +14,12 @@ from typing import Final
 
 from pydantic_settings import BaseSettings
 
-from services.api.settings import ApiSettings
-from services.pilot.settings import PilotSettings
-from services.scheduler.settings import SchedulerSettings
-from services.supervisor.settings import SupervisorSettings
-from services.worker.settings import WorkerSettings
+from services.settings_catalog import SERVICES
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 NAME: Final = re.compile(r"\bVIGIL_[A-Z0-9_]*[A-Z0-9]\b")
 #: The settings models of the services (each includes what it inherits).
-MODELS: Final[tuple[type[BaseSettings], ...]] = (
-    ApiSettings,
-    SchedulerSettings,
-    WorkerSettings,
-    SupervisorSettings,
-    PilotSettings,
-)
+MODELS: Final[tuple[type[BaseSettings], ...]] = tuple(SERVICES.values())
 #: Where the code names the variables it reads or sets outside the settings models.
 _CODE: Final = (
     "shared",
