@@ -45,7 +45,7 @@ class DirectoryStore:
     def _failed(self, what: str, key: str, error: OSError) -> ObjectStoreError:
         return ObjectStoreError(f"object store {self.url}: {what} {key}: {error}")
 
-    async def put_file(self, key: str, path: Path) -> ObjectInfo:
+    async def put_file(self, key: str, path: Path, *, sha256: str | None = None) -> ObjectInfo:
         target = self._path(key)
         partial = self.root / _PARTIAL / uuid.uuid4().hex
         try:
@@ -53,6 +53,8 @@ class DirectoryStore:
                 raise ObjectExists(f"object store {self.url}: {key} is already stored")
             # Chunk by chunk, each in a thread: a cancelled put stops between two chunks.
             size, digest = await _copy(path, partial)
+            if sha256 is not None and digest != sha256:
+                raise ContentChanged(f"{path} is not the file whose sha256 is {sha256}")
             await asyncio.to_thread(self._publish, key, partial, target, digest)
         except OSError as e:
             raise self._failed("could not put", key, e) from e

@@ -9,9 +9,10 @@ A put is write-once and never partly visible: a small file goes in one PUT with
 `If-None-Match: *` (the store refuses a taken key); a large one as a multipart upload that only
 its final CompleteMultipartUpload makes visible (a failed or cut one is aborted, and is never
 listed), after a HEAD that finds the key free: Vigil's keys are made unique per writer (one
-task attempt), so no two writers race for one. The sha256 is read first (it goes into the
-object's metadata, `x-amz-meta-sha256`, which a multipart upload fixes at its start) and again
-while uploading: a file that changed meanwhile aborts the upload (`ContentChanged`).
+task attempt), so no two writers race for one. The sha256 is read first, unless the caller gives
+it (it goes into the object's metadata, `x-amz-meta-sha256`, which a multipart upload fixes at
+its start), and again while uploading: a file whose bytes differ aborts the upload
+(`ContentChanged`).
 """
 
 import asyncio
@@ -91,24 +92,28 @@ class S3ObjectStore:
                 f"object store {self.url}: could not {what} {key}: {brief}"
             ) from e
 
-    async def put_file(self, key: str, path: Path) -> ObjectInfo:
+    async def put_file(self, key: str, path: Path, *, sha256: str | None = None) -> ObjectInfo:
         check_key(key)
         with self._translated("put", key):
             size = (await asyncio.to_thread(path.stat)).st_size
             if size <= SINGLE_PUT_BYTES:
-                return await self._put_small(key, path)
-            return await self._put_multipart(key, path, size)
+                return await self._put_small(key, path, sha256)
+            return await self._put_multipart(key, path, size, sha256)
 
-    async def _put_small(self, key: str, path: Path) -> ObjectInfo:
+    async def _put_small(self, key: str, path: Path, sha256: str | None) -> ObjectInfo:
         data = await asyncio.to_thread(path.read_bytes)
         digest = hashlib.sha256(data).hexdigest()
+        if sha256 is not None and digest != sha256:
+            raise ContentChanged(f"{path} is not the file whose sha256 is {sha256}")
         await obstore.put_async(
             self._store, key, data, mode="create", attributes={SHA256_META: digest}
         )
         return ObjectInfo(key, len(data), digest)
 
-    async def _put_multipart(self, key: str, path: Path, size: int) -> ObjectInfo:
-        expected = await asyncio.to_thread(_file_sha256, path)
+    async def _put_multipart(
+        self, key: str, path: Path, size: int, sha256: str | None
+    ) -> ObjectInfo:
+        expected = sha256 if sha256 is not None else await asyncio.to_thread(_file_sha256, path)
         try:
             await obstore.head_async(self._store, key)
         except (NotFoundError, FileNotFoundError):

@@ -70,11 +70,13 @@ class ObjectStore(Protocol):
     #: Where the store is, for messages and logs: the store URL, never a credential.
     url: str
 
-    async def put_file(self, key: str, path: Path) -> ObjectInfo:
+    async def put_file(self, key: str, path: Path, *, sha256: str | None = None) -> ObjectInfo:
         """Store the file at `path` under `key`, once: `ObjectExists` if the key is taken.
         Streams (multipart for a large file), computes the file's sha256 while reading, and
         records it with the object. A put that fails or is cut leaves nothing visible under
-        `key`; a file whose bytes change meanwhile raises `ContentChanged`."""
+        `key`. `sha256`, when the caller has it already, spares a large file's first read:
+        the bytes sent must match it. A file whose bytes change meanwhile (or do not match
+        `sha256`) raises `ContentChanged`, and nothing is stored."""
         ...
 
     async def get_file(self, key: str, dest: Path, *, offset: int = 0) -> int:

@@ -16,6 +16,7 @@ import pytest
 
 from shared.objects import (
     CHUNK_BYTES,
+    ContentChanged,
     ObjectExists,
     ObjectInfo,
     ObjectNotFound,
@@ -78,6 +79,22 @@ async def test_a_key_is_written_once(store: ObjectStore, tmp_path: Path, size: i
     dest = tmp_path / "dest"
     await store.get_file("once/key", dest)
     assert dest.read_bytes() == first.read_bytes()
+
+
+@pytest.mark.parametrize("size", [10, 2 * CHUNK_BYTES + 1])
+async def test_a_file_that_is_not_the_one_announced_is_not_stored(
+    store: ObjectStore, tmp_path: Path, size: int
+) -> None:
+    src = tmp_path / "src"
+    digest = _file(src, size)
+    _file(src, size)  # the file changed since its sha256 was taken
+    with pytest.raises(ContentChanged):
+        await store.put_file("announced/file", src, sha256=digest)
+    assert await store.list_prefix("announced") == []
+    right = await store.put_file(
+        "announced/file", src, sha256=hashlib.sha256(src.read_bytes()).hexdigest()
+    )
+    assert right.size == size
 
 
 async def test_a_cut_download_resumes_from_its_offset(store: ObjectStore, tmp_path: Path) -> None:
