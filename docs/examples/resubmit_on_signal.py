@@ -1,4 +1,4 @@
-"""An application's own resubmission rule, built on `vigil.Client` events (docs/cli.md).
+"""An application's own resubmission rule, built on `vigil.Client` events (docs/reference/cli.md).
 
 Vigil resubmits infra failures itself only for `restartable` jobs. This rule goes further for
 the jobs it watches: a task killed by a signal (OOM killer, SIGSEGV) is duplicated, at most

@@ -15,8 +15,8 @@ pytestmark = pytest.mark.e2e
 
 WAIT_S = 60
 
-#: The `VIGIL_*` variables a command may see: README and docs/task-types.md (`VIGIL_GPUS` only
-#: on a host with GPUs, docs/scheduling.md).
+#: The `VIGIL_*` variables a command may see: README and docs/how-to/task-types.md
+#: (`VIGIL_GPUS` only on a host with GPUs, docs/explanation/scheduling.md).
 DOCUMENTED = {
     "VIGIL_JOB_ID",
     "VIGIL_TASK_ID",
@@ -74,7 +74,7 @@ def test_the_job_sees_the_ids_and_numbers_the_api_gives_its_task_across_recover_
         job = http.get(f"/jobs/{job_id}").json()
         task = http.get(f"/tasks/{task_id}").json()
 
-    # then: each command exited as docs/cli.md says
+    # then: each command exited as docs/reference/cli.md says
     assert timed_out.returncode == 3, timed_out.stdout + timed_out.stderr
     assert "Traceback" not in timed_out.stderr
     assert first.returncode == 1, first.stdout + first.stderr

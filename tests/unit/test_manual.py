@@ -2,6 +2,7 @@
 every `VIGIL_*` name a page mentions exists. (`scripts/docs build` checks the links and the
 nav: `mkdocs build --strict`.)"""
 
+import re
 from pathlib import Path
 
 from manual import http_reference, settings_mentioned
@@ -34,3 +35,22 @@ def test_a_misspelt_setting_is_found_with_where_it_is(tmp_path: Path) -> None:
     page.write_text("Set `VIGIL_DATABASE_URL`.\nOr `VIGIL_DATABSE_URL=postgresql://...`.\n")
     found = settings_mentioned.unknown([page], settings_mentioned.settings())
     assert found == [(f"{page}:2", "VIGIL_DATABSE_URL")]
+
+
+def test_every_page_the_code_and_the_readme_name_exists() -> None:
+    # a page moved or renamed leaves no comment, docstring, script or README pointing nowhere
+    named = re.compile(r"\bdocs/[\w/.-]+?\.md\b")
+    missing = []
+    for path in _sources():
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            for page in named.findall(line):
+                if not (ROOT / page).is_file():
+                    missing.append(f"{path.relative_to(ROOT)}:{number}: {page}")
+    assert missing == []
+
+
+def _sources() -> list[Path]:
+    found = [ROOT / "README.md", ROOT / "mkdocs.yml", ROOT / "docker-compose.yml"]
+    for part in ("shared", "services", "vigil", "tests", "bench", "scripts", "deploy", "docs"):
+        found += [p for p in (ROOT / part).rglob("*") if p.is_file() and p.suffix != ".pyc"]
+    return found
