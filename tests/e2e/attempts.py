@@ -21,16 +21,3 @@ async def cluster_attempts(stack: Stack, job_id: str) -> list[Any]:
         )
     finally:
         await conn.close()
-
-
-def most_at_once(attempts: list[Any]) -> int:
-    """How many of `attempts` ran at once, at the most."""
-    edges = sorted(
-        [(a["started_at"], 1) for a in attempts] + [(a["ended_at"], -1) for a in attempts],
-        key=lambda edge: (edge[0], edge[1]),  # an end before a start at the same instant
-    )
-    running = most = 0
-    for _, step in edges:
-        running += step
-        most = max(most, running)
-    return most

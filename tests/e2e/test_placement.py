@@ -11,8 +11,9 @@ import httpx
 import pytest
 
 from tests.conftest import AMQP_URL, REDIS_URL, fresh_database
-from tests.e2e.attempts import cluster_attempts, most_at_once
+from tests.e2e.attempts import cluster_attempts
 from tests.e2e.conftest import Events, wait_job
+from tests.e2e.own_records import most_at_once, recording, runs
 from tests.e2e.stack import E2E_ENV, Stack
 
 pytestmark = pytest.mark.e2e
@@ -48,10 +49,12 @@ def stack(tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
 
 
 async def test_a_host_that_joins_takes_work_and_max_in_flight_holds_across_hosts(
-    stack: Stack, client: httpx.AsyncClient, events: Events
+    stack: Stack, client: httpx.AsyncClient, events: Events, shared_dir: Path
 ) -> None:
-    # given: a job of 12 one-second tasks, at most 3 in flight, on one host of 2 slots
-    body = {"command": "sleep 1", "inputs": [str(i) for i in range(12)], "max_in_flight": 3}
+    # given: a job of 12 one-second tasks, at most 3 in flight, on one host of 2 slots; each
+    # run records its own start and end
+    inputs = [str(i) for i in range(12)]
+    body = {"command": recording(shared_dir, 1), "inputs": inputs, "max_in_flight": 3}
     response = await client.post("/jobs", json=body)
     assert response.status_code == 201, response.text
     job_id = response.json()["id"]
@@ -62,11 +65,14 @@ async def test_a_host_that_joins_takes_work_and_max_in_flight_holds_across_hosts
     stack.start(f"worker@{HOSTS[1]}")
 
     # then: every task completes, the new host ran some, and never more than 3 ran at once
+    # (by the runs' own records)
     assert (await wait_job(client, events, job_id, within=60))["state"] == "completed"
     attempts = await cluster_attempts(stack, job_id)
     assert len(attempts) == 12
     assert {a["host"] for a in attempts} == set(HOSTS), "the joining host took work"
-    assert most_at_once(attempts) <= 3
+    found = runs(shared_dir)
+    assert len(found) == 12
+    assert most_at_once(found) <= 3, sorted((r.start, r.end) for r in found)
     conn = await asyncpg.connect(stack.database_url)
     try:
         joined = await conn.fetchval("SELECT started_at FROM hosts WHERE id = $1", HOSTS[1])

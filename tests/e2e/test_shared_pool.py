@@ -10,8 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.attempts import cluster_attempts, most_at_once
+from tests.e2e.attempts import cluster_attempts
 from tests.e2e.conftest import Events, running_stack, wait_job
+from tests.e2e.own_records import most_cpus_at_once, recording, runs, shared_devices
 from tests.e2e.stack import E2E_ENV, Stack
 
 pytestmark = pytest.mark.e2e
@@ -82,34 +83,34 @@ async def test_a_user_who_comes_later_runs_next_not_behind_the_others_backlog(
 
 
 async def test_requests_are_placed_where_they_fit_and_each_gpu_task_has_its_own(
-    stack: Stack, client: httpx.AsyncClient, events: Events
+    stack: Stack, client: httpx.AsyncClient, events: Events, shared_dir: Path
 ) -> None:
-    # given jobs asking 2 CPUs, one GPU, and nothing special, on a host of 4 CPUs and 2 GPUs
-    show = 'echo "$VIGIL_INPUT gpus=[${CUDA_VISIBLE_DEVICES-unset}] vigil=[${VIGIL_GPUS-unset}]"'
-    wide = await _submit(
-        client, command="sleep 1", inputs=list("abcd"), resources={"cpus": 2}, name="wide"
-    )
-    gpu = await _submit(
-        client, command=f"{show}; sleep 1", inputs=list("efgh"), resources={"gpus": 1}
-    )
-    plain = await _submit(client, command=show, inputs=["plain"])
+    # given three users' jobs at once, asking 2 CPUs, one GPU (and 1 CPU), and 1 CPU, on the
+    # host of 4 CPUs and 2 GPUs: together they ask for more than it holds (fair share runs
+    # them side by side); each run records itself
+    asks = [({"cpus": 2}, 2, "abcd"), ({"gpus": 1}, 1, "efgh"), ({}, 1, "ijk")]
+    users = [await _user(client, stack, name) for name in ("wide", "gpu", "plain")]
+    jobs = []
+    for user, (resources, cpus, inputs) in zip(users, asks, strict=True):
+        command = recording(shared_dir, cpus)
+        jobs.append(await _submit(user, command=command, inputs=list(inputs), resources=resources))
 
-    # then each completes, never more at once than the host holds
-    for job_id in (wide, gpu, plain):
+    # then each completes
+    for job_id in jobs:
         assert (await wait_job(client, events, job_id, within=60))["state"] == "completed"
-    assert most_at_once(await cluster_attempts(stack, wide)) <= 2
-    assert most_at_once(await cluster_attempts(stack, gpu)) <= 2
-    # and a GPU task sees its own device, a plain one none
-    lines = []
-    for job_id in (gpu, plain):
-        lines += [i["line"] for i in (await client.get(f"/jobs/{job_id}/logs")).json()["items"]]
-    gpu_lines = sorted(line for line in lines if not line.startswith("plain"))
-    assert len(gpu_lines) == 4
-    assert {line.split(" ", 1)[1] for line in gpu_lines} <= {
-        "gpus=[0] vigil=[0]",
-        "gpus=[1] vigil=[1]",
-    }
-    assert "plain gpus=[] vigil=[unset]" in lines
+    for user in users:
+        await user.aclose()
+    # and, by what the runs themselves recorded: never more CPUs at once than the host has,
+    # across all three jobs; no device held by two runs at once; a GPU task sees its own
+    # device, a plain one none
+    found = runs(shared_dir)
+    assert len(found) == 11
+    assert most_cpus_at_once(found) <= 4, sorted((r.start, r.end, r.cpus) for r in found)
+    assert [r.clashes for r in found if r.clashes] == []
+    assert shared_devices(found) == []
+    assert len([r for r in found if r.devices]) == 4
+    assert {r.gpus for r in found if r.devices} <= {"0", "1"}
+    assert {r.gpus for r in found if not r.devices} == {""}
 
 
 async def test_a_request_no_host_can_hold_waits_saying_so(
