@@ -147,6 +147,11 @@ def host_action(host_id: str, action: str, fields: Mapping[str, Any]) -> Call:
     return Call("POST", f"/hosts/{check_id('host', host_id)}/actions", json=body)
 
 
+def remove_host(host_id: str, force: bool) -> Call:
+    params: list[tuple[str, str | int]] = [("force", "true")] if force else []
+    return Call("DELETE", f"/hosts/{check_id('host', host_id)}", params=params)
+
+
 def pilots(live: bool) -> Call:
     return Call("GET", "/pilots", params=[("live", "true")] if live else [])
 

@@ -226,6 +226,11 @@ class Client:
         (operators only)."""
         return cast(dict[str, Any], self._send(calls.host_action(host_id, action, fields)))
 
+    def remove_host(self, host_id: str, force: bool = False) -> dict[str, Any]:
+        """Remove a host (operators only): `{"host", "removed", "tasks_lost"}`. `Conflict`
+        when it is alive and holds tasks, unless `force` (its tasks are then lost)."""
+        return cast(dict[str, Any], self._send(calls.remove_host(host_id, force)))
+
     def pilots(self, live: bool = False) -> list[dict[str, Any]]:
         """The pilots (hosts run as batch jobs), newest first; only those not ended with
         `live`."""

@@ -1,10 +1,10 @@
 """The fleet as `GET /hosts` and the dashboard show it: one row per host, from PostgreSQL and Redis.
 
-A pilot's host whose allocation has ended is not listed (the pilots list keeps the pilot,
-with why it ended). PostgreSQL's `hosts` rows give slots, the worker's and the supervisor's
-heartbeats and the quarantine; running tasks are counted from `tasks.host` over the in-flight
-states; capacity and what is free from what the host's tasks hold
-(`shared.store.pool_repo.loads`); Redis says whether the worker is registered now (its
+A pilot's host whose allocation has ended is not listed (the pilots list keeps the pilot, with
+why it ended), nor a host an operator removed. PostgreSQL's `hosts` rows give slots, the
+worker's and the supervisor's heartbeats and the quarantine; running tasks are counted from
+`tasks.host` over the in-flight states; capacity and what is free from what the host's tasks
+hold (`shared.store.pool_repo.loads`); Redis says whether the worker is registered now (its
 presence hash, `shared.messaging.presence`, expires a few seconds after its last heartbeat).
 Ages are measured by the database's clock, the one that stamped the heartbeats.
 """
@@ -34,7 +34,8 @@ _HOSTS_SQL: Final = (
     " pool, breaker, probing_since, draining,"
     " extract(epoch FROM now() - heartbeat_at)::float8 AS worker_age,"
     " extract(epoch FROM now() - supervisor_heartbeat_at)::float8 AS supervisor_age"
-    f" FROM hosts WHERE NOT {pilots_repo.allocation_ended('hosts.id')} ORDER BY id LIMIT $1"
+    " FROM hosts WHERE removed_at IS NULL"
+    f" AND NOT {pilots_repo.allocation_ended('hosts.id')} ORDER BY id LIMIT $1"
 )
 _RUNNING_SQL: Final = (
     "SELECT host, count(*) AS n FROM tasks WHERE host = ANY($1::text[])"

@@ -6,8 +6,10 @@ pilot would leave two behind for ever. The leading scheduler deletes them once t
 retired and nothing in them is owed:
 
 - the host is gone for good: a pilot's whose allocation the batch system reports ended (its
-  processes ended with it). A host silent for any other reason may be cut off and come back
-  with the same worker process, which declares its queues only at its start: its queues stay;
+  processes ended with it), or one an operator removed (`shared/operations/host_removal.py`;
+  its running worker stops at its next beat). A host silent for any other reason may be cut
+  off and come back with the same worker process, which declares its queues only at its
+  start: its queues stay;
 - the host is dead: no worker registered (the reaper declared its held tasks lost, or it
   stopped), and neither its worker nor its supervisor has beaten for `dead_after_s`;
 - no task still claims it: held tasks were resolved by the reaper, and new tasks placed on it
@@ -43,11 +45,11 @@ h.worker IS NULL AND h.queues_deleted_at IS NOT NULL
 AND h.queues_deleted_at >= greatest(h.heartbeat_at, h.supervisor_heartbeat_at)
 """
 
-#: Dead hosts gone for good (a pilot's whose allocation ended) whose queues are not deleted yet
-#: and owe nothing: locked, skipped if busy.
+#: Dead hosts gone for good (a pilot's whose allocation ended, or removed by an operator) whose
+#: queues are not deleted yet and owe nothing: locked, skipped if busy.
 _DUE: Final = f"""
 SELECT h.id FROM hosts h
-WHERE h.worker IS NULL AND {pilots_repo.allocation_ended("h.id")}
+WHERE h.worker IS NULL AND (h.removed_at IS NOT NULL OR {pilots_repo.allocation_ended("h.id")})
   AND h.heartbeat_at < now() - make_interval(secs => $1)
   AND (h.supervisor_heartbeat_at IS NULL
        OR h.supervisor_heartbeat_at < now() - make_interval(secs => $1))

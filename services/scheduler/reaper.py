@@ -42,8 +42,9 @@ class Reaper:
                     if host["ended"]
                     else f"host {host['id']} stopped heartbeating"
                 )
-                for task in await tasks_repo.held_by(conn, host["worker"]):
-                    lost += await loss.declare(conn, task, why=why)
+                lost += await loss.declare_all(
+                    conn, await tasks_repo.held_by(conn, host["worker"]), why
+                )
                 await hosts_repo.forget_worker(conn, host["id"], host["worker"])
                 logger.warning("host %s is dead", host["id"], extra={"host": host["id"]})
         return lost

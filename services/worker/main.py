@@ -91,6 +91,17 @@ async def main(settings: WorkerSettings) -> None:
             launcher.describe(),
         )
         drained = asyncio.Event()  # the heartbeat goes on while draining: the worker lives
+
+        def removed() -> None:  # an operator removed the host: this worker stops
+            if not stop.is_set():
+                logger.warning(
+                    "host %s was removed by an operator: worker %s stops (a worker started"
+                    " under this id again brings the host back as a new one)",
+                    settings.host_id,
+                    instance,
+                )
+                stop.set()
+
         lease = Lease()
         intake = lambda: {"intake": consumer.intake()}  # noqa: E731
         health.up(host_health.probe(settings, lease, broker, redis, intake))
@@ -109,6 +120,7 @@ async def main(settings: WorkerSettings) -> None:
                     through_redis_if(
                         settings.beats_through_redis, redis, keys, settings.dead_host_s
                     ),
+                    removed,
                 ),
                 name="heartbeat",
             )

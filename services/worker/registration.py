@@ -76,6 +76,7 @@ async def heartbeat(
     lease: Lease,
     on_held: Callable[[int], None] | None = None,
     via: ThroughRedis | None = None,
+    on_removed: Callable[[], None] | None = None,
 ) -> None:
     """Refresh the presence every `every_s` seconds until `stop`; errors are logged, not fatal.
     Each beat that lands in PostgreSQL renews `lease` (`shared/host/fence.py`): through Redis
@@ -84,7 +85,9 @@ async def heartbeat(
     A worker that was silent long enough to be declared dead (frozen, partitioned) takes its
     place again when it wakes. `on_admission` is told what the host's quarantine lets it take,
     each time, and `on_held` how many tasks PostgreSQL says this instance holds (read by the
-    beat's statement: a worker holding none has nothing to reconcile).
+    beat's statement: a worker holding none has nothing to reconcile). A beat that finds the
+    host removed by an operator (`shared/operations/host_removal.py`) lands nowhere: the
+    worker is told by `on_removed`, at each such beat.
     """
     while not await wait_or_stop(stop, every_s):
         who = (Kind.WORKER, presence.host_id, presence.instance)
@@ -101,6 +104,9 @@ async def heartbeat(
         try:
             async with pool.acquire() as conn:
                 row = await hosts_repo.beat_worker(conn, presence.host_id, presence.instance)
+                removed = row is None and await hosts_repo.is_removed(conn, presence.host_id)
+            if removed and on_removed is not None:
+                on_removed()
             if row is not None:
                 lease.renew(sent_at)
                 if via is not None:

@@ -171,16 +171,19 @@ class TaskDecision(_Event):
 
 class HostState(StrEnum):
     """What a host's quarantine did (`host.<state>.<host>`): shut (by the breaker or an
-    operator), letting one task through to probe, or open to work again."""
+    operator), letting one task through to probe, or open to work again; or an operator
+    removed the host."""
 
     QUARANTINED = "quarantined"
     PROBING = "probing"
     RELEASED = "released"
+    REMOVED = "removed"
 
 
 class HostEvent(_Event):
-    """A host's quarantine changed (`host.<state>.<host>`); `until` is when a shut breaker
-    probes next (an operator's quarantine: when it runs out)."""
+    """A host's quarantine changed, or an operator removed it (`host.<state>.<host>`);
+    `until` is when a shut breaker probes next (an operator's quarantine: when it runs
+    out)."""
 
     type: Literal["host_event"] = "host_event"
     host: str

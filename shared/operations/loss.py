@@ -2,6 +2,7 @@
 
 import logging
 import time
+from collections.abc import Iterable
 
 from shared.domain.errors import StaleState
 from shared.domain.outcomes import Outcome, lost_outcome
@@ -60,3 +61,12 @@ async def declare(
         extra={"job_id": task.job_id, "task_id": task.id},
     )
     return True
+
+
+async def declare_all(conn: Connection, tasks: Iterable[tasks_repo.Task], why: str) -> int:
+    """Declare each of `tasks` lost for `why` (a host gone: dead, or removed by an operator);
+    how many were (those that moved meanwhile are not)."""
+    lost = 0
+    for task in tasks:
+        lost += await declare(conn, task, why=why)
+    return lost

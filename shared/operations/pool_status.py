@@ -18,7 +18,7 @@ FROM (SELECT h.quarantined, h.quarantined_until, h.quarantine_reason, h.probing_
              h.draining,
              h.worker IS NOT NULL AND h.heartbeat_at > now() - make_interval(secs => $2) AS live,
              h.supervisor_heartbeat_at > now() - make_interval(secs => $2) AS supervised
-      FROM hosts h WHERE h.pool = $1) h
+      FROM hosts h WHERE h.pool = $1 AND h.removed_at IS NULL) h
 """
 
 

@@ -33,15 +33,18 @@ async def register_worker(
     """Make (or take over) the host's row for this worker instance, serving `pool`, with the
     host's capacity as the worker found it (CPUs, memory, GPU devices `gpu_ids`;
     `slots`, its CPUs rounded up, for what still shows slots); the row's admission fields:
-    `quarantined`, `probing`, `draining`. Locks: the host's row (the upsert's insert or
-    update)."""
+    `quarantined`, `probing`, `draining`. A host an operator removed comes back as a new one:
+    no longer removed, nor draining by its removal. Locks: the host's row (the upsert's insert
+    or update)."""
     row = await conn.fetchrow(
         "INSERT INTO hosts (id, slots, worker, started_at, heartbeat_at, pool,"
         " capacity_millicpus, capacity_memory_mb, gpu_ids)"
         " VALUES ($1, $2, $3, now(), now(), $4, $5, $6, $7::text[])"
         " ON CONFLICT (id) DO UPDATE SET slots = $2, worker = $3, started_at = now(),"
         " heartbeat_at = now(), pool = $4, capacity_millicpus = $5, capacity_memory_mb = $6,"
-        " gpu_ids = $7::text[]"
+        " gpu_ids = $7::text[],"
+        " draining = hosts.draining AND hosts.removed_at IS NULL,"
+        " removed_at = NULL, removed_by = NULL"
         " RETURNING quarantined, probing_since IS NOT NULL AS probing, draining",
         host_id,
         -(-capacity.millicpus // 1000),
@@ -57,13 +60,13 @@ async def register_worker(
 
 async def beat_worker(conn: Connection, host_id: str, instance: str) -> Record | None:
     """The worker's heartbeat, if the host is still this instance's (or no worker's: one
-    declared dead takes its place again); its admission fields, and `held`: how many tasks
-    this instance holds as `tasks_repo.held_by` counts them (a worker holding none has nothing
-    to reconcile), or None.
+    declared dead takes its place again) and not removed; its admission fields, and `held`:
+    how many tasks this instance holds as `tasks_repo.held_by` counts them (a worker holding
+    none has nothing to reconcile), or None.
     Locks: the host's row if it matches (its UPDATE)."""
     return await conn.fetchrow(
         "UPDATE hosts SET heartbeat_at = now(), worker = $2"
-        " WHERE id = $1 AND (worker = $2 OR worker IS NULL)"
+        " WHERE id = $1 AND (worker = $2 OR worker IS NULL) AND removed_at IS NULL"
         " RETURNING quarantined, probing_since IS NOT NULL AS probing, draining,"
         " (SELECT count(*) FROM tasks WHERE worker = $2 AND claim IS NOT NULL"
         "  AND state <> ALL($3::task_state[])) AS held",
@@ -401,6 +404,58 @@ async def end_run_out(conn: Connection) -> list[Record]:
     """End every operator's quarantine that has run out: the hosts. Locks: the row of each
     host it changes (its UPDATE, in no set order)."""
     return list(await conn.fetch(_RUN_OUT))
+
+
+# -- operators: removal (`shared/operations/host_removal.py`) ----------------------------------
+
+
+@dataclass(frozen=True)
+class Standing:
+    """What an operator's removal weighs of a host, read under its row lock."""
+
+    #: Its worker instance registered (None: none).
+    worker: str | None
+    #: Its worker registered and it or its supervisor beating within the dead-host time.
+    alive: bool
+    #: Whether an operator removed it already (and no worker registered since).
+    removed: bool
+
+
+async def lock_standing(conn: Connection, host_id: str, dead_after_s: float) -> Standing | None:
+    """The host's standing, its row locked until the caller's transaction ends; None if there
+    is no such host. Locks: the host's row (FOR UPDATE)."""
+    row = await conn.fetchrow(
+        "SELECT worker, removed_at IS NOT NULL AS removed, worker IS NOT NULL AND ("
+        " heartbeat_at >= now() - make_interval(secs => $2)"
+        " OR supervisor_heartbeat_at >= now() - make_interval(secs => $2)) AS alive"
+        " FROM hosts WHERE id = $1 FOR UPDATE",
+        host_id,
+        dead_after_s,
+    )
+    if row is None:
+        return None
+    return Standing(row["worker"], bool(row["alive"]), bool(row["removed"]))
+
+
+async def remove(conn: Connection, host_id: str, actor: str) -> bool:
+    """Mark the host removed by `actor` (compare-and-set: False if it was already): no worker
+    registered, draining (it takes no work), until a worker registers under its id again.
+    Locks: the host's row (its UPDATE)."""
+    status = await conn.execute(
+        "UPDATE hosts SET removed_at = now(), removed_by = $2, worker = NULL, draining = true"
+        " WHERE id = $1 AND removed_at IS NULL",
+        host_id,
+        actor,
+    )
+    return bool(status != "UPDATE 0")
+
+
+async def is_removed(conn: Connection, host_id: str) -> bool:
+    """Whether an operator removed the host (and no worker registered under its id since)."""
+    found = await conn.fetchval(
+        "SELECT 1 FROM hosts WHERE id = $1 AND removed_at IS NOT NULL", host_id
+    )
+    return found is not None
 
 
 async def mark_queues_deleted(conn: Connection, host_id: str) -> None:

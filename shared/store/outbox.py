@@ -62,7 +62,7 @@ async def add_job_event(conn: Connection, event: JobEvent) -> None:
 
 
 async def add_host_event(conn: Connection, event: HostEvent) -> None:
-    """Queue `host.<state>.<host>` (quarantined, probing, released). Locks: none beyond the
+    """Queue `host.<state>.<host>` (quarantined, probing, released, removed). Locks: none beyond the
     outbox row it inserts."""
     key = event_key("host", event.state.value, event.host)
     await _add(conn, "events", key, to_jsonable(event))

@@ -206,6 +206,18 @@ async def held_by(conn: Connection, worker: str) -> list[Task]:
     return [Task.from_record(r) for r in records]
 
 
+async def held_on(conn: Connection, host_id: str) -> list[Task]:
+    """Non-terminal tasks that any worker instance of host `host_id` holds (its registered
+    one, or one gone whose tasks are not resolved yet)."""
+    records = await conn.fetch(
+        "SELECT * FROM tasks WHERE host = $1 AND worker IS NOT NULL AND claim IS NOT NULL"
+        " AND state <> ALL($2::task_state[]) ORDER BY id",
+        host_id,
+        sorted(s.value for s in TERMINAL),
+    )
+    return [Task.from_record(r) for r in records]
+
+
 async def transition(
     conn: Connection,
     task_id: str,

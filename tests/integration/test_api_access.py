@@ -89,6 +89,7 @@ MATRIX: Final[dict[Key, Row]] = {
     ("POST", "/hosts/{host_id}/actions"): Row(
         202, body={"action": "quarantine", "reason": "matrix"}, operators_only=True
     ),
+    ("DELETE", "/hosts/{host_id}"): Row(202, operators_only=True),
     ("POST", "/admin/emergency-stop"): Row(
         202, body={"reason": "matrix"}, operators_only=True, resume_after=True
     ),
@@ -171,6 +172,7 @@ def test_the_published_contract_lists_each_route_of_the_matrix_with_its_refusals
 OPERATOR_ROUTES: Final = frozenset(
     {
         ("POST", "/hosts/{host_id}/actions"),
+        ("DELETE", "/hosts/{host_id}"),  # the fleet is everyone's
         ("POST", "/pilots"),  # the batch system's allocations: the site's, not a user's
         ("DELETE", "/pilots/{pilot_id}"),
         ("GET", "/ui/charts"),  # the whole system's activity: a user's jobs are theirs alone

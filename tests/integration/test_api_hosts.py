@@ -7,9 +7,11 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from shared.domain.scheduling.resources import Resources
 from shared.messaging.presence import WorkerIdentity, announce
 from shared.messaging.redis_client import open_redis
 from shared.messaging.redis_keys import RedisKeys
+from shared.store import hosts_repo
 from tests.conftest import REDIS_URL
 from tests.integration.test_api_harness import Api, running_api
 
@@ -208,3 +210,54 @@ async def test_an_ended_pilots_host_leaves_the_hosts_but_stays_in_the_pilots_lis
     assert running in ids and ended not in ids
     [gone] = [p for p in pilots if p["host_id"] == ended]
     assert (gone["state"], gone["reason"]) == ("ended", "cancelled")
+
+
+async def test_when_a_host_removal_is_wrong__it_is_refused_with_the_reason(api: Api) -> None:
+    host_id = await _host(api, worker=None, worker_age_s=0)
+    as_user = await api.client.delete(f"/hosts/{host_id}", headers=api.user.headers)
+    assert as_user.status_code == 403
+    missing = await api.client.delete("/hosts/h-nowhere", headers=api.operator.headers)
+    assert missing.status_code == 404
+    bad = await api.client.delete("/hosts/h..%2Fx", headers=api.operator.headers)
+    assert bad.status_code in (404, 422)
+    assert _by_id((await api.client.get("/hosts", headers=api.user.headers)).json(), host_id)
+
+
+async def test_a_dead_host_holding_a_task_is_removed_its_task_lost_and_it_comes_back_new(
+    api: Api,
+) -> None:
+    # given a dead host (no beat for an hour) whose worker held a running task, draining
+    host_id = await _host(api, worker="w-dead", worker_age_s=3600, draining=True)
+    await _tasks_on(api, host_id, "on_cpu")
+    await api.pool.execute(
+        "UPDATE tasks SET claim = gen_random_uuid(), worker = 'w-dead' WHERE host = $1", host_id
+    )
+
+    # when an operator removes it (no --force needed: it is not alive)
+    response = await api.client.delete(f"/hosts/{host_id}", headers=api.operator.headers)
+
+    # then its task is lost with it, it is not listed, and its removal is an event
+    assert response.status_code == 202, response.text
+    assert response.json() == {"host": host_id, "removed": True, "tasks_lost": 1}
+    task = await api.pool.fetchrow(
+        "SELECT state, claim, failure_class, error_brief FROM tasks WHERE host = $1", host_id
+    )
+    assert task is not None
+    assert (task["state"], task["claim"], task["failure_class"]) == (
+        "failed_on_cluster",
+        None,
+        "lost",
+    )
+    assert task["error_brief"] == f"host {host_id} removed by {api.operator.user.name}"
+    listed = await api.client.get("/hosts", headers=api.user.headers)
+    assert host_id not in {h["id"] for h in listed.json()}
+    keys = await api.pool.fetch("SELECT routing_key FROM outbox WHERE exchange = 'events'")
+    assert f"host.removed.{host_id}" in {k["routing_key"] for k in keys}
+    again = await api.client.delete(f"/hosts/{host_id}", headers=api.operator.headers)
+    assert again.status_code == 404
+
+    # when a worker registers under its id again, it is back as a new host (not draining)
+    async with api.pool.acquire() as conn:
+        await hosts_repo.register_worker(conn, host_id, "w-new", "default", Resources.of(1, 0))
+    shown = _by_id((await api.client.get("/hosts", headers=api.user.headers)).json(), host_id)
+    assert (shown["worker"], shown["draining"]) == ("w-new", False)

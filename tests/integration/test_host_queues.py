@@ -1,5 +1,6 @@
 """A host's queues end with the host, on the real PostgreSQL and RabbitMQ: the leading
-scheduler deletes the work and supervise queues of a dead host that nothing claims any more,
+scheduler deletes the work and supervise queues of a dead host (an ended pilot's, or one an
+operator removed) that nothing claims any more,
 keeps those of a host a task still claims, lets a host that comes back have them again, and
 its relay drops a late work or supervise message for a retired host instead of declaring its
 queue again (or trying to publish it for ever)."""
@@ -24,6 +25,7 @@ from shared.messaging.topology import (
     host_key,
     supervise_key,
 )
+from shared.operations import host_removal
 from shared.store import db, hosts_repo, jobs_repo, outbox, users_repo
 from shared.store.db import Connection
 from shared.store.jobs_repo import NewJob
@@ -136,6 +138,30 @@ async def test_a_silent_host_that_is_no_ended_pilot_keeps_its_queues(
     await HostQueues(hpool, broker, DEAD_AFTER_S).run_once()
 
     assert len(await _queues_left(broker, host_id)) == 2
+
+
+async def test_a_removed_host_loses_its_queues_once_its_supervisor_is_silent_too(
+    hpool: db.Pool, broker: Broker
+) -> None:
+    # given a host an operator removed, whose worker is gone but whose supervisor still beats
+    async with hpool.acquire() as conn:
+        host_id = await _host_with_queues(conn, broker)
+        await _dies(conn, host_id, pilot=False)
+        await host_removal.remove(conn, host_id, "op", force=False, dead_after_s=DEAD_AFTER_S)
+        await conn.execute(
+            "UPDATE hosts SET supervisor_heartbeat_at = now() WHERE id = $1", host_id
+        )
+
+    await HostQueues(hpool, broker, DEAD_AFTER_S).run_once()
+    assert len(await _queues_left(broker, host_id)) == 2  # its supervisor consumes one
+
+    async with hpool.acquire() as conn:
+        await conn.execute(
+            "UPDATE hosts SET supervisor_heartbeat_at = now() - interval '1 minute' WHERE id = $1",
+            host_id,
+        )
+    await HostQueues(hpool, broker, DEAD_AFTER_S).run_once()
+    assert await _queues_left(broker, host_id) == []
 
 
 async def test_a_dead_host_a_task_still_claims_keeps_its_queues(

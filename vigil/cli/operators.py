@@ -19,22 +19,27 @@ class HostVerb(StrEnum):
     UNDRAIN = "undrain"
     QUARANTINE = "quarantine"  # take nothing new for --duration (a wall, not a breaker)
     RELEASE = "release"  # end its quarantine
+    RM = "rm"  # remove it from the fleet (--force: even alive and holding tasks)
 
 
 @command()
 def hosts(
     ctx: typer.Context,
     verb: Annotated[
-        HostVerb | None, typer.Argument(help="drain, undrain, quarantine or release HOST.")
+        HostVerb | None,
+        typer.Argument(help="drain, undrain, quarantine, release or rm HOST."),
     ] = None,
     host: Annotated[str | None, typer.Argument(help="The host's id.")] = None,
     reason: Annotated[str, typer.Option(help="Why (quarantine).")] = "",
     duration: Annotated[
         float | None, typer.Option(min=1, help="Seconds a quarantine lasts (default: 7 days).")
     ] = None,
+    force: Annotated[
+        bool, typer.Option(help="rm a host even alive and holding tasks (they are lost).")
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """List the worker hosts; or drain, undrain, quarantine or release one."""
+    """List the worker hosts; or drain, undrain, quarantine, release or remove one."""
     if verb is None:
         with session(ctx).client() as client:
             found = client.hosts()
@@ -49,11 +54,16 @@ def hosts(
     if verb is HostVerb.QUARANTINE:
         fields = {"reason": reason, "duration_s": duration}
     with session(ctx).client() as client:
-        done = client.host_action(host, verb.value, **fields)
+        if verb is HostVerb.RM:
+            done = client.remove_host(host, force=force)
+            said = f"host {host}: removed, {done['tasks_lost']} task(s) lost"
+        else:
+            done = client.host_action(host, verb.value, **fields)
+            said = f"host {host}: {verb.value} accepted"
     if as_json:
         print_json(done)
     else:
-        print(render.printable(f"host {host}: {verb.value} accepted"))
+        print(render.printable(said))
 
 
 class PilotVerb(StrEnum):

@@ -1,9 +1,10 @@
-"""`GET /hosts`: the fleet, for anyone signed in (design §9)."""
+"""`GET /hosts`: the fleet, for anyone signed in (design §9); operators act on a host or
+remove it."""
 
 import dataclasses
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request, status
+from fastapi import APIRouter, Path, Query, Request, status
 
 from services.api import hosts
 from services.api.deps import (
@@ -13,12 +14,13 @@ from services.api.deps import (
     OperatorUser,
     PoolDep,
     RedisDep,
+    SettingsDep,
 )
 from services.api.errors import invalid
-from services.api.schemas.hosts import HostAction, HostPublic
+from services.api.schemas.hosts import HostAction, HostPublic, HostRemoved
 from shared.domain.ids import is_safe_id
 from shared.messaging.redis_keys import RedisKeys
-from shared.operations import draining, quarantine
+from shared.operations import draining, host_removal, quarantine
 
 router = APIRouter(tags=["hosts"], responses=AUTH_RESPONSES)
 
@@ -59,8 +61,7 @@ async def act_on_host(
     pool: PoolDep,
 ) -> dict[str, str]:
     """Quarantine, release, drain or undrain a host, operators only."""
-    if not is_safe_id(host_id):
-        raise invalid(("path", "host_id"), f"host id {host_id[:100]!r} is not a valid id")
+    _check_id(host_id)
     async with pool.acquire() as conn:
         if body.action == "release":
             await quarantine.release(conn, host_id, user.name)
@@ -71,3 +72,39 @@ async def act_on_host(
         else:
             await draining.undrain(conn, host_id)
     return {"host": host_id, "action": body.action}
+
+
+@router.delete(
+    "/hosts/{host_id}",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={
+        403: {"description": "The caller is not an operator."},
+        404: {"description": "No such host, or removed already."},
+        409: {"description": "The host is alive and holds tasks (drain it first, or force)."},
+    },
+)
+async def remove_host(
+    user: OperatorUser,
+    host_id: Annotated[str, Path(description="A host id.")],
+    pool: PoolDep,
+    settings: SettingsDep,
+    force: Annotated[
+        bool, Query(description="Remove it even alive and holding tasks: they are lost.")
+    ] = False,
+) -> HostRemoved:
+    """Remove a host, operators only: it leaves `GET /hosts` and takes no work; the tasks its
+    workers hold are lost (a dead host's rules: a restartable job's run again elsewhere), its
+    running worker stops, and its queues are deleted once nothing in them is owed. 409 if it
+    is alive and holds tasks, unless `force`. A worker that registers under its id later
+    brings it back as a new host."""
+    _check_id(host_id)
+    async with pool.acquire() as conn:
+        done = await host_removal.remove(
+            conn, host_id, user.name, force=force, dead_after_s=settings.dead_host_s
+        )
+    return HostRemoved(host=done.host, tasks_lost=done.tasks_lost)
+
+
+def _check_id(host_id: str) -> None:
+    if not is_safe_id(host_id):
+        raise invalid(("path", "host_id"), f"host id {host_id[:100]!r} is not a valid id")

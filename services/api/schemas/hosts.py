@@ -62,3 +62,11 @@ class HostAction(BaseModel):
     action: Literal["release", "quarantine", "drain", "undrain"]
     reason: str = Field(default="", max_length=500)
     duration_s: float = Field(default=quarantine.DEFAULT_QUARANTINE_S, gt=0, le=365 * 86400)
+
+
+class HostRemoved(BaseModel):
+    """A host an operator removed, and how many tasks its workers held were lost with it."""
+
+    host: str
+    removed: Literal[True] = True
+    tasks_lost: int
