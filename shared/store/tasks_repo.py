@@ -197,22 +197,22 @@ def first_indexes(tasks: Sequence[Task], limit: int) -> tuple[list[Task], int | 
 
 async def held_by(conn: Connection, worker: str) -> list[Task]:
     """Non-terminal tasks that the worker instance `worker` holds."""
-    records = await conn.fetch(
-        "SELECT * FROM tasks WHERE worker = $1 AND claim IS NOT NULL"
-        " AND state <> ALL($2::task_state[]) ORDER BY id",
-        worker,
-        sorted(s.value for s in TERMINAL),
-    )
-    return [Task.from_record(r) for r in records]
+    return await _held(conn, "worker = $1", worker)
 
 
 async def held_on(conn: Connection, host_id: str) -> list[Task]:
     """Non-terminal tasks that any worker instance of host `host_id` holds (its registered
     one, or one gone whose tasks are not resolved yet)."""
+    return await _held(conn, "host = $1 AND worker IS NOT NULL", host_id)
+
+
+async def _held(conn: Connection, whose: str, who: str) -> list[Task]:
+    """Non-terminal tasks held (claimed) that match `whose` (SQL of this module, `$1` being
+    `who`), by id."""
     records = await conn.fetch(
-        "SELECT * FROM tasks WHERE host = $1 AND worker IS NOT NULL AND claim IS NOT NULL"
+        f"SELECT * FROM tasks WHERE {whose} AND claim IS NOT NULL"
         " AND state <> ALL($2::task_state[]) ORDER BY id",
-        host_id,
+        who,
         sorted(s.value for s in TERMINAL),
     )
     return [Task.from_record(r) for r in records]

@@ -148,20 +148,18 @@ async def test_a_removed_host_loses_its_queues_once_its_supervisor_is_silent_too
         host_id = await _host_with_queues(conn, broker)
         await _dies(conn, host_id, pilot=False)
         await host_removal.remove(conn, host_id, "op", force=False, dead_after_s=DEAD_AFTER_S)
-        await conn.execute(
-            "UPDATE hosts SET supervisor_heartbeat_at = now() WHERE id = $1", host_id
-        )
-
-    await HostQueues(hpool, broker, DEAD_AFTER_S).run_once()
-    assert len(await _queues_left(broker, host_id)) == 2  # its supervisor consumes one
-
-    async with hpool.acquire() as conn:
-        await conn.execute(
-            "UPDATE hosts SET supervisor_heartbeat_at = now() - interval '1 minute' WHERE id = $1",
+    queues_left = []
+    for supervisor_beat_s_ago in (0, 60):
+        await hpool.execute(
+            "UPDATE hosts SET supervisor_heartbeat_at = now() - make_interval(secs => $2)"
+            " WHERE id = $1",
             host_id,
+            supervisor_beat_s_ago,
         )
-    await HostQueues(hpool, broker, DEAD_AFTER_S).run_once()
-    assert await _queues_left(broker, host_id) == []
+        await HostQueues(hpool, broker, DEAD_AFTER_S).run_once()
+        queues_left.append(len(await _queues_left(broker, host_id)))
+
+    assert queues_left == [2, 0]  # a live supervisor consumes one of them
 
 
 async def test_a_dead_host_a_task_still_claims_keeps_its_queues(

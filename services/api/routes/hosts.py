@@ -45,14 +45,21 @@ async def list_analysers(user: CurrentUser, analysers: AnalysersDep) -> list[str
     return sorted(analysers)
 
 
+def _refusals(not_found: str, conflict: str) -> dict[int | str, dict[str, object]]:
+    """The refusals of an operator's route on a host, as the contract lists them."""
+    return {
+        403: {"description": "The caller is not an operator."},
+        404: {"description": not_found},
+        409: {"description": conflict},
+    }
+
+
 @router.post(
     "/hosts/{host_id}/actions",
     status_code=status.HTTP_202_ACCEPTED,
-    responses={
-        403: {"description": "The caller is not an operator."},
-        404: {"description": "No such host."},
-        409: {"description": "Release of a host not quarantined, undrain of one not draining."},
-    },
+    responses=_refusals(
+        "No such host.", "Release of a host not quarantined, undrain of one not draining."
+    ),
 )
 async def act_on_host(
     user: OperatorUser,
@@ -77,11 +84,10 @@ async def act_on_host(
 @router.delete(
     "/hosts/{host_id}",
     status_code=status.HTTP_202_ACCEPTED,
-    responses={
-        403: {"description": "The caller is not an operator."},
-        404: {"description": "No such host, or removed already."},
-        409: {"description": "The host is alive and holds tasks (drain it first, or force)."},
-    },
+    responses=_refusals(
+        "No such host, or removed already.",
+        "The host is alive and holds tasks (drain it first, or force).",
+    ),
 )
 async def remove_host(
     user: OperatorUser,
