@@ -350,7 +350,9 @@ CREATE TABLE public.hosts (
     capacity_memory_mb integer DEFAULT 0 NOT NULL,
     gpu_ids text[] DEFAULT '{}'::text[] NOT NULL,
     ends_at timestamp with time zone,
-    queues_deleted_at timestamp with time zone
+    queues_deleted_at timestamp with time zone,
+    removed_at timestamp with time zone,
+    removed_by text
 );
 
 CREATE TABLE public.installation (
