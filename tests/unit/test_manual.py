@@ -1,11 +1,14 @@
-"""The manual stays true to the code: its HTTP reference is the api's schema as it is now, and
-every `VIGIL_*` name a page mentions exists. (`scripts/docs build` checks the links and the
-nav: `mkdocs build --strict`.)"""
+"""The manual stays true to the code: its HTTP reference is the api's schema as it is now, its
+states and failure classes are the code's, every `VIGIL_*` name a page mentions exists, and
+every page the code names is there. (`scripts/docs build` checks the links and the nav:
+`mkdocs build --strict`.)"""
 
 import re
 from pathlib import Path
 
 from manual import http_reference, settings_mentioned
+from shared.domain.analyser import BLAMES_HOST
+from shared.domain.states import TRANSITIONS, FailureClass, JobState, TaskState
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,3 +57,20 @@ def _sources() -> list[Path]:
     for part in ("shared", "services", "vigil", "tests", "bench", "scripts", "deploy", "docs"):
         found += [p for p in (ROOT / part).rglob("*") if p.is_file() and p.suffix != ".pyc"]
     return found
+
+
+def test_the_states_page_gives_every_state_and_where_it_may_move() -> None:
+    page = (ROOT / "docs" / "reference" / "task-states.md").read_text()
+    for state in TaskState:
+        row = re.search(rf"^\| `{state.value}` \| [^|]+ \| ([^|]+) \|$", page, re.MULTILINE)
+        assert row, f"no row for {state.value}"
+        assert set(re.findall(r"`(\w+)`", row.group(1))) == {s.value for s in TRANSITIONS[state]}
+    for job_state in JobState:
+        assert f"| `{job_state.value}` |" in page
+
+
+def test_the_failure_classes_page_gives_every_class() -> None:
+    page = (ROOT / "docs" / "reference" / "failure-classes.md").read_text()
+    for failure_class in FailureClass:
+        blamed = "yes" if failure_class in BLAMES_HOST else "no"
+        assert re.search(rf"^\| `{failure_class.value}` \| .+ \| {blamed} \|$", page, re.M)
