@@ -2,7 +2,8 @@
 
 Integration and e2e tests use the real PostgreSQL, RabbitMQ and Redis named by
 `TEST_DATABASE_URL`, `TEST_AMQP_URL` and `TEST_REDIS_URL` (loopback by default). An unreachable
-server skips those tests on a laptop and fails them when `CI` is set. Each test session works in
+server skips those tests on a laptop and fails them when `CI` is set (`unavailable`: so does a
+missing cgroup controller or privilege). Each test session works in
 a database of its own, created and migrated here, and each test in a namespace of its own.
 """
 
@@ -14,6 +15,7 @@ import uuid
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 import aio_pika
@@ -42,6 +44,21 @@ def _reachable(url: str, default_port: int) -> bool:
         return False
 
 
+def unavailable(message: str) -> NoReturn:
+    """Stop a test that cannot run on this machine, `message` saying what is missing and how
+    to get it: skipped on a developer's machine, failed under CI (`CI`, set by .ci/run), where a
+    skip would silently drop what the README promises from a green run."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{message} (a skip is a failure under CI)", pytrace=False)
+    pytest.skip(message)
+
+
+def require_root(why: str) -> None:
+    """`unavailable` unless this process is root (the worker confines jobs only as root)."""
+    if os.geteuid() != 0:
+        unavailable(f"{why} needs root: run the tests as root (CI's machine does: .ci/run)")
+
+
 def require_servers() -> None:
     """Skip (or fail under CI) when one of the three servers does not answer."""
     missing = [
@@ -54,10 +71,7 @@ def require_servers() -> None:
         if not _reachable(url, port)
     ]
     if missing:
-        message = f"not reachable: {', '.join(missing)} (see README: starting the servers)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"not reachable: {', '.join(missing)} (see README: starting the servers)")
 
 
 def database_url(name: str) -> str:

@@ -11,6 +11,7 @@ import pytest
 
 from services.worker import process
 from shared.host.cgroups import Cgroups, TaskLimits
+from tests.conftest import unavailable
 
 pytestmark = pytest.mark.integration
 
@@ -39,10 +40,11 @@ PY"""
 
 def limiting(*controllers: str) -> Iterator[Cgroups]:
     """This host's cgroups for a test's tasks, if they can limit with `controllers` (else the
-    test is skipped); removed after it (every test waits for its tasks' cgroups to go)."""
+    test cannot run: `unavailable`); removed after it (every test waits for its tasks' cgroups
+    to go)."""
     found = Cgroups.detect(f"limits-{uuid.uuid4().hex[:8]}")
     if found is None or not set(controllers) <= found.limitable:
-        pytest.skip(
+        unavailable(
             f"this kernel gives no usable {' and '.join(controllers)} cgroup controllers to"
             " root here (not installable: run on a host with cgroups, as CI's machine has)"
         )

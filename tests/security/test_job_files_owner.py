@@ -2,7 +2,6 @@
 and nobody else's: another user's job that learns the job's id (ids are in the services' logs)
 can neither list them nor read them, and the owner's job cannot change them."""
 
-import os
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -12,8 +11,13 @@ import pytest
 
 from shared.domain import bundle
 from shared.host import bundle as host_bundle
+from tests.conftest import require_root
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="jobs' uids need root")
+
+@pytest.fixture(autouse=True)
+def _root() -> None:
+    require_root("running commands as jobs' uids")
+
 
 #: The uid (and gid) of the job's owner's commands, and of another user's.
 OWNER, OTHER = 2_000_011, 2_000_012

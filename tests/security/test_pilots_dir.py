@@ -12,6 +12,7 @@ from services.scheduler.pilots import BatchSystem, PilotPool, PilotPoolSettings
 from services.scheduler.settings import SchedulerSettings
 from shared.host.private_dir import UnsafeDir
 from shared.store.db import Pool
+from tests.conftest import require_root
 
 #: A uid that is not this process's (nobody's).
 SOMEONE_ELSE = 65534
@@ -42,8 +43,8 @@ def test_a_pilots_dir_that_is_a_link_is_refused(tmp_path: Path) -> None:
     assert stat.S_IMODE(elsewhere.stat().st_mode) == 0o755  # nothing done through the link
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="giving a dir to another uid needs root")
 def test_a_pilots_dir_someone_else_made_is_refused(tmp_path: Path) -> None:
+    require_root("giving a dir to another uid")
     planted = tmp_path / "pilots"
     planted.mkdir()
     os.chown(planted, SOMEONE_ELSE, SOMEONE_ELSE)
