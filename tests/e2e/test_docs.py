@@ -1,6 +1,6 @@
-"""The docs run as written: every block marked `<!-- doc-test -->` in README.md and docs/*.md runs
-against a running system, in order, and must print what the page shows and exit as it says
-(`tests/doc_examples.py` says how blocks are read and compared)."""
+"""The docs run as written: every block marked `<!-- doc-test -->` in README.md and the pages
+under docs/ runs against a running system, in order, and must print what the page shows and
+exit as it says (`tests/doc_examples.py` says how blocks are read and compared)."""
 
 import os
 import selectors
