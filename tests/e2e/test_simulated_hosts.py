@@ -14,12 +14,14 @@ import asyncpg
 import httpx
 
 from bench.cluster import ROOT
-from tests.e2e.broker_queues import queues_of
+from tests.e2e.broker_queues import exchanges_of, queues_of
 from tests.e2e.conftest import HOST_ID, Events, wait_job
 from tests.e2e.stack import Stack
 
 #: How long the simulator may take to register its hosts.
 READY_WITHIN_S = 60
+#: The simulated pool whose start and stop must leave the broker as it found it.
+SIM_POOL = 100
 
 
 @contextmanager
@@ -117,10 +119,10 @@ async def test_a_cancelled_jobs_simulated_commands_are_killed(
 def test_a_simulated_pool_started_and_stopped_leaves_the_broker_as_it_found_it(
     stack: Stack,
 ) -> None:
-    before = queues_of(stack.namespace)
-    with simulator(stack, "fixed:0.2", hosts=10, stop=signal.SIGINT):
+    before = queues_of(stack.namespace), exchanges_of(stack.namespace)
+    with simulator(stack, "fixed:0.2", hosts=SIM_POOL, stop=signal.SIGINT):
         during = queues_of(stack.namespace)
-    after = queues_of(stack.namespace)
+    after = queues_of(stack.namespace), exchanges_of(stack.namespace)
 
-    assert len(during - before) == 20, during - before  # a work and a supervise queue a host
-    assert after == before, after - before
+    assert len(during - before[0]) == 2 * SIM_POOL, during - before[0]  # work and supervise
+    assert after == before, (after[0] - before[0], after[1] - before[1])
