@@ -8,7 +8,10 @@ scratch directory holding the files of `docs/examples/campaign/` and `.run/token
 - a `console` block is a transcript: each `$ ` line is a command (a line ending in `\\` or `|`
   goes on), the lines up to the next command are output it must print, in that order (it may
   print more); a trailing comment `# exit N` says its exit status, otherwise 0;
-- an `sh` or `bash` block runs as a script under `set -e` and must exit 0.
+- an `sh` or `bash` block runs as a script under `set -eo pipefail` and must exit 0, and says
+  what it leaves behind in its marker, `<!-- doc-test: makes N GLOB -->`: it must make exactly
+  N new files matching GLOB in the directory it runs in (the README's harvest loop: one
+  download per task), so a loop that ran zero times fails. Every command runs with `pipefail`.
 
 In the expected output, whitespace runs count as one space, `(...)` stands for any text, a job or
 task id for any id (the same actual id wherever the block shows the same one, and later
@@ -25,6 +28,8 @@ ROOT: Final = Path(__file__).resolve().parents[1]
 PAGES: Final = (ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")))
 FILES: Final = ROOT / "docs" / "examples" / "campaign"
 MARK: Final = "<!-- doc-test -->"
+#: A script's marker: what it must make.
+_MAKES: Final = re.compile(r"<!-- doc-test: makes (\d+) (\S+) -->")
 DOC_URL: Final = "http://127.0.0.1:8000"
 ID: Final = re.compile(r"\b[jt]-[0-9a-z]{12}\b")
 _EXIT: Final = re.compile(r"#\s*exits?\s+(\d+)\s*(?::.*)?$")
@@ -49,6 +54,8 @@ class Block:
     line: int
     kind: Literal["console", "script"]
     steps: list[Step]
+    #: A script's files: how many new ones, matching which glob.
+    makes: tuple[int, str] | None = None
 
     @property
     def where(self) -> str:
@@ -60,7 +67,8 @@ def blocks(page: Path) -> list[Block]:
     found: list[Block] = []
     lines = page.read_text().splitlines()
     for n, line in enumerate(lines):
-        if line.strip() != MARK:
+        makes = _MAKES.fullmatch(line.strip())
+        if line.strip() != MARK and makes is None:
             continue
         fence = lines[n + 1] if n + 1 < len(lines) else ""
         info = fence.removeprefix("```").strip()
@@ -70,8 +78,14 @@ def blocks(page: Path) -> list[Block]:
         body = lines[n + 2 : end]
         if info == "console":
             found.append(Block(page, n + 3, "console", _transcript(body)))
+        elif makes is None:
+            raise ValueError(
+                f"{page.name}:{n + 1}: a script says what it makes, or it cannot fail on"
+                " doing nothing: <!-- doc-test: makes N GLOB -->"
+            )
         else:
-            found.append(Block(page, n + 3, "script", [Step("\n".join(body))]))
+            script = [Step("\n".join(body))]
+            found.append(Block(page, n + 3, "script", script, (int(makes[1]), makes[2])))
     return found
 
 

@@ -36,12 +36,15 @@ class Shell:
         self.steps = 0
 
     def run(self, command: str, *, script: bool) -> tuple[int, str]:
-        """(exit status, stdout and stderr) of `command` (a script runs under `set -e`)."""
+        """(exit status, stdout and stderr) of `command`, with `pipefail` (a script runs under
+        `set -e` too)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.steps += 1
         out = self.cwd / f".doc-step-{self.steps}.out"
-        body = f"( set -e\n{command}\n)" if script else f"{{\n{command}\n}}"
-        self.proc.stdin.write(f'{body} > "{out}" 2>&1 < /dev/null\necho "__step__ $?"\n')
+        body = f"( set -eo pipefail\n{command}\n)" if script else f"{{\n{command}\n}}"
+        self.proc.stdin.write(
+            f'set -o pipefail\n{body} > "{out}" 2>&1 < /dev/null\necho "__step__ $?"\n'
+        )
         self.proc.stdin.flush()
         with selectors.DefaultSelector() as selector:
             selector.register(self.proc.stdout, selectors.EVENT_READ)
@@ -60,6 +63,8 @@ class Shell:
 
 def _run_block(shell: Shell, block: Block, url: str) -> None:
     ids = Ids()  # a block's ids stand for its own objects
+    count, glob = block.makes or (0, "")
+    before = set(shell.cwd.glob(glob)) if glob else set()
     for step in block.steps:
         command = ids.into(step.command).replace(doc_examples.DOC_URL, url)
         status, output = shell.run(command, script=block.kind == "script")
@@ -71,6 +76,9 @@ def _run_block(shell: Shell, block: Block, url: str) -> None:
         assert not left, (
             f"{block.where}: `{command}` did not print {left[0]!r}; it printed:\n{shown}"
         )
+    if glob:
+        made = sorted(p.name for p in set(shell.cwd.glob(glob)) - before if p.stat().st_size)
+        assert len(made) == count, f"{block.where}: made {made}, the page says {count} {glob}"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])

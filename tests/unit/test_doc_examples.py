@@ -28,7 +28,7 @@ def test_only_marked_blocks_run_and_a_transcript_gives_commands_outputs_and_stat
         '$ vigil outputs "$JOB" --json |\n'
         "    jq length\n"
         "3\n```\n"
-        "<!-- doc-test -->\n```sh\nset -x\necho hi\n```\n",
+        "<!-- doc-test: makes 2 t-*.txt -->\n```sh\nset -x\necho hi\n```\n",
     )
     [console, script] = doc_examples.blocks(page)
     assert console.kind == "console" and script.kind == "script"
@@ -38,6 +38,13 @@ def test_only_marked_blocks_run_and_a_transcript_gives_commands_outputs_and_stat
         ('vigil outputs "$JOB" --json |\n    jq length', 0, ["3"]),
     ]
     assert [s.command for s in script.steps] == ["set -x\necho hi"]
+    assert (console.makes, script.makes) == (None, (2, "t-*.txt"))
+
+
+def test_a_script_that_does_not_say_what_it_makes_is_an_error(tmp_path: Path) -> None:
+    page = _page(tmp_path, "<!-- doc-test -->\n```sh\necho hi\n```\n")
+    with pytest.raises(ValueError, match="says what it makes"):
+        doc_examples.blocks(page)
 
 
 def test_a_mark_before_anything_but_a_shell_block_is_an_error(tmp_path: Path) -> None:
