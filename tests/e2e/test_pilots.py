@@ -30,15 +30,15 @@ from tests.e2e.stack import E2E_ENV, Stack
 
 pytestmark = pytest.mark.e2e
 
-#: The pilots' settings: one CPU each, at most two (the node has two), idle ones cancelled
-#: after 3 s.
+#: The pilots' settings for the one-node Slurm of the tests, each departure from a default
+#: with its reason.
 PILOT_ENV = {
-    "VIGIL_PILOTS_BACKEND": "slurm",
-    "VIGIL_PILOTS_MAX": "2",
-    "VIGIL_PILOTS_CPUS": "1",
-    "VIGIL_PILOTS_WALLTIME_S": "600",
-    "VIGIL_PILOTS_IDLE_S": "3",
-    # a lost task is resubmitted once its process is known dead, or after this long
+    "VIGIL_PILOTS_BACKEND": "slurm",  # pilots are what these tests are about (default: none)
+    "VIGIL_PILOTS_MAX": "2",  # as many as the node's two CPUs hold
+    "VIGIL_PILOTS_CPUS": "1",  # (the default, said here: two fit on the node)
+    "VIGIL_PILOTS_WALLTIME_S": "600",  # a pilot a failed test leaves behind ends within 10 min
+    "VIGIL_PILOTS_IDLE_S": "3",  # an idle pilot's end seen in seconds, not minutes
+    # a lost task whose process is not known dead is resubmitted after 10 s, not a minute
     "VIGIL_FENCE_TIMEOUT_S": "10",
 }
 

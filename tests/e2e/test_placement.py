@@ -33,7 +33,8 @@ def stack(tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
             namespace=e2e_namespace,
             root=tmp_path,
             hosts=list(HOSTS),
-            extra_env={**E2E_ENV, "VIGIL_WORKER_SLOTS": "2"},  # 2 CPUs each
+            # 2 CPUs each: the job outgrows one host, so the one that joins has work to take
+            extra_env={**E2E_ENV, "VIGIL_WORKER_SLOTS": "2"},
         )
         s.work_root.mkdir(parents=True, exist_ok=True)
         try:

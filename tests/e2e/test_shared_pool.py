@@ -21,6 +21,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture
 def stack(tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
     """One host of 4 CPUs (the legacy `VIGIL_WORKER_SLOTS`) with two GPUs, 0 and 1."""
+    # two GPUs set, not detected: the machine that runs the suite has none
     with running_stack(tmp_path, e2e_namespace, {**E2E_ENV, "VIGIL_HOST_GPUS": "0,1"}) as s:
         yield s
 
