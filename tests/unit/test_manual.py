@@ -7,7 +7,17 @@ import re
 from pathlib import Path
 
 from manual import http_reference, settings_mentioned
-from shared.domain.analyser import BLAMES_HOST
+from shared.domain.analyser import BLAMES_HOST, Verdict
+from shared.domain.messages import (
+    HostEvent,
+    HostState,
+    JobEvent,
+    JobOutcome,
+    LogRecord,
+    Severity,
+    TaskDecision,
+    TaskEvent,
+)
 from shared.domain.states import TRANSITIONS, FailureClass, JobState, TaskState
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,3 +84,18 @@ def test_the_failure_classes_page_gives_every_class() -> None:
     for failure_class in FailureClass:
         blamed = "yes" if failure_class in BLAMES_HOST else "no"
         assert re.search(rf"^\| `{failure_class.value}` \| .+ \| {blamed} \|$", page, re.M)
+
+
+def test_the_events_page_gives_every_body_field_and_every_topic_word() -> None:
+    page = (ROOT / "docs" / "reference" / "events.md").read_text()
+    bodies = page[page.index("**Body:**") : page.index("**Positions:**")]
+    for model in (TaskEvent, TaskDecision, JobEvent, HostEvent, LogRecord):
+        kind = model.model_fields["type"].default
+        line = re.search(rf"- `{kind}`: (.+?)(?=\n  - |\Z)", bodies, re.S)
+        assert line, f"no body for {kind}"
+        named = set(re.findall(r"`(\w+)`", line.group(1))) | {"type", "message_id", "sent_at"}
+        assert set(model.model_fields) <= named, f"{kind}: {set(model.model_fields) - named}"
+    topics = page[: page.index("**Body:**")]
+    for words in (Verdict, JobOutcome, HostState, Severity):
+        for word in words:
+            assert f"`{word.value}`" in topics, f"{word.value} is not among the topics"
