@@ -6,6 +6,8 @@ every page the code names is there. (`scripts/docs build` checks the links and t
 import re
 from pathlib import Path
 
+import typer.main
+
 from manual import http_reference, settings_mentioned
 from shared.domain.analyser import BLAMES_HOST, Verdict
 from shared.domain.messages import (
@@ -19,6 +21,7 @@ from shared.domain.messages import (
     TaskEvent,
 )
 from shared.domain.states import TRANSITIONS, FailureClass, JobState, TaskState
+from vigil import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,3 +102,10 @@ def test_the_events_page_gives_every_body_field_and_every_topic_word() -> None:
     for words in (Verdict, JobOutcome, HostState, Severity):
         for word in words:
             assert f"`{word.value}`" in topics, f"{word.value} is not among the topics"
+
+
+def test_the_command_reference_gives_every_command() -> None:
+    page = (ROOT / "docs" / "reference" / "cli.md").read_text()
+    commands = typer.main.get_command(cli.app).commands  # type: ignore[attr-defined]
+    assert commands
+    assert [name for name in commands if f"`vigil {name}" not in page] == []
