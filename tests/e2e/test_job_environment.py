@@ -58,7 +58,8 @@ def test_the_job_sees_the_ids_and_numbers_the_api_gives_its_task_across_recover_
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
 
-    # when: a wait that times out, then a failure, a recover, a restart of the completed task
+    # when: a wait that times out, then a failure (which restart refuses), a recover, a
+    # restart of the completed task
     timed_out = vigil(env, "wait", job_id, "--timeout", "1")
     gate.touch()
     first = vigil(env, "wait", job_id, "--timeout", str(WAIT_S))
@@ -67,6 +68,7 @@ def test_the_job_sees_the_ids_and_numbers_the_api_gives_its_task_across_recover_
     ) as http:
         [task] = http.get(f"/jobs/{job_id}/tasks").json()
         task_id = task["id"]
+        refused = vigil(env, "restart", task_id, "--stage", "cluster")
         recovered = vigil(env, "recover", task_id)
         second = vigil(env, "wait", job_id, "--timeout", str(WAIT_S))
         restarted = vigil(env, "restart", task_id, "--stage", "cluster")
@@ -78,6 +80,9 @@ def test_the_job_sees_the_ids_and_numbers_the_api_gives_its_task_across_recover_
     assert timed_out.returncode == 3, timed_out.stdout + timed_out.stderr
     assert "Traceback" not in timed_out.stderr
     assert first.returncode == 1, first.stdout + first.stderr
+    assert refused.returncode == 1 and refused.stderr.endswith("(409)\n"), refused.stderr
+    assert f"recover it (`vigil recover {task_id}`)" in refused.stderr
+    assert "restart it" not in refused.stderr  # the action it just refused
     assert recovered.stdout == f"task {task_id}: recover accepted, now recover_cluster\n"
     assert second.returncode == 0, second.stdout + second.stderr
     assert restarted.returncode == 0, restarted.stderr
