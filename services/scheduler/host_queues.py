@@ -26,10 +26,9 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
-from shared.domain.states import TERMINAL
 from shared.messaging.amqp import Broker
 from shared.messaging.topology import delete_host_queues
-from shared.store import hosts_repo, pilots_repo
+from shared.store import hosts_repo
 from shared.store.db import Connection, Pool
 
 logger = logging.getLogger(__name__)
@@ -37,34 +36,10 @@ logger = logging.getLogger(__name__)
 #: Hosts retired per look at most (each costs two queue deletes on the broker).
 BATCH: Final = 50
 
-#: Whether the queues of a host are deleted and it has not come back since: a host that comes
-#: back has a worker registered (at once, whatever the clocks of the two transactions), then
-#: beats newer than the deletion.
-_RETIRED: Final = """
-h.worker IS NULL AND h.queues_deleted_at IS NOT NULL
-AND h.queues_deleted_at >= greatest(h.heartbeat_at, h.supervisor_heartbeat_at)
-"""
-
-#: Dead hosts gone for good (a pilot's whose allocation ended, or removed by an operator) whose
-#: queues are not deleted yet and owe nothing: locked, skipped if busy.
-_DUE: Final = f"""
-SELECT h.id FROM hosts h
-WHERE h.worker IS NULL AND (h.removed_at IS NOT NULL OR {pilots_repo.allocation_ended("h.id")})
-  AND h.heartbeat_at < now() - make_interval(secs => $1)
-  AND (h.supervisor_heartbeat_at IS NULL
-       OR h.supervisor_heartbeat_at < now() - make_interval(secs => $1))
-  AND NOT ({_RETIRED})
-  AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.host = h.id AND t.claim IS NOT NULL
-                  AND t.state <> ALL($2::task_state[]))
-ORDER BY h.id LIMIT $3
-FOR UPDATE OF h SKIP LOCKED
-"""
-
 
 async def is_retired(conn: Connection, host_id: str) -> bool:
     """Whether `host_id`'s queues are deleted and it has not come back."""
-    found = await conn.fetchval(f"SELECT 1 FROM hosts h WHERE h.id = $1 AND {_RETIRED}", host_id)
-    return found is not None
+    return await hosts_repo.queues_retired(conn, host_id)
 
 
 class HostQueues:
@@ -83,11 +58,9 @@ class HostQueues:
     async def run_once(self) -> int:
         """Retire the hosts due (up to `BATCH`); how many."""
         async with self._pool.acquire() as conn, conn.transaction():
-            due = await conn.fetch(
-                _DUE, self._dead_after_s, sorted(s.value for s in TERMINAL), BATCH
-            )
-            for row in due:
-                await self._retire(conn, row["id"])
+            due = await hosts_repo.lock_queues_due(conn, self._dead_after_s, BATCH)
+            for host_id in due:
+                await self._retire(conn, host_id)
         return len(due)
 
     async def _retire(self, conn: Connection, host_id: str) -> None:

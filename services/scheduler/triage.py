@@ -38,12 +38,6 @@ SELECT t.id FROM tasks t WHERE NOT t.decided AND t.state = ANY($2::task_state[])
 ORDER BY t.updated_at LIMIT $1
 """
 
-_LOCK = """
-SELECT t.*, j.policy AS job_policy, j.state AS job_state FROM tasks t JOIN jobs j ON j.id = t.job_id
-WHERE t.id = $1 AND NOT t.decided AND t.state = ANY($2::task_state[])
-FOR UPDATE OF t SKIP LOCKED FOR SHARE OF j SKIP LOCKED
-"""
-
 #: Whether a host can no longer kill a lost task's process: silent for $2 seconds, or a pilot
 #: whose allocation the batch system reports ended (its processes ended with it: Slurm kills
 #: every process of a job it ends), which no kill could reach and none needs to.
@@ -99,7 +93,7 @@ class Triage:
     async def _triage(self, conn: Connection, task_id: str) -> bool:
         async with conn.transaction():
             await stop_guard.share(conn)  # first: fail_fast may cancel (see stop_guard)
-            record = await conn.fetchrow(_LOCK, task_id, _FAILED_VALUES)
+            record = await tasks_repo.lock_undecided(conn, task_id, _FAILED_VALUES)
             if record is None:  # decided meanwhile, or locked by an operator's action
                 return False
             task = tasks_repo.Task.from_record(record)

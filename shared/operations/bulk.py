@@ -275,8 +275,8 @@ async def _move_together(
 async def _move_locked(
     conn: Connection, batch: list[MatchedTask], action: TaskAction, actor: str
 ) -> Together:
-    jobs = {r["id"]: r for r in await conn.fetch(_LOCK_JOBS, sorted({t.job_id for t in batch}))}
-    tasks = {r["id"]: r for r in await conn.fetch(_LOCK_TASKS, sorted(t.id for t in batch))}
+    jobs = {r["id"]: r for r in await bulk_repo.lock_jobs(conn, list({t.job_id for t in batch}))}
+    tasks = {r["id"]: r for r in await bulk_repo.lock_tasks(conn, [t.id for t in batch])}
     done = Together()
     moves: list[tasks_repo.Move] = []
     for task in batch:
@@ -331,30 +331,14 @@ async def _cancel(
     return cancelled
 
 
-_LOCK_JOBS: Final = (
-    "SELECT id, state::text AS state, purged_at IS NOT NULL AS purged FROM jobs"
-    " WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE"
-)
-_LOCK_TASKS: Final = (
-    "SELECT id, state::text AS state, test, superseded_by FROM tasks"
-    " WHERE id = ANY($1::text[])"
-    " ORDER BY id FOR UPDATE"
-)
-_LOCK_JOB: Final = (
-    "SELECT state::text AS state, purged_at IS NOT NULL AS purged FROM jobs WHERE id = $1"
-    " FOR UPDATE"
-)
-_LOCK_TASK: Final = "SELECT state::text AS state, superseded_by FROM tasks WHERE id = $1 FOR UPDATE"
-
-
 async def _apply_one(
     conn: Connection, task: MatchedTask, action: TaskAction, actor: str
 ) -> str | None:
     """Apply `action` to one task in a savepoint; None when done, else why it was refused."""
     try:
         async with conn.transaction():
-            job = await conn.fetchrow(_LOCK_JOB, task.job_id)
-            row = await conn.fetchrow(_LOCK_TASK, task.id)
+            job = await bulk_repo.lock_job(conn, task.job_id)
+            row = await bulk_repo.lock_task(conn, task.id)
             if job is None or row is None:
                 return GONE
             locked = {

@@ -63,13 +63,7 @@ async def activate(conn: Connection, job_id: str, actor: str) -> tuple[jobs_repo
     async with conn.transaction():
         await stop_guard.share(conn)  # before any row lock: a stop waits, or is seen
         job = await _locked_configuring(conn, job_id, "activate")
-        tests = [
-            tasks_repo.Task.from_record(r)
-            for r in await conn.fetch(
-                "SELECT * FROM tasks WHERE job_id = $1 AND test ORDER BY index DESC FOR UPDATE",
-                job_id,
-            )
-        ]
+        tests = await tasks_repo.lock_tests_of_job(conn, job_id)
         for task in tests:
             if task.state not in TERMINAL:
                 await task_actions.apply_to_task(
@@ -93,7 +87,7 @@ async def activate(conn: Connection, job_id: str, actor: str) -> tuple[jobs_repo
 
 
 async def _locked_configuring(conn: Connection, job_id: str, doing: str) -> jobs_repo.Job:
-    record = await conn.fetchrow("SELECT * FROM jobs WHERE id = $1 FOR UPDATE", job_id)
+    record = await jobs_repo.lock(conn, job_id)
     if record is None:
         raise NotFound(f"no job {job_id}")
     job = jobs_repo.Job.from_record(record)

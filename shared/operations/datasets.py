@@ -34,7 +34,7 @@ async def add_inputs(conn: Connection, job_id: str, inputs: list[Any]) -> list[s
     """
     async with conn.transaction():
         await stop_guard.share(conn)  # first: it may reopen the job (see stop_guard)
-        state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", job_id)
+        state = await jobs_repo.lock_state(conn, job_id)
         if state is None:
             raise NotFound(f"no job {job_id}")
         if JobState(state) not in _APPENDABLE:
@@ -94,7 +94,7 @@ async def upstream_task_ids(conn: Connection, job_id: str) -> list[str]:
     so an append upstream either commits before this read or waits for the chained job to
     commit and then chains its new tasks to it. No input is missed either way.
     """
-    await conn.execute("SELECT 1 FROM jobs WHERE id = $1 FOR SHARE", job_id)
+    await jobs_repo.share_lock(conn, job_id)
     return await task_ids_of(conn, job_id, superseded=False)
 
 

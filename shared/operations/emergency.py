@@ -147,10 +147,8 @@ async def _get(conn: Connection, stop_id: int) -> Stop:
 
 async def _kill_running_tasks(conn: Connection, stop_id: int, brief: str) -> int:
     """Every `on_cpu` task: killed through its supervisor and failed as `cancelled`."""
-    records = await conn.fetch("SELECT * FROM tasks WHERE state = 'on_cpu' ORDER BY id FOR UPDATE")
     killed = []
-    for record in records:
-        task = tasks_repo.Task.from_record(record)
+    for task in await tasks_repo.lock_on_cpu(conn):
         await task_actions.kill_running(conn, task, brief)
         await attempts_repo.close_open(
             conn, task.id, S.FAILED_ON_CLUSTER.value, FailureClass.CANCELLED, brief

@@ -153,9 +153,7 @@ async def unfinished_purges(conn: Connection, older_than_s: float, limit: int) -
 
 
 async def _facts(conn: Connection, job_id: str) -> purge_rules.JobFacts:
-    job = await conn.fetchrow(
-        "SELECT state, purged_at, purged_by FROM jobs WHERE id = $1 FOR UPDATE", job_id
-    )
+    job = await jobs_repo.lock_for_purge(conn, job_id)
     if job is None:
         raise NotFound(f"no job {job_id}")
     busy = await conn.fetch(
@@ -192,8 +190,7 @@ async def check_not_purged(
     """Raise `Conflict` (`job X was purged at T by U: cannot <doing>`) for a purged job: its
     data is gone, so nothing may bring it back to work. With `share_lock` the row stays
     share-locked until the transaction ends, so that no purge can start meanwhile."""
-    lock = " FOR SHARE" if share_lock else ""
-    row = await conn.fetchrow(f"SELECT purged_at, purged_by FROM jobs WHERE id = $1{lock}", job_id)
+    row = await jobs_repo.purge_mark(conn, job_id, share_lock=share_lock)
     if row is not None and row["purged_at"] is not None:
         message = purge_rules.purged_message(job_id, row["purged_at"], row["purged_by"])
         raise Conflict(

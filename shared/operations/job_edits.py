@@ -89,7 +89,7 @@ def refusal(job_id: str, state: JobState, changes: Collection[str]) -> Refusal |
 async def lock(conn: Connection, job_id: str) -> jobs_repo.Job:
     """The job, its row locked for an edit (in the caller's transaction) before the edit is
     validated against it: two edits of one job never merge onto the same old policy."""
-    await conn.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", job_id)
+    await jobs_repo.lock_state(conn, job_id)
     job = await jobs_repo.get(conn, job_id)
     if job is None:
         raise NotFound(f"no job {job_id}")
@@ -102,7 +102,7 @@ async def apply(
     """Make the edit `wanted` (validated new values by field name of `FIELDS`; `policy` a
     complete policy) to job `job_id`; raises `NotFound` or `Conflict`. One transaction."""
     async with conn.transaction():
-        record = await conn.fetchrow("SELECT * FROM jobs WHERE id = $1 FOR UPDATE", job_id)
+        record = await jobs_repo.lock(conn, job_id)
         if record is None:
             raise NotFound(f"no job {job_id}")
         state = JobState(record["state"])

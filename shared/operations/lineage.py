@@ -26,10 +26,9 @@ async def resubmit(conn: Connection, task_id: str) -> tasks_repo.Task:
     Raises `Conflict` when the task is not failed or was already resubmitted.
     """
     async with conn.transaction():
-        record = await conn.fetchrow("SELECT * FROM tasks WHERE id = $1 FOR UPDATE", task_id)
-        if record is None:
+        original = await tasks_repo.lock(conn, task_id)
+        if original is None:
             raise Conflict(f"no task {task_id}", next_step=_LEFT)
-        original = tasks_repo.Task.from_record(record)
         if original.state not in FAILED or original.superseded_by is not None:
             raise Conflict(
                 f"task {task_id} ({original.state}) cannot be resubmitted", next_step=_LEFT

@@ -52,10 +52,10 @@ async def apply_to_task(
 
 
 async def _locked(conn: Connection, task_id: str) -> tasks_repo.Task:
-    record = await conn.fetchrow("SELECT * FROM tasks WHERE id = $1 FOR UPDATE", task_id)
-    if record is None:
+    task = await tasks_repo.lock(conn, task_id)
+    if task is None:
         raise NotFound(f"no task {task_id}")
-    return tasks_repo.Task.from_record(record)
+    return task
 
 
 async def _check_job_not_cancelled(conn: Connection, job_id: str, action: TaskAction) -> None:
@@ -146,7 +146,7 @@ async def reopen_job(conn: Connection, job_id: str) -> None:
     The job row is locked, like the finaliser does, so that the two are serialised; a job
     purged meanwhile (its lock was waited for) is refused here.
     """
-    state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", job_id)
+    state = await jobs_repo.lock_state(conn, job_id)
     await harvest.check_not_purged(conn, job_id, "reopen it")
     if state in (JobState.COMPLETED.value, JobState.FAILED.value):
         await jobs_repo.transition(conn, job_id, JobState.ACTIVE)
@@ -167,7 +167,7 @@ async def apply_to_job(
     (`harvest.clear_purged`, in batches)."""
     async with conn.transaction():
         await stop_guard.share(conn)  # first: it may resume or reopen the job (see stop_guard)
-        state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", job_id)
+        state = await jobs_repo.lock_state(conn, job_id)
         if state is None:
             raise NotFound(f"no job {job_id}")
         current = JobState(state)

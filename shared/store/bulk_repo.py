@@ -2,10 +2,11 @@
 result. A record is written before the first task is touched and its counts are updated in
 each batch's transaction, so it always says what was committed."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from asyncpg import Record
 from pydantic import BaseModel, ConfigDict
 
 from shared.domain.actions import TaskAction
@@ -105,3 +106,48 @@ async def latest(
         limit,
     )
     return [BulkRecord.from_record(r) for r in rows]
+
+
+# The row locks a bulk action takes before it changes a batch, or a task alone, in the
+# caller's transaction: jobs first, then tasks, each in id order (the order of every writer
+# of several rows).
+
+
+async def lock_jobs(conn: Connection, job_ids: Sequence[str]) -> list[Record]:
+    """`id`, `state` and `purged` of `job_ids`, their rows locked in id order (`FOR UPDATE`)."""
+    return list(
+        await conn.fetch(
+            "SELECT id, state::text AS state, purged_at IS NOT NULL AS purged FROM jobs"
+            " WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE",
+            sorted(job_ids),
+        )
+    )
+
+
+async def lock_tasks(conn: Connection, task_ids: Sequence[str]) -> list[Record]:
+    """`id`, `state`, `test` and `superseded_by` of `task_ids`, their rows locked in id order
+    (`FOR UPDATE`)."""
+    return list(
+        await conn.fetch(
+            "SELECT id, state::text AS state, test, superseded_by FROM tasks"
+            " WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE",
+            sorted(task_ids),
+        )
+    )
+
+
+async def lock_job(conn: Connection, job_id: str) -> Record | None:
+    """`state` and `purged` of the job, its row locked (`FOR UPDATE`)."""
+    return await conn.fetchrow(
+        "SELECT state::text AS state, purged_at IS NOT NULL AS purged FROM jobs WHERE id = $1"
+        " FOR UPDATE",
+        job_id,
+    )
+
+
+async def lock_task(conn: Connection, task_id: str) -> Record | None:
+    """`state` and `superseded_by` of the task, its row locked (`FOR UPDATE`)."""
+    return await conn.fetchrow(
+        "SELECT state::text AS state, superseded_by FROM tasks WHERE id = $1 FOR UPDATE",
+        task_id,
+    )

@@ -16,6 +16,7 @@ from asyncpg import Record
 
 from shared.domain.scheduling.resources import Resources
 from shared.domain.states import TERMINAL
+from shared.store import pilots_repo
 from shared.store.attempts_repo import kill_owed_on
 from shared.store.db import Connection
 
@@ -456,6 +457,48 @@ async def is_removed(conn: Connection, host_id: str) -> bool:
         "SELECT 1 FROM hosts WHERE id = $1 AND removed_at IS NOT NULL", host_id
     )
     return found is not None
+
+
+#: Whether the queues of host `h` are deleted and it has not come back since: a host that
+#: comes back has a worker registered (at once, whatever the clocks of the two transactions),
+#: then beats newer than the deletion.
+_RETIRED: Final = """
+h.worker IS NULL AND h.queues_deleted_at IS NOT NULL
+AND h.queues_deleted_at >= greatest(h.heartbeat_at, h.supervisor_heartbeat_at)
+"""
+
+
+async def queues_retired(conn: Connection, host_id: str) -> bool:
+    """Whether `host_id`'s queues are deleted and it has not come back (no lock)."""
+    found = await conn.fetchval(f"SELECT 1 FROM hosts h WHERE h.id = $1 AND {_RETIRED}", host_id)
+    return found is not None
+
+
+async def lock_queues_due(conn: Connection, dead_after_s: float, limit: int) -> list[str]:
+    """Up to `limit` dead hosts gone for good (a pilot's whose allocation ended, or one an
+    operator removed; neither its worker nor its supervisor has beaten for `dead_after_s`)
+    whose queues are not deleted yet
+    and that no unended task claims, by id. Locks: their rows (`FOR UPDATE`, skipping those
+    held), until the caller's transaction ends, while their queues are deleted
+    (`mark_queues_deleted`): a worker registering under the same id waits."""
+    rows = await conn.fetch(
+        f"""
+SELECT h.id FROM hosts h
+WHERE h.worker IS NULL AND (h.removed_at IS NOT NULL OR {pilots_repo.allocation_ended("h.id")})
+  AND h.heartbeat_at < now() - make_interval(secs => $1)
+  AND (h.supervisor_heartbeat_at IS NULL
+       OR h.supervisor_heartbeat_at < now() - make_interval(secs => $1))
+  AND NOT ({_RETIRED})
+  AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.host = h.id AND t.claim IS NOT NULL
+                  AND t.state <> ALL($2::task_state[]))
+ORDER BY h.id LIMIT $3
+FOR UPDATE OF h SKIP LOCKED
+""",
+        dead_after_s,
+        sorted(s.value for s in TERMINAL),
+        limit,
+    )
+    return [row["id"] for row in rows]
 
 
 async def mark_queues_deleted(conn: Connection, host_id: str) -> None:

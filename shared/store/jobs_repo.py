@@ -598,3 +598,44 @@ async def set_retention(conn: Connection, job_id: str, retention_s: float | None
     """Keep the job's data `retention_s` seconds after it ends (None: forever). Locks: the
     job's row (its UPDATE)."""
     await conn.execute("UPDATE jobs SET retention_s = $2 WHERE id = $1", job_id, retention_s)
+
+
+# Row locks of a job, each taken before the write it protects, in the caller's transaction
+# (held until it ends; under the emergency stop's shared lock where work may be added).
+
+
+async def lock_state(conn: Connection, job_id: str) -> str | None:
+    """The job's state (None: no such job), its row locked (`FOR UPDATE`) for a change of the
+    job or of its set of tasks: an append of inputs, a reopen, a job action, an edit."""
+    state = await conn.fetchval("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", job_id)
+    return None if state is None else str(state)
+
+
+async def lock(conn: Connection, job_id: str) -> asyncpg.Record | None:
+    """The job's row (None: no such job), locked (`FOR UPDATE`) before an edit or an
+    activation is validated against it: two of them never act on the same old row."""
+    return await conn.fetchrow("SELECT * FROM jobs WHERE id = $1 FOR UPDATE", job_id)
+
+
+async def share_lock(conn: Connection, job_id: str) -> None:
+    """Share-lock the job's row (`FOR SHARE`): an append to the job (`lock_state`, `FOR
+    UPDATE`) either committed before or waits until the caller's transaction ends."""
+    await conn.execute("SELECT 1 FROM jobs WHERE id = $1 FOR SHARE", job_id)
+
+
+async def lock_for_purge(conn: Connection, job_id: str) -> asyncpg.Record | None:
+    """The job's `state`, `purged_at` and `purged_by` (None: no such job), its row locked
+    (`FOR UPDATE`) while a purge is decided and marked (`mark_purged`)."""
+    return await conn.fetchrow(
+        "SELECT state, purged_at, purged_by FROM jobs WHERE id = $1 FOR UPDATE", job_id
+    )
+
+
+async def purge_mark(
+    conn: Connection, job_id: str, *, share_lock: bool = False
+) -> asyncpg.Record | None:
+    """The job's `purged_at` and `purged_by` (None: no such job). With `share_lock` its row is
+    share-locked (`FOR SHARE`) until the transaction ends: no purge (`lock_for_purge`) starts
+    meanwhile."""
+    lock = " FOR SHARE" if share_lock else ""
+    return await conn.fetchrow(f"SELECT purged_at, purged_by FROM jobs WHERE id = $1{lock}", job_id)

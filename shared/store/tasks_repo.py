@@ -15,6 +15,8 @@ from datetime import datetime
 from typing import Any, Final
 from uuid import UUID
 
+import asyncpg
+
 from shared.domain.errors import StaleState
 from shared.domain.messages import JobEvent, TaskEvent, now_utc, task_event_body
 from shared.domain.prerequisites import met_arrays, unmet_sql
@@ -820,3 +822,47 @@ async def latest_of_lineage(conn: Connection, task_id: str) -> Task | None:
         task_id,
     )
     return Task.from_record(record) if record else None
+
+
+# Row locks of tasks, each taken before the write it protects, in the caller's transaction.
+
+
+async def lock(conn: Connection, task_id: str) -> Task | None:
+    """The task (None: no such task), its row locked (`FOR UPDATE`) for an action on it or its
+    resubmission."""
+    record = await conn.fetchrow("SELECT * FROM tasks WHERE id = $1 FOR UPDATE", task_id)
+    return None if record is None else Task.from_record(record)
+
+
+async def lock_on_cpu(conn: Connection) -> list[Task]:
+    """Every `on_cpu` task, their rows locked in id order (`FOR UPDATE`), for the emergency
+    stop to kill and fail them."""
+    records = await conn.fetch("SELECT * FROM tasks WHERE state = 'on_cpu' ORDER BY id FOR UPDATE")
+    return [Task.from_record(record) for record in records]
+
+
+async def lock_tests_of_job(conn: Connection, job_id: str) -> list[Task]:
+    """The job's test tasks, last first, their rows locked (`FOR UPDATE`), for its activation
+    to cancel and discard them."""
+    records = await conn.fetch(
+        "SELECT * FROM tasks WHERE job_id = $1 AND test ORDER BY index DESC FOR UPDATE", job_id
+    )
+    return [Task.from_record(record) for record in records]
+
+
+async def lock_undecided(
+    conn: Connection, task_id: str, states: Sequence[str]
+) -> asyncpg.Record | None:
+    """The failed task still undecided in one of `states`, with its job's `job_policy` and
+    `job_state`, for the triage to decide it: its row locked (`FOR UPDATE`) and its job's
+    share-locked (`FOR SHARE`), both skipped when held (None then, as for a task decided
+    meanwhile or no longer in `states`)."""
+    return await conn.fetchrow(
+        """
+SELECT t.*, j.policy AS job_policy, j.state AS job_state FROM tasks t JOIN jobs j ON j.id = t.job_id
+WHERE t.id = $1 AND NOT t.decided AND t.state = ANY($2::task_state[])
+FOR UPDATE OF t SKIP LOCKED FOR SHARE OF j SKIP LOCKED
+""",
+        task_id,
+        list(states),
+    )

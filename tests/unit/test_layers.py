@@ -75,9 +75,15 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return found
 
 
-def _writers(folder: Path, allowed: Path | None = None) -> list[str]:
+#: A row lock: what only `shared/store/` takes, with the write it protects.
+_ROW_LOCK = re.compile(r"\bFOR\s+(NO\s+KEY\s+UPDATE|UPDATE|KEY\s+SHARE|SHARE)\b")
+
+
+def _writers(
+    folder: Path, allowed: Path | None = None, statement: re.Pattern[str] = _WRITE
+) -> list[str]:
     """`<file>:<line>` for every SQL write (a string that writes, or a COPY) under `folder`,
-    but under `allowed`."""
+    but under `allowed`; with `statement`, every string that matches it instead."""
     found: list[tuple[str, int]] = []
     for path in sorted(folder.rglob("*.py")):
         if allowed is not None and path.is_relative_to(allowed):
@@ -86,9 +92,11 @@ def _writers(folder: Path, allowed: Path | None = None) -> list[str]:
         prose = _docstrings(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                writes = id(node) not in prose and _WRITE.search(node.value) is not None
+                writes = id(node) not in prose and statement.search(node.value) is not None
             else:
-                writes = isinstance(node, ast.Attribute) and node.attr in _COPY
+                writes = (
+                    statement is _WRITE and isinstance(node, ast.Attribute) and node.attr in _COPY
+                )
             if writes:
                 assert isinstance(node, ast.expr)
                 found.append((str(path.relative_to(folder)), node.lineno))
@@ -99,6 +107,26 @@ def test_every_sql_write_lives_in_the_store() -> None:
     assert _writers(ROOT / "shared", allowed=ROOT / "shared" / "store") == []
     for folder in ("services", "vigil"):
         assert _writers(ROOT / folder) == [], folder
+
+
+def test_every_row_lock_is_taken_in_the_store() -> None:
+    store = ROOT / "shared" / "store"
+    assert _writers(ROOT / "shared", allowed=store, statement=_ROW_LOCK) == []
+    for folder in ("services", "vigil"):
+        assert _writers(ROOT / folder, statement=_ROW_LOCK) == [], folder
+
+
+def test_the_row_lock_check_finds_each_kind_of_lock(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        '"""A row locked FOR UPDATE in prose is fine."""\n'
+        'a = "SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE"\n'
+        'b = f"SELECT 1 FROM tasks t FOR UPDATE OF t SKIP LOCKED"\n'
+        'c = "SELECT 1 FROM jobs FOR SHARE"\n'
+        'd = "SELECT 1 FROM jobs FOR NO KEY UPDATE"\n'
+        'e = "SELECT 1 FROM jobs -- for the update"\n'
+    )
+
+    assert _writers(tmp_path, statement=_ROW_LOCK) == ["m.py:2", "m.py:3", "m.py:4", "m.py:5"]
 
 
 def test_every_write_of_the_store_says_which_lock_it_takes() -> None:
