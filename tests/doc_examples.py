@@ -1,9 +1,11 @@
 """The runnable examples of the docs: which blocks run, what they must print, and how their
-output is compared (pure: no I/O but reading the pages). `tests/e2e/test_docs.py` runs them.
+output is compared (pure: no I/O but reading the pages). `tests/e2e/test_docs.py` runs them,
+the README's in a fresh clone after `scripts/up` (`tests/e2e/test_scripts_up.py`).
 
 A fenced block runs when the line before it is `<!-- doc-test -->`. The marked blocks of one
-page run in order, in one shell session (a variable a block sets is there for the next), in a
-scratch directory holding the files of `docs/examples/campaign/` and `.run/token`:
+page run in order, in one shell session (a variable a block sets is there for the next): the
+README's from the clone's root, the others' in a scratch directory holding the files of
+`docs/examples/campaign/`:
 
 - a `console` block is a transcript: each `$ ` line is a command (a line ending in `\\` or `|`
   goes on), the lines up to the next command are output it must print, in that order (it may

@@ -1,6 +1,7 @@
-"""The docs run as written: every block marked `<!-- doc-test -->` in README.md and the pages
-under docs/ runs against a running system, in order, and must print what the page shows and
-exit as it says (`tests/doc_examples.py` says how blocks are read and compared)."""
+"""The docs run as written: every block marked `<!-- doc-test -->` in the pages under docs/
+runs against a running system, in order, and must print what the page shows and exit as it
+says (`tests/doc_examples.py` says how blocks are read and compared). The README's run in a
+fresh clone after the real `scripts/up` (`tests/e2e/test_scripts_up.py`)."""
 
 import os
 import selectors
@@ -16,7 +17,8 @@ from tests.doc_examples import Block, Ids
 from tests.e2e.stack import Stack
 
 STEP_TIMEOUT_S = 120.0
-PAGES = [p for p in doc_examples.PAGES if doc_examples.blocks(p)]
+README = doc_examples.ROOT / "README.md"
+PAGES = [p for p in doc_examples.PAGES if p != README and doc_examples.blocks(p)]
 
 
 class Shell:
@@ -84,22 +86,17 @@ def _run_block(shell: Shell, block: Block, url: str) -> None:
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
 def test_the_pages_examples_run_as_written(stack: Stack, tmp_path: Path, page: Path) -> None:
     assert shutil.which("jq"), "jq is missing: apt-get install jq (.ci/run installs it)"
-    # given: a scratch copy of a clone after scripts/up (its venv, its token, the examples'
-    # files), and a user of the stack; the README's blocks run from the root, the other
-    # pages' from docs/examples/campaign, as they say
-    scratch = tmp_path / "scratch"
-    campaign = scratch / doc_examples.FILES.relative_to(doc_examples.ROOT)
+    # given: a scratch copy of the examples' files, where the pages' blocks run (as they
+    # say), and a user of the stack, `vigil` on their PATH
+    campaign = tmp_path / "scratch" / doc_examples.FILES.relative_to(doc_examples.ROOT)
     shutil.copytree(doc_examples.FILES, campaign)
-    (scratch / ".run").mkdir()
-    (scratch / ".run" / "token").write_text(stack.token + "\n")
-    (scratch / ".venv").symlink_to(Path(sys.executable).parent.parent)
     kept = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "XDG_"))}
     path = f"{Path(sys.executable).parent}{os.pathsep}{kept.get('PATH', '')}"
     home = tmp_path / "home"
     home.mkdir()
     env = kept | {"PATH": path, "HOME": str(home), "VIGIL_URL": stack.base_url}
     env["VIGIL_TOKEN"] = stack.token
-    shell = Shell(scratch if page.name == "README.md" else campaign, env)
+    shell = Shell(campaign, env)
     try:
         # when / then
         for block in doc_examples.blocks(page):
