@@ -93,14 +93,16 @@ WEIGHTS = [40, 20, 10, 15, 8, 7]
 CLUSTER_ENV = {
     # Jobs run confined, as they do for users: they share the effects file and the lock files
     # through the cluster's shared dir (`Cluster.shared_dir`).
+    # detection scaled down: a killed or frozen worker is judged in 3 s, not 10, so that a
+    # run of a minute sees many of them end
     "VIGIL_VITALS_S": "0.2",
     "VIGIL_KILL_GRACE_S": "1",
     "VIGIL_DEAD_WORKER_S": "3",
     "VIGIL_DEAD_HOST_S": "3",
-    "VIGIL_FENCE_TIMEOUT_S": "30",
+    "VIGIL_FENCE_TIMEOUT_S": "30",  # a frozen worker's tasks are given up in 30 s, not 60
     "VIGIL_QUARANTINE_AFTER": "0",  # the chaos is ours: do not quarantine the hosts for it
     "VIGIL_LOG_LEVEL": "INFO",
-    "VIGIL_GRACEFUL_TIMEOUT_S": "5",
+    "VIGIL_GRACEFUL_TIMEOUT_S": "5",  # a stopped service waits 5 s for its work, not 10
 }
 
 

@@ -17,12 +17,12 @@ Stack = Cluster
 #: host breaker is on, the api keeps its limits; only what tests wait for is scaled down.
 DEFAULTS_ENV: Final = {
     "VIGIL_LOG_LEVEL": "DEBUG",  # a failed test prints the services' logs: all of them
-    # detection scaled down for tests: a silent worker or host is judged in 3 s, not 30
+    # detection scaled down for tests: a silent worker or host is judged in 3 s, not 10
     "VIGIL_VITALS_S": "0.2",
     "VIGIL_KILL_GRACE_S": "1",
     "VIGIL_DEAD_WORKER_S": "3",
     "VIGIL_DEAD_HOST_S": "3",
-    "VIGIL_GRACEFUL_TIMEOUT_S": "5",  # a stack stops in seconds, not a minute
+    "VIGIL_GRACEFUL_TIMEOUT_S": "5",  # a stopped service waits 5 s for its work, not 10
 }
 
 #: Settings of every other end-to-end stack (on top of the cluster's own).
