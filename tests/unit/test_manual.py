@@ -109,3 +109,17 @@ def test_the_command_reference_gives_every_command() -> None:
     commands = typer.main.get_command(cli.app).commands  # type: ignore[attr-defined]
     assert commands
     assert [name for name in commands if f"`vigil {name}" not in page] == []
+
+
+def test_every_command_a_page_names_exists() -> None:
+    # `vigil NAME` in a page's text, or a shell line that runs it, names a real command
+    commands = set(typer.main.get_command(cli.app).commands)  # type: ignore[attr-defined]
+    named = re.compile(r"(?:`|^\s*(?:\$ )?|\$\(|[|;&] )vigil ([a-z][a-z-]*)")
+    unknown = [
+        f"{page.relative_to(ROOT)}:{number}: vigil {name}"
+        for page in settings_mentioned.pages()
+        for number, line in enumerate(page.read_text().splitlines(), 1)
+        for name in named.findall(line)
+        if name not in commands
+    ]
+    assert unknown == []
