@@ -1,14 +1,17 @@
-"""The manual stays true to the code: its HTTP reference is the api's schema as it is now, its
-states and failure classes are the code's, every `VIGIL_*` name a page mentions exists, and
-every page the code names is there. (`scripts/docs build` checks the links and the nav:
-`mkdocs build --strict`.)"""
+"""The manual stays true to the code: its HTTP reference is the api's schema as it is now; its
+states, failure classes, events and commands are the code's; every setting, command, route
+and page a page (or the code) names exists. (`scripts/docs build` checks the links and the
+nav: `mkdocs build --strict`.)"""
 
 import re
 from pathlib import Path
 
 import typer.main
+from fastapi.routing import iter_route_contexts
 
 from manual import http_reference, settings_mentioned
+from services.api.app import create_app
+from services.api.settings import ApiSettings
 from shared.domain.analyser import BLAMES_HOST, Verdict
 from shared.domain.messages import (
     HostEvent,
@@ -123,3 +126,26 @@ def test_every_command_a_page_names_exists() -> None:
         if name not in commands
     ]
     assert unknown == []
+
+
+def test_every_route_a_page_names_exists() -> None:
+    # `GET /jobs/{id}/errors` in a page is a route of the api (its parameters' names aside)
+    app = create_app(ApiSettings())
+    routes = {
+        (method, _shape(context.path or ""))
+        for context in iter_route_contexts(app.routes)
+        for method in getattr(context.original_route, "methods", None) or ()
+    }
+    named = re.compile(r"\b(GET|POST|PATCH|PUT|DELETE) (/[\w{}/.-]*)")
+    unknown = [
+        f"{page.relative_to(ROOT)}:{number}: {method} {path}"
+        for page in settings_mentioned.pages()
+        for number, line in enumerate(page.read_text().splitlines(), 1)
+        for method, path in named.findall(line)
+        if (method, _shape(path)) not in routes
+    ]
+    assert unknown == []
+
+
+def _shape(path: str) -> str:
+    return re.sub(r"\{[^}]*\}", "{}", path.rstrip("/.") or "/")
