@@ -47,11 +47,6 @@ class BreakerSettings:
         return min(self.first_cooldown_s, self.max_cooldown_s)
 
 
-def next_cooldown(current_s: float | None, settings: BreakerSettings) -> float:
-    """The cool-down after a failed probe: twice the last one, within the cap."""
-    return min((current_s or settings.first_s) * 2, settings.max_cooldown_s)
-
-
 async def trip(conn: Connection, host: str, settings: BreakerSettings) -> bool:
     """In the caller's transaction (a blamed failure was just decided): shut the host if it
     has `trip_after` blamed failures within the window. True if it was shut now."""

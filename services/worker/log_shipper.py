@@ -76,13 +76,11 @@ class LogShipper:
         #: What bash said on stderr of how the script went (its syntax, a command it could
         #: not run, a process killed): the cause a failure's brief names.
         self.shell = ShellNotes()
-        self.last_output = asyncio.get_running_loop().time()
 
     def add(self, stream: Stream, raw: str) -> None:
         """Take one line (without waiting): number it, write it to its run file, queue it
         (within the run's quota)."""
         parsed = parse_line(raw, stream)
-        self.last_output = asyncio.get_running_loop().time()
         if parsed.progress is not None:
             self._progress = parsed.progress
         keep = self._within_quota(stream, parsed.line)

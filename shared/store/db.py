@@ -247,8 +247,3 @@ def jsonb_row(data: Any, timestamps: tuple[str, ...]) -> dict[str, Any]:
         if row[name] is not None:
             row[name] = datetime.fromisoformat(row[name])
     return row
-
-
-def row_dict(record: asyncpg.Record | None) -> dict[str, Any] | None:
-    """A record as a plain dict (None stays None)."""
-    return dict(record) if record is not None else None

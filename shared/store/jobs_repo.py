@@ -432,14 +432,6 @@ async def transition(
     return Job.from_record(record)
 
 
-#: "The job is active", for a statement that finds the job by its id: compared as text, which
-#: the partial index `jobs_active` cannot answer. With `state = 'active'`, the planner may read
-#: the job through that index instead of the primary key, and from statistics taken when few
-#: jobs were active it did, scanning it whole with the id as a filter (a cost that grew with
-#: the jobs active: a submission's release, a finaliser's look at one job; migration 0031 does
-#: the same in `end_finished_jobs`).
-BY_ID_ACTIVE: Final = "j.state::text = 'active'"
-
 #: The unfinished tasks first (an index probe per job, `tasks_unfinished`), materialized so
 #: that the planner never counts a job's tasks before it knows the job has finished: counting
 #: first made every round of a big job read all its tasks (quadratic over the job's life).

@@ -11,15 +11,10 @@ transaction ends; reads take none.
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 from shared.domain.ids import new_ids
 from shared.store.db import Connection
-
-#: Pilot states: asked for, submitted and waiting in the batch system, running, being
-#: stopped (cancelled, idle, or its allocation ending), ended.
-STATES: Final = ("requested", "pending", "running", "draining", "ended")
-LIVE: Final = ("requested", "pending", "running", "draining")
 
 
 def allocation_ended(host_id: str) -> str:
