@@ -776,6 +776,8 @@ CREATE INDEX outbox_work ON public.outbox USING btree (id) WHERE (exchange = 'wo
 
 CREATE UNIQUE INDEX pilots_batch_job ON public.pilots USING btree (backend, batch_job_id) WHERE (batch_job_id IS NOT NULL);
 
+CREATE INDEX pilots_by_host ON public.pilots USING btree (host_id, created_at DESC);
+
 CREATE INDEX pilots_live ON public.pilots USING btree (pool) WHERE (state <> 'ended'::text);
 
 CREATE INDEX task_prerequisites_on ON public.task_prerequisites USING btree (on_task_id);
