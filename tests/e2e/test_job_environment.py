@@ -111,7 +111,8 @@ def test_the_job_sees_the_ids_and_numbers_the_api_gives_its_task_across_recover_
         assert seen["VIGIL_RUN_NUMBER"] == str(start["run_number"])
         assert seen["VIGIL_TRY"] == str(try_number)
         assert seen["HOME"] == seen["VIGIL_WORKDIR"] == seen["PWD"] == task["workdir"]
-        assert seen["VIGIL_STATUS_FILE"].startswith(f"{task['workdir']}/")
+        status_file = f"{task['workdir']}/.vigil/status.run{start['run_number']}.json"
+        assert seen["VIGIL_STATUS_FILE"] == status_file
         assert seen["VIGIL_RESUME"] == ""
         assert {n for n in seen if n.startswith("VIGIL_")} <= DOCUMENTED, sorted(seen)
         # nothing of the control plane: no server URL, no token, no service setting
