@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conftest import unavailable
 from tests.e2e.attempts import cluster_attempts
 from tests.e2e.conftest import Events, running_stack, wait_job
 from tests.e2e.own_records import most_cpus_at_once, recording, runs, shared_devices
@@ -101,7 +102,8 @@ async def test_requests_are_placed_where_they_fit_and_each_gpu_task_has_its_own(
         assert (await wait_job(client, events, job_id, within=60))["state"] == "completed"
     for user in users:
         await user.aclose()
-    # and, by what the runs themselves recorded: never more CPUs at once than the host has,
+    # and, by what the runs themselves recorded: never more CPUs at once than the host has
+    # (each run's quota),
     # across all three jobs; no device held by two runs at once; a GPU task sees its own
     # device, a plain one none
     found = runs(shared_dir)
@@ -112,6 +114,10 @@ async def test_requests_are_placed_where_they_fit_and_each_gpu_task_has_its_own(
     assert len([r for r in found if r.devices]) == 4
     assert {r.gpus for r in found if r.devices} <= {"0", "1"}
     assert {r.gpus for r in found if not r.devices} == {""}
+    # and each is held by the kernel to the CPUs its job asked for (the README's quota)
+    if any(r.quota is None for r in found):
+        unavailable("the runs saw no CPU quota: this host gives no cpu cgroup controller")
+    assert [r.name for r in found if r.quota != r.cpus] == [], found
 
 
 async def test_a_request_no_host_can_hold_waits_saying_so(
