@@ -56,7 +56,7 @@ type}]}` naming the field; a body larger than the limit answers 413.
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: ApiSettings = app.state.settings
     async with (
-        db.open_pool(settings.database_url) as pool,
+        db.open_pool(settings.database_url, wait=True) as pool,
         # Not checked at start: the api serves without Redis (rate limits are then not applied).
         open_redis(settings.redis_url, check=False) as redis,
         credentials.listening(settings.database_url) as known_tokens,

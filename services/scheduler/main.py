@@ -461,7 +461,7 @@ async def main(settings: SchedulerSettings) -> None:
             health.serve(settings.health_host, settings.scheduler_health_port)
         )
         health.starting("connecting to PostgreSQL")
-        pool = await stack.enter_async_context(open_pool(settings.database_url))
+        pool = await stack.enter_async_context(open_pool(settings.database_url, wait=True))
         await check_schema(pool)
         topology = Topology(settings.namespace)
         health.starting("connecting to RabbitMQ")

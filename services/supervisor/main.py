@@ -123,7 +123,7 @@ async def main(settings: SupervisorSettings) -> None:
             health.serve(settings.health_host, settings.supervisor_health_port)
         )
         health.starting("connecting to PostgreSQL")
-        pool = await stack.enter_async_context(open_pool(settings.database_url))
+        pool = await stack.enter_async_context(open_pool(settings.database_url, wait=True))
         await check_schema(pool)
         health.starting("connecting to RabbitMQ")
         broker = await stack.enter_async_context(

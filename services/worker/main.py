@@ -62,7 +62,7 @@ async def main(settings: WorkerSettings) -> None:
         )
         health.starting("connecting to PostgreSQL")
         pool = await stack.enter_async_context(
-            open_pool(settings.database_url, max_size=20, generic_plans=True)
+            open_pool(settings.database_url, max_size=20, generic_plans=True, wait=True)
         )
         await check_schema(pool)
         launched = await _with_own_uids(launched, pool, settings)

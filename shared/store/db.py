@@ -15,6 +15,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from shared.domain.errors import CONNECTION_LOST, UNAVAILABLE, SchemaOutOfDate
 from shared.runtime.health import Check
+from shared.runtime.ride_out import ride_out
 from shared.store.migrate import latest_version
 
 logger = logging.getLogger(__name__)
@@ -110,11 +111,18 @@ async def _check_usable(conn: "asyncpg.Connection[asyncpg.Record]") -> None:
 
 @asynccontextmanager
 async def open_pool(
-    dsn: str, *, min_size: int = 1, max_size: int = 10, generic_plans: bool = False
+    dsn: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    generic_plans: bool = False,
+    wait: bool = False,
 ) -> AsyncIterator[Pool]:
     """A pool whose jsonb columns read and write Python values; closed within 5 s on exit.
     `generic_plans`: every statement keeps one plan per connection (`GENERIC_PLANS`), for a
-    service whose statements are all lookups by key (the worker's)."""
+    service whose statements are all lookups by key (the worker's). `wait`: a database that
+    does not take connections yet (restarting, starting up, refusing them) is waited for as
+    `ride_out` waits, so that a service started meanwhile comes up with it instead of dying."""
     # Short statements only: JIT compiling one whose estimate crosses jit_above_cost (a
     # scheduler query over a table with many dead rows) took 0.7 s for 7 ms of work. No
     # parallel plans either: the round's aggregate of the users' tasks in flight, estimated
@@ -123,20 +131,24 @@ async def open_pool(
     settings = {"jit": "off", "max_parallel_workers_per_gather": "0"}
     if generic_plans:
         settings["plan_cache_mode"] = "force_generic_plan"
-    pool: Pool = await _Pool(
-        dsn,
-        min_size=min_size,
-        max_size=max_size,
-        max_queries=50_000,
-        max_inactive_connection_lifetime=300.0,
-        init=_init_connection,
-        reset=_check_usable,
-        loop=None,
-        connection_class=_Connection,
-        record_class=asyncpg.Record,
-        command_timeout=30,
-        server_settings=settings,
-    )
+
+    async def opened() -> Pool:
+        return await _Pool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            max_queries=50_000,
+            max_inactive_connection_lifetime=300.0,
+            init=_init_connection,
+            reset=_check_usable,
+            loop=None,
+            connection_class=_Connection,
+            record_class=asyncpg.Record,
+            command_timeout=30,
+            server_settings=settings,
+        )
+
+    pool = await (ride_out(opened, "opening the database pool") if wait else opened())
     try:
         yield pool
     finally:
