@@ -136,9 +136,10 @@ class Node:
 
 
 def _settle(node: Node, connections: int, within_s: float = 60) -> None:
-    """Until the node has `connections` connections (a killed client's are closed)."""
+    """Until the node has `connections` connections again (a killed client's closed, the
+    services' reconnected after a restart), or `within_s` passed."""
     deadline = time.monotonic() + within_s
-    while node.connections() > connections and time.monotonic() < deadline:
+    while node.connections() != connections and time.monotonic() < deadline:
         time.sleep(0.5)
 
 
@@ -280,6 +281,14 @@ def main() -> None:
         cluster.database_url = asyncio.run(create_database(admin, name))
         cluster.start_all()
         base = node.memory()
+        own, connections = len(node.queues(f"{name}.")), node.connections()
+        stop_s, start_s = node.restart_app(f"{name}.", own)
+        _settle(node, connections)
+        print(
+            f"no host: broker {base['total']:.0f} MiB, {own} queues of the installation;"
+            f" node restart: stop_app {stop_s:.1f} s, start_app until all run {start_s:.1f} s",
+            flush=True,
+        )
         for hosts_count in counts:
             _pool(node, cluster, hosts_count, base)
         if args.ended_pilots:
