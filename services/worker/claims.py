@@ -27,7 +27,7 @@ from shared.operations import loss
 from shared.operations.datasets import UPSTREAM_KEY
 from shared.store import attempts_repo, jobs_repo, outputs_repo, tasks_repo
 from shared.store.db import Connection, Pool
-from shared.store.transition_writer import Move, TransitionWriter
+from shared.store.transition_writer import TransitionWriter
 
 S = TaskState
 logger = logging.getLogger(__name__)
@@ -247,7 +247,7 @@ class Taker:
     async def _take_setup(self, task: tasks_repo.Task, claim: UUID) -> tasks_repo.Task | None:
         """new -> setting_up with the setup attempt opened, unless the job is suspended."""
         return await self.writer.advance(
-            Move(
+            tasks_repo.Advance(
                 task,
                 claim,
                 (S.NEW, S.SETTING_UP),

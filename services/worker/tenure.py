@@ -29,7 +29,6 @@ from shared.domain.status_report import StatusReport
 from shared.operations import loss
 from shared.store import attempts_repo, job_errors_repo, jobs_repo, outputs_repo, tasks_repo
 from shared.store.db import Connection
-from shared.store.transition_writer import Move
 from shared.task_types.base import OutputRecord
 
 if TYPE_CHECKING:
@@ -90,7 +89,7 @@ class Tenure:
         unless_waits: str | None = None,
         first: tasks_repo.OpenAttempt | None = None,
     ) -> tasks_repo.Task | None:
-        """A successful move in one statement (`tasks_repo.advance_statement`, committed with
+        """A successful move in one statement (`tasks_repo.Advance`, committed with
         the moves of other tasks that overlap it); the task as it is now, or None when it did
         not match (the caller then takes its general path). A folded take is made durable
         first, unless this move is the one it rides on (`first`)."""
@@ -111,7 +110,7 @@ class Tenure:
         )
         sets = (outcome.changes() if outcome else {}) | (changes or {})
         moved = await taker.writer.advance(
-            Move(
+            tasks_repo.Advance(
                 self.task,
                 self.claim,
                 path,

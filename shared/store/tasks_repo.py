@@ -307,24 +307,14 @@ async def lock_in_order(conn: Connection, task_ids: Sequence[str]) -> None:
 
 
 def moved_task(record: Any) -> Task | None:
-    """The task an `advance_statement` returned: its one row, all NULL when nothing moved."""
+    """The task an `Advance` returned: its one row, all NULL when nothing moved."""
     return Task.from_record(record) if record is not None and record["id"] is not None else None
 
 
-def advance_statement(
-    task: Task,
-    claim: UUID,
-    path: Sequence[TaskState],
-    *,
-    changes: dict[str, Any] | None = None,
-    close: CloseAttempt | None = None,
-    open_: OpenAttempt | None = None,
-    unless_suspended: bool = False,
-    unless_waits: str | None = None,
-    first: OpenAttempt | None = None,
-) -> tuple[str, list[Any]]:
-    """(query, arguments) of one of the worker's successful moves, in one statement (one
-    round trip, one commit when the caller is not in a transaction): move `task` held by
+@dataclass(frozen=True)
+class Advance:
+    """One of the worker's successful moves, each option by name, made in one statement
+    (one round trip, one commit when the caller is not in a transaction): move `task` held by
     `claim` from `path[0]` through every state of `path` to the last, with one `task.<state>`
     event per state passed, close the attempt `close` (its outcome: `path[1]`, where its
     stage led) and open `open_`, numbered `task.attempt + 1`. `first` (`done`) is an attempt
@@ -345,44 +335,86 @@ def advance_statement(
     moves of the same shape (the same query text) can be sent together, pipelined, with
     `Connection.fetchmany` (`shared/store/transition_writer.py`).
     """
-    _check_path(tuple(path))
-    changes = {"decided": True} | (changes or {})
-    unknown = set(changes) - SETTABLE
-    if unknown:
-        raise ValueError(f"cannot set {sorted(unknown)} in a transition")
-    carried = {name: getattr(task, name) for name in _EVENT_FIELDS} | {
-        k: v for k, v in changes.items() if k in _EVENT_FIELDS
-    }
-    steps = list(itertools.pairwise(path))
-    at = now_utc()
-    opens = [a for a in (first, open_) if a is not None]
-    args: list[Any] = [
-        task.id,
-        path[0].value,
-        path[-1].value,
-        claim,
-        len(opens),
-        [event_key("task", state.value, task.job_id) for _, state in steps],
-        [
-            task_event_body(task.job_id, task.id, state, previous, sent_at=at, **carried)
-            for previous, state in steps
-        ],
-    ]
-    args += [
-        value.value if isinstance(value, FailureClass) else value for value in changes.values()
-    ]
-    if unless_waits is not None:
-        args.extend(met_arrays())
-    if close is not None:  # its outcome: the state the task reached on leaving the stage
-        args += [close.attempt, close.status, close.exit_code, path[1].value]
-    for opening in opens:
-        outcome = (opening.outcome or path[-1]).value
-        args += [opening.stage, opening.host, opening.worker, opening.pid, opening.done]
-        args += [opening.status, outcome]
-    query = _advance_query(
-        tuple(changes), unless_suspended, unless_waits, close is not None, len(opens)
-    )
-    return query, args
+
+    task: Task
+    claim: UUID
+    path: Sequence[TaskState]
+    changes: dict[str, Any] | None = None
+    close: CloseAttempt | None = None
+    open_: OpenAttempt | None = None
+    unless_suspended: bool = False
+    unless_waits: str | None = None
+    first: OpenAttempt | None = None
+
+    def statement(self) -> tuple[str, list[Any]]:
+        """(query, arguments): moves of the same shape share the query text."""
+        _check_path(tuple(self.path))
+        changes = {"decided": True} | (self.changes or {})
+        unknown = set(changes) - SETTABLE
+        if unknown:
+            raise ValueError(f"cannot set {sorted(unknown)} in a transition")
+        carried = {name: getattr(self.task, name) for name in _EVENT_FIELDS} | {
+            k: v for k, v in changes.items() if k in _EVENT_FIELDS
+        }
+        steps = list(itertools.pairwise(self.path))
+        at = now_utc()
+        opens = [a for a in (self.first, self.open_) if a is not None]
+        args: list[Any] = [
+            self.task.id,
+            self.path[0].value,
+            self.path[-1].value,
+            self.claim,
+            len(opens),
+            [event_key("task", state.value, self.task.job_id) for _, state in steps],
+            [
+                task_event_body(
+                    self.task.job_id, self.task.id, state, previous, sent_at=at, **carried
+                )
+                for previous, state in steps
+            ],
+        ]
+        args += [
+            value.value if isinstance(value, FailureClass) else value for value in changes.values()
+        ]
+        if self.unless_waits is not None:
+            args.extend(met_arrays())
+        if self.close is not None:  # its outcome: the state the task reached on leaving the stage
+            args += [
+                self.close.attempt,
+                self.close.status,
+                self.close.exit_code,
+                self.path[1].value,
+            ]
+        for opening in opens:
+            outcome = (opening.outcome or self.path[-1]).value
+            args += [opening.stage, opening.host, opening.worker, opening.pid, opening.done]
+            args += [opening.status, outcome]
+        query = _advance_query(
+            tuple(changes),
+            self.unless_suspended,
+            self.unless_waits,
+            self.close is not None,
+            len(opens),
+        )
+        return query, args
+
+    async def apply(self, conn: Connection) -> Task | None:
+        """Make the move; the task as it is now, or None when its guard did not match."""
+        query, args = self.statement()
+        return moved_task(await conn.fetchrow(query, *args))
+
+    async def again(self, conn: Connection) -> Task | None:
+        """This move once more, after a lost connection left unknown whether it landed: the
+        task as it is if it did (its guard misses, and the task is where the move leads, under
+        the claim the move leaves), else as `apply`."""
+        moved = await self.apply(conn)
+        if moved is not None:
+            return moved
+        task = await get(conn, self.task.id)
+        claim = (self.changes or {}).get("claim", self.claim)
+        if task is not None and task.state is self.path[-1] and task.claim == claim:
+            return task
+        return None
 
 
 @functools.cache
@@ -400,7 +432,7 @@ def _advance_query(
     closes: bool,
     opens: int,
 ) -> str:
-    """The query text of `advance_statement`'s moves of one shape (made once per shape): its
+    """The query text of `Advance`'s moves of one shape (made once per shape): its
     arguments are the seven of every move, a value per `changed` column, the met arrays of
     `unless_waits`, four of the attempt it `closes`, then seven per attempt it `opens`."""
     sets = ["state = $3", "updated_at = now()", "attempt = t.attempt + $5"]

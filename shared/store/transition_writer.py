@@ -1,7 +1,7 @@
 """Group commit for a process's task moves: the moves callers ask for while every commit slot
 is busy go together into the next one.
 
-A worker makes four moves per task (`tasks_repo.advance_statement`), each one commit, and
+A worker makes four moves per task (`tasks_repo.Advance`), each one commit, and
 each commit one WAL flush. With several tasks in flight their moves overlap:
 `TransitionWriter.advance()` queues a move, and a flusher commits what is queued, up to
 `max_batch` moves in one transaction (each still its own claim-fenced compare-and-set with
@@ -53,11 +53,10 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
-from uuid import UUID
+from typing import Final
 
 from shared.domain.errors import UNAVAILABLE, connection_lost
-from shared.domain.states import QUIET, TaskState
+from shared.domain.states import QUIET
 from shared.runtime.ride_out import RIDE_OUT_PAUSE_S, RIDE_OUT_S
 from shared.store import tasks_repo
 from shared.store.db import Connection, Pool
@@ -76,55 +75,9 @@ NUDGE_EVERY_S: Final = 0.5
 NUDGE_DELAY_S: Final = 0.1
 
 
-@dataclass(frozen=True)
-class Move:
-    """What `tasks_repo.advance_statement` takes, to be done in some batch."""
-
-    task: tasks_repo.Task
-    claim: UUID
-    path: Sequence[TaskState]
-    changes: dict[str, Any] | None = None
-    close: tasks_repo.CloseAttempt | None = None
-    open_: tasks_repo.OpenAttempt | None = None
-    unless_suspended: bool = False
-    unless_waits: str | None = None
-    first: tasks_repo.OpenAttempt | None = None
-
-    def statement(self) -> tuple[str, list[Any]]:
-        """(query, arguments): moves of the same shape share the query text."""
-        return tasks_repo.advance_statement(
-            self.task,
-            self.claim,
-            self.path,
-            changes=self.changes,
-            close=self.close,
-            open_=self.open_,
-            unless_suspended=self.unless_suspended,
-            unless_waits=self.unless_waits,
-            first=self.first,
-        )
-
-    async def apply(self, conn: Connection) -> tasks_repo.Task | None:
-        query, args = self.statement()
-        return tasks_repo.moved_task(await conn.fetchrow(query, *args))
-
-    async def again(self, conn: Connection) -> tasks_repo.Task | None:
-        """This move once more, after a lost connection left unknown whether it landed: the
-        task as it is if it did (its guard misses, and the task is where the move leads, under
-        the claim the move leaves), else as `apply`."""
-        moved = await self.apply(conn)
-        if moved is not None:
-            return moved
-        task = await tasks_repo.get(conn, self.task.id)
-        claim = (self.changes or {}).get("claim", self.claim)
-        if task is not None and task.state is self.path[-1] and task.claim == claim:
-            return task
-        return None
-
-
 @dataclass
 class _Queued:
-    move: Move
+    move: tasks_repo.Advance
     done: "asyncio.Future[tasks_repo.Task | None]" = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -166,7 +119,7 @@ class TransitionWriter:
         """Moves asked for that no batch holds yet."""
         return len(self._queue)
 
-    async def advance(self, move: Move) -> tasks_repo.Task | None:
+    async def advance(self, move: tasks_repo.Advance) -> tasks_repo.Task | None:
         """Do `move` in the next commit; the task as it is then, or None if it did not match."""
         queued = _Queued(move)
         self._queue.append(queued)
@@ -303,7 +256,7 @@ class _Together:
     `executemany`, PostgreSQL's extended protocol up to its `Sync`), saving the `BEGIN` and
     the `COMMIT` round trips; several groups run in the caller's transaction."""
 
-    def __init__(self, moves: Sequence[Move]) -> None:
+    def __init__(self, moves: Sequence[tasks_repo.Advance]) -> None:
         self.statements = [move.statement() for move in moves]
         self.lock_first, self.groups = sending(
             [(move.task.id, query) for move, (query, _) in zip(moves, self.statements, strict=True)]

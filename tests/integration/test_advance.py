@@ -1,4 +1,4 @@
-"""The worker's one-statement moves (`tasks_repo.advance_statement`): states passed with one
+"""The worker's one-statement moves (`tasks_repo.Advance`): states passed with one
 event each, attempts closed and opened with the move, and nothing written when the guard does
 not match."""
 
@@ -13,7 +13,6 @@ from shared.domain.states import Stage, TaskState
 from shared.store import attempts_repo, db, jobs_repo, tasks_repo, users_repo
 from shared.store.jobs_repo import NewJob
 from shared.store.tasks_repo import CloseAttempt, OpenAttempt
-from shared.store.transition_writer import Move
 
 pytestmark = pytest.mark.integration
 
@@ -25,8 +24,8 @@ async def _advance(
     path: list[TaskState],
     **options: Any,
 ) -> tasks_repo.Task | None:
-    """One move alone, as the writer makes a lone one (`Move.apply`)."""
-    return await Move(task, claim, path, **options).apply(conn)
+    """One move alone, as the writer makes a lone one (`Advance.apply`)."""
+    return await tasks_repo.Advance(task, claim, path, **options).apply(conn)
 
 
 S = TaskState

@@ -18,7 +18,7 @@ from shared.domain.messages import RunStage
 from shared.domain.states import Stage, TaskState
 from shared.store import db, jobs_repo, tasks_repo, users_repo
 from shared.store.jobs_repo import NewJob
-from shared.store.transition_writer import Move, TransitionWriter
+from shared.store.transition_writer import TransitionWriter
 
 pytestmark = pytest.mark.integration
 
@@ -41,9 +41,11 @@ async def _held_tasks(pool: db.Pool, count: int) -> list[tasks_repo.Task]:
         return await tasks_repo.list_for_job(conn, job.id)
 
 
-def _finish(task: tasks_repo.Task, **changes: object) -> Move:
+def _finish(task: tasks_repo.Task, **changes: object) -> tasks_repo.Advance:
     assert task.claim is not None
-    return Move(task, task.claim, (S.ON_CPU, S.DATA_READY), changes=dict(changes) or None)
+    return tasks_repo.Advance(
+        task, task.claim, (S.ON_CPU, S.DATA_READY), changes=dict(changes) or None
+    )
 
 
 async def _states(pool: db.Pool, tasks: list[tasks_repo.Task]) -> list[TaskState]:
@@ -161,7 +163,7 @@ async def test_a_move_whose_guard_misses_gets_none_and_the_others_of_its_batch_g
 ) -> None:
     tasks = await _held_tasks(pool, 3)
     writer = TransitionWriter(pool)
-    stale = Move(tasks[1], uuid.uuid4(), (S.ON_CPU, S.DATA_READY))  # another claim's
+    stale = tasks_repo.Advance(tasks[1], uuid.uuid4(), (S.ON_CPU, S.DATA_READY))  # another claim's
 
     moved = await asyncio.gather(
         writer.advance(_finish(tasks[0])), writer.advance(stale), writer.advance(_finish(tasks[2]))
@@ -289,7 +291,9 @@ async def test_after_quiet_moves_a_writer_nudges_the_relay_at_most_once_a_period
     tasks = await _held_tasks(pool, 3)
     writer = TransitionWriter(pool, nudge_every_s=600, nudge_delay_s=0.0)
     assert tasks[2].claim is not None
-    ended = Move(tasks[2], tasks[2].claim, (S.ON_CPU, S.DATA_READY, S.POST_PROCESSING, S.COMPLETED))
+    ended = tasks_repo.Advance(
+        tasks[2], tasks[2].claim, (S.ON_CPU, S.DATA_READY, S.POST_PROCESSING, S.COMPLETED)
+    )
     async with _notifications(pool) as payloads:
         # when: two moves whose events notify nobody, then one that ends its task
         await writer.advance(_finish(tasks[0]))
