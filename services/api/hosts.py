@@ -21,7 +21,7 @@ from shared.domain.errors import UNAVAILABLE
 from shared.domain.scheduling.resources import NOTHING, Resources
 from shared.domain.states import IN_FLIGHT
 from shared.messaging.redis_keys import RedisKeys
-from shared.store import pilots_repo, pool_repo
+from shared.store import hosts_repo, pool_repo
 from shared.store.db import Connection
 
 logger = logging.getLogger(__name__)
@@ -34,8 +34,7 @@ _HOSTS_SQL: Final = (
     " pool, breaker, probing_since, draining,"
     " extract(epoch FROM now() - heartbeat_at)::float8 AS worker_age,"
     " extract(epoch FROM now() - supervisor_heartbeat_at)::float8 AS supervisor_age"
-    " FROM hosts WHERE removed_at IS NULL"
-    f" AND NOT {pilots_repo.allocation_ended('hosts.id')} ORDER BY id LIMIT $1"
+    f" FROM hosts WHERE {hosts_repo.in_fleet('hosts')} ORDER BY id LIMIT $1"
 )
 _RUNNING_SQL: Final = (
     "SELECT host, count(*) AS n FROM tasks WHERE host = ANY($1::text[])"

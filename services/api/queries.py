@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from shared.domain.scheduling.resources import Resources
 from shared.domain.states import FAILED, IN_FLIGHT
-from shared.store import emergency_repo
+from shared.store import emergency_repo, hosts_repo
 from shared.store.db import SCHEDULER_LOCK_KEY, Connection
 from shared.store.tasks_repo import Task
 
@@ -206,10 +206,11 @@ async def outbox_pending(conn: Connection) -> dict[str, int]:
 
 
 async def host_heartbeat_ages(conn: Connection, limit: int) -> dict[str, float]:
-    """Seconds since each host's last heartbeat as PostgreSQL recorded it (at most `limit`)."""
+    """Seconds since each host of the fleet (`hosts_repo.in_fleet`) last heartbeat as
+    PostgreSQL recorded it (at most `limit`)."""
     rows = await conn.fetch(
         "SELECT id, extract(epoch FROM now() - heartbeat_at)::float8 AS age FROM hosts"
-        " ORDER BY id LIMIT $1",
+        f" WHERE {hosts_repo.in_fleet('hosts')} ORDER BY id LIMIT $1",
         limit,
     )
     return {row["id"]: max(float(row["age"]), 0.0) for row in rows}
@@ -244,10 +245,10 @@ async def dead_letters(conn: Connection) -> int:
 
 
 async def host_quarantines(conn: Connection, limit: int) -> dict[str, tuple[bool, bool]]:
-    """Each host's (quarantined, probing) flags (at most `limit` hosts)."""
+    """Each host of the fleet's (quarantined, probing) flags (at most `limit` hosts)."""
     rows = await conn.fetch(
         "SELECT id, quarantined, probing_since IS NOT NULL AS probing FROM hosts"
-        " ORDER BY id LIMIT $1",
+        f" WHERE {hosts_repo.in_fleet('hosts')} ORDER BY id LIMIT $1",
         limit,
     )
     return {row["id"]: (row["quarantined"], row["probing"]) for row in rows}

@@ -19,6 +19,15 @@ from shared.domain.states import TERMINAL
 from shared.store import pilots_repo
 from shared.store.attempts_repo import kill_owed_on
 from shared.store.db import Connection
+from shared.store.pilots_repo import allocation_ended
+
+
+def in_fleet(hosts: str) -> str:
+    """SQL: whether the `hosts` row `hosts` (a table name or alias) is in the fleet that
+    `GET /hosts` and the metrics show: not removed by an operator, nor a pilot's whose
+    allocation ended."""
+    return f"({hosts}.removed_at IS NULL AND NOT {allocation_ended(hosts + '.id')})"
+
 
 # -- registration and heartbeats ------------------------------------------------------------
 

@@ -204,10 +204,12 @@ async def test_an_ended_pilots_host_leaves_the_hosts_but_stays_in_the_pilots_lis
     # when
     hosts = (await api.client.get("/hosts", headers=api.user.headers)).json()
     pilots = (await api.client.get("/pilots", headers=api.user.headers)).json()
+    metrics = (await api.client.get("/metrics", headers=api.user.headers)).text
 
     # then the ended one is only in the pilots list, with why it ended
     ids = {h["id"] for h in hosts}
     assert running in ids and ended not in ids
+    assert running in metrics and ended not in metrics
     [gone] = [p for p in pilots if p["host_id"] == ended]
     assert (gone["state"], gone["reason"]) == ("ended", "cancelled")
 
@@ -233,6 +235,8 @@ async def test_a_dead_host_holding_a_task_is_removed_its_task_lost_and_it_comes_
         "UPDATE tasks SET claim = gen_random_uuid(), worker = 'w-dead' WHERE host = $1", host_id
     )
 
+    metrics_before = (await api.client.get("/metrics", headers=api.user.headers)).text
+
     # when an operator removes it (no --force needed: it is not alive)
     response = await api.client.delete(f"/hosts/{host_id}", headers=api.operator.headers)
 
@@ -251,6 +255,8 @@ async def test_a_dead_host_holding_a_task_is_removed_its_task_lost_and_it_comes_
     assert task["error_brief"] == f"host {host_id} removed by {api.operator.user.name}"
     listed = await api.client.get("/hosts", headers=api.user.headers)
     assert host_id not in {h["id"] for h in listed.json()}
+    metrics = (await api.client.get("/metrics", headers=api.user.headers)).text
+    assert (host_id in metrics_before, host_id in metrics) == (True, False)
     keys = await api.pool.fetch("SELECT routing_key FROM outbox WHERE exchange = 'events'")
     assert f"host.removed.{host_id}" in {k["routing_key"] for k in keys}
     again = await api.client.delete(f"/hosts/{host_id}", headers=api.operator.headers)
