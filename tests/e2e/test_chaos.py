@@ -63,7 +63,6 @@ async def test_under_chaos__no_job_is_lost_and_no_task_runs_twice_at_once(
     print(report.render())  # noqa: T201
     assert report.problems == []
     assert report.jobs == 30
-    assert sum(report.chaos.values()) > 5
-    assert {server: report.chaos[f"{server} restarts"] for server in servers} == dict.fromkeys(
-        servers, 1
-    )
+    restarts = {server: report.chaos.pop(f"{server} restarts", 0) for server in servers}
+    assert restarts == dict.fromkeys(servers, 1)
+    assert sum(report.chaos.values()) >= 2, report.chaos  # kills and freezes besides
