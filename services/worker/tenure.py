@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 from uuid import UUID
 
 from shared.domain.errors import UNAVAILABLE, StaleState
@@ -28,11 +28,9 @@ from shared.domain.states import QUIET, Stage, TaskState, failure_state_for
 from shared.domain.status_report import StatusReport
 from shared.operations import loss
 from shared.store import attempts_repo, job_errors_repo, jobs_repo, outputs_repo, tasks_repo
-from shared.store.db import Connection
+from shared.store.db import Connection, Pool
+from shared.store.transition_writer import TransitionWriter
 from shared.task_types.base import OutputRecord
-
-if TYPE_CHECKING:
-    from services.worker.claims import Taker
 
 S = TaskState
 logger = logging.getLogger(__name__)
@@ -41,12 +39,35 @@ _FAIL_TRIES: Final = 30
 _FAIL_PAUSE_S: Final = 1.0
 
 
+class TakingWorker(Protocol):
+    """What a held task needs of the worker that took it (`claims.Taker` is the one): its
+    pool, its move writer, its ids, and the take's own moves."""
+
+    @property
+    def pool(self) -> Pool: ...
+
+    @property
+    def writer(self) -> TransitionWriter: ...
+
+    @property
+    def instance(self) -> str: ...
+
+    @property
+    def host_id(self) -> str: ...
+
+    async def take_now(self, held: Tenure) -> None: ...
+
+    def take_changes(self, task: tasks_repo.Task) -> dict[str, Any]: ...
+
+    async def lose(self, task_id: str, claim: UUID, why: str) -> bool: ...
+
+
 @dataclass
 class Tenure:
     """A task this worker holds: the row as it was taken, its job, and the claim."""
 
     #: Who took it (this worker instance on this host): its pool, writer and ids.
-    taker: Taker
+    taker: TakingWorker
     task: tasks_repo.Task
     job: jobs_repo.Job
     claim: UUID
