@@ -38,10 +38,11 @@ def vigil(
     )
 
 
-async def _delete_namespace(namespace: str) -> None:
-    """The session's queues and exchanges, and its Redis keys: a stack stopped right after a
-    job ended leaves the finaliser no time for its second purge (late writers), and a job
-    still running when its test ended is never purged."""
+async def delete_namespace(namespace: str) -> None:
+    """A namespace's queues and exchanges (those of `HOST_ID`'s host; the session's sweep
+    finds the rest), and its Redis keys: a stack stopped right after a job ended leaves the
+    finaliser no time for its second purge (late writers), and a job still running when its
+    test ended is never purged."""
     connection = await aio_pika.connect(AMQP_URL, timeout=10)
     try:
         await delete_all(await connection.channel(), Topology(namespace), [HOST_ID])
@@ -65,7 +66,7 @@ def e2e_namespace() -> Iterator[str]:
     """
     namespace = new_namespace("e2e-", 10)
     yield namespace
-    asyncio.run(_delete_namespace(namespace))
+    asyncio.run(delete_namespace(namespace))
 
 
 @contextmanager

@@ -28,7 +28,7 @@ import pytest
 from bench.cluster import free_port
 from tests import doc_examples
 from tests.conftest import AMQP_URL, REDIS_URL, fresh_database, new_namespace
-from tests.e2e.conftest import _delete_namespace
+from tests.e2e.conftest import delete_namespace
 from tests.e2e.test_docs import Shell, _run_block
 
 pytestmark = pytest.mark.e2e
@@ -171,4 +171,4 @@ def test_a_fresh_clone_comes_up_runs_the_readme_and_goes_down(clone: Path, tmp_p
             for left in services:  # what a failed scripts/down left: not for the next tests
                 with contextlib.suppress(psutil.NoSuchProcess):
                     left.kill()
-            asyncio.run(_delete_namespace(namespace))
+            asyncio.run(delete_namespace(namespace))
