@@ -43,6 +43,9 @@ READ_ELSEWHERE: Final[Mapping[str, str]] = {
     "VIGIL_RABBITMQ_UI_PORT": "docker-compose.yml: where RabbitMQ's management UI is published",
     "VIGIL_SLURM_DIR": "scripts/slurm: the one-node Slurm's files",
     "VIGIL_SLURM_UP_WAIT": "scripts/slurm: seconds to wait for it to answer",
+    "VIGIL_S3_DIR": "scripts/s3: the local S3 server's files",
+    "VIGIL_S3_PREFIX": "scripts/s3 env: the key prefix of the VIGIL_STORE_URL it prints",
+    "VIGIL_S3_UP_WAIT": "scripts/s3: seconds to wait for the S3 server to answer",
     "VIGIL_KEEPER_MIN_UP_S": "scripts/keeper: a service up this long is started again",
     # tests and benches
     "VIGIL_ADMIN_DATABASE_URL": "bench/: the server the benches make their databases on",
