@@ -157,6 +157,8 @@ class Cluster:
             "VIGIL_UID_RANGES_DIR": str(self.work_root.parent / "uid-ranges"),
             **slots,
             "VIGIL_JOB_SCRATCH_PATHS": str(self.shared_root),
+            # the outputs: in a directory store of the cluster's own
+            "VIGIL_STORE_URL": (self.work_root.parent / "store").as_uri(),
             **self.extra_env,
         }
         if host is not None:

@@ -52,6 +52,8 @@ class Call:
             "json": self.json,
             "headers": {**auth, **self.headers},
         }
+        if self.binary:  # a file may be answered by a link to it (an S3 store's)
+            args["follow_redirects"] = True
         return args if self.timeout is None else args | {"timeout": self.timeout}
 
 

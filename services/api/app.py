@@ -35,6 +35,7 @@ from shared.domain.errors import SchemaOutOfDate
 from shared.messaging.redis_client import open_redis
 from shared.messaging.redis_keys import RedisKeys
 from shared.messaging.topology import Topology
+from shared.objects import open_store
 from shared.store import db, users_repo
 from shared.task_types.registry import load_task_types
 
@@ -72,6 +73,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                     conn, BOOTSTRAP_OPERATOR, "operator", settings.bootstrap_token
                 )
         app.state.pool = pool
+        app.state.object_store = open_store(settings.store_url, settings.s3_endpoint_url)
         app.state.credentials = known_tokens
         app.state.redis = redis
         app.state.limiter = SubmitLimiter(
@@ -85,6 +87,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             yield
         finally:
             await app.state.events.close()  # ends every live event stream
+            await app.state.object_store.close()
         logger.info("api stopping: closing the database pool", extra={"action": "stop"})
 
 

@@ -19,6 +19,7 @@ from services.api.metrics import Metrics
 from services.api.rate_limit import SubmitLimiter, TaskQuota
 from services.api.settings import ApiSettings
 from shared.domain.ids import is_safe_id
+from shared.objects import ObjectStore
 from shared.store.db import Pool
 from shared.store.users_repo import User
 from shared.task_types.base import TaskType
@@ -57,6 +58,14 @@ async def _credentials(request: Request) -> Credentials:
 
 
 PoolDep = Annotated[Pool, Depends(_pool)]
+
+
+async def _object_store(request: Request) -> ObjectStore:
+    return cast(ObjectStore, request.app.state.object_store)
+
+
+#: Where outputs are kept (`VIGIL_STORE_URL`).
+ObjectStoreDep = Annotated[ObjectStore, Depends(_object_store)]
 #: Whom tokens belong to, remembered while their changes are listened for.
 CredentialsDep = Annotated[Credentials, Depends(_credentials)]
 EventHubDep = Annotated[EventHub, Depends(_event_hub)]

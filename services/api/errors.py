@@ -25,6 +25,7 @@ from shared.domain.errors import (
     Refusal,
     StaleState,
 )
+from shared.objects import ObjectStoreError
 
 logger = logging.getLogger(__name__)
 
@@ -137,11 +138,22 @@ async def _connection_lost(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _store_failed(request: Request, exc: Exception) -> JSONResponse:
+    # The object store (where outputs are kept) failed to answer: unreachable or refusing.
+    logger.warning("object store failed on %s %s: %s", request.method, request.url.path, exc)
+    return JSONResponse(
+        {"detail": f"{exc}; try again"},
+        status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+        headers={"Retry-After": "5"},
+    )
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers: bad input → 422, NotFound → 404, Conflict and lost races (our
     compare-and-sets, and PostgreSQL's deadlock and serialization aborts) → 409, a database
-    connection dropped mid-request → 503 with Retry-After, more tasks than the user's quota →
-    429 with Retry-After (413 for more than it ever allows at once)."""
+    connection dropped mid-request or an object store that fails → 503 with Retry-After, more
+    tasks than the user's quota → 429 with Retry-After (413 for more than it ever allows at
+    once)."""
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(NotFound, _not_found)
@@ -152,3 +164,4 @@ def install(app: FastAPI) -> None:
         app.add_exception_handler(raced, _raced)
     for lost in CONNECTION_LOST:
         app.add_exception_handler(lost, _connection_lost)
+    app.add_exception_handler(ObjectStoreError, _store_failed)

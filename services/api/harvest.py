@@ -1,5 +1,5 @@
 """Views and checks of harvest and cleanup: listed outputs, their page cursor, the
-download's answer, and the retention a submission may ask for.
+download's answer (a refusal, a byte range), and the retention a submission may ask for.
 """
 
 import re
@@ -21,6 +21,7 @@ MAX_OUTPUT_CURSOR_CHARS: Final = 2000
 _INT4: Final = 2**31
 _NAME: TypeAdapter[str] = TypeAdapter(OutputName)
 _UNSAFE_IN_FILENAME: Final = re.compile(r"[^A-Za-z0-9._-]")
+_OPEN_RANGE: Final = re.compile(r"bytes=(\d{1,19})-")
 
 
 def check_name(name: str, loc: tuple[str, ...] = ("path", "name")) -> str:
@@ -52,20 +53,44 @@ def decode_after(text: str) -> tuple[int, str]:
 
 
 def refusal(output: StoredOutput, job: Job, content: bytes | None) -> Refusal | None:
-    """Why `output` cannot be downloaded (a 409), or None when `content` can be sent."""
+    """Why `output` cannot be downloaded (a 409), or None: it is in the object store (or, for
+    an output recorded before outputs went there, its bytes were kept: `content`)."""
     if job.purged_at is not None:
         gone = purged_message(job.id, job.purged_at, job.purged_by)
         return Refusal(
-            f"{gone}: the kept bytes of output {output.name} were deleted",
-            "they are gone for good; run the task's input again in a new job",
+            f"{gone}: output {output.name} was deleted",
+            "it is gone for good; run the task's input again in a new job",
         )
-    if content is not None:
+    if output.object_key is not None or content is not None:
         return None
-    why = output.not_kept or "recorded before outputs were kept for download"
     return Refusal(
-        f"output {output.name} is {output.size} bytes, {why}",
-        f"it is at {output.path} on host {output.host or 'unknown'}: copy it from there",
+        f"output {output.name} ({output.size} bytes) was recorded before outputs were kept in"
+        " the object store, and its bytes were not kept",
+        "run the task's input again in a new job to have it stored",
     )
+
+
+def missing(output: StoredOutput) -> Refusal:
+    """The refusal of an output whose object is no longer in the store."""
+    return Refusal(
+        f"output {output.name} is recorded under {output.object_key}, which the object store no"
+        " longer holds (removed outside Vigil)",
+        "run the task's input again in a new job",
+    )
+
+
+def byte_range(header: str | None, size: int) -> int | None:
+    """The offset an open-ended `Range: bytes=N-` asks for (None: no such header, or another
+    form, which is answered with the whole file); `ValueError` for an offset past the end."""
+    if header is None:
+        return None
+    match = _OPEN_RANGE.fullmatch(header.strip())
+    if match is None:
+        return None
+    offset = int(match.group(1))
+    if offset >= size and size > 0:
+        raise ValueError(f"the output has {size} bytes: nothing from byte {offset}")
+    return offset
 
 
 def attachment(name: str) -> str:
@@ -87,9 +112,16 @@ def check_retention(retention_s: float | None, minimum_s: float) -> None:
 #: The OpenAPI description of a download's answers.
 DOWNLOAD_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
     200: {
-        "description": "The file's bytes, as recorded (sha256 in `ETag`).",
+        "description": "The file's bytes, as recorded (sha256 in `ETag`), from a directory store.",
         "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
     },
+    206: {"description": "The bytes from the offset of `Range: bytes=N-` on (a resumed download)."},
+    307: {
+        "description": "An S3 store: `Location` is a link to the object that works for"
+        " `VIGIL_DOWNLOAD_LINK_S` seconds, for any client, without a token (Range works there)."
+    },
     404: {"description": "No such task or output, or the task is another user's."},
-    409: {"description": "The bytes are not kept (too large) or the job was purged: says where."},
+    409: {"description": "The job was purged, or the output is not in the store: says why."},
+    416: {"description": "`Range` starts past the end of the file."},
+    503: {"description": "The object store failed to answer: try again."},
 }

@@ -48,6 +48,9 @@ class ApiSettings(CommonSettings):
     task_burst: int = Field(default=100_000, ge=1, le=10_000_000)
     #: Shortest `retention_s` a job may be submitted with (`VIGIL_MIN_RETENTION_S`).
     min_retention_s: float = Field(default=60.0, ge=1)
+    #: How long a download link of an output in an S3 store is good for
+    #: (`VIGIL_DOWNLOAD_LINK_S`): `GET /tasks/{id}/outputs/{name}` redirects to one.
+    download_link_s: int = Field(default=300, ge=10, le=7 * 86400)
     #: Most tasks one bulk action (`POST /bulk/actions`) may touch; more is 422.
     bulk_max_tasks: int = Field(default=10_000, ge=1, le=1_000_000)
     #: A bulk action on more tasks than this needs `"confirm": true` (409 otherwise).

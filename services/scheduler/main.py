@@ -54,6 +54,7 @@ from shared.messaging.beat_board import BeatBoard
 from shared.messaging.redis_client import open_redis
 from shared.messaging.redis_keys import RedisKeys
 from shared.messaging.topology import Topology, declare_work_queue, pool_key
+from shared.objects import open_store
 from shared.runtime.health import Health
 from shared.runtime.lifecycle import stop_on_signals, wait_or_stop, wait_or_woken
 from shared.store import activity, outbox, plan_repo
@@ -126,7 +127,9 @@ class Scheduler:
         #: The relay's gather under load, cut short by what the round writes that someone
         #: waits on (work messages, jobs' ends).
         self.gather = Gather(settings.relay_gather_s)
-        self.retention = Retention(pool, _RETENTION_BATCH)
+        self.retention = Retention(
+            pool, _RETENTION_BATCH, open_store(settings.store_url, settings.s3_endpoint_url)
+        )
         self.waiters = Waiters(pool, settings.scheduler_batch)
         triage_settings = settings.triage()
         self.breaker_settings = triage_settings.breaker

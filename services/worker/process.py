@@ -25,8 +25,9 @@ from shared.host import cgroups
 from shared.host.processes import create_time, signal_tree
 
 _CHUNK: Final = 65536
-#: Variables of the worker that a command must not see (credentials, service wiring).
-_HIDDEN_PREFIX: Final = "VIGIL_"
+#: Variables of the worker that a command must not see: service wiring and credentials,
+#: Vigil's and the object store's (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, ...).
+_HIDDEN_PREFIXES: Final = ("VIGIL_", "AWS_")
 
 LineSink = Callable[[Literal["stdout", "stderr"], str], None]
 ExitNote = Callable[[int], Awaitable[None]]
@@ -296,7 +297,7 @@ def _popen(
 @functools.cache
 def _inherited() -> dict[str, str]:
     """This process's environment without what a command must not see (read once)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(_HIDDEN_PREFIX)}
+    return {k: v for k, v in os.environ.items() if not k.startswith(_HIDDEN_PREFIXES)}
 
 
 async def _pump(

@@ -53,11 +53,17 @@ class WorkerSettings(HostSettings, PrefetchSettings):
     job_pids: int = Field(default=4096, ge=0, le=4_194_304)
     #: Log lines are persisted and published in batches this often (seconds).
     log_flush_s: float = Field(default=0.1, gt=0, le=5)
-    #: Output files up to this size are kept in PostgreSQL for download from the api
-    #: (`VIGIL_OUTPUT_KEEP_BYTES`), as long as a task's kept outputs stay within
-    #: `VIGIL_OUTPUT_KEEP_TOTAL_BYTES`; larger ones stay only in the work dir.
+    #: Output files up to this size are also kept in PostgreSQL, for chained tasks on other
+    #: hosts (`VIGIL_OUTPUT_KEEP_BYTES`), as long as a task's kept outputs stay within
+    #: `VIGIL_OUTPUT_KEEP_TOTAL_BYTES`; every output, whatever its size, goes to the object
+    #: store, where downloads come from.
     output_keep_bytes: int = Field(default=1024 * 1024, ge=0, le=64 * 1024 * 1024)
     output_keep_total_bytes: int = Field(default=16 * 1024 * 1024, ge=0, le=1024 * 1024 * 1024)
+    #: How long the worker keeps trying to put a task's outputs in an object store that fails
+    #: (unreachable, refusing) before it fails the task, class `platform`
+    #: (`VIGIL_STORE_PATIENCE_S`; `services/worker/stage_out.py`). Meanwhile the task stays in
+    #: post-processing, held by this worker.
+    store_patience_s: float = Field(default=600.0, gt=0, le=7 * 24 * 3600)
     #: A task's run keeps (stores, publishes, writes to its run files) this many bytes of
     #: output lines at most (`VIGIL_LOG_QUOTA_BYTES`); past it one marker line says so, and
     #: the lines after are only read for their severity and progress.

@@ -26,6 +26,7 @@ from services.worker.launch import Launcher, LocalUnconfined
 from services.worker.ledger import Ledger
 from services.worker.runs import Ran, Runs, read_status
 from services.worker.settings import WorkerSettings
+from services.worker.stage_out import StageOut
 from services.worker.tenure import Tenure
 from shared.domain.bundle import BundleFile
 from shared.domain.errors import StaleState
@@ -47,6 +48,7 @@ from shared.host.capacity import HostCapacity
 from shared.messaging import relay_nudges
 from shared.messaging.amqp import Broker
 from shared.messaging.redis_keys import RedisKeys
+from shared.objects import ObjectStore, open_store
 from shared.store import bundle_repo, jobs_repo, tasks_repo
 from shared.store.db import Pool
 from shared.store.transition_writer import NUDGE_EVERY_S, TransitionWriter
@@ -132,6 +134,8 @@ class StageRunner:
     capacity: HostCapacity | None = None
     #: Set when the worker is told to stop (`main`): see `_judged`.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Where the tasks' outputs are put (None: the store of `VIGIL_STORE_URL`).
+    store: ObjectStore | None = None
 
     def __post_init__(self) -> None:
         #: The worker's moves of all its tasks, committed together when they overlap.
@@ -153,6 +157,11 @@ class StageRunner:
         #: setup, the work dir and cgroup made ready, the output drained, post-processing) holds
         #: nothing.
         self.ledger = Ledger(self.capacity or self.settings.capacity())
+        #: Where the outputs go before their task may complete (`stage_out.py`).
+        self.stage_out = StageOut(
+            self.store or open_store(self.settings.store_url, self.settings.s3_endpoint_url),
+            self.settings.store_patience_s,
+        )
         #: The commands' runs, from their request taken to their exit.
         self.runs = Runs(
             self.settings, self.pool, self.broker, self.redis, self.keys, self.ledger, self.launcher
@@ -421,8 +430,13 @@ class StageRunner:
         if failure is not None and failure.detail is None:  # returned False: an app failure
             failure = results_refused(ctx.why_failed, ctx.status)
             logger.info("task %s failed its results: %s", held.task.id, failure.brief)
-        outcome = failure or Outcome(S.COMPLETED)
         outputs = list(ctx.recorded.values()) if failure is None else []
+        if outputs:  # into the object store first: completed only with every one there
+            stored = await self.stage_out.put_outputs(
+                held.task.job_id, held.task.id, attempt, ctx.workdir, outputs
+            )
+            failure, outputs = (stored, []) if isinstance(stored, Outcome) else (None, stored)
+        outcome = failure or Outcome(S.COMPLETED)
         if failure is None and not outputs:
             moved = await held.advance(
                 (S.POST_PROCESSING, S.COMPLETED),

@@ -15,6 +15,8 @@ class OutputRecord:
     content: bytes | None = None
     #: Why the bytes were not kept (e.g. "over the 1 MiB download limit").
     not_kept: str | None = None
+    #: Its key in the object store, once stage-out put it there (`services/worker/stage_out.py`).
+    object_key: str | None = None
 
 
 @dataclass(frozen=True)

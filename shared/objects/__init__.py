@@ -77,7 +77,7 @@ def check_store_url(url: str) -> str:
     return url
 
 
-def open_store(url: str, *, endpoint_url: str = "") -> ObjectStore:
+def open_store(url: str, endpoint_url: str = "") -> ObjectStore:
     """The store a URL names (see `check_store_url`); `endpoint_url` is for an S3 store
     other than AWS. Opening connects to nothing: the first operation does."""
     parts = urlsplit(check_store_url(url))

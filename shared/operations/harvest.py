@@ -3,7 +3,8 @@ finding the jobs whose retention ran out.
 
 Work dirs live on the host that ran the task, so they are removed by that host's worker: a
 `RemoveWorkdirs` per (host, job) goes to the host queue through the outbox, in the caller's
-transaction, and the worker deletes only what lies inside its own work root.
+transaction, and the worker deletes only what lies inside its own work root. Outputs are in
+the object store, under the job's prefix, which a purge deletes.
 """
 
 from collections import defaultdict
@@ -16,6 +17,7 @@ from shared.domain.messages import JobEvent, JobOutcome, RemoveWorkdirs
 from shared.domain.purge_rules import PURGEABLE
 from shared.domain.states import IN_FLIGHT, JobState
 from shared.messaging.topology import host_key
+from shared.objects import ObjectStore, keys
 from shared.store import bundle_repo, jobs_repo, logs_repo, outbox, outputs_repo
 from shared.store.db import Connection
 from shared.store.tasks_repo import Task
@@ -65,6 +67,8 @@ class Purged:
     logs: int
     contents: int
     removals: int
+    #: Objects deleted from the object store (its outputs).
+    objects: int = 0
 
 
 #: Log lines one purge statement deletes, and tasks whose outputs and work dirs one short
@@ -73,11 +77,13 @@ PURGE_LOG_BATCH = 5000
 PURGE_TASK_BATCH = 500
 
 
-async def purge_job(conn: Connection, job_id: str, actor: str, reason: str) -> Purged:
+async def purge_job(
+    conn: Connection, job_id: str, actor: str, reason: str, store: ObjectStore | None = None
+) -> Purged:
     """Purge an ended job: mark it purged (`mark_purged`, one short transaction), then clear
     its data in batches (`clear_purged`). Call it outside a transaction."""
     await mark_purged(conn, job_id, actor, reason)
-    return await clear_purged(conn, job_id)
+    return await clear_purged(conn, job_id, store)
 
 
 async def mark_purged(conn: Connection, job_id: str, actor: str, reason: str) -> None:
@@ -100,13 +106,15 @@ async def mark_purged(conn: Connection, job_id: str, actor: str, reason: str) ->
         await outbox.add_job_event(conn, event)
 
 
-async def clear_purged(conn: Connection, job_id: str) -> Purged:
+async def clear_purged(conn: Connection, job_id: str, store: ObjectStore | None = None) -> Purged:
     """Clear the data of a job marked purged, in batches, each statement (or short
     transaction) on its own so that no lock is held long: delete its log lines and the bytes
     of its files, drop the kept bytes of its outputs (their records stay), queue the removal
-    of its work dirs on their hosts; then record that the purge is done (`purge_done_at`).
-    Idempotent: a clearing cut short is done again from the start by the next call. Call it
-    outside a transaction."""
+    of its work dirs on their hosts, delete its outputs from `store` (every object under the
+    job's prefix, a failed attempt's too); then record that the purge is done
+    (`purge_done_at`). Idempotent: a clearing cut short (a store that failed:
+    `ObjectStoreError`) is done again from the start by the next call. Call it outside a
+    transaction."""
     logs = 0
     after = 0
     while True:
@@ -136,8 +144,16 @@ async def clear_purged(conn: Connection, job_id: str) -> Purged:
             contents += _count(await outputs_repo.drop_contents(conn, [t.id for t in tasks]))
             removals += await remove_workdirs(conn, tasks, reason=f"job {job_id} purged")
         index, task_id = tasks[-1].index, tasks[-1].id
+    objects = await _delete_objects(store, job_id) if store is not None else 0
     await jobs_repo.mark_purge_done(conn, job_id)
-    return Purged(job_id, logs, contents, removals)
+    return Purged(job_id, logs, contents, removals, objects)
+
+
+async def _delete_objects(store: ObjectStore, job_id: str) -> int:
+    """Delete every object of the job from the store; how many there were."""
+    found = [info.key for info in await store.list_prefix(keys.job_outputs(job_id))]
+    await store.delete(found)
+    return len(found)
 
 
 async def unfinished_purges(conn: Connection, older_than_s: float, limit: int) -> list[str]:

@@ -1,5 +1,7 @@
 """Task outputs: the recorded result files that chained jobs consume (design §6), listed and
-downloaded through the api (their bytes are kept when small: `TaskContext.record_output`)."""
+downloaded through the api: each is in the object store under its `object_key` (put there by
+the worker before its task completed); a small one's bytes are also kept here, for chained
+tasks on other hosts (`TaskContext.record_output`)."""
 
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,12 +19,24 @@ async def save(
     upsert locks a row it meets), plus a key-share lock on the task's row (foreign key)."""
     await conn.executemany(
         "INSERT INTO task_outputs (task_id, run_number, name, path, host, size, sha256, content,"
-        " not_kept) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        " not_kept, object_key) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
         " ON CONFLICT (task_id, run_number, name)"
         " DO UPDATE SET path = EXCLUDED.path, host = EXCLUDED.host, size = EXCLUDED.size,"
-        " sha256 = EXCLUDED.sha256, content = EXCLUDED.content, not_kept = EXCLUDED.not_kept",
+        " sha256 = EXCLUDED.sha256, content = EXCLUDED.content, not_kept = EXCLUDED.not_kept,"
+        " object_key = EXCLUDED.object_key",
         [
-            (task_id, run_number, r.name, r.path, host, r.size, r.sha256, r.content, r.not_kept)
+            (
+                task_id,
+                run_number,
+                r.name,
+                r.path,
+                host,
+                r.size,
+                r.sha256,
+                r.content,
+                r.not_kept,
+                r.object_key,
+            )
             for r in records
         ],
     )
@@ -68,11 +82,13 @@ class StoredOutput:
     kept: bool
     not_kept: str | None
     created_at: datetime
+    #: Its key in the object store (None: recorded before outputs were put there).
+    object_key: str | None = None
 
 
 _COLUMNS = (
     "t.id AS task_id, t.index, o.run_number, o.name, o.path, o.host, o.size, o.sha256,"
-    " o.content IS NOT NULL AS kept, o.not_kept, o.created_at"
+    " o.content IS NOT NULL AS kept, o.not_kept, o.created_at, o.object_key"
 )
 #: Only the outputs of each task's latest run that recorded any.
 _LATEST_RUN = "o.run_number = (SELECT max(m.run_number) FROM task_outputs m WHERE m.task_id = t.id)"

@@ -534,7 +534,8 @@ CREATE TABLE public.task_outputs (
     sha256 text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     content bytea,
-    not_kept text
+    not_kept text,
+    object_key text
 );
 
 CREATE TABLE public.task_prerequisites (

@@ -1,5 +1,6 @@
-"""Harvest and cleanup on the real services: outputs listed and downloaded after a job ran,
-a purge removing the work dirs from disk and the logs, and retention purging a job on its own.
+"""Harvest and cleanup on the real services: outputs listed and downloaded after a job ran
+(from the object store, whatever their size), a purge removing the work dirs from disk, the
+logs and the stored outputs, and retention purging a job on its own.
 """
 
 import asyncio
@@ -16,7 +17,7 @@ from vigil import Client
 
 pytestmark = pytest.mark.e2e
 
-#: Writes a small output and one over the 1 MiB limit kept for download.
+#: Writes a small output and one over the 1 MiB that PostgreSQL keeps for chained tasks.
 COMMAND = 'printf "result of %s\\n" "$VIGIL_INPUT" > out.txt && head -c 1048577 /dev/zero > big.bin'
 
 
@@ -37,7 +38,7 @@ async def _wait_gone(path: Path, within: float = 20.0) -> None:
             await asyncio.sleep(0.05)
 
 
-async def test_when_a_job_wrote_outputs__they_are_listed_and_the_small_one_downloads(
+async def test_when_a_job_wrote_outputs__they_are_listed_and_each_downloads_whole(
     client: httpx.AsyncClient, events: Events, stack: Stack
 ) -> None:
     job_id = await _completed(client, events, inputs=["a"])
@@ -47,19 +48,15 @@ async def test_when_a_job_wrote_outputs__they_are_listed_and_the_small_one_downl
     big = await client.get(f"/tasks/{listed[0]['task_id']}/outputs/big.bin")
 
     assert [(o["name"], o["size"], o["downloadable"]) for o in listed] == [
-        ("big.bin", 1048577, False),
+        ("big.bin", 1048577, True),
         ("out.txt", 12, True),
     ]
     assert small.status_code == 200
     assert small.content == b"result of a\n"
     assert hashlib.sha256(small.content).hexdigest() == listed[1]["sha256"]
-    workdir = stack.work_root / job_id / listed[0]["task_id"]
-    assert listed[0]["path"] == str(workdir / "big.bin")
-    assert big.status_code == 409
-    assert big.json()["detail"] == (
-        f"output big.bin is 1048577 bytes, over the 1 MiB download limit; it is at"
-        f" {workdir / 'big.bin'} on host {listed[0]['host']}: copy it from there"
-    )
+    assert big.status_code == 200
+    assert big.content == bytes(1048577)
+    assert hashlib.sha256(big.content).hexdigest() == listed[0]["sha256"]
 
 
 async def test_when_a_finished_job_is_purged__its_work_dirs_and_logs_are_gone(
@@ -70,6 +67,8 @@ async def test_when_a_finished_job_is_purged__its_work_dirs_and_logs_are_gone(
     workdirs = [Path(t["workdir"]) for t in tasks]
     assert all(w.is_dir() for w in workdirs)
     assert (await client.get(f"/jobs/{job_id}/logs")).json()["items"]
+    stored = stack.work_root.parent / "store" / "outputs" / job_id  # the stack's directory store
+    assert len([p for p in stored.rglob("*") if p.is_file()]) == 4
 
     response = await client.post(f"/jobs/{job_id}/actions", json={"action": "purge"})
 
@@ -79,6 +78,7 @@ async def test_when_a_finished_job_is_purged__its_work_dirs_and_logs_are_gone(
         await _wait_gone(workdir)
     await _wait_gone(stack.work_root / job_id)  # the job's dir goes right after its tasks'
     assert (await client.get(f"/jobs/{job_id}/logs")).json()["items"] == []
+    assert [p for p in stored.rglob("*") if p.is_file()] == []
     download = await client.get(f"/tasks/{tasks[0]['id']}/outputs/out.txt")
     assert download.status_code == 409
     again = await client.post(f"/jobs/{job_id}/inputs", json={"inputs": ["c"]})
@@ -113,15 +113,14 @@ def test_when_the_cli_harvests__it_lists_saves_and_purges(
 
     listed = vigil(env, "outputs", job_id)
     saved = vigil(env, "download", task["id"], "out.txt", "-o", str(tmp_path / "got.txt"))
-    too_big = vigil(env, "download", task["id"], "big.bin", "-o", str(tmp_path / "big.bin"))
+    big = vigil(env, "download", task["id"], "big.bin", "-o", str(tmp_path / "big.bin"))
     purged = vigil(env, "purge", job_id, "--yes")
 
     assert listed.returncode == 0, listed.stderr
     assert "out.txt" in listed.stdout and "big.bin" in listed.stdout
     assert saved.returncode == 0, saved.stderr
     assert (tmp_path / "got.txt").read_bytes() == b"result of cli\n"
-    assert too_big.returncode != 0
-    assert "over the 1 MiB download limit" in too_big.stderr
-    assert not (tmp_path / "big.bin").exists()
+    assert big.returncode == 0, big.stderr
+    assert (tmp_path / "big.bin").read_bytes() == bytes(1048577)
     assert purged.returncode == 0, purged.stderr
     assert purged.stdout.startswith(f"job {job_id}: purged at ")

@@ -2,9 +2,12 @@
 a host, with log lines and recorded outputs, written with plain SQL and the repositories."""
 
 import hashlib
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from shared.domain.messages import LogRecord, Severity
+from shared.objects import ObjectStore, keys
 from shared.store import logs_repo, outputs_repo
 from shared.store.db import Connection
 from shared.task_types.base import OutputRecord
@@ -58,17 +61,29 @@ async def record(
     name: str,
     data: bytes,
     *,
+    store: ObjectStore | None = None,
     kept: bool = True,
     run_number: int = 1,
 ) -> OutputRecord:
-    """Record output `name` of the task's run holding `data` (its bytes kept or not)."""
+    """Record output `name` of the task's run holding `data`: put in `store` as the worker
+    does (none: recorded as before outputs went to the store), its bytes kept or not."""
+    digest = hashlib.sha256(data).hexdigest()
+    key = None
+    if store is not None:
+        job_id = await conn.fetchval("SELECT job_id FROM tasks WHERE id = $1", task_id)
+        key = keys.output_key(job_id, task_id, run_number, name)
+        with tempfile.TemporaryDirectory() as scratch:
+            source = Path(scratch) / "output"
+            source.write_bytes(data)
+            await store.put_file(key, source)
     out = OutputRecord(
         name,
         f"/w/{task_id}/{name}",
         len(data),
-        hashlib.sha256(data).hexdigest(),
+        digest,
         data if kept else None,
         None if kept else "over the 1 MiB download limit",
+        key,
     )
     await outputs_repo.save(conn, task_id, run_number, HOST, [out])
     return out

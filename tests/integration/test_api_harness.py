@@ -14,6 +14,7 @@ import httpx
 
 from services.api.app import create_app
 from services.api.settings import ApiSettings
+from shared.objects import ObjectStore
 from shared.store import db, users_repo
 from shared.store.users_repo import User
 
@@ -36,6 +37,8 @@ class Api:
     operator: Caller
     user: Caller
     other: Caller
+    #: Where its outputs are (`VIGIL_STORE_URL`: the default directory unless overridden).
+    store: ObjectStore
 
     async def submit(self, caller: Caller, **body: Any) -> dict[str, Any]:
         """POST /jobs with `body` (a default command if none), asserting 201; the job view."""
@@ -92,4 +95,5 @@ async def running_api(database_url: str, **overrides: Any) -> AsyncIterator[Api]
             operator=Caller(operator, _bearer(token)),
             user=await _plain_user(pool),
             other=await _plain_user(pool),
+            store=app.state.object_store,
         )

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from shared.objects import keys
 from tests.integration import harvest_steps as given
 from tests.integration.harvest_steps import HOST
 from tests.integration.test_api_harness import Api, running_api
@@ -52,10 +53,11 @@ async def _purge(api: Api, job_id: str) -> Any:
 async def test_when_outputs_are_listed__each_task_shows_its_latest_run_in_order(api: Api) -> None:
     job_id, (first, second) = await _ended(api)
     async with api.pool.acquire() as conn:
-        await given.record(conn, first, "b.txt", b"old run", run_number=1)
-        await given.record(conn, first, "b.txt", b"bb", run_number=2)
-        await given.record(conn, first, "a.txt", b"a", run_number=2)
-        big = await given.record(conn, second, "big.bin", b"x" * 10, kept=False)
+        await given.record(conn, first, "b.txt", b"old run", store=api.store, run_number=1)
+        await given.record(conn, first, "b.txt", b"bb", store=api.store, run_number=2)
+        await given.record(conn, first, "a.txt", b"a", store=api.store, run_number=2)
+        big = await given.record(conn, second, "big.bin", b"x" * 10, store=api.store, kept=False)
+        old = await given.record(conn, second, "old.bin", b"y" * 10, kept=False)
 
     page = await _outputs(api, job_id)
 
@@ -64,12 +66,14 @@ async def test_when_outputs_are_listed__each_task_shows_its_latest_run_in_order(
         (first, 0, 2, "a.txt"),
         (first, 0, 2, "b.txt"),
         (second, 1, 1, "big.bin"),
+        (second, 1, 1, "old.bin"),
     ]
     assert page["next_cursor"] is None
-    last = page["items"][-1]
-    assert (last["downloadable"], last["size"], last["sha256"]) == (False, 10, big.sha256)
-    assert (last["host"], last["path"]) == (HOST, big.path)
-    assert last["not_kept"] == "over the 1 MiB download limit"
+    stored, unstored = page["items"][-2:]
+    assert (stored["downloadable"], stored["size"], stored["sha256"]) == (True, 10, big.sha256)
+    assert (stored["host"], stored["path"], stored["not_kept"]) == (HOST, big.path, None)
+    assert (unstored["downloadable"], unstored["sha256"]) == (False, old.sha256)
+    assert unstored["not_kept"] == "recorded before outputs were kept in the object store"
     assert page["items"][1]["downloadable"] is True
 
 
@@ -104,19 +108,20 @@ async def test_when_a_task_was_resubmitted__only_its_clone_outputs_are_listed(ap
     assert [o["task_id"] for o in page["items"]] == [clone]
 
 
-async def test_when_a_kept_output_is_downloaded__its_bytes_come_as_an_attachment(
+async def test_when_a_stored_output_is_downloaded__its_bytes_come_as_an_attachment(
     api: Api,
 ) -> None:
     _job_id, (task_id, _) = await _ended(api)
     data = bytes(range(256)) * 8
     async with api.pool.acquire() as conn:
-        await given.record(conn, task_id, "résumé data.bin", data)
+        await given.record(conn, task_id, "résumé data.bin", data, store=api.store, kept=False)
 
     response = await _download(api, task_id, "résumé data.bin")
 
     assert response.status_code == 200, response.text
     assert response.content == data
     assert response.headers["content-type"] == "application/octet-stream"
+    assert response.headers["content-length"] == str(len(data))
     assert response.headers["content-disposition"] == (
         "attachment; filename=\"r_sum__data.bin\"; filename*=UTF-8''r%C3%A9sum%C3%A9%20data.bin"
     )
@@ -124,17 +129,61 @@ async def test_when_a_kept_output_is_downloaded__its_bytes_come_as_an_attachment
     assert response.headers["x-content-type-options"] == "nosniff"
 
 
-async def test_when_an_output_was_too_large__the_download_says_where_it_is(api: Api) -> None:
+async def test_when_a_download_asks_for_the_rest_from_an_offset__it_gets_those_bytes(
+    api: Api,
+) -> None:
+    _job_id, (task_id, _) = await _ended(api)
+    data = bytes(range(256)) * 40
+    async with api.pool.acquire() as conn:
+        await given.record(conn, task_id, "big.bin", data, store=api.store, kept=False)
+    headers = api.user.headers
+
+    rest = await api.client.get(
+        f"/tasks/{task_id}/outputs/big.bin", headers=headers | {"Range": "bytes=1000-"}
+    )
+    past = await api.client.get(
+        f"/tasks/{task_id}/outputs/big.bin", headers=headers | {"Range": f"bytes={len(data)}-"}
+    )
+
+    assert rest.status_code == 206, rest.text
+    assert rest.content == data[1000:]
+    assert rest.headers["content-range"] == f"bytes 1000-{len(data) - 1}/{len(data)}"
+    assert past.status_code == 416
+    assert past.headers["content-range"] == f"bytes */{len(data)}"
+
+
+async def test_when_an_output_predates_the_store__the_download_says_so(api: Api) -> None:
     _job_id, (task_id, _) = await _ended(api)
     async with api.pool.acquire() as conn:
-        big = await given.record(conn, task_id, "big.bin", b"x" * 2000, kept=False)
+        await given.record(conn, task_id, "old.bin", b"x" * 2000, kept=False)
+        await given.record(conn, task_id, "kept.txt", b"kept bytes")
 
-    response = await _download(api, task_id, "big.bin")
+    refused = await _download(api, task_id, "old.bin")
+    kept = await _download(api, task_id, "kept.txt")
+
+    assert refused.status_code == 409
+    assert refused.json()["detail"] == (
+        "output old.bin (2000 bytes) was recorded before outputs were kept in the object store,"
+        " and its bytes were not kept; run the task's input again in a new job to have it stored"
+    )
+    assert (kept.status_code, kept.content) == (200, b"kept bytes")
+
+
+async def test_when_a_stored_object_was_removed_behind_vigil__the_download_says_so(
+    api: Api,
+) -> None:
+    _job_id, (task_id, _) = await _ended(api)
+    async with api.pool.acquire() as conn:
+        out = await given.record(conn, task_id, "gone.bin", b"z" * 10, store=api.store)
+    assert out.object_key is not None
+    await api.store.delete([out.object_key])
+
+    response = await _download(api, task_id, "gone.bin")
 
     assert response.status_code == 409
     assert response.json()["detail"] == (
-        f"output big.bin is 2000 bytes, over the 1 MiB download limit; it is at {big.path}"
-        f" on host {HOST}: copy it from there"
+        f"output gone.bin is recorded under {out.object_key}, which the object store no longer"
+        " holds (removed outside Vigil); run the task's input again in a new job"
     )
 
 
@@ -179,8 +228,9 @@ async def test_when_a_job_is_purged__logs_and_downloads_are_gone_and_the_job_say
 ) -> None:
     job_id, (task_id, _) = await _ended(api)
     async with api.pool.acquire() as conn:
-        await given.record(conn, task_id, "out.txt", b"result")
+        await given.record(conn, task_id, "out.txt", b"result", store=api.store)
         await given.log_lines(conn, job_id, task_id)
+    assert len(await api.store.list_prefix(keys.job_outputs(job_id))) == 1
 
     response = await _purge(api, job_id)
 
@@ -197,6 +247,7 @@ async def test_when_a_job_is_purged__logs_and_downloads_are_gone_and_the_job_say
     download = await _download(api, task_id, "out.txt")
     assert download.status_code == 409
     assert download.json()["detail"].startswith(f"job {job_id} was purged at ")
+    assert await api.store.list_prefix(keys.job_outputs(job_id)) == []  # deleted from the store
 
 
 async def test_when_a_task_still_runs__the_purge_is_409_naming_it(api: Api) -> None:
@@ -273,14 +324,14 @@ async def test_when_the_retention_is_out_of_bounds__the_submission_is_422(
 async def test_when_the_client_harvests__it_lists_downloads_and_purges(api: Api) -> None:
     job_id, (first, second) = await _ended(api)
     async with api.pool.acquire() as conn:
-        await given.record(conn, first, "out.txt", b"first")
+        await given.record(conn, first, "out.txt", b"first", store=api.store)
         await given.record(conn, second, "out.txt", b"x" * 5000, kept=False)
     token = api.user.headers["Authorization"].removeprefix("Bearer ")
     client = AsyncClient("http://api", token, http=api.client)
 
     listed = [(o["task_id"], o["downloadable"]) async for o in client.outputs(job_id, limit=1)]
     data = await client.download(first, "out.txt")
-    with pytest.raises(Conflict, match="over the 1 MiB download limit"):
+    with pytest.raises(Conflict, match="recorded before outputs were kept in the object store"):
         await client.download(second, "out.txt")
     job = await client.purge(job_id)
 

@@ -4,6 +4,7 @@ refuses afterwards, and which jobs the retention finds due."""
 
 import asyncio
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from services.scheduler.retention import Retention
 from shared.domain.actions import JobAction, TaskAction
 from shared.domain.errors import Conflict, NotFound
+from shared.objects import ObjectStore, keys, open_store
 from shared.operations import datasets, harvest, task_actions
 from shared.store import jobs_repo, tasks_repo, users_repo
 from shared.store.db import Connection, Pool
@@ -33,14 +35,30 @@ async def _job(conn: Connection, inputs: int = 2, **fields: Any) -> str:
 
 
 async def _ended_with_data(
-    conn: Connection, job_state: str = "completed", *, ago_s: float = 0.0, **task: Any
+    conn: Connection,
+    job_state: str = "completed",
+    *,
+    ago_s: float = 0.0,
+    store: ObjectStore | None = None,
+    **task: Any,
 ) -> str:
-    """Given-step: an ended job of two tasks, each with log lines and a kept output."""
+    """Given-step: an ended job of two tasks, each with log lines and a kept output (in
+    `store` too, when given)."""
     job_id = await _job(conn)
     for task_id in await given.end(conn, job_id, job_state, ago_s=ago_s, **task):
         await given.log_lines(conn, job_id, task_id)
-        await given.record(conn, task_id, "out.txt", b"result")
+        await given.record(conn, task_id, "out.txt", b"result", store=store)
     return job_id
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ObjectStore:
+    """A directory store of the test's own."""
+    return open_store((tmp_path / "store").as_uri())
+
+
+async def _objects(store: ObjectStore, job_id: str) -> int:
+    return len(await store.list_prefix(keys.job_outputs(job_id)))
 
 
 async def _purged(conn: Connection, job_id: str) -> Any:
@@ -236,13 +254,16 @@ async def test_when_retention_runs_out__only_ended_idle_unpurged_jobs_past_it_ar
 
 
 async def test_when_the_retention_round_runs__due_jobs_are_purged_by_retention(
-    pool: Pool,
+    pool: Pool, store: ObjectStore
 ) -> None:
     async with pool.acquire() as conn:
-        job_id = await _ended_with_data(conn, ago_s=120)
+        job_id = await _ended_with_data(conn, ago_s=120, store=store)
         await harvest.set_retention(conn, job_id, 60)
+    assert await _objects(store, job_id) == 2
 
-    assert await Retention(pool, 10_000).run_once() >= 1
+    assert await Retention(pool, 10_000, store).run_once() >= 1
+
+    assert await _objects(store, job_id) == 0
 
     async with pool.acquire() as conn:
         row = await _purged(conn, job_id)
@@ -301,11 +322,13 @@ async def test_a_purge_clears_a_jobs_data_in_batches_and_records_when_it_is_done
         assert await conn.fetchval("SELECT purge_done_at FROM jobs WHERE id = $1", job_id)
 
 
-async def test_a_purge_cut_short_after_its_mark_is_finished_by_the_scheduler(pool: Pool) -> None:
+async def test_a_purge_cut_short_after_its_mark_is_finished_by_the_scheduler(
+    pool: Pool, store: ObjectStore
+) -> None:
     async with pool.acquire() as conn:
         # given: a job marked purged a while ago whose purger stopped before clearing it
-        job_id = await _ended_with_data(conn)
-        fresh = await _ended_with_data(conn)
+        job_id = await _ended_with_data(conn, store=store)
+        fresh = await _ended_with_data(conn, store=store)
         await harvest.mark_purged(conn, job_id, "ops", "cut short")
         await harvest.mark_purged(conn, fresh, "ops", "being cleared right now")
         await conn.execute(
@@ -313,8 +336,9 @@ async def test_a_purge_cut_short_after_its_mark_is_finished_by_the_scheduler(poo
         )
         assert await given.logs_of(conn, job_id) == 6
     # when
-    await Retention(pool, batch=100).run_once()
+    await Retention(pool, batch=100, store=store).run_once()
     # then its data is gone and the purge is done; the fresh one is left to its purger
+    assert (await _objects(store, job_id), await _objects(store, fresh)) == (0, 2)
     async with pool.acquire() as conn:
         assert await given.logs_of(conn, job_id) == 0
         assert await given.kept_bytes(conn, job_id) == 0

@@ -52,7 +52,7 @@ def _settings(
         namespace=namespace,
         host_id=f"h-{uuid.uuid4().hex[:8]}",
         work_root=str(work_root),
-        **(unconfined | more),
+        **({"store_url": (work_root / "store").as_uri()} | unconfined | more),
     )
 
 

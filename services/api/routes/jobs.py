@@ -20,6 +20,7 @@ from services.api.deps import (
     CurrentUser,
     JobIdPath,
     MetricsDep,
+    ObjectStoreDep,
     PoolDep,
     SettingsDep,
     SubmittingUser,
@@ -51,6 +52,7 @@ from shared.domain.actions import JobAction
 from shared.domain.ids import ID_PATTERN
 from shared.domain.messages import Severity
 from shared.domain.states import JobState, TaskState
+from shared.objects import ObjectStoreError
 from shared.operations import (
     configuring,
     datasets,
@@ -380,15 +382,17 @@ async def act_on_job(
     body: JobActionRequest,
     pool: PoolDep,
     quota: TaskQuotaDep,
+    store: ObjectStoreDep,
 ) -> JobPublic:
     """Cancel, suspend, resume, recover the failed tasks of, or throttle the job, or activate
     a configuring one (its tasks are made from the held inputs, its test outputs discarded):
     202 with it.
 
-    `cancel` terminates every task not yet at rest. `purge` deletes an ended job's logs, kept
-    output bytes and work dirs for good (`purged_at` is then set). 409 names the current state
-    and the states that allow the action (or says that no task failed, for `recover_failed`,
-    or what still runs, for `purge`); every action but `purge` is 409 on a purged job.
+    `cancel` terminates every task not yet at rest. `purge` deletes an ended job's logs, outputs
+    (from the object store) and work dirs for good (`purged_at` is then set). 409 names the
+    current state and the states that allow the action (or says that no task failed, for
+    `recover_failed`, or what still runs, for `purge`); every action but `purge` is 409 on a
+    purged job.
     """
     async with pool.acquire() as conn, conn.transaction():
         await check_visible(conn, user, job_id)
@@ -405,8 +409,11 @@ async def act_on_job(
                 release_per_tick=body.release_per_tick,
             )
     if body.action is JobAction.PURGE:  # marked: its data goes now, in short batches
-        async with pool.acquire() as conn:
-            await harvest.clear_purged(conn, job_id)
+        try:
+            async with pool.acquire() as conn:
+                await harvest.clear_purged(conn, job_id, store)
+        except ObjectStoreError as exc:  # the scheduler's retention round finishes it
+            logger.warning("job %s: purge not finished: %s", job_id, exc)
     logger.info(
         "job %s %s: now %s",
         job_id,

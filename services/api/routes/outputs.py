@@ -1,21 +1,32 @@
-"""Harvest: `GET /jobs/{job_id}/outputs` lists a job's outputs, and
-`GET /tasks/{task_id}/outputs/{name}` downloads one whose bytes are kept.
-
-Work dirs are on the workers' hosts, which the api cannot read: only the bytes the worker kept
-when it recorded a small output can be downloaded; a larger one answers 409 saying where it is.
+"""Harvest: `GET /jobs/{job_id}/outputs` lists a job's outputs (size, sha256), and
+`GET /tasks/{task_id}/outputs/{name}` downloads one, of any size, from the object store the
+worker put it in before its task completed: a redirect to a short-lived link (S3), or its
+bytes streamed (a directory store).
 """
 
 import logging
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Depends, Path, Query, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Response
+from fastapi.responses import RedirectResponse, StreamingResponse
 
 from services.api import harvest
 from services.api.access import visible_job, visible_task
-from services.api.deps import AUTH_RESPONSES, CurrentUser, JobIdPath, PoolDep, TaskIdPath
+from services.api.deps import (
+    AUTH_RESPONSES,
+    CurrentUser,
+    JobIdPath,
+    ObjectStoreDep,
+    PoolDep,
+    SettingsDep,
+    TaskIdPath,
+)
 from services.api.schemas.outputs import OutputPublic, OutputsPage
 from shared.domain.errors import Conflict, NotFound
+from shared.objects import ObjectNotFound, ObjectStore
 from shared.store import jobs_repo, outputs_repo
+from shared.store.outputs_repo import StoredOutput
 
 logger = logging.getLogger(__name__)
 
@@ -68,12 +79,20 @@ async def list_outputs(
     responses=harvest.DOWNLOAD_RESPONSES,
 )
 async def download_output(
-    user: CurrentUser, task_id: TaskIdPath, name: OutputNamePath, pool: PoolDep
+    user: CurrentUser,
+    task_id: TaskIdPath,
+    name: OutputNamePath,
+    pool: PoolDep,
+    store: ObjectStoreDep,
+    settings: SettingsDep,
+    range_: Annotated[str | None, Header(alias="Range", max_length=100)] = None,
 ) -> Response:
-    """The bytes of output `name` of the task's latest run, as an attachment.
+    """Output `name` of the task's latest run, any size: from an S3 store, a redirect (307) to
+    a link good for `VIGIL_DOWNLOAD_LINK_S` seconds; from a directory store, its bytes as an
+    attachment, streamed (`Range: bytes=N-` resumes a cut download: 206).
 
-    404 for an output the task did not record; 409 when its bytes were not kept (too large:
-    the answer says where the file is) or its job was purged.
+    404 for an output the task did not record; 409 when its job was purged (or the output
+    was recorded before outputs went to the store); 503 when the store fails to answer.
     """
     async with pool.acquire() as conn:
         task = await visible_task(conn, user, task_id)
@@ -86,19 +105,54 @@ async def download_output(
     refused = harvest.refusal(output, job, content)
     if refused is not None:
         raise Conflict.of(refused)
-    assert content is not None  # refusal() says why whenever there is none
     logger.info(
         "output %s of task %s downloaded",
         name,
         task_id,
         extra={"action": "download", "task_id": task_id, "user": user.name},
     )
-    return Response(
-        content,
-        media_type="application/octet-stream",
-        headers={
-            "Content-Disposition": harvest.attachment(name),
-            "ETag": f'"{output.sha256}"',
-            "X-Content-Type-Options": "nosniff",
-        },
+    headers = {
+        "Content-Disposition": harvest.attachment(name),
+        "ETag": f'"{output.sha256}"',
+        "X-Content-Type-Options": "nosniff",
+        "Accept-Ranges": "bytes",
+    }
+    if output.object_key is None:  # recorded before the store: its kept bytes
+        assert content is not None  # refusal() says why whenever there is none
+        return Response(content, media_type="application/octet-stream", headers=headers)
+    link = await store.presigned_get(output.object_key, settings.download_link_s)
+    if link is not None:
+        return RedirectResponse(link, status_code=307)
+    return await _streamed(store, output, range_, headers)
+
+
+async def _streamed(
+    store: ObjectStore, output: StoredOutput, range_: str | None, headers: dict[str, str]
+) -> Response:
+    """The object's bytes (from the offset `range_` asks for), its first chunk read before
+    answering: a missing object is a 409, not a cut 200."""
+    assert output.object_key is not None
+    try:
+        offset = harvest.byte_range(range_, output.size)
+    except ValueError as exc:
+        return Response(
+            status_code=416, headers={"Content-Range": f"bytes */{output.size}"}, content=str(exc)
+        )
+    chunks = store.read(output.object_key, offset=offset or 0)
+    try:
+        first = await anext(chunks, b"")
+    except ObjectNotFound:
+        raise Conflict.of(harvest.missing(output)) from None
+
+    async def body() -> AsyncIterator[bytes]:
+        yield first
+        async for chunk in chunks:
+            yield chunk
+
+    headers = {**headers, "Content-Length": str(output.size - (offset or 0))}
+    if offset is None:
+        return StreamingResponse(body(), media_type="application/octet-stream", headers=headers)
+    headers["Content-Range"] = f"bytes {offset}-{output.size - 1}/{output.size}"
+    return StreamingResponse(
+        body(), status_code=206, media_type="application/octet-stream", headers=headers
     )

@@ -21,15 +21,22 @@ class OutputPublic(BaseModel):
     host: str | None
     path: str
     downloadable: bool = Field(
-        description="Its bytes are kept: `GET /tasks/{task_id}/outputs/{name}` gives them."
+        description="It is in the object store: `GET /tasks/{task_id}/outputs/{name}` gives it."
     )
-    not_kept: str | None = Field(description="Why the bytes are not kept, if they are not.")
+    not_kept: str | None = Field(description="Why it cannot be downloaded, if it cannot.")
     created_at: datetime
 
     @classmethod
     def from_stored(cls, output: StoredOutput) -> "OutputPublic":
         fields = {n: getattr(output, n) for n in cls.model_fields if n != "downloadable"}
-        return cls(**fields, downloadable=output.kept)
+        stored = output.object_key is not None
+        fields["downloadable"] = stored or output.kept
+        fields["not_kept"] = (
+            None
+            if fields["downloadable"]
+            else "recorded before outputs were kept in the object store"
+        )
+        return cls(**fields)
 
 
 class OutputsPage(BaseModel):

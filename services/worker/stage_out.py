@@ -1,0 +1,138 @@
+"""Stage-out: a task's recorded outputs put in the object store before it may complete.
+
+After `save_results` recorded the outputs (name, size, sha256, computed on this host), each is
+put under its own write-once key (`shared.objects.keys.output_key`: job, task, post-processing
+attempt, name), streamed, and the put checks the bytes against the recorded sha256. The task's
+completing move then records the keys with the outputs, in one transaction: a task is
+`completed` only with every output durable in the store.
+
+A store that cannot be reached is retried with a growing pause, for at most
+`VIGIL_STORE_PATIENCE_S`; then the task fails `failed_to_post_process` with class `platform`
+(the installation's failure, never the job's: triage retries it), its brief naming the store.
+An output whose bytes changed after they were recorded, or that went away, fails the task as
+the job's (class `exit`): it is something the job's processes did.
+"""
+
+import asyncio
+import logging
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Final
+
+from shared.domain.outcomes import Outcome
+from shared.domain.outputs import OutputRecord
+from shared.domain.states import FailureClass, TaskState
+from shared.host import job_files
+from shared.objects import ContentChanged, ObjectExists, ObjectStore, ObjectStoreError
+from shared.objects.keys import output_key
+
+logger = logging.getLogger(__name__)
+
+#: Outputs of one task put at once.
+CONCURRENCY: Final = 4
+#: The first pause after a failed put, doubled after each, up to the last.
+FIRST_PAUSE_S: Final = 0.5
+LAST_PAUSE_S: Final = 15.0
+
+
+class _JobChangedIt(Exception):
+    """The output is no longer the file that was recorded: the job's doing."""
+
+
+class Unreachable(Exception):
+    """The store failed every put of an output for the whole patience."""
+
+    def __init__(self, name: str, waited_s: float, last: ObjectStoreError) -> None:
+        super().__init__(name, waited_s, last)
+        self.name, self.waited_s, self.last = name, waited_s, last
+
+
+@dataclass
+class StageOut:
+    """Puts a task's outputs in `store`, patiently (`patience_s`)."""
+
+    store: ObjectStore
+    patience_s: float
+
+    async def put_outputs(
+        self, job_id: str, task_id: str, attempt: int, workdir: Path, outputs: list[OutputRecord]
+    ) -> list[OutputRecord] | Outcome:
+        """The records with their object keys once every output is in the store; or, when
+        one could not be put, the failure of the task's post-processing saying why."""
+        gate = asyncio.Semaphore(CONCURRENCY)
+
+        async def put(record: OutputRecord) -> OutputRecord:
+            async with gate:
+                key = output_key(job_id, task_id, attempt, record.name)
+                await self._put_patiently(key, workdir, record)
+                return replace(record, object_key=key)
+
+        done = await asyncio.gather(*(put(record) for record in outputs), return_exceptions=True)
+        for kind in (_JobChangedIt, Unreachable, BaseException):  # the job's fault first
+            failed = next((d for d in done if isinstance(d, kind)), None)
+            if isinstance(failed, _JobChangedIt):
+                return Outcome(
+                    TaskState.FAILED_TO_POST_PROCESS, FailureClass.EXIT, brief=str(failed)
+                )
+            if isinstance(failed, Unreachable):
+                return _unreachable(self.store.url, failed)
+            if failed is not None:
+                raise failed
+        return [d for d in done if isinstance(d, OutputRecord)]
+
+    async def _put_patiently(self, key: str, workdir: Path, record: OutputRecord) -> None:
+        """Put one output, trying again while the store fails, within the patience."""
+        started = time.monotonic()
+        pause = FIRST_PAUSE_S
+        while True:
+            try:
+                await self._put(key, workdir, record)
+                return
+            except ObjectStoreError as exc:
+                waited = time.monotonic() - started
+                if waited + pause > self.patience_s:
+                    raise Unreachable(record.name, waited, exc) from exc
+                logger.warning("output %s not stored yet (%s): again in %.1f s", key, exc, pause)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, LAST_PAUSE_S)
+
+    async def _put(self, key: str, workdir: Path, record: OutputRecord) -> None:
+        """Put the recorded file, read through a descriptor opened without following links
+        (the job may have replaced the name meanwhile: whatever it is now, only the recorded
+        bytes are accepted)."""
+        with ExitStack() as opened:
+            try:
+                handle = await asyncio.to_thread(
+                    opened.enter_context, job_files.open_regular(workdir, record.name)
+                )
+            except (OSError, job_files.UnsafeFile) as exc:
+                raise _JobChangedIt(
+                    f"output {record.name} went away before it was stored: {exc}"
+                ) from exc
+            source = Path(f"/proc/self/fd/{handle.fileno()}")
+            try:
+                await self.store.put_file(key, source, sha256=record.sha256)
+            except ObjectExists:
+                # An earlier try of this same put was stored, its answer lost: the same bytes?
+                if (await self.store.head(key)).sha256 != record.sha256:
+                    raise
+            except ContentChanged:
+                raise _JobChangedIt(
+                    f"output {record.name} changed after it was recorded (sha256"
+                    f" {record.sha256}): a process of the job still wrote to it"
+                ) from None
+
+
+def _unreachable(url: str, failed: Unreachable) -> Outcome:
+    brief = (
+        f"output {failed.name} could not be stored: the object store {url} failed for"
+        f" {failed.waited_s:.0f} s (VIGIL_STORE_PATIENCE_S)"
+    )
+    return Outcome(
+        TaskState.FAILED_TO_POST_PROCESS,
+        FailureClass.PLATFORM,
+        brief=brief,
+        detail=str(failed.last),
+    )
