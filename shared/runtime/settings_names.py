@@ -46,6 +46,7 @@ READ_ELSEWHERE: Final[Mapping[str, str]] = {
     "VIGIL_S3_DIR": "scripts/s3: the local S3 server's files",
     "VIGIL_S3_PREFIX": "scripts/s3 env: the key prefix of the VIGIL_STORE_URL it prints",
     "VIGIL_S3_UP_WAIT": "scripts/s3: seconds to wait for the S3 server to answer",
+    "VIGIL_S3_VOLUME_MB": "scripts/s3: the size of the S3 server's volumes",
     "VIGIL_KEEPER_MIN_UP_S": "scripts/keeper: a service up this long is started again",
     # tests and benches
     "VIGIL_ADMIN_DATABASE_URL": "bench/: the server the benches make their databases on",
