@@ -1,6 +1,7 @@
 """The two candidate S3 clients side by side on the real SeaweedFS: put and get of one file.
 
     scripts/s3 up && eval "$(scripts/s3 env)"
+    .venv/bin/pip install aiobotocore    # not a dependency of Vigil: only this bench uses it
     .venv/bin/python -m bench.store_clients [--mb 300] [--rounds 2]
 
 Prints MB/s for a streaming multipart put of a file and a streaming get to a file, with obstore
@@ -71,7 +72,7 @@ async def botocore_put(path: Path, key: str) -> None:
             Bucket=bucket,
             Key=key,
             UploadId=upload["UploadId"],
-            MultipartUpload={"Parts": parts},  # type: ignore[typeddict-item]
+            MultipartUpload={"Parts": parts},
         )
 
 
