@@ -4,7 +4,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -20,13 +19,12 @@ from redis.asyncio import Redis
 from shared.messaging.topology import Topology, delete_all
 from tests.conftest import AMQP_URL, REDIS_URL, fresh_database, new_namespace
 from tests.e2e.stack import DEFAULTS_ENV, E2E_ENV, Stack
+from tests.installed_cli import VIGIL as VIGIL  # the e2e tests' name for it
 
 pytestmark = pytest.mark.e2e
 
 
 HOST_ID = "e2e-host"
-#: The installed `vigil` command (`pip install -e .`).
-VIGIL = Path(sys.executable).with_name("vigil")
 
 
 def vigil(

@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner, Result
 
 from shared.store import db
+from tests.installed_cli import Ran, run_vigil
 from tests.integration import harvest_steps as given
 from tests.integration.test_client import Served, served  # noqa: F401 (the fixture)
-from vigil.cli import app
 
 pytestmark = pytest.mark.integration
 
@@ -29,8 +28,8 @@ def vigil(served: Served, tmp_path: Path) -> Iterator[Any]:  # noqa: F811 (the f
         "HOME": str(tmp_path),
     }
 
-    def run(*args: str, input: str | None = None) -> Result:
-        return CliRunner().invoke(app, list(args), env=env, input=input)
+    def run(*args: str, input: str | None = None) -> Ran:
+        return run_vigil(list(args), env, input=input)
 
     yield run
 

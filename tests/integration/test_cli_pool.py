@@ -11,15 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner, Result
 
 from shared.store import db
+from tests.installed_cli import Ran, run_vigil
 from tests.integration.test_client import Served, served  # noqa: F401 (the fixture)
-from vigil.cli import app
 
 pytestmark = pytest.mark.integration
 
-Vigil = Callable[..., Result]
+Vigil = Callable[..., Ran]
 
 
 @pytest.fixture
@@ -27,10 +26,8 @@ def vigil(served: Served, tmp_path: Path) -> Iterator[Vigil]:  # noqa: F811 (the
     """`vigil(*args, token=None)`: run the command (as the plain user by default) to its end."""
     env = {"VIGIL_URL": served.url, "VIGIL_CONFIG": "/dev/null", "HOME": str(tmp_path)}
 
-    def run(*args: str, token: str | None = None) -> Result:
-        return CliRunner().invoke(
-            app, list(args), env=env | {"VIGIL_TOKEN": token or served.user_token}
-        )
+    def run(*args: str, token: str | None = None) -> Ran:
+        return run_vigil(list(args), env | {"VIGIL_TOKEN": token or served.user_token})
 
     yield run
 

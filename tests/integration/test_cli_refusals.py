@@ -9,10 +9,7 @@ without a scenario, or a scenario the page no longer shows, fails the walk.
 """
 
 import asyncio
-import os
 import re
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +19,7 @@ import pytest
 
 from bench.cluster import free_port
 from shared.store import db
+from tests.installed_cli import run_vigil
 from tests.integration.test_client import Served, served  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.integration
@@ -29,8 +27,6 @@ pytestmark = pytest.mark.integration
 DOC = Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md"
 _ID = re.compile(r"\b[jt]-[0-9a-z]{12}\b")
 _EXIT_NOTE = re.compile(r"\s+#\s*exits?\s+\d+.*$")
-#: The installed `vigil` command (`pip install -e .`).
-VIGIL = Path(sys.executable).with_name("vigil")
 
 
 @dataclass(frozen=True)
@@ -142,23 +138,16 @@ def test_a_documented_refusal_is_what_the_command_prints(
 ) -> None:
     # given
     run = SCENARIOS[command](served, tmp_path)
-    kept = {k: v for k, v in os.environ.items() if not k.startswith(("VIGIL_", "XDG_"))}
-    env = kept | {
-        "VIGIL_URL": served.url,
-        "VIGIL_TOKEN": served.user_token,
-        "VIGIL_CONFIG": "/dev/null",
-    }
+    env = {"VIGIL_URL": served.url, "VIGIL_TOKEN": served.user_token, "VIGIL_CONFIG": "/dev/null"}
 
     # when
-    result = subprocess.run(
-        [str(VIGIL), *run.args], env=env | run.env, capture_output=True, text=True, timeout=60
-    )
+    result = run_vigil(run.args, env | run.env)
 
     # then
     printed = result.stderr.strip()
     for actual, shown in run.shown_as.items():
         printed = printed.replace(actual, shown)
-    assert result.returncode != 0, result.stdout + result.stderr
+    assert result.exit_code != 0, result.output
     assert result.stderr.count("\n") == 1, f"not one line: {result.stderr}"
     assert _pattern(documented).fullmatch(printed), f"the page shows\n{documented}\nnot\n{printed}"
     if documented.endswith("(409)"):  # why; the next step

@@ -16,7 +16,6 @@ from typing import Any
 import aio_pika
 import pytest
 import uvicorn
-from typer.testing import CliRunner
 
 from bench.cluster import free_port
 from services.api.app import create_app
@@ -26,6 +25,7 @@ from shared.domain.states import FailureClass, TaskState
 from shared.messaging.topology import Topology, declare_events_exchange, event_key
 from shared.store import db, logs_repo, outbox, users_repo
 from tests.conftest import AMQP_URL, REDIS_URL
+from tests.installed_cli import run_vigil
 from vigil import (
     Client,
     Conflict,
@@ -38,7 +38,6 @@ from vigil import (
     WaitTimeout,
     calls,
 )
-from vigil.cli import app
 
 pytestmark = pytest.mark.integration
 
@@ -479,8 +478,8 @@ def test_the_account_commands_print_a_new_token_alone_and_json_when_asked(served
         "VIGIL_CONFIG": "/dev/null",
     }
     name = f"ed-{uuid.uuid4().hex[:8]}"
-    made = CliRunner().invoke(app, ["add-user", name, "--label", "ci"], env=env)
-    listed = CliRunner().invoke(app, ["tokens", name, "--json"], env=env)
+    made = run_vigil(["add-user", name, "--label", "ci"], env)
+    listed = run_vigil(["tokens", name, "--json"], env)
 
     assert made.exit_code == 0, made.output
     token = made.stdout.strip()
