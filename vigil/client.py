@@ -15,14 +15,16 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from contextlib import closing, contextmanager
+from pathlib import Path
 from typing import Any, Final, Self, TypeVar, cast, overload
 
 import httpx
 
-from vigil import calls, config, endpoints
+from vigil import calls, config, endpoints, harvest
 from vigil.calls import Call, Host, Job, LogLine, Output, Task
 from vigil.endpoints import Endpoints
 from vigil.errors import Unreachable, WaitTimeout
+from vigil.harvest import Fetched
 from vigil.sse import Event, EventStream, Resume
 from vigil.states import JOB_FINAL
 from vigil.topics import Subscriptions
@@ -209,6 +211,14 @@ class Client:
         when they were not kept (too large: the message says where the file is) or the job
         was purged; `NotFound` for an output the task did not record."""
         return cast(bytes, self._send(calls.download(task_id, name)))
+
+    def download_file(self, task_id: str, name: str, dest: Path, sha256: str) -> Fetched:
+        """Save output `name` of the task, any size, to `dest`, streamed: a `dest.part` left
+        by a cut download is resumed with a ranged read, and `dest` appears only once its
+        sha256 is `sha256` (the listing's; `BadResponse` otherwise). Safe to call from several
+        threads at once."""
+        request = calls.download(task_id, name).request_args(self._apis.url, self._auth)
+        return harvest.fetch(self._http, request, dest, sha256)
 
     def purge(self, job_id: str) -> Job:
         """Delete an ended job's logs, kept outputs and work dirs for good; returns the job

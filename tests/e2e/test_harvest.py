@@ -112,6 +112,11 @@ def test_when_the_cli_harvests__it_lists_saves_and_purges(
         [task] = client.tasks(job_id)
 
     listed = vigil(env, "outputs", job_id)
+    # a download of the whole job that was cut after 1000 bytes of big.bin
+    to = tmp_path / "all"
+    (to / task["id"]).mkdir(parents=True)
+    (to / task["id"] / "big.bin.part").write_bytes(bytes(1000))
+    everything = vigil(env, "download", job_id, "--to", str(to))
     saved = vigil(env, "download", task["id"], "out.txt", "-o", str(tmp_path / "got.txt"))
     big = vigil(env, "download", task["id"], "big.bin", "-o", str(tmp_path / "big.bin"))
     purged = vigil(env, "purge", job_id, "--yes")
@@ -120,6 +125,12 @@ def test_when_the_cli_harvests__it_lists_saves_and_purges(
     assert "out.txt" in listed.stdout and "big.bin" in listed.stdout
     assert saved.returncode == 0, saved.stderr
     assert (tmp_path / "got.txt").read_bytes() == b"result of cli\n"
+    assert everything.returncode == 0, everything.stderr
+    assert everything.stdout == f"saved 2 outputs ({1048577 + 14} bytes) to {to}\n"
+    assert f"{task['id']}/big.bin: resumed from byte 1000" in everything.stderr
+    assert sorted(p.name for p in (to / task["id"]).iterdir()) == ["big.bin", "out.txt"]
+    assert (to / task["id"] / "big.bin").read_bytes() == bytes(1048577)
+    assert (to / task["id"] / "out.txt").read_bytes() == b"result of cli\n"
     assert big.returncode == 0, big.stderr
     assert (tmp_path / "big.bin").read_bytes() == bytes(1048577)
     assert purged.returncode == 0, purged.stderr

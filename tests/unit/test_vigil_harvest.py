@@ -95,7 +95,9 @@ def test_when_outputs_are_shown__each_row_says_where_the_file_is() -> None:
     ("args", "message"),
     [
         (["outputs", "t-1"], "outputs takes a job id"),
-        (["download", "j-1", "out"], "download takes a task id"),
+        (["download", "j-1", "out"], "a job's outputs go to a directory"),
+        (["download", "t-1"], "download TASK takes the output's NAME"),
+        (["download", "h-1"], "neither a job id (j-...) nor a task id"),
         (["download", "t-1", "../x"], "not an output name"),
         (["purge", "t-1", "--yes"], "purge takes a job id"),
         (["purge", "j-1"], "repeat with --yes"),
