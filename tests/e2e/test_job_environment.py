@@ -11,7 +11,7 @@ import pytest
 from tests.e2e.conftest import vigil
 from tests.e2e.stack import Stack
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.defaults]  # the job sees what a user's job sees
 
 WAIT_S = 60
 
