@@ -17,14 +17,15 @@ from typing import Any
 from fastapi import HTTPException, status
 from fastapi.exceptions import RequestValidationError
 
-from services.api import queries
+from services.api import object_check, queries
 from services.api.access import owner_filter
 from services.api.errors import invalid
 from services.api.rate_limit import TaskQuota
-from services.api.schemas.jobs import JobCreate
+from services.api.schemas.jobs import JobCreate, referenced_files
 from shared.domain.scheduling.model import DEFAULT_REQUEST
 from shared.domain.scheduling.reasons import TooLarge
 from shared.domain.scheduling.resources import Resources, coverage
+from shared.objects import ObjectStore
 from shared.operations import datasets, harvest, stop_guard
 from shared.operations.datasets import UPSTREAM_KEY
 from shared.store import jobs_repo
@@ -41,6 +42,8 @@ async def submit(
     body: JobCreate,
     idempotency_key: str | None,
     quota: TaskQuota,
+    store: ObjectStore,
+    store_url: str,
 ) -> tuple[Job, bool]:
     """Create the job (or find the one made earlier with `idempotency_key`); (job, created).
     It places none of its tasks: where they run depends on every host's free capacity and
@@ -50,12 +53,20 @@ async def submit(
     Raises a 422 `RequestValidationError` naming any prerequisite task, `inputs_from` job or
     input's `upstream_task` that does not exist or that the user may not see, `Conflict`
     when `inputs_from` names a purged job (its outputs are gone), and `QuotaExceeded` when
-    the user may not create that many tasks now; nothing is written then.
+    the user may not create that many tasks now; nothing is written then. Files given by
+    reference are looked up in the store first (a 422 for one it does not hold as named, a
+    503 when it cannot be reached), no transaction open meanwhile.
     """
+    new_job = body.to_new_job(idempotency_key)
+    refs = referenced_files(body.files)
+    if refs:
+        async with pool.acquire() as conn:
+            files = await object_check.stored_files(conn, store, store_url, user, refs)
+        new_job = dataclasses.replace(new_job, referenced=files)
     # First: the job may be held by a stop (see stop_guard). Its statements are lookups by
     # key: one plan each per connection (db.GENERIC_PLANS).
     async with pool.acquire() as conn, stop_guard.guarded(conn, generic_plans=True) as guard:
-        await _check_references(conn, user, body)
+        await _check_references(conn, user, body, store_url)
         if body.inputs_from is not None:
             await harvest.check_not_purged(
                 conn, body.inputs_from, "chain a job from it", share_lock=True
@@ -63,7 +74,7 @@ async def submit(
         # a job made active wakes the round at commit (the notification is sent then, wherever
         # in the transaction it is asked for): the round places its tasks
         job, created = await jobs_repo.create(
-            conn, user.id, body.to_new_job(idempotency_key), wake_round=not body.configuring
+            conn, user.id, new_job, wake_round=not body.configuring
         )
         if created and body.retention_s is not None:
             await harvest.set_retention(conn, job.id, body.retention_s)
@@ -130,11 +141,14 @@ async def upstream_errors(
     return errors
 
 
-async def check_upstreams(
-    conn: Connection, user: User, inputs: Sequence[Any], loc: tuple[str | int, ...]
+async def check_inputs(
+    conn: Connection, user: User, inputs: Sequence[Any], loc: tuple[str | int, ...], store_url: str
 ) -> None:
-    """Raise the 422 of `upstream_errors`, if any."""
+    """Raise a 422 naming each task an input names in `upstream_task` that the user may not
+    see (`upstream_errors`) and each object it names that the user may not stage
+    (`object_check.input_errors`), if any."""
     errors = await upstream_errors(conn, user, inputs, loc)
+    errors.extend(await object_check.input_errors(conn, store_url, user, inputs, loc))
     if errors:
         raise RequestValidationError(errors)
 
@@ -149,10 +163,12 @@ def check_network(user: User, policy: Mapping[str, Any]) -> None:
         )
 
 
-async def _check_references(conn: Connection, user: User, body: JobCreate) -> None:
+async def _check_references(conn: Connection, user: User, body: JobCreate, store_url: str) -> None:
     check_network(user, body.policy.model_dump())
     owner = owner_filter(user)
-    errors: list[Any] = await upstream_errors(conn, user, body.inputs or [], ("body", "inputs"))
+    inputs, loc = body.inputs or [], ("body", "inputs")
+    errors: list[Any] = await upstream_errors(conn, user, inputs, loc)
+    errors.extend(await object_check.input_errors(conn, store_url, user, inputs, loc))
     wanted = sorted(body.prerequisites.referenced())
     found = await queries.visible_tasks(conn, wanted, owner) if wanted else set()
     for stage, spec in (

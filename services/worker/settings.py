@@ -64,6 +64,11 @@ class WorkerSettings(HostSettings, PrefetchSettings):
     #: (`VIGIL_STORE_PATIENCE_S`; `services/worker/stage_out.py`). Meanwhile the task stays in
     #: post-processing, held by this worker.
     store_patience_s: float = Field(default=600.0, gt=0, le=7 * 24 * 3600)
+    #: The most bytes the host's cache of store objects holds (`VIGIL_CACHE_BYTES`, under
+    #: `<work root>/.cache`: `shared/host/object_cache.py`): the inputs tasks name by
+    #: reference, fetched once per host; the least recently used go first. An object larger
+    #: than this is fetched for its task alone; 0 keeps none.
+    cache_bytes: int = Field(default=10 * 1024**3, ge=0, le=2**62)
     #: A task's run keeps (stores, publishes, writes to its run files) this many bytes of
     #: output lines at most (`VIGIL_LOG_QUOTA_BYTES`); past it one marker line says so, and
     #: the lines after are only read for their severity and progress.

@@ -22,13 +22,15 @@ from typing import Any, Final, Protocol, TypeVar
 from redis.asyncio import Redis
 
 from services.worker.claims import Taker
-from services.worker.launch import Launcher, LocalUnconfined
+from services.worker.launch import Launcher, LocalConfined, LocalUnconfined
 from services.worker.ledger import Ledger
 from services.worker.runs import Ran, Runs, read_status
 from services.worker.settings import WorkerSettings
+from services.worker.stage_in import StageIn
 from services.worker.stage_out import StageOut
 from services.worker.tenure import Tenure
-from shared.domain.bundle import BundleFile
+from shared.domain import object_refs
+from shared.domain.bundle import with_bytes
 from shared.domain.errors import StaleState
 from shared.domain.messages import LogRecord, RunStage, Severity
 from shared.domain.outcomes import (
@@ -136,6 +138,9 @@ class StageRunner:
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     #: Where the tasks' outputs are put (None: the store of `VIGIL_STORE_URL`).
     store: ObjectStore | None = None
+    #: The host's stage-in of the objects tasks name (None: from `store`, through its cache
+    #: under the work root).
+    stage_in: StageIn | None = None
 
     def __post_init__(self) -> None:
         #: The worker's moves of all its tasks, committed together when they overlap.
@@ -158,13 +163,15 @@ class StageRunner:
         #: nothing.
         self.ledger = Ledger(self.capacity or self.settings.capacity())
         #: Where the outputs go before their task may complete (`stage_out.py`).
-        self.stage_out = StageOut(
-            self.store or open_store(self.settings.store_url, self.settings.s3_endpoint_url),
-            self.settings.store_patience_s,
-        )
+        store = self.store or open_store(self.settings.store_url, self.settings.s3_endpoint_url)
+        self.stage_out = StageOut(store, self.settings.store_patience_s)
         #: The commands' runs, from their request taken to their exit.
         self.runs = Runs(
             self.settings, self.pool, self.broker, self.redis, self.keys, self.ledger, self.launcher
+        )
+        #: Where the objects tasks name come in from (`stage_in.py`).
+        self.stager = self.stage_in or StageIn.of_host(
+            self.settings, store, isinstance(self.launcher, LocalConfined)
         )
 
     async def _judged(self, outcome: Outcome, returncode: int) -> Outcome:
@@ -206,6 +213,7 @@ class StageRunner:
             and task_type.inline_hooks >= _FOLDED_HOOKS
             and self._fits(task, job)
             and not job.files  # placed in a thread (and fetched once per host)
+            and not object_refs.names_objects(task.input)  # staged in from the store
         )
 
     def _never_here(self, task: tasks_repo.Task, job: jobs_repo.Job) -> str | None:
@@ -284,9 +292,11 @@ class StageRunner:
         ctx = self._context(held, attempt)
         contents = await self._bundle_contents(held)
         group = await self.launcher.files_group(held.job.owner_id) if held.job.files else 0
-        _, failure = await self._run_hook(
-            "setup", S.FAILED_TO_SETUP, lambda: self._set_up(held, ctx, contents, group), held
-        )
+        failure = await self.stager.stage(ctx.workdir, held.job.files, held.input)
+        if failure is None:
+            _, failure = await self._run_hook(
+                "setup", S.FAILED_TO_SETUP, lambda: self._set_up(held, ctx, contents, group), held
+            )
         if failure is not None:
             await held.finish(S.SETTING_UP, attempt, failure)
             return False
@@ -299,7 +309,7 @@ class StageRunner:
         """The bytes of the job's files when they are not on this host yet (None: it has no
         files, or they are here)."""
         work_root = Path(self.settings.work_root)
-        if not held.job.files or bundle.on_host(work_root, held.job.id).is_dir():
+        if not with_bytes(held.job.files) or bundle.on_host(work_root, held.job.id).is_dir():
             return None
         async with self.pool.acquire() as conn:
             return await bundle_repo.contents(conn, held.job.id)
@@ -309,8 +319,8 @@ class StageRunner:
     ) -> bool:
         """The job's files in the work dir (readable by `group`, its commands' gid), then its
         type's setup."""
-        if held.job.files:
-            files = [BundleFile.from_json(f) for f in held.job.files]
+        files = with_bytes(held.job.files)  # (those given by URL are staged in)
+        if files:
             work_root = Path(self.settings.work_root)
             bundle.place(work_root, held.job.id, files, contents, ctx.workdir, group)
         return self._type(held).setup(ctx)

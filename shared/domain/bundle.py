@@ -25,24 +25,35 @@ HOST_DIR: Final = ".files"
 
 @dataclass(frozen=True)
 class BundleFile:
-    """One file of a job's bundle, as the job lists it."""
+    """One file of a job's bundle, as the job lists it: its bytes stored with the job, or,
+    with a `url`, an object of the store staged on each host through its cache."""
 
     path: str
     size: int
     sha256: str
     executable: bool
+    url: str | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        listed = {
             "path": self.path,
             "size": self.size,
             "sha256": self.sha256,
             "executable": self.executable,
         }
+        return listed if self.url is None else {**listed, "url": self.url}
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> "BundleFile":
-        return cls(value["path"], value["size"], value["sha256"], value["executable"])
+        return cls(
+            value["path"], value["size"], value["sha256"], value["executable"], value.get("url")
+        )
+
+
+def with_bytes(files: list[dict[str, Any]]) -> list[BundleFile]:
+    """The files of a job's list (`jobs.files`) whose bytes are stored with the job (not
+    given by reference)."""
+    return [BundleFile.from_json(f) for f in files if f.get("url") is None]
 
 
 def path_problem(path: str) -> str | None:

@@ -26,10 +26,12 @@ _FICLONE: Final = 0x40049409
 _READ_ONLY: Final = 0o444
 
 
-def place(source: Path, workdir: Path, relative: str, *, link: bool) -> None:
+def place(
+    source: Path, workdir: Path, relative: str, *, link: bool, mode: int = _READ_ONLY
+) -> None:
     """Put the file `source` in `workdir` as `relative` (its dirs made as needed, through no
-    link), read-only, replacing whatever had that name (a link is replaced, never followed):
-    a hard link of it when `link`, else a copy."""
+    link), replacing whatever had that name (a link is replaced, never followed): a hard link
+    of it when `link` (with the entry's mode, 0444), else a copy of mode `mode`."""
     parent, _, name = relative.rpartition("/")
     dir_fd = job_files.open_dir(workdir, parent or ".")
     try:
@@ -42,12 +44,12 @@ def place(source: Path, workdir: Path, relative: str, *, link: bool) -> None:
             except OSError as exc:
                 if exc.errno != errno.EXDEV:
                     raise
-        _copy(source, name, dir_fd)
+        _copy(source, name, dir_fd, mode)
     finally:
         os.close(dir_fd)
 
 
-def _copy(source: Path, name: str, dir_fd: int) -> None:
+def _copy(source: Path, name: str, dir_fd: int, mode: int) -> None:
     """A new file `name` (never one the job made: `O_EXCL`) with the bytes of `source`."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     with open(source, "rb") as handle:
@@ -55,7 +57,7 @@ def _copy(source: Path, name: str, dir_fd: int) -> None:
         try:
             if not _reflinked(handle.fileno(), fd):
                 _copy_range(handle.fileno(), fd, os.fstat(handle.fileno()).st_size)
-            os.fchmod(fd, _READ_ONLY)
+            os.fchmod(fd, mode)
         except BaseException:
             os.close(fd)
             os.unlink(name, dir_fd=dir_fd)

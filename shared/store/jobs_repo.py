@@ -14,6 +14,7 @@ from typing import Any, Final
 import asyncpg
 
 from shared.domain import bundle
+from shared.domain.bundle import BundleFile
 from shared.domain.errors import StaleState
 from shared.domain.ids import new_id, new_ids
 from shared.domain.messages import JobEvent, JobOutcome
@@ -47,6 +48,8 @@ class NewJob:
     release_per_tick: int | None = None
     #: Its bundle: the files it was submitted with, path -> (bytes, executable).
     files: dict[str, tuple[bytes, bool]] = field(default_factory=dict)
+    #: Its files given by reference to objects of the store (their size found by the api).
+    referenced: list[BundleFile] = field(default_factory=list)
     #: Its rank among its owner's jobs, and what each of its tasks asks for.
     priority: int = 0
     request: Resources = DEFAULT_REQUEST
@@ -205,14 +208,15 @@ async def create(
             *throttles.values(),
             *((task_ids, job.inputs) if with_tasks else ()),
         )
-        if record is not None and job.files:
+        if record is not None and (job.files or job.referenced):
             listed = bundle.listed(job.files)
             contents = {path: content for path, (content, _) in job.files.items()}
             await bundle_repo.save(conn, job_id, listed, contents)
+            everything = sorted([*listed, *job.referenced], key=lambda f: f.path)
             record = await conn.fetchrow(
                 "UPDATE jobs SET files = $2 WHERE id = $1 RETURNING *",
                 job_id,
-                [f.as_json() for f in listed],
+                [f.as_json() for f in everything],
             )
         if record is None:
             existing = await conn.fetchrow(

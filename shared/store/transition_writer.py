@@ -174,6 +174,10 @@ class TransitionWriter:
         self._nudging.add(task)
         task.add_done_callback(self._nudging.discard)
 
+    async def nudged(self) -> None:
+        """Wait for the nudges under way (before the client they go through is closed)."""
+        await asyncio.gather(*self._nudging, return_exceptions=True)
+
     async def _nudge_later(self) -> None:
         await asyncio.sleep(self.nudge_delay_s)
         self.nudges += 1  # counted before it goes: whoever hears it may look at once

@@ -110,6 +110,7 @@ IdempotencyKey = Annotated[
         409: {"description": "`inputs_from` names a purged job (its outputs are gone)."},
         413: {"description": "The body is larger than the limit."},
         429: _RATE_LIMITED[429],
+        503: {"description": "The store cannot be reached to check a file given by URL."},
     },
 )
 async def submit_job(
@@ -123,6 +124,7 @@ async def submit_job(
     quota: TaskQuotaDep,
     response: Response,
     syntax: SyntaxCheckDep,
+    store: ObjectStoreDep,
     idempotency_key: IdempotencyKey = None,
 ) -> JobSubmitted:
     """Create a job with one `new` task per input: 201 with the job, and `warnings`: a
@@ -145,7 +147,9 @@ async def submit_job(
     )
     if too_large is not None and settings.refuse_unsatisfiable:
         raise submission.unsatisfiable_refusal(too_large)
-    job, created = await submission.submit(pool, user, body, idempotency_key, quota)
+    job, created = await submission.submit(
+        pool, user, body, idempotency_key, quota, store, settings.store_url
+    )
     if created:
         metrics.jobs_submitted.inc()
     else:
@@ -444,7 +448,9 @@ async def append_inputs(
     body.check_against(settings.max_inputs)
     async with pool.acquire() as conn, conn.transaction():
         await check_visible(conn, user, job_id)
-        await submission.check_upstreams(conn, user, body.inputs, ("body", "inputs"))
+        await submission.check_inputs(
+            conn, user, body.inputs, ("body", "inputs"), settings.store_url
+        )
         task_ids = await datasets.add_inputs(conn, job_id, list(body.inputs))
         await quota.charge(user, len(task_ids))
         job = await jobs_repo.get(conn, job_id)
@@ -491,7 +497,9 @@ async def edit_job(
                 )
         submission.check_network(user, wanted.get("policy") or {})
         if "inputs" in wanted:
-            await submission.check_upstreams(conn, user, wanted["inputs"], ("body", "inputs"))
+            await submission.check_inputs(
+                conn, user, wanted["inputs"], ("body", "inputs"), settings.store_url
+            )
         check_retention(wanted.get("retention_s"), settings.min_retention_s)
         job = await job_edits.apply(conn, job_id, wanted, user.name)
     logger.info(
@@ -509,7 +517,12 @@ async def edit_job(
     responses=_NOT_FOUND | _RATE_LIMITED | {409: {"description": "The job is not configuring."}},
 )
 async def start_test(
-    user: SubmittingUser, job_id: JobIdPath, body: TestRequest, pool: PoolDep, quota: TaskQuotaDep
+    user: SubmittingUser,
+    job_id: JobIdPath,
+    body: TestRequest,
+    pool: PoolDep,
+    quota: TaskQuotaDep,
+    settings: SettingsDep,
 ) -> TaskPublic:
     """Run a test task of a configuring job on one held input (`input_index`, default 0) or
     on an explicit `input`: 201 with the task (negative index). Its outputs are discarded when
@@ -517,7 +530,9 @@ async def start_test(
     async with pool.acquire() as conn, conn.transaction():
         await check_visible(conn, user, job_id)
         if body.input is not None:
-            await submission.check_upstreams(conn, user, [body.input], ("body", "input"))
+            await submission.check_inputs(
+                conn, user, [body.input], ("body", "input"), settings.store_url
+            )
         task = await configuring.start_test(conn, job_id, body.what())
         await quota.charge(user, 1)
         found = await queries.prerequisites_of(conn, [task.id])

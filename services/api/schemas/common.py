@@ -10,6 +10,7 @@ from pydantic import (
 )
 
 from services.api import json_values
+from shared.domain import object_refs
 from shared.domain.ids import is_safe_id
 from shared.domain.waiting import ALL_REASONS, Why
 
@@ -76,6 +77,7 @@ def _check_input(value: Any) -> Any:
     size = json_values.size_over(value, MAX_INPUT_BYTES)
     if size is not None:
         raise ValueError(f"input is {size} bytes as JSON; the limit is {MAX_INPUT_BYTES}")
+    object_refs.input_objects(value)  # the form of the objects it names, if any
     return value
 
 

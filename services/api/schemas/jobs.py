@@ -17,7 +17,9 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -44,7 +46,7 @@ from services.api.schemas.common import (
     ThrottleLimit,
     WaitingReasonPublic,
 )
-from shared.domain import bundle
+from shared.domain import bundle, object_refs
 from shared.domain.actions import JobAction
 from shared.domain.analysers import DEFAULT as DEFAULT_ANALYSER
 from shared.domain.policy import Policy
@@ -84,14 +86,58 @@ class FileIn(BaseModel):
     executable: bool = Field(default=False, description="Placed with mode 0555, not 0444.")
 
 
-def decoded_files(files: Mapping[str, FileIn]) -> dict[str, tuple[bytes, bool]]:
-    """The bundle's files as bytes, or a `ValueError` naming the file at fault."""
+class FileRef(BaseModel):
+    """One file of a job's files named by reference: an object of the store, staged into each
+    task's work dir through its host's cache and checked against its sha256."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(
+        max_length=object_refs.MAX_URL,
+        description="The object: the store's URL (VIGIL_STORE_URL), '/', and its key.",
+    )
+    sha256: str = Field(description="The sha256 its bytes must have (64 lowercase hex digits).")
+    executable: bool = Field(default=False, description="Placed with mode 0555, not 0444.")
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        problem = object_refs.url_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("sha256")
+    @classmethod
+    def _check_sha256(cls, value: str) -> str:
+        problem = object_refs.sha256_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+
+def _file_form(value: Any) -> str:
+    return "url" if isinstance(value, dict) and "url" in value else "content"
+
+
+#: A job's file: its bytes (`content`), or an object of the store (`url` and `sha256`).
+JobFile = Annotated[
+    Annotated[FileIn, Tag("content")] | Annotated[FileRef, Tag("url")],
+    Discriminator(_file_form),
+]
+
+
+def decoded_files(files: Mapping[str, FileIn | FileRef]) -> dict[str, tuple[bytes, bool]]:
+    """The bundle's files given by their bytes, as bytes, or a `ValueError` naming the file at
+    fault (those given by reference are `referenced_files`)."""
     found: dict[str, tuple[bytes, bool]] = {}
     total = 0
     for path, file in files.items():
         problem = bundle.path_problem(path)
         if problem is not None:
             raise ValueError(problem)
+        if isinstance(file, FileRef):
+            continue
         try:
             content = base64.b64decode(file.content, validate=True)
         except binascii.Error as exc:
@@ -104,6 +150,15 @@ def decoded_files(files: Mapping[str, FileIn]) -> dict[str, tuple[bytes, bool]]:
             )
         found[path] = (content, file.executable)
     return found
+
+
+def referenced_files(files: Mapping[str, FileIn | FileRef]) -> list[object_refs.ObjectRef]:
+    """The bundle's files given by reference, by path."""
+    return [
+        object_refs.ObjectRef(path, file.url, file.sha256, file.executable)
+        for path, file in sorted(files.items())
+        if isinstance(file, FileRef)
+    ]
 
 
 #: Most CPUs, GPUs and MiB one task may ask for: far above any host, below what
@@ -216,19 +271,24 @@ class JobCreate(BaseModel):
     inputs: Inputs | None = Field(
         default=None,
         description="One task per input. Left out (or null): one empty input, or none with"
-        " inputs_from.",
+        " inputs_from. An input that is an object may name objects of the store to stage in"
+        ' its work dir under the reserved key `objects`: {"objects": {PATH: {"url": ...,'
+        ' "sha256": ...}}, ...} (at most 100).',
     )
     outputs: list[OutputName] = Field(default_factory=list, max_length=MAX_OUTPUTS)
     params: dict[ParamName, ParamValue] = Field(default_factory=dict, max_length=MAX_PARAMS)
     policy: Policy = Field(default_factory=Policy)
     prerequisites: Prerequisites = Field(default_factory=Prerequisites)
     inputs_from: JobId | None = None
-    files: dict[str, FileIn] = Field(
+    files: dict[str, JobFile] = Field(
         default_factory=dict,
         max_length=bundle.MAX_FILES,
-        description="The job's own files (scripts, configs, small data), by relative path:"
-        " placed read-only in every task's work dir, on any host (at most"
-        f" {bundle.MAX_FILES} files, {bundle.MAX_BYTES // (1024 * 1024)} MiB in all).",
+        description="The job's own files (scripts, configs, data), by relative path: placed"
+        " read-only in every task's work dir, on any host. Each is given by its bytes"
+        ' ({"content": base64}; at most'
+        f" {bundle.MAX_BYTES // (1024 * 1024)} MiB in all) or by reference to an object of"
+        ' the store ({"url": ..., "sha256": ...}; any size). At most'
+        f" {bundle.MAX_FILES} files.",
     )
     configuring: bool = Field(
         default=False,
@@ -285,7 +345,9 @@ class JobCreate(BaseModel):
 
     @field_validator("files")
     @classmethod
-    def _check_files(cls, value: dict[str, FileIn], info: ValidationInfo) -> dict[str, FileIn]:
+    def _check_files(
+        cls, value: dict[str, FileIn | FileRef], info: ValidationInfo
+    ) -> dict[str, FileIn | FileRef]:
         decoded_files(value)
         problems = bundle.conflicts(list(value), info.data.get("outputs") or [])
         if problems:
@@ -431,8 +493,8 @@ class JobPublic(BaseModel):
     purge_reason: str | None = None
     files: list[dict[str, Any]] = Field(
         default_factory=list,
-        description="The job's own files: path, size, sha256, executable (their bytes are"
-        " deleted by a purge).",
+        description="The job's own files: path, size, sha256, executable, and the url of"
+        " those given by reference (the bytes of the others are deleted by a purge).",
     )
     waiting_on: str | None = Field(
         default=None,

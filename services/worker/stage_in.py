@@ -1,0 +1,133 @@
+"""Stage-in: the objects a task names by reference, fetched through the host's cache
+(`shared/host/object_cache.py`) and placed in its work dir before its setup, each checked
+against its sha256: its job's files given by URL, and the objects its input names
+(`shared/domain/object_refs.py`).
+
+An object whose bytes are not the ones named fails the task's setup with a brief naming the
+object, its URL and both hashes (class `hook`: the job named bytes the store does not hold, and
+a retry would fetch the same ones); a store that cannot be read fails it naming the object and
+the store's error. Nothing is left half-placed that a later setup could take for whole: an
+entry of the cache is whole or absent, and each placement replaces what had its name.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from services.worker.settings import WorkerSettings
+from shared.domain import object_refs
+from shared.domain.object_refs import ObjectRef
+from shared.domain.outcomes import Outcome
+from shared.domain.states import FailureClass, TaskState
+from shared.host import staged_objects
+from shared.host.object_cache import Fetch, ObjectCache, ObjectMismatch, Sink, Wanted
+from shared.objects import ObjectNotFound, ObjectStore
+
+logger = logging.getLogger(__name__)
+
+#: The fetch of the object at a URL of the store (the store's client, streaming its bytes).
+Fetcher = Callable[[str], Fetch]
+#: Objects of one task fetched or placed at once.
+_AT_ONCE = 8
+#: The host's cache, under the work root (on the work dirs' file system: entries are linked).
+CACHE_DIR = ".cache"
+
+
+@dataclass
+class StageIn:
+    """The host's stage-in: its cache, the store's fetches, and whether an entry may be
+    hard-linked into a work dir (only where jobs cannot write it: `staged_objects`)."""
+
+    cache: ObjectCache
+    fetcher: Fetcher
+    link: bool
+
+    @classmethod
+    def of_host(cls, settings: WorkerSettings, store: ObjectStore, confined: bool) -> "StageIn":
+        """The stage-in of the worker of `settings`: from `store` (the store of
+        `VIGIL_STORE_URL`), through the cache under its work root (`VIGIL_CACHE_BYTES`);
+        entries linked into work dirs if jobs are `confined` (run as uids of their own)."""
+        cache = ObjectCache(Path(settings.work_root) / CACHE_DIR, settings.cache_bytes)
+        cache.open()
+        return cls(cache, store_fetcher(store, settings.store_url), confined)
+
+    async def stage(self, workdir: Path, files: list[dict[str, Any]], value: Any) -> Outcome | None:
+        """Place in `workdir` the objects a task names: its job's files given by URL
+        (`jobs.files`), then its input's `objects`. None when all are there, else the setup's
+        failure naming the first that could not be had."""
+        refs = [
+            ObjectRef(f["path"], f["url"], f["sha256"], f["executable"])
+            for f in files
+            if "url" in f
+        ]
+        try:
+            refs.extend(object_refs.input_objects(value))
+        except ValueError as exc:  # the api refuses it: an input that came in another way
+            brief = f"the input's objects cannot be staged: {exc}"
+            return Outcome(TaskState.FAILED_TO_SETUP, FailureClass.HOOK, brief=brief)
+        return await self.place(workdir, refs) if refs else None
+
+    async def place(self, workdir: Path, refs: list[ObjectRef]) -> Outcome | None:
+        """Place every object of `refs` in `workdir`; None when all are there, else the
+        setup's failure naming the first object that could not be had."""
+        await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)  # the worker's
+        room = asyncio.Semaphore(_AT_ONCE)
+
+        async def one(ref: ObjectRef) -> Outcome | None:
+            async with room:
+                return await self._one(workdir, ref)
+
+        failures = await asyncio.gather(*(one(ref) for ref in refs))
+        return next((failure for failure in failures if failure is not None), None)
+
+    async def _one(self, workdir: Path, ref: ObjectRef) -> Outcome | None:
+        wanted = Wanted(ref.sha256, ref.url)
+        try:
+            async with self.cache.held(wanted, self.fetcher(ref.url)) as held:
+                link = (self.link or held.transient) and not ref.executable
+                mode = 0o555 if ref.executable else 0o444
+                await asyncio.to_thread(
+                    staged_objects.place, held.path, workdir, ref.path, link=link, mode=mode
+                )
+        except ObjectMismatch as exc:
+            return Outcome(
+                TaskState.FAILED_TO_SETUP,
+                FailureClass.HOOK,
+                brief=f"object {ref.path} ({ref.url}) is not the one named: {_hashes(exc)}",
+                detail=str(exc),
+            )
+        except Exception as exc:  # the store's own errors: whatever its client raises
+            logger.warning("object %s (%s) could not be staged", ref.path, ref.url, exc_info=True)
+            return Outcome(
+                TaskState.FAILED_TO_SETUP,
+                FailureClass.HOOK,
+                brief=f"object {ref.path} ({ref.url}) could not be fetched:"
+                f" {type(exc).__name__}: {exc}",
+                detail=repr(exc),
+            )
+        return None
+
+
+def _hashes(exc: ObjectMismatch) -> str:
+    return f"its bytes have sha256 {exc.got}, not {exc.expected}"
+
+
+def store_fetcher(store: ObjectStore, store_url: str) -> Fetcher:
+    """The fetch of an object of `store` (whose URL is `store_url`) by its URL: its bytes
+    streamed into the sink, each chunk hashed and written in a thread."""
+
+    def fetch_of(url: str) -> Fetch:
+        key = object_refs.key_in(store_url, url)
+
+        async def fetch(sink: Sink) -> None:
+            if key is None:  # the api lets none in: a job of a store since moved
+                raise ObjectNotFound(f"{url} is not in the store ({store_url})")
+            async for chunk in store.read(key):
+                await asyncio.to_thread(sink.write, chunk)
+
+        return fetch
+
+    return fetch_of

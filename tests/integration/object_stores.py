@@ -1,0 +1,42 @@
+"""The two kinds of object store the tests of stage-in run on, as a fixture's param: a
+directory, and a prefix of its own in the real SeaweedFS of `scripts/s3` (holds no tests)."""
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from shared.objects import ObjectStore, open_store
+
+KINDS = ["directory", "s3"]
+
+
+@dataclass(frozen=True)
+class StoreAt:
+    """An open store, the URL that names it (`VIGIL_STORE_URL`) and its endpoint."""
+
+    store: ObjectStore
+    url: str
+    endpoint_url: str = ""
+
+    def settings(self) -> dict[str, str]:
+        """The settings a service of this store takes."""
+        return {"store_url": self.url, "s3_endpoint_url": self.endpoint_url}
+
+    def url_of(self, key: str) -> str:
+        return f"{self.url}/{key}"
+
+
+def store_at(request: pytest.FixtureRequest, tmp_path: Path, mp: pytest.MonkeyPatch) -> StoreAt:
+    """The store of the kind `request.param` (the credentials of SeaweedFS put in the
+    environment for the test, as an operator puts them in the services')."""
+    if request.param == "directory":
+        url = (tmp_path / "store").as_uri()
+        return StoreAt(open_store(url), url)
+    env: dict[str, str] = request.getfixturevalue("s3_env")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):
+        mp.setenv(name, env[name])
+    url = f"{env['VIGIL_STORE_URL']}/test-{uuid.uuid4().hex[:10]}"
+    endpoint = env["VIGIL_S3_ENDPOINT_URL"]
+    return StoreAt(open_store(url, endpoint_url=endpoint), url, endpoint)

@@ -1,0 +1,175 @@
+"""Stage-in driven by the worker's stage runner on the real PostgreSQL, RabbitMQ and Redis,
+against a directory store and the real SeaweedFS: a job's file given by URL and an input's
+objects are in the work dir before the command, checked against their sha256; bytes that are
+not the ones named fail the setup saying which object and both hashes; a corrupt cache entry
+is found and fetched again."""
+
+import hashlib
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from services.worker.stages import StageRunner
+from shared.domain.bundle import BundleFile
+from shared.domain.messages import RunStage
+from shared.domain.states import Stage
+from shared.messaging.amqp import open_broker
+from shared.messaging.topology import Topology
+from shared.store import db, jobs_repo, users_repo
+from shared.store.jobs_repo import NewJob
+from tests.conftest import AMQP_URL, REDIS_URL
+from tests.integration.object_stores import KINDS, StoreAt, store_at
+from tests.integration.test_stage_runner import (
+    _default_launcher,
+    _runner,
+    _settings,
+    _task,
+    passable_dir,  # noqa: F401  (a fixture: a work root the jobs' uids can reach)
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=KINDS)
+async def store(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[StoreAt]:
+    opened = store_at(request, tmp_path, monkeypatch)
+    try:
+        yield opened
+    finally:
+        await opened.store.close()
+
+
+@pytest.fixture
+async def runner(
+    pool: db.Pool, session_database_url: str, namespace: str, passable_dir: Path, store: StoreAt
+) -> AsyncIterator[StageRunner]:
+    """A stage runner as a worker runs by default (as root, as here): its jobs confined, so
+    the cache's entries are linked into their work dirs."""
+    settings = _settings(
+        session_database_url, namespace, passable_dir, default=True, **store.settings()
+    )
+    redis = Redis.from_url(REDIS_URL)
+    async with open_broker(AMQP_URL, Topology(namespace), name="test-stage-in") as broker:
+        launcher = _default_launcher(settings, pool)
+        made = _runner(settings, pool, broker, redis, launcher=launcher)
+        yield made
+        await made.background_done()
+        await made.writer.nudged()
+    await redis.aclose()
+
+
+async def _object(store: StoreAt, tmp_path: Path, data: bytes) -> dict[str, str]:
+    source = tmp_path / uuid.uuid4().hex
+    source.write_bytes(data)
+    info = await store.store.put_file(f"shared/{uuid.uuid4().hex}.bin", source)
+    return {"url": store.url_of(info.key), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+async def _ran(
+    pool: db.Pool, runner: StageRunner, command: str, inputs: list[Any], files: list[BundleFile]
+) -> list[str]:
+    """Given a job of these inputs and files by reference, claimed as the dispatcher would,
+    each task driven by the runner in turn; the ids of its tasks."""
+    async with pool.acquire() as conn:
+        user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
+        job, _ = await jobs_repo.create(
+            conn, user.id, NewJob("s", "shell", command, inputs, referenced=files)
+        )
+    task_ids = []
+    for index in range(len(inputs)):
+        claim = uuid.uuid4()
+        task_id = await pool.fetchval(
+            "UPDATE tasks SET claim = $3 WHERE job_id = $1 AND index = $2 RETURNING id",
+            job.id,
+            index,
+            claim,
+        )
+        held = await runner.take(
+            RunStage(job_id=job.id, task_id=task_id, stage=Stage.SETUP, claim=claim)
+        )
+        assert held is not None
+        await runner.drive(held)
+        task_ids.append(task_id)
+    return task_ids
+
+
+async def _lines(pool: db.Pool, task_id: str) -> list[str]:
+    rows = await pool.fetch("SELECT line FROM logs WHERE task_id = $1 ORDER BY seq", task_id)
+    return [r["line"] for r in rows]
+
+
+async def test_a_jobs_file_and_an_inputs_objects_are_staged_once_and_read_by_the_command(
+    runner: StageRunner, pool: db.Pool, store: StoreAt, tmp_path: Path
+) -> None:
+    shared_data, own = os.urandom(300_000), os.urandom(1000)
+    genome = await _object(store, tmp_path, shared_data)
+    reads = [await _object(store, tmp_path, own + bytes([n])) for n in range(2)]
+    files = [BundleFile("ref/genome.fa", len(shared_data), genome["sha256"], False, genome["url"])]
+    inputs = [{"sample": n, "objects": {"in/reads.bam": ref}} for n, ref in enumerate(reads)]
+
+    task_ids = await _ran(
+        pool,
+        runner,
+        "sha256sum ref/genome.fa in/reads.bam; id -u; touch ref/genome.fa || true",
+        inputs,
+        files,
+    )
+
+    for task_id, ref in zip(task_ids, reads, strict=True):
+        assert (await _task(pool, task_id))["state"] == "completed"
+        lines = await _lines(pool, task_id)
+        assert lines[:2] == [
+            f"{genome['sha256']}  ref/genome.fa",
+            f"{ref['sha256']}  in/reads.bam",
+        ]
+        assert lines[2] != "0"  # confined: the entries it reads are root's, read-only
+    cache = runner.stager.cache
+    assert (cache.fetches, cache.hits) == (3, 1)  # the shared file once, each input's own
+    entry = cache.root / "objects" / genome["sha256"]
+    assert entry.read_bytes() == shared_data and entry.stat().st_nlink == 3  # linked, no copy
+
+
+async def test_bytes_not_the_ones_named_fail_the_setup_naming_the_object_and_both_hashes(
+    runner: StageRunner, pool: db.Pool, store: StoreAt, tmp_path: Path
+) -> None:
+    held = await _object(store, tmp_path, b"what the store holds")
+    named = hashlib.sha256(b"what the user named").hexdigest()
+    url = held["url"]
+
+    [task_id] = await _ran(
+        pool, runner, "echo never", [{"objects": {"data.bin": {"url": url, "sha256": named}}}], []
+    )
+
+    task = await _task(pool, task_id)
+    assert (task["state"], task["failure_class"]) == ("failed_to_setup", "hook")
+    assert task["error_brief"] == (
+        f"object data.bin ({url}) is not the one named: its bytes have sha256"
+        f" {held['sha256']}, not {named}"
+    )
+    assert await _lines(pool, task_id) == []
+    assert os.listdir(runner.stager.cache.root / "objects") == []
+
+
+@pytest.mark.parametrize("store", ["s3"], indirect=True)
+async def test_a_corrupt_cache_entry_is_found_and_fetched_again(
+    runner: StageRunner, pool: db.Pool, store: StoreAt, tmp_path: Path
+) -> None:
+    data = os.urandom(100_000)
+    ref = await _object(store, tmp_path, data)
+    objects = {"objects": {"data.bin": ref}}
+    await _ran(pool, runner, "true", [objects], [])
+    entry = runner.stager.cache.root / "objects" / ref["sha256"]
+    with entry.open("r+b") as handle:  # the disk's rot, or an operator's mistake
+        handle.write(b"rot")
+
+    [task_id] = await _ran(pool, runner, "sha256sum data.bin", [objects], [])
+
+    assert await _lines(pool, task_id) == [f"{ref['sha256']}  data.bin"]
+    assert (runner.stager.cache.fetches, runner.stager.cache.corrupt) == (2, 1)
