@@ -1,7 +1,10 @@
 """Fixtures of the integration tier, beside those of every tier (`tests/conftest.py`)."""
 
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
@@ -41,3 +44,13 @@ async def redis() -> AsyncIterator[Redis]:
     client = Redis.from_url(REDIS_URL)
     yield client
     await client.aclose()
+
+
+@pytest.fixture
+def passable_dir() -> Iterator[Path]:
+    """A new directory that other uids may pass through (not list): a work root the jobs'
+    uids can reach (pytest's tmp dir is private to root)."""
+    made = Path(tempfile.mkdtemp(prefix="vigil-stages-", dir="/tmp"))
+    made.chmod(0o711)
+    yield made
+    shutil.rmtree(made, ignore_errors=True)

@@ -29,7 +29,6 @@ from tests.integration.test_stage_runner import (
     _runner,
     _settings,
     _task,
-    passable_dir,  # noqa: F401  (a fixture: a work root the jobs' uids can reach)
 )
 
 pytestmark = pytest.mark.integration

@@ -298,16 +298,6 @@ async def test_only_a_command_that_outlives_follow_after_is_handed_over_and_its_
     assert [noting.pending for noting in notings] == [False, False]
 
 
-@pytest.fixture
-def passable_dir() -> Iterator[Path]:
-    """A new directory that other uids may pass through (not list): a work root the jobs'
-    uids can reach (pytest's tmp dir is private to root)."""
-    made = Path(tempfile.mkdtemp(prefix="vigil-stages-", dir="/tmp"))
-    made.chmod(0o711)
-    yield made
-    shutil.rmtree(made, ignore_errors=True)
-
-
 def _default_launcher(settings: WorkerSettings, pool: db.Pool) -> launch.Launcher:
     """The launcher a worker of `settings` chooses; with the default settings (as root, as
     here) jobs run confined as their owner's uid, in cgroups where the host has them."""
