@@ -3,7 +3,7 @@ installation's store (`VIGIL_STORE_URL`) with a valid key, readable by the user,
 job's files, there with the sha256 named (its size is then recorded with the job's files).
 
 Who may name what, by the object's key under the store:
-- `outputs/<task>/...`: the outputs of a task the user may see (their own; an operator's: any);
+- `outputs/<job>/...`: the outputs of a job the user may see (their own; an operator's: any);
 - `files/<user>/...`: the files a user uploaded (`vigil submit` does, by their sha256): their
   own only, so that no one reads another user's upload by guessing or learning its hash;
 - anything else: the site's shared data, put in the store by its operators, for every user.
@@ -89,19 +89,18 @@ async def reference_errors(
     """The 422 errors of the references of `named` that are not in the store, have an invalid
     key, or name an object of Vigil's the user may not read, each saying why."""
     errors: list[tuple[Loc, str]] = []
-    tasks: dict[str, list[Loc]] = {}
+    jobs: dict[str, list[Loc]] = {}
     for where, ref in named:
         key = object_refs.key_in(store_url, ref.url)
         why = _key_problem(store_url, ref.url, key, user)
         if why is not None:
             errors.append((where, why))
         elif key is not None and key.startswith(f"{OUTPUTS}/"):
-            tasks.setdefault(key.split("/")[1], []).append(where)
-    if tasks:
-        seen = await queries.visible_tasks(conn, sorted(tasks), owner_filter(user))
-        for task_id in sorted(set(tasks) - seen):
-            why = f"task {task_id!r} does not exist: its outputs cannot be named"
-            errors.extend((where, why) for where in tasks[task_id])
+            jobs.setdefault(key.split("/")[1], []).append(where)
+    for job_id, places in sorted(jobs.items()):
+        if not await queries.job_visible(conn, job_id, owner_filter(user)):
+            why = f"job {job_id!r} does not exist: its outputs cannot be named"
+            errors.extend((where, why) for where in places)
     return _errors(errors)
 
 
@@ -119,7 +118,7 @@ def _key_problem(store_url: str, url: str, key: str | None, user: User) -> str |
     if top == UPLOADS and not user.is_operator and rest.split("/")[0] != user.id:
         return f"{url} is another user's upload: only {store_url}/{UPLOADS}/{user.id}/... is yours"
     if top == OUTPUTS and not rest:
-        return f"{url} names no task's output"
+        return f"{url} names no job's output"
     return None
 
 

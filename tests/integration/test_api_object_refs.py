@@ -105,14 +105,13 @@ async def test_references_of_a_bad_form_or_that_the_user_may_not_name_are_refuse
 ) -> None:
     sha = "ab" * 32
     upstream = await api.submit(api.other, command="true")
-    [other_task] = await api.pool.fetch("SELECT id FROM tasks WHERE job_id = $1", upstream["id"])
     refused = {
         "http://example.com/x": "is not an s3:// or file:/// URL",
         "s3://elsewhere/data/x": "is not in the installation's store",
         store.url_of("data/../x"): "no empty, '.' or '..' part",
         store.url_of("data/.hidden"): "not a valid key of the store",
         store.url_of(f"files/{api.other.user.id}/{sha}"): "is another user's upload",
-        store.url_of(f"outputs/{other_task['id']}/1/out"): "does not exist: its outputs",
+        store.url_of(f"outputs/{upstream['id']}/t/1/out"): "does not exist: its outputs",
     }
     for url, words in refused.items():
         [(loc, msg)] = await _refused(
