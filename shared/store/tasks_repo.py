@@ -359,44 +359,57 @@ class Advance:
         steps = list(itertools.pairwise(self.path))
         at = now_utc()
         opens = [a for a in (self.first, self.open_) if a is not None]
-        args: list[Any] = [
-            self.task.id,
-            self.path[0].value,
-            self.path[-1].value,
-            self.claim,
-            len(opens),
-            [event_key("task", state.value, self.task.job_id) for _, state in steps],
-            [
+        values: dict[str, Any] = {
+            "id": self.task.id,
+            "from": self.path[0].value,
+            "to": self.path[-1].value,
+            "claim": self.claim,
+            "opens": len(opens),
+            "keys": [event_key("task", state.value, self.task.job_id) for _, state in steps],
+            "bodies": [
                 task_event_body(
                     self.task.job_id, self.task.id, state, previous, sent_at=at, **carried
                 )
                 for previous, state in steps
             ],
-        ]
-        args += [
-            value.value if isinstance(value, FailureClass) else value for value in changes.values()
-        ]
+        }
+        for name, value in changes.items():
+            values[f"set.{name}"] = value.value if isinstance(value, FailureClass) else value
         if self.unless_waits is not None:
-            args.extend(met_arrays())
+            values.update((f"met{i}", met) for i, met in enumerate(met_arrays()))
         if self.close is not None:  # its outcome: the state the task reached on leaving the stage
-            args += [
-                self.close.attempt,
-                self.close.status,
-                self.close.exit_code,
-                self.path[1].value,
-            ]
-        for opening in opens:
+            values |= {
+                "close.attempt": self.close.attempt,
+                "close.status": self.close.status,
+                "close.exit_code": self.close.exit_code,
+                "close.outcome": self.path[1].value,
+            }
+        for i, opening in enumerate(opens):
             outcome = (opening.outcome or self.path[-1]).value
-            args += [opening.stage, opening.host, opening.worker, opening.pid, opening.done]
-            args += [opening.status, outcome]
-        query = _advance_query(
+            values |= {
+                f"open{i}.{name}": value
+                for name, value in zip(
+                    _OPEN_PARAMS,
+                    (
+                        opening.stage,
+                        opening.host,
+                        opening.worker,
+                        opening.pid,
+                        opening.done,
+                        opening.status,
+                        outcome,
+                    ),
+                    strict=True,
+                )
+            }
+        query, names = _advance_query(
             tuple(changes),
             self.unless_suspended,
             self.unless_waits,
             self.close is not None,
             len(opens),
         )
-        return query, args
+        return query, [values[name] for name in names]
 
     async def apply(self, conn: Connection) -> Task | None:
         """Make the move; the task as it is now, or None when its guard did not match."""
@@ -424,6 +437,28 @@ def _check_path(path: tuple[TaskState, ...]) -> None:
         sources_for(state, frozenset({previous}))
 
 
+class _Params:
+    """A statement's parameters by name, numbered `$1`, `$2`... in the order they are named:
+    the statement's text refers to them by name (`self["to"]`), and its caller puts its
+    arguments in that order by name, so no number is written by hand."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def add(self, *names: str) -> None:
+        self.names.extend(names)
+
+    def __getitem__(self, name: str) -> str:
+        return f"${self.names.index(name) + 1}"
+
+
+#: The parameters of every move, in order (`Advance.statement` gives each its value).
+_MOVE_PARAMS: Final = ("id", "from", "to", "claim", "opens", "keys", "bodies")
+#: Those of the attempt a move closes, and of each it opens (`open<i>.<name>`).
+_CLOSE_PARAMS: Final = ("attempt", "status", "exit_code", "outcome")
+_OPEN_PARAMS: Final = ("stage", "host", "worker", "pid", "done", "status", "outcome")
+
+
 @functools.cache
 def _advance_query(
     changed: tuple[str, ...],
@@ -431,46 +466,56 @@ def _advance_query(
     unless_waits: str | None,
     closes: bool,
     opens: int,
-) -> str:
-    """The query text of `Advance`'s moves of one shape (made once per shape): its
-    arguments are the seven of every move, a value per `changed` column, the met arrays of
-    `unless_waits`, four of the attempt it `closes`, then seven per attempt it `opens`."""
-    sets = ["state = $3", "updated_at = now()", "attempt = t.attempt + $5"]
-    n = 7
-    for name in changed:
-        n += 1
-        sets.append(f"{name} = ${n}")
+) -> tuple[str, tuple[str, ...]]:
+    """The query text of `Advance`'s moves of one shape (made once per shape), and the names
+    of its parameters in order: the seven of every move, `set.<column>` per `changed`
+    column, `met<i>` (the met arrays of `unless_waits`), `close.<name>` of the attempt it
+    `closes`, then `open<i>.<name>` per attempt it `opens`."""
+    p = _Params()
+    p.add(*_MOVE_PARAMS)
+    p.add(*(f"set.{name}" for name in changed))
+    if unless_waits is not None:
+        p.add(*(f"met{i}" for i in range(len(met_arrays()))))
+    if closes:
+        p.add(*(f"close.{name}" for name in _CLOSE_PARAMS))
+    for i in range(opens):
+        p.add(*(f"open{i}.{name}" for name in _OPEN_PARAMS))
+    sets = [f"state = {p['to']}", "updated_at = now()", f"attempt = t.attempt + {p['opens']}"]
+    sets += [f"{name} = {p[f'set.{name}']}" for name in changed]
     guards = ""
     if unless_suspended:
         guards += (
             " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = t.job_id AND j.state = 'suspended')"
         )
     if unless_waits is not None:
-        guards += f" AND NOT {unmet_sql(unless_waits, 't.id', n + 1)}"
-        n += len(met_arrays())
+        first = p.names.index("met0") + 1
+        guards += f" AND NOT {unmet_sql(unless_waits, 't.id', first)}"
     ctes = [
         f"moved AS (UPDATE tasks t SET {', '.join(sets)}"
-        f" WHERE t.id = $1 AND t.state = $2 AND {_held_by('$4')}{guards} RETURNING t.*)",
+        f" WHERE t.id = {p['id']} AND t.state = {p['from']} AND {_held_by(p['claim'])}{guards}"
+        " RETURNING t.*)",
         "events AS (INSERT INTO outbox (exchange, routing_key, body)"  # in the path's order
         " SELECT 'events', e.key, e.body FROM moved,"
-        " unnest($6::text[], $7::jsonb[]) WITH ORDINALITY AS e(key, body, n) ORDER BY e.n)",
+        f" unnest({p['keys']}::text[], {p['bodies']}::jsonb[]) WITH ORDINALITY AS e(key, body, n)"
+        " ORDER BY e.n)",
     ]
     if closes:
-        n += 4
         ctes.append(
-            f"closed AS (UPDATE attempts a SET ended_at = now(), outcome = ${n},"
-            f" status = ${n - 2}, exit_code = ${n - 1} FROM moved"
-            f" WHERE a.task_id = moved.id AND a.attempt = ${n - 3} AND a.ended_at IS NULL)"
+            f"closed AS (UPDATE attempts a SET ended_at = now(), outcome = {p['close.outcome']},"
+            f" status = {p['close.status']}, exit_code = {p['close.exit_code']} FROM moved"
+            f" WHERE a.task_id = moved.id AND a.attempt = {p['close.attempt']}"
+            " AND a.ended_at IS NULL)"
         )
     selects = []
     for i in range(opens):
         before = opens - 1 - i  # the last one opened is numbered as the task's attempt
-        n += 7
+        o = {name: p[f"open{i}.{name}"] for name in _OPEN_PARAMS}
         selects.append(
             f"SELECT id, attempt - {before}, run_number,"
-            f" ${n - 6}, ${n - 5}, ${n - 4}, $4, ${n - 3}::integer,"
-            f" CASE WHEN ${n - 2}::boolean THEN now() END,"
-            f" CASE WHEN ${n - 2}::boolean THEN ${n}::text END, ${n - 1}::jsonb FROM moved"
+            f" {o['stage']}, {o['host']}, {o['worker']}, {p['claim']}, {o['pid']}::integer,"
+            f" CASE WHEN {o['done']}::boolean THEN now() END,"
+            f" CASE WHEN {o['done']}::boolean THEN {o['outcome']}::text END,"
+            f" {o['status']}::jsonb FROM moved"
         )
     if selects:
         ctes.append(
@@ -478,7 +523,8 @@ def _advance_query(
             " claim, pid, ended_at, outcome, status) " + " UNION ALL ".join(selects) + ")"
         )
     # exactly one row, moved or not (a LEFT JOIN from a row of no columns)
-    return f"WITH {', '.join(ctes)} SELECT m.* FROM (SELECT) AS one LEFT JOIN moved m ON true"
+    query = f"WITH {', '.join(ctes)} SELECT m.* FROM (SELECT) AS one LEFT JOIN moved m ON true"
+    return query, tuple(p.names)
 
 
 #: Cancelling tasks in one statement: `{pick}` locks (or, for tasks the caller locked, reads)
