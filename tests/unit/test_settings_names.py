@@ -2,8 +2,10 @@
 Vigil reads, with the closest known name; the variables Vigil reads elsewhere pass quietly."""
 
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 from services.settings_catalog import known_variables
 from shared.runtime.settings_names import unknown_settings
@@ -46,4 +48,36 @@ def test_a_service_warns_at_its_start() -> None:
     assert run.returncode == 2, run.stderr
     assert (
         "unknown setting VIGIL_WORKER_PREFECH (did you mean VIGIL_WORKER_PREFETCH?)" in run.stderr
+    )
+
+
+#: scripts/lib.sh's own shell variables: set by it, never read from the environment.
+_SHELL_ONLY = {"VIGIL_ROOT", "VIGIL_RUN", "VIGIL_PY", "VIGIL_SERVICES"}
+_READERS = ("services", "shared", "vigil", "bench", "scripts", "deploy", "docker-compose.yml")
+
+
+def test_every_variable_the_code_names_is_known() -> None:
+    root = Path(__file__).resolve().parents[2]
+    files = [
+        path
+        for part in _READERS
+        for path in ([root / part] if (root / part).is_file() else (root / part).rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    ]
+    named: dict[str, str] = {}
+    for path in files:
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        for name in re.findall(r"\bVIGIL_[A-Z0-9_]*[A-Z0-9]\b", text):
+            named.setdefault(name, str(path.relative_to(root)))
+    unknown = {
+        name: where
+        for name, where in named.items()
+        if name not in known_variables() and name not in _SHELL_ONLY
+    }
+    assert unknown == {}, (
+        "declare each as a setting of a service's model, or list it in READ_ELSEWHERE "
+        "(shared/runtime/settings_names.py), then run python -m services.settings_reference"
     )
