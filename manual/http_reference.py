@@ -21,6 +21,14 @@ dashboard's session cookie) but `/healthz`, the API's documentation (`/openapi.j
 `/redoc`) and the dashboard's sign-in; the routes under `/admin`, a host's actions, `/pilots`
 changes and the emergency stop are an operator's. Bad input is a 4xx that names what is
 wrong (`422` names the field), never a 500.
+
+A request body larger than `VIGIL_MAX_BODY_BYTES` (16 MiB) is answered 413 with a `detail`
+naming the limit, whether or not it declares its length. The api reads and discards the rest
+of such a body before answering, so a client that sends its whole body before reading (as most
+do) reads the 413 and may go on using the connection. A body declared or sent beyond four times
+the limit is not read: the 413 is sent and the connection closed, and such a client may see
+the connection reset (httpx: `ReadError`) instead of the answer. A client that sends
+`Expect: 100-continue` (curl does for large bodies) gets the 413 before sending any body.
 """
 
 

@@ -49,7 +49,7 @@ Submit batch jobs, watch their tasks and read their logs.
 
 Every route but `/healthz` needs `Authorization: Bearer <token>`; a missing or bad token is a
 401. Jobs of other users answer 404. Invalid input answers 422 with `{"detail": [{loc, msg,
-type}]}` naming the field; a body larger than the limit answers 413.
+type}]}` naming the field; a body larger than `VIGIL_MAX_BODY_BYTES` answers 413.
 """
 
 

@@ -21,7 +21,8 @@ class ApiSettings(CommonSettings):
     #: When set, the api makes (or keeps) the operator `operator` holding this token.
     bootstrap_token: str | None = None
     #: Larger request bodies are refused with 413, whether or not they declare their length
-    #: (16 MiB: a submission of `max_inputs` short inputs fits).
+    #: (16 MiB: a submission of `max_inputs` short inputs fits); the rest of one up to four
+    #: times this is read and discarded first, for the client to read the answer.
     max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     #: Most inputs (hence tasks) one submission may carry (more: a 422 that says so).
     max_inputs: int = Field(default=100_000, ge=1)

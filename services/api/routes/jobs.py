@@ -108,7 +108,7 @@ IdempotencyKey = Annotated[
     responses={
         200: {"model": JobPublic, "description": "The job made earlier with this Idempotency-Key."},
         409: {"description": "`inputs_from` names a purged job (its outputs are gone)."},
-        413: {"description": "The body is larger than the limit."},
+        413: {"description": "The body is larger than `VIGIL_MAX_BODY_BYTES`."},
         429: _RATE_LIMITED[429],
         503: {"description": "The store cannot be reached to check a file given by URL."},
     },
