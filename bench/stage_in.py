@@ -59,7 +59,7 @@ async def _run(store: ObjectStore, store_url: str, tasks: int, mb: int, scratch:
 
         return counting
 
-    stage = StageIn(cache, counted, link=True)
+    stage = StageIn(cache, counted, link=True, store_url=store_url)
     ref = ObjectRef("ref/input.bin", url, info.sha256)
     started = time.perf_counter()
     failures = await asyncio.gather(

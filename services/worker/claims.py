@@ -402,10 +402,15 @@ def _promised(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get(UPSTREAM_KEY), str)
 
 
-def _not_on_this_host(outputs: dict[str, UpstreamOutput]) -> list[str]:
-    """The names of the outputs whose file is not here (one stat each: cheap, never waits on
-    the job: the paths are the worker's own record, under its work root)."""
-    return [name for name, output in outputs.items() if not os.path.lexists(output.path)]
+def _not_on_this_host(outputs: dict[str, UpstreamOutput], work_root: Path) -> list[str]:
+    """The names of the outputs whose file is not here: not under this host's work root (made
+    by another host), or gone (one stat each: cheap, never waits on the job: the paths are the
+    workers' own record)."""
+    return [
+        name
+        for name, output in outputs.items()
+        if not Path(output.path).is_relative_to(work_root) or not os.path.lexists(output.path)
+    ]
 
 
 async def _resolve_input(
@@ -413,7 +418,8 @@ async def _resolve_input(
 ) -> tuple[Any, dict[str, UpstreamOutput]]:
     """A promised input `{"upstream_task": id}` gets the upstream task's outputs: the input the
     command sees names them by their place in its own work dir (`workdir`), and the records say
-    where they come from (with their kept bytes when the file is not on this host). Only if
+    where they come from (their key in the store when the file is not on this host, else
+    their kept bytes). Only if
     that task is of a job of the same owner (the api refuses any other; this is the last line):
     another user's outputs are never placed. Any `outputs` the input itself carried are
     replaced."""
@@ -433,13 +439,20 @@ async def _resolve_input(
         name: UpstreamOutput(upstream, name, r["path"], r["host"], r["size"], r["sha256"])
         for name, r in records.items()
     }
-    away = _not_on_this_host(found)
+    away = _not_on_this_host(found, workdir.parent.parent)  # <work root>/<job>/<task>
+    purged = (
+        f"job {of['id']} was purged at {of['purged_at']:%Y-%m-%d %H:%M:%S %Z}"
+        if of is not None and of["purged_at"] is not None
+        else None
+    )
+    stored = {n: records[n]["object_key"] for n in away if records[n]["object_key"]}
+    if stored and purged is None:  # from another host: from the store, through its cache
+        found |= {name: replace(found[name], object_key=key) for name, key in stored.items()}
+        away = [name for name in away if name not in stored]
     if away:  # from another host, or purged: the bytes kept in the database, if they were
         kept = await outputs_repo.kept(conn, upstream, away)
         for name in away:
-            why = records[name]["not_kept"]
-            if of is not None and of["purged_at"] is not None:
-                why = f"job {of['id']} was purged at {of['purged_at']:%Y-%m-%d %H:%M:%S %Z}"
+            why = purged or records[name]["not_kept"]
             found[name] = replace(found[name], content=kept.get(name), not_kept=why)
     local = {name: str(workdir / name) for name in found}
     return {**value, "outputs": local}, found

@@ -1,30 +1,39 @@
 """Stage-in: the objects a task names by reference, fetched through the host's cache
 (`shared/host/object_cache.py`) and placed in its work dir before its setup, each checked
-against its sha256: its job's files given by URL, and the objects its input names
-(`shared/domain/object_refs.py`).
+against its sha256: its job's files given by URL, a chained task's upstream outputs kept in
+the store and not on this host, and the objects its input names
+(`shared/domain/object_refs.py`). (The job's files given by their bytes come from the
+database: `bundle_contents`, placed by `shared/host/bundle.py`.)
 
 An object whose bytes are not the ones named fails the task's setup with a brief naming the
 object, its URL and both hashes (class `hook`: the job named bytes the store does not hold, and
-a retry would fetch the same ones); a store that cannot be read fails it naming the object and
-the store's error. Nothing is left half-placed that a later setup could take for whole: an
-entry of the cache is whole or absent, and each placement replaces what had its name.
+a retry would fetch the same ones), as does an object not in the store; a store that cannot be
+reached or refuses fails it as the platform's (class `platform`: retried), naming the object
+and the store's error. Any other error (the host's disk) is the worker's, as for any setup.
+Nothing is left half-placed that a later setup could take for whole: an entry of the cache is
+whole or absent, and each placement replaces what had its name.
 """
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from services.worker.settings import WorkerSettings
 from shared.domain import object_refs
+from shared.domain.bundle import with_bytes
 from shared.domain.object_refs import ObjectRef
 from shared.domain.outcomes import Outcome
+from shared.domain.outputs import UpstreamOutput
 from shared.domain.states import FailureClass, TaskState
-from shared.host import staged_objects
+from shared.host import bundle, staged_objects
 from shared.host.object_cache import Fetch, ObjectCache, ObjectMismatch, Sink, Wanted
-from shared.objects import ObjectNotFound, ObjectStore
+from shared.objects import ObjectNotFound, ObjectStore, ObjectStoreError
+from shared.store import bundle_repo
+from shared.store.db import Pool
+from shared.store.jobs_repo import Job
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +53,8 @@ class StageIn:
     cache: ObjectCache
     fetcher: Fetcher
     link: bool
+    #: The store's URL (`VIGIL_STORE_URL`): an object's URL is it, `/`, and its key.
+    store_url: str
 
     @classmethod
     def of_host(cls, settings: WorkerSettings, store: ObjectStore, confined: bool) -> "StageIn":
@@ -52,17 +63,30 @@ class StageIn:
         entries linked into work dirs if jobs are `confined` (run as uids of their own)."""
         cache = ObjectCache(Path(settings.work_root) / CACHE_DIR, settings.cache_bytes)
         cache.open()
-        return cls(cache, store_fetcher(store, settings.store_url), confined)
+        fetcher = store_fetcher(store, settings.store_url)
+        return cls(cache, fetcher, confined, settings.store_url)
 
-    async def stage(self, workdir: Path, files: list[dict[str, Any]], value: Any) -> Outcome | None:
+    async def stage(
+        self,
+        workdir: Path,
+        files: list[dict[str, Any]],
+        value: Any,
+        upstream: Mapping[str, UpstreamOutput],
+    ) -> Outcome | None:
         """Place in `workdir` the objects a task names: its job's files given by URL
-        (`jobs.files`), then its input's `objects`. None when all are there, else the setup's
-        failure naming the first that could not be had."""
+        (`jobs.files`), the upstream outputs of a chained task that are in the store and not
+        on this host (by their names), and its input's `objects`. None when all are there,
+        else the setup's failure naming the first that could not be had."""
         refs = [
             ObjectRef(f["path"], f["url"], f["sha256"], f["executable"])
             for f in files
             if "url" in f
         ]
+        refs.extend(
+            ObjectRef(name, f"{self.store_url}/{output.object_key}", output.sha256)
+            for name, output in upstream.items()
+            if output.object_key is not None
+        )
         try:
             refs.extend(object_refs.input_objects(value))
         except ValueError as exc:  # the api refuses it: an input that came in another way
@@ -99,13 +123,19 @@ class StageIn:
                 brief=f"object {ref.path} ({ref.url}) is not the one named: {_hashes(exc)}",
                 detail=str(exc),
             )
-        except Exception as exc:  # the store's own errors: whatever its client raises
-            logger.warning("object %s (%s) could not be staged", ref.path, ref.url, exc_info=True)
+        except ObjectNotFound as exc:  # never put there, or deleted (a purge)
             return Outcome(
                 TaskState.FAILED_TO_SETUP,
                 FailureClass.HOOK,
-                brief=f"object {ref.path} ({ref.url}) could not be fetched:"
-                f" {type(exc).__name__}: {exc}",
+                brief=f"object {ref.path} ({ref.url}) is not in the store: {exc}",
+                detail=repr(exc),
+            )
+        except ObjectStoreError as exc:  # unreachable or refusing: the platform's, retried
+            logger.warning("object %s (%s) could not be fetched: %s", ref.path, ref.url, exc)
+            return Outcome(
+                TaskState.FAILED_TO_SETUP,
+                FailureClass.PLATFORM,
+                brief=f"object {ref.path} ({ref.url}) could not be fetched: {exc}",
                 detail=repr(exc),
             )
         return None
@@ -131,3 +161,12 @@ def store_fetcher(store: ObjectStore, store_url: str) -> Fetcher:
         return fetch
 
     return fetch_of
+
+
+async def bundle_contents(pool: Pool, work_root: Path, job: Job) -> dict[str, bytes] | None:
+    """The bytes of the job's files given by their bytes, when they are not on this host yet
+    (None: it has none, or they are here: `shared/host/bundle.py`)."""
+    if not with_bytes(job.files) or bundle.on_host(work_root, job.id).is_dir():
+        return None
+    async with pool.acquire() as conn:
+        return await bundle_repo.contents(conn, job.id)

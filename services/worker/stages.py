@@ -26,7 +26,7 @@ from services.worker.launch import Launcher, LocalConfined, LocalUnconfined
 from services.worker.ledger import Ledger
 from services.worker.runs import Ran, Runs, read_status
 from services.worker.settings import WorkerSettings
-from services.worker.stage_in import StageIn
+from services.worker.stage_in import StageIn, bundle_contents
 from services.worker.stage_out import StageOut
 from services.worker.tenure import Tenure
 from shared.domain import object_refs
@@ -51,7 +51,7 @@ from shared.messaging import relay_nudges
 from shared.messaging.amqp import Broker
 from shared.messaging.redis_keys import RedisKeys
 from shared.objects import ObjectStore, open_store
-from shared.store import bundle_repo, jobs_repo, tasks_repo
+from shared.store import jobs_repo, tasks_repo
 from shared.store.db import Pool
 from shared.store.transition_writer import NUDGE_EVERY_S, TransitionWriter
 from shared.task_types import TaskContext, TaskType
@@ -138,9 +138,6 @@ class StageRunner:
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     #: Where the tasks' outputs are put (None: the store of `VIGIL_STORE_URL`).
     store: ObjectStore | None = None
-    #: The host's stage-in of the objects tasks name (None: from `store`, through its cache
-    #: under the work root).
-    stage_in: StageIn | None = None
 
     def __post_init__(self) -> None:
         #: The worker's moves of all its tasks, committed together when they overlap.
@@ -170,7 +167,7 @@ class StageRunner:
             self.settings, self.pool, self.broker, self.redis, self.keys, self.ledger, self.launcher
         )
         #: Where the objects tasks name come in from (`stage_in.py`).
-        self.stager = self.stage_in or StageIn.of_host(
+        self.stager = StageIn.of_host(
             self.settings, store, isinstance(self.launcher, LocalConfined)
         )
 
@@ -290,9 +287,9 @@ class StageRunner:
         attempt = held.opened or await held.start_attempt(Stage.SETUP.value)
         held.opened = None
         ctx = self._context(held, attempt)
-        contents = await self._bundle_contents(held)
+        contents = await bundle_contents(self.pool, Path(self.settings.work_root), held.job)
         group = await self.launcher.files_group(held.job.owner_id) if held.job.files else 0
-        failure = await self.stager.stage(ctx.workdir, held.job.files, held.input)
+        failure = await self.stager.stage(ctx.workdir, held.job.files, held.input, held.upstream)
         if failure is None:
             _, failure = await self._run_hook(
                 "setup", S.FAILED_TO_SETUP, lambda: self._set_up(held, ctx, contents, group), held
@@ -305,22 +302,12 @@ class StageRunner:
             await held.queue()
         return True
 
-    async def _bundle_contents(self, held: Tenure) -> dict[str, bytes] | None:
-        """The bytes of the job's files when they are not on this host yet (None: it has no
-        files, or they are here)."""
-        work_root = Path(self.settings.work_root)
-        if not with_bytes(held.job.files) or bundle.on_host(work_root, held.job.id).is_dir():
-            return None
-        async with self.pool.acquire() as conn:
-            return await bundle_repo.contents(conn, held.job.id)
-
     def _set_up(
         self, held: Tenure, ctx: TaskContext, contents: dict[str, bytes] | None, group: int
     ) -> bool:
         """The job's files in the work dir (readable by `group`, its commands' gid), then its
         type's setup."""
-        files = with_bytes(held.job.files)  # (those given by URL are staged in)
-        if files:
+        if files := with_bytes(held.job.files):  # (those given by URL are staged in)
             work_root = Path(self.settings.work_root)
             bundle.place(work_root, held.job.id, files, contents, ctx.workdir, group)
         return self._type(held).setup(ctx)

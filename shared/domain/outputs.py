@@ -34,3 +34,6 @@ class UpstreamOutput:
     content: bytes | None = None
     #: Why the bytes were not kept, if they were not.
     not_kept: str | None = None
+    #: Its key in the object store when the file is not on the chained task's host: the
+    #: worker stages it in from there (`services/worker/stage_in.py`) before the setup.
+    object_key: str | None = None

@@ -6,9 +6,11 @@ change it. A chained task gets it as a hard link of that very file in its own wo
 copy, and it stays readable after the upstream work dir is removed); where the two are on
 different file systems, as a read-only copy; where the file is not on this host (the upstream
 task ran on another, or its work dir was purged), from the bytes kept in the database
-(outputs up to `VIGIL_OUTPUT_KEEP_BYTES`), checked against the recorded sha256. Otherwise the
-chained task's setup fails with `InputUnavailable`, saying which output, where it was and why
-it cannot be had.
+(outputs up to `VIGIL_OUTPUT_KEEP_BYTES`), checked against the recorded sha256. An output kept
+in the object store and not on this host is not placed here: the worker stages it in from the
+store, through the host's cache, before the setup (`services/worker/stage_in.py`). Otherwise
+the chained task's setup fails with `InputUnavailable`, saying which output, where it was and
+why it cannot be had.
 
 A file the upstream job was given back (a restart hands its work dir to its uid again, with
 the outputs that no chained task shares) is checked against the recorded size and sha256
@@ -52,6 +54,8 @@ def place(work_root: Path, workdir: Path, name: str, output: UpstreamOutput) -> 
     had that name (a link is replaced, never followed). `UnsafeFile` for a name or a recorded
     path that is not plain, `InputUnavailable` when the output cannot be had."""
     job_files.check_plain_name(name, "a chained input")
+    if output.object_key is not None:  # staged in from the store before the setup
+        return
     source = Path(os.path.normpath(output.path))
     if not source.is_relative_to(work_root) or source == work_root:
         raise job_files.UnsafeFile(f"{output.path!r} is not a file of a task's work dir")

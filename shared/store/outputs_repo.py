@@ -45,7 +45,8 @@ async def save(
 async def latest(conn: Connection, task_id: str) -> dict[str, dict[str, Any]]:
     """The outputs of the task's latest run that recorded any, by name."""
     rows = await conn.fetch(
-        "SELECT name, path, host, size, sha256, not_kept FROM task_outputs WHERE task_id = $1"
+        "SELECT name, path, host, size, sha256, not_kept, object_key FROM task_outputs"
+        " WHERE task_id = $1"
         " AND run_number = (SELECT max(run_number) FROM task_outputs WHERE task_id = $1)"
         " ORDER BY name",
         task_id,

@@ -5,9 +5,11 @@ not the ones named fail the setup saying which object and both hashes; a corrupt
 is found and fetched again."""
 
 import hashlib
+import json
 import os
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,15 +47,14 @@ async def store(
         await opened.store.close()
 
 
-@pytest.fixture
-async def runner(
-    pool: db.Pool, session_database_url: str, namespace: str, passable_dir: Path, store: StoreAt
+@asynccontextmanager
+async def _runner_on(
+    pool: db.Pool, database_url: str, namespace: str, work_root: Path, store: StoreAt
 ) -> AsyncIterator[StageRunner]:
-    """A stage runner as a worker runs by default (as root, as here): its jobs confined, so
-    the cache's entries are linked into their work dirs."""
-    settings = _settings(
-        session_database_url, namespace, passable_dir, default=True, **store.settings()
-    )
+    """The stage runner of a host of its own (its work root `work_root`) of the store, as a
+    worker runs by default (as root, as here): its jobs confined, so the cache's entries are
+    linked into their work dirs."""
+    settings = _settings(database_url, namespace, work_root, default=True, **store.settings())
     redis = Redis.from_url(REDIS_URL)
     async with open_broker(AMQP_URL, Topology(namespace), name="test-stage-in") as broker:
         launcher = _default_launcher(settings, pool)
@@ -64,6 +65,14 @@ async def runner(
     await redis.aclose()
 
 
+@pytest.fixture
+async def runner(
+    pool: db.Pool, session_database_url: str, namespace: str, passable_dir: Path, store: StoreAt
+) -> AsyncIterator[StageRunner]:
+    async with _runner_on(pool, session_database_url, namespace, passable_dir, store) as made:
+        yield made
+
+
 async def _object(store: StoreAt, tmp_path: Path, data: bytes) -> dict[str, str]:
     source = tmp_path / uuid.uuid4().hex
     source.write_bytes(data)
@@ -72,26 +81,35 @@ async def _object(store: StoreAt, tmp_path: Path, data: bytes) -> dict[str, str]
 
 
 async def _ran(
-    pool: db.Pool, runner: StageRunner, command: str, inputs: list[Any], files: list[BundleFile]
+    pool: db.Pool,
+    runner: StageRunner,
+    command: str,
+    inputs: list[Any],
+    files: list[BundleFile],
+    **job: Any,
 ) -> list[str]:
-    """Given a job of these inputs and files by reference, claimed as the dispatcher would,
-    each task driven by the runner in turn; the ids of its tasks."""
+    """Given a job of these inputs and files by reference (`job`: its other fields, `owner`
+    its owner's id, else a new user's), claimed as the dispatcher would, each task driven by
+    the runner in turn; the ids of its tasks."""
     async with pool.acquire() as conn:
-        user = await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")
-        job, _ = await jobs_repo.create(
-            conn, user.id, NewJob("s", "shell", command, inputs, referenced=files)
+        owner = (
+            job.pop("owner", None)
+            or (await users_repo.ensure_user(conn, f"u-{uuid.uuid4().hex[:8]}", "user", "x")).id
+        )
+        made, _ = await jobs_repo.create(
+            conn, owner, NewJob("s", "shell", command, inputs, referenced=files, **job)
         )
     task_ids = []
     for index in range(len(inputs)):
         claim = uuid.uuid4()
         task_id = await pool.fetchval(
             "UPDATE tasks SET claim = $3 WHERE job_id = $1 AND index = $2 RETURNING id",
-            job.id,
+            made.id,
             index,
             claim,
         )
         held = await runner.take(
-            RunStage(job_id=job.id, task_id=task_id, stage=Stage.SETUP, claim=claim)
+            RunStage(job_id=made.id, task_id=task_id, stage=Stage.SETUP, claim=claim)
         )
         assert held is not None
         await runner.drive(held)
@@ -172,3 +190,45 @@ async def test_a_corrupt_cache_entry_is_found_and_fetched_again(
 
     assert await _lines(pool, task_id) == [f"{ref['sha256']}  data.bin"]
     assert (runner.stager.cache.fetches, runner.stager.cache.corrupt) == (2, 1)
+
+
+@pytest.mark.parametrize("store", ["s3"], indirect=True)
+async def test_a_chained_task_on_another_host_reads_its_upstream_output_from_the_store(
+    runner: StageRunner,
+    pool: db.Pool,
+    store: StoreAt,
+    session_database_url: str,
+    namespace: str,
+    passable_dir: Path,
+) -> None:
+    # given an output over the 1 MiB kept in the database, made on one host
+    make = "head -c 3000000 /dev/urandom > big.bin"
+    [upstream] = await _ran(pool, runner, make, [""], [], outputs=["big.bin"])
+    made = await pool.fetchrow(
+        "SELECT j.owner_id, o.sha256, o.object_key, o.content IS NULL AS not_kept"
+        " FROM task_outputs o JOIN tasks t ON t.id = o.task_id JOIN jobs j ON j.id = t.job_id"
+        " WHERE o.task_id = $1",
+        upstream,
+    )
+    assert made is not None and made["object_key"] is not None and made["not_kept"]
+
+    # when a task chained from it is set up on another host
+    other_root = passable_dir / "other-host"
+    other_root.mkdir(mode=0o711)
+    async with _runner_on(pool, session_database_url, namespace, other_root, store) as other:
+        [chained] = await _ran(
+            pool,
+            other,
+            'sha256sum big.bin; echo "$VIGIL_INPUT"',
+            [{"upstream_task": upstream}],
+            [],
+            owner=made["owner_id"],
+        )
+
+        # then it read the output from the store, through that host's cache
+        assert (await _task(pool, chained))["state"] == "completed"
+        lines = await _lines(pool, chained)
+        assert lines[0] == f"{made['sha256']}  big.bin"
+        placed = json.loads(lines[1])["outputs"]["big.bin"]
+        assert placed.startswith(f"{other_root}/")  # a file of its own work dir
+        assert (other.stager.cache.fetches, other.stager.cache.fetched_bytes) == (1, 3000000)
