@@ -28,6 +28,7 @@ from services.api.routes import (
     pages,
     pilots,
     tasks,
+    uploads,
 )
 from services.api.settings import ApiSettings
 from shared.domain import analysers
@@ -109,7 +110,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         per_holder=settings.max_event_streams_per_user,
     )
     errors.install(app)
-    for module in (health, jobs, tasks, admin, events, hosts, pilots, bulk, outputs):
+    for module in (health, jobs, tasks, admin, events, hosts, pilots, bulk, outputs, uploads):
         app.include_router(module.router)
     pages.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

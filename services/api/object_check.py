@@ -26,12 +26,10 @@ from shared.domain import object_refs
 from shared.domain.bundle import BundleFile
 from shared.domain.object_refs import ObjectRef
 from shared.objects import ObjectNotFound, ObjectStore, ObjectStoreError, check_key
+from shared.objects.keys import OUTPUTS, UPLOADS
 from shared.store.db import Connection
 from shared.store.users_repo import User
 
-#: The store's folders that are Vigil's own: a task's outputs, a user's uploaded files.
-OUTPUTS: Final = "outputs"
-UPLOADS: Final = "files"
 #: HEADs of one submission's files in flight at once.
 _AT_ONCE: Final = 16
 

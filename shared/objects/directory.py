@@ -145,6 +145,9 @@ class DirectoryStore:
     async def presigned_get(self, key: str, expires_s: int) -> str | None:
         return None
 
+    async def presigned_put(self, key: str, expires_s: int) -> str | None:
+        return None
+
     async def close(self) -> None:
         return None
 

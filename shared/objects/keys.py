@@ -2,6 +2,7 @@
 unchecked.
 
     outputs/JOB/TASK/ATTEMPT/NAME    an output of one task's post-processing attempt
+    files/USER/SHA256                a file a user uploaded (`POST /uploads`), by its sha256
 
 A key is written once: a rerun, or a post-processing attempt after a failed one, writes under
 its own attempt. Everything of a job is under `outputs/JOB/`, which its purge deletes.
@@ -27,9 +28,20 @@ def name_segment(name: str) -> str:
     return _HASHED + hashlib.sha256(name.encode()).hexdigest()[:40]
 
 
+#: The top folders of the keys Vigil writes (anything else in a store is a site's own data).
+OUTPUTS: Final = "outputs"
+UPLOADS: Final = "files"
+
+
+def upload_key(user_id: str, sha256: str) -> str:
+    """The key of the file user `user_id` uploads whose bytes have `sha256`: a user's own
+    (nobody names another's upload by learning its hash)."""
+    return check_key(f"{UPLOADS}/{user_id}/{sha256}")
+
+
 def job_outputs(job_id: str) -> str:
     """The prefix under which every output of job `job_id` is kept."""
-    return check_key(f"outputs/{job_id}")
+    return check_key(f"{OUTPUTS}/{job_id}")
 
 
 def output_key(job_id: str, task_id: str, attempt: int, name: str) -> str:

@@ -176,6 +176,11 @@ class S3ObjectStore:
         with self._translated("sign", key):
             return await obstore.sign_async(self._store, "GET", key, timedelta(seconds=expires_s))
 
+    async def presigned_put(self, key: str, expires_s: int) -> str | None:
+        check_key(key)
+        with self._translated("sign", key):
+            return await obstore.sign_async(self._store, "PUT", key, timedelta(seconds=expires_s))
+
     async def close(self) -> None:
         return None
 

@@ -106,6 +106,12 @@ class ObjectStore(Protocol):
         store has no such links (a directory: stream `read` instead)."""
         ...
 
+    async def presigned_put(self, key: str, expires_s: int) -> str | None:
+        """A URL that lets anyone PUT one object under this key for `expires_s` seconds (a
+        client's upload straight to the store, bytes never through Vigil), or None when the
+        store has no such links (a directory)."""
+        ...
+
     async def close(self) -> None:
         """Release the store's connections."""
         ...

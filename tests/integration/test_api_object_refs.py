@@ -3,11 +3,13 @@
 that names the field and writes nothing (a directory store and the real SeaweedFS)."""
 
 import hashlib
+import os
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.integration.object_stores import KINDS, StoreAt, store_at
@@ -158,3 +160,37 @@ async def test_inputs_that_name_objects_are_appended_when_the_user_may_name_them
         f"/jobs/{job['id']}/inputs", json={"inputs": [mine]}, headers=api.user.headers
     )
     assert response.status_code == 201, response.text
+
+
+@pytest.mark.parametrize("store", ["s3"], indirect=True)
+async def test_a_file_uploaded_straight_to_the_store_is_named_by_its_uploader_alone(
+    api: Api, store: StoreAt
+) -> None:
+    data = os.urandom(300_000)
+    sha = hashlib.sha256(data).hexdigest()
+    response = await api.client.post("/uploads", json={"sha256": sha}, headers=api.user.headers)
+    assert response.status_code == 200, response.text
+    upload = response.json()
+    assert upload["url"] == store.url_of(f"files/{api.user.user.id}/{sha}")
+    async with httpx.AsyncClient() as client:  # as the CLI does: no credential of the store
+        put = await client.put(upload["put_url"], content=data)
+    assert put.status_code == 200, put.text
+
+    job = await api.submit(api.user, files={"data.bin": {"url": upload["url"], "sha256": sha}})
+
+    assert [(f["path"], f["size"]) for f in job["files"]] == [("data.bin", len(data))]
+    [(_, msg)] = await _refused(
+        api, api.other, {"command": "true", "files": {"x": {"url": upload["url"], "sha256": sha}}}
+    )
+    assert "is another user's upload" in msg
+
+
+@pytest.mark.parametrize("store", ["directory"], indirect=True)
+async def test_a_store_without_signed_links_refuses_uploads_saying_what_to_do(api: Api) -> None:
+    response = await api.client.post(
+        "/uploads", json={"sha256": "ab" * 32}, headers=api.user.headers
+    )
+    assert response.status_code == 409, response.text
+    assert "takes no direct uploads: give the file's bytes" in response.json()["detail"]
+    response = await api.client.post("/uploads", json={"sha256": "AB"}, headers=api.user.headers)
+    assert response.status_code == 422, response.text

@@ -1,0 +1,58 @@
+"""`POST /uploads`: where a client uploads a file a job names by reference, straight to the
+store: the user's own key for those bytes, `files/<user>/<sha256>`, and a short-lived link to
+PUT them there (an S3 store's signed URL), so that neither the bytes go through the api nor
+the client holds the store's credentials. The bytes are checked against the sha256 when a task
+stages them in (`services/worker/stage_in.py`): a client that uploads other bytes under that
+key fails its own tasks, nobody else's.
+"""
+
+import logging
+
+from fastapi import APIRouter, HTTPException, status
+
+from services.api.deps import AUTH_RESPONSES, ObjectStoreDep, SettingsDep, SubmittingUser
+from services.api.schemas.uploads import UploadPublic, UploadRequest
+from shared.objects import ObjectNotFound, ObjectStoreError
+from shared.objects.keys import upload_key
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(tags=["jobs"], responses=AUTH_RESPONSES)
+
+
+@router.post(
+    "/uploads",
+    responses={
+        409: {"description": "The store takes no direct uploads (a directory store)."},
+        503: {"description": "The store cannot be reached."},
+    },
+)
+async def start_upload(
+    user: SubmittingUser, body: UploadRequest, store: ObjectStoreDep, settings: SettingsDep
+) -> UploadPublic:
+    """Where to upload the file of `sha256`: its `url` (named so in a job's `files`, with its
+    sha256), and `put_url`, a link to PUT its bytes to, straight to the store, good for
+    `expires_s` (VIGIL_DOWNLOAD_LINK_S); `put_url` is null when the store holds those bytes
+    there already (put there by the api, which recorded their sha256)."""
+    key = upload_key(user.id, body.sha256)
+    url = f"{settings.store_url}/{key}"
+    try:
+        try:
+            if (await store.head(key)).sha256 == body.sha256:
+                return UploadPublic(url=url, put_url=None)
+        except ObjectNotFound:
+            pass
+        put_url = await store.presigned_put(key, settings.download_link_s)
+    except ObjectStoreError as exc:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            detail=f"the store cannot be reached: {exc}; try again later",
+        ) from exc
+    if put_url is None:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            detail=f"the store ({settings.store_url}) takes no direct uploads: give the file's"
+            " bytes in the job (8 MiB in all), or put it in the store and name it by its URL",
+        )
+    logger.info("upload of %s handed out", key, extra={"action": "upload", "user": user.name})
+    return UploadPublic(url=url, put_url=put_url, expires_s=settings.download_link_s)
