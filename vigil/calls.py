@@ -69,6 +69,10 @@ def submit(job: Mapping[str, Any], idempotency_key: str | None) -> Call:
     return Call("POST", "/jobs", json=dict(job), headers=headers)
 
 
+def start_upload(sha256: str) -> Call:
+    return Call("POST", "/uploads", json={"sha256": sha256})
+
+
 def job(job_id: str) -> Call:
     return Call("GET", f"/jobs/{check_id('job', job_id)}")
 

@@ -9,6 +9,7 @@ Results are the API's JSON objects as dicts (design §9 names their fields). Err
 API refused (`Unauthorized`, `NotFound`, `Conflict`, `InvalidRequest`).
 """
 
+import hashlib
 import itertools
 import logging
 import threading
@@ -23,7 +24,7 @@ import httpx
 from vigil import calls, config, endpoints, harvest
 from vigil.calls import Call, Host, Job, LogLine, Output, Task
 from vigil.endpoints import Endpoints
-from vigil.errors import Unreachable, WaitTimeout
+from vigil.errors import Unreachable, VigilError, WaitTimeout
 from vigil.harvest import Fetched
 from vigil.sse import Event, EventStream, Resume
 from vigil.states import JOB_FINAL
@@ -100,6 +101,27 @@ class Client:
         """Submit a job (the body of `POST /jobs`); returns it. The same `idempotency_key`
         again returns the job made the first time instead of a second one."""
         return cast(Job, self._send(calls.submit(job, idempotency_key)))
+
+    def upload(self, path: Path) -> dict[str, str]:
+        """Put the file at `path` in the store, straight (the api hands out a signed link:
+        `POST /uploads`), unless the store holds its bytes there already; its reference,
+        `{"url", "sha256"}`, to name it by in a job's `files`. `VigilError` when the store
+        refuses it (a directory store takes no direct uploads: the api's 409 says so)."""
+        digest = hashlib.sha256()
+        with path.open("rb") as stream:
+            for chunk in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(chunk)
+        sha256 = digest.hexdigest()
+        answer = cast(dict[str, Any], self._send(calls.start_upload(sha256)))
+        if answer["put_url"] is not None:
+            with path.open("rb") as stream:  # streamed, its length given
+                response = self._http.put(answer["put_url"], content=stream, timeout=None)
+            if not response.is_success:
+                raise VigilError(
+                    f"{path}: the store refused its upload ({response.status_code}):"
+                    f" {response.text[:300]}"
+                )
+        return {"url": answer["url"], "sha256": sha256}
 
     def job(self, job_id: str) -> Job:
         """The job with its task `counts` per state."""

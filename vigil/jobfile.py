@@ -11,6 +11,7 @@ import json
 import math
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
@@ -20,6 +21,13 @@ from vigil.errors import JobFileError
 
 #: Largest job file read; the API's own body limit is about this size too.
 MAX_FILE_BYTES: Final = 4 * 1024 * 1024
+#: A job's files are sent in its body while they are at most this in all (the api's limit);
+#: past it, each one over `UPLOAD_FROM_BYTES` goes to the store first.
+INLINE_BYTES: Final = 8 * 1024 * 1024
+UPLOAD_FROM_BYTES: Final = 1024 * 1024
+
+#: Puts a file in the store; its reference `{"url", "sha256"}` (`Client.upload`).
+Upload = Callable[[Path], dict[str, str]]
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -54,12 +62,18 @@ def parse(text: str, name: str, *, as_json: bool = False) -> dict[str, Any]:
 
 
 def with_files(
-    body: dict[str, Any], base: Path, files: list[Path], dirs: list[Path]
+    body: dict[str, Any],
+    base: Path,
+    files: list[Path],
+    dirs: list[Path],
+    upload: Upload | None = None,
 ) -> dict[str, Any]:
     """`body` with its `files` (a list of paths in the job file, relative to `base`, its
     directory: a directory stands for every file under it) and the `--file`/`--dir` given
-    (each placed by its own name) read into the API's form: path -> base64 bytes and whether
-    it is executable. `JobFileError` for a path that is missing or not a file or dir."""
+    (each placed by its own name) in the API's form: path -> base64 bytes and whether it is
+    executable. Past `INLINE_BYTES` in all, each file over `UPLOAD_FROM_BYTES` is put in the
+    store with `upload` (`Client.upload`) and named by its URL and sha256 instead.
+    `JobFileError` for a path that is missing or not a file or dir."""
     named = body.get("files", [])
     if isinstance(named, dict):  # already in the API's form
         return body
@@ -72,15 +86,22 @@ def with_files(
         _add(found, path, PurePosixPath(path.resolve().name))
     if not found:
         return body
+    sizes = {name: path.stat().st_size for name, path in found.items()}
+    uploading = upload if sum(sizes.values()) > INLINE_BYTES else None
     return body | {
         "files": {
-            name: {
-                "content": base64.b64encode(path.read_bytes()).decode(),
-                "executable": bool(path.stat().st_mode & stat.S_IXUSR),
-            }
+            name: _given(path, uploading if sizes[name] > UPLOAD_FROM_BYTES else None)
             for name, path in sorted(found.items())
         }
     }
+
+
+def _given(path: Path, upload: Upload | None) -> dict[str, Any]:
+    """One file in the API's form: its bytes, or (`upload`) its reference in the store."""
+    executable = bool(path.stat().st_mode & stat.S_IXUSR)
+    if upload is not None:
+        return {**upload(path), "executable": executable}
+    return {"content": base64.b64encode(path.read_bytes()).decode(), "executable": executable}
 
 
 def with_request(

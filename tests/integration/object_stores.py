@@ -28,10 +28,12 @@ class StoreAt:
         return f"{self.url}/{key}"
 
 
-def store_at(request: pytest.FixtureRequest, tmp_path: Path, mp: pytest.MonkeyPatch) -> StoreAt:
-    """The store of the kind `request.param` (the credentials of SeaweedFS put in the
-    environment for the test, as an operator puts them in the services')."""
-    if request.param == "directory":
+def store_at(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path, mp: pytest.MonkeyPatch
+) -> StoreAt:
+    """A store of `kind` (for `s3`, the credentials of SeaweedFS put in the environment for
+    the test, as an operator puts them in the services')."""
+    if kind == "directory":
         url = (tmp_path / "store").as_uri()
         return StoreAt(open_store(url), url)
     env: dict[str, str] = request.getfixturevalue("s3_env")

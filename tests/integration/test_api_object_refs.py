@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 async def store(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[StoreAt]:
-    opened = store_at(request, tmp_path, monkeypatch)
+    opened = store_at(request.param, request, tmp_path, monkeypatch)
     try:
         yield opened
     finally:

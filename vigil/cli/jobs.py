@@ -87,7 +87,9 @@ def submit(
 ) -> None:
     """Submit the job in FILE and print its id (--json: the job; with --wait, as it ended).
     The job's own files (its `files:` list, paths relative to FILE's dir, and each --file and
-    --dir) are sent with it and placed read-only in every task's work dir.
+    --dir) are sent with it and placed read-only in every task's work dir; past 8 MiB in all,
+    each one over 1 MiB is uploaded straight to the object store first (an S3 store's signed
+    link) and named by its URL.
 
     What each task needs and the job's priority: FILE's `resources: {cpus, memory_mb, gpus}`
     and `priority:`; --cpus, --memory-mb, --gpus and --priority replace them one by one."""
@@ -96,8 +98,9 @@ def submit(
             "--wait with --configuring would wait for ever: nothing but tests runs"
             " until `vigil activate`"
         )
-    body = jobfile.with_files(jobfile.load(file), file.parent, files or [], dirs or [])
-    body = jobfile.with_request(body, cpus=cpus, memory_mb=memory_mb, gpus=gpus, priority=priority)
+    body = jobfile.with_request(
+        jobfile.load(file), cpus=cpus, memory_mb=memory_mb, gpus=gpus, priority=priority
+    )
     if inputs_file is not None:
         if "inputs" in body:
             raise UsageError(
@@ -107,6 +110,7 @@ def submit(
     if configuring:
         body["configuring"] = True
     with session(ctx).client() as client:
+        body = jobfile.with_files(body, file.parent, files or [], dirs or [], client.upload)
         job = client.submit(body, idempotency_key)
         for warning in job.get("warnings", []):  # accepted, but told at once
             print(f"vigil: warning: {render.printable(warning)}", file=sys.stderr, flush=True)
