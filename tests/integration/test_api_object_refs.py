@@ -194,3 +194,15 @@ async def test_a_store_without_signed_links_refuses_uploads_saying_what_to_do(ap
     assert "takes no direct uploads: give the file's bytes" in response.json()["detail"]
     response = await api.client.post("/uploads", json={"sha256": "AB"}, headers=api.user.headers)
     assert response.status_code == 422, response.text
+
+
+@pytest.mark.parametrize("store", ["directory"], indirect=True)
+async def test_an_output_of_the_users_own_job_is_named_by_its_url(
+    api: Api, store: StoreAt, tmp_path: Path
+) -> None:
+    upstream = await api.submit(api.user, command="true")
+    ref = await _put(store, tmp_path, f"outputs/{upstream['id']}/t-x/1/out.bin", b"made")
+
+    job = await api.submit(api.user, files={"in.bin": ref})
+
+    assert [(f["path"], f["url"], f["size"]) for f in job["files"]] == [("in.bin", ref["url"], 4)]

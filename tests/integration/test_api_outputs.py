@@ -72,7 +72,12 @@ async def test_when_outputs_are_listed__each_task_shows_its_latest_run_in_order(
     stored, unstored = page["items"][-2:]
     assert (stored["downloadable"], stored["size"], stored["sha256"]) == (True, 10, big.sha256)
     assert (stored["host"], stored["path"], stored["not_kept"]) == (HOST, big.path, None)
-    assert (unstored["downloadable"], unstored["sha256"]) == (False, old.sha256)
+    assert stored["url"] == f"{api.settings.store_url}/{big.object_key}"
+    assert (unstored["downloadable"], unstored["sha256"], unstored["url"]) == (
+        False,
+        old.sha256,
+        None,
+    )
     assert unstored["not_kept"] == "recorded before outputs were kept in the object store"
     assert page["items"][1]["downloadable"] is True
 

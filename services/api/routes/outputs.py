@@ -52,6 +52,7 @@ async def list_outputs(
     user: CurrentUser,
     job_id: JobIdPath,
     pool: PoolDep,
+    settings: SettingsDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     page: Annotated[
         str | None, Query(alias="cursor", max_length=harvest.MAX_OUTPUT_CURSOR_CHARS)
@@ -68,7 +69,7 @@ async def list_outputs(
         found = await outputs_repo.for_job(conn, job_id, after=after, limit=limit + 1)
     shown = found[:limit]
     return OutputsPage(
-        items=[OutputPublic.from_stored(output) for output in shown],
+        items=[OutputPublic.from_stored(output, settings.store_url) for output in shown],
         next_cursor=harvest.encode_after(shown[-1]) if len(found) > limit else None,
     )
 

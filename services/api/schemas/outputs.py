@@ -25,11 +25,18 @@ class OutputPublic(BaseModel):
     )
     not_kept: str | None = Field(description="Why it cannot be downloaded, if it cannot.")
     created_at: datetime
+    url: str | None = Field(
+        default=None,
+        description="Its URL in the object store (null: not there): another job of its owner"
+        " names it so, with its sha256, in its `files` or an input's `objects`.",
+    )
 
     @classmethod
-    def from_stored(cls, output: StoredOutput) -> "OutputPublic":
-        fields = {n: getattr(output, n) for n in cls.model_fields if n != "downloadable"}
+    def from_stored(cls, output: StoredOutput, store_url: str) -> "OutputPublic":
+        skipped = ("downloadable", "url")
+        fields = {n: getattr(output, n) for n in cls.model_fields if n not in skipped}
         stored = output.object_key is not None
+        fields["url"] = f"{store_url}/{output.object_key}" if stored else None
         fields["downloadable"] = stored or output.kept
         fields["not_kept"] = (
             None
