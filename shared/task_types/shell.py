@@ -1,7 +1,10 @@
 """The default task type: the job's command run by bash over each input."""
 
+import glob
 import json
 import os
+import stat
+from pathlib import Path
 
 from shared.host import job_files
 from shared.task_types.base import TaskContext, TaskType
@@ -12,6 +15,22 @@ def not_written(missing: list[str]) -> str:
     if len(missing) == 1:
         return f"output {missing[0]} was not written"
     return f"outputs {', '.join(missing)} were not written"
+
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+def matching(workdir: Path, declared: str) -> list[str]:
+    """The work dir's files that a declared output names: itself when it exists (whatever its
+    characters), else, for a pattern (`*`, `?`, `[...]`), every regular file of the work dir's
+    own level whose name it matches, but those starting with a dot (`.vigil`; a link or a
+    directory is no output): none when nothing matches."""
+    if os.path.lexists(workdir / declared):
+        return [declared]
+    if not _GLOB_CHARS & set(declared):
+        return []
+    names = glob.glob(declared, root_dir=workdir)
+    return sorted(n for n in names if stat.S_ISREG(os.lstat(workdir / n).st_mode))
 
 
 class ShellTaskType(TaskType):
@@ -37,11 +56,12 @@ class ShellTaskType(TaskType):
             return False
         if ctx.status is not None and ctx.status.status != "success":
             return False
-        missing = [name for name in ctx.outputs if not os.path.lexists(ctx.workdir / name)]
+        found = {declared: matching(ctx.workdir, declared) for declared in ctx.outputs}
+        missing = [declared for declared, names in found.items() if not names]
         if missing:
             ctx.why_failed = not_written(missing)
             return False
-        for name in ctx.outputs:
+        for name in sorted({name for names in found.values() for name in names}):
             ctx.record_output(name)  # a link, FIFO or device there raises UnsafeFile
         return True
 

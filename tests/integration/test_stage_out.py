@@ -171,3 +171,25 @@ async def test_a_job_without_outputs_never_calls_the_store(
         task = await _drive(runner, message)
 
     assert task["state"] == "completed"
+
+
+async def test_a_pattern_declares_every_file_it_matches_and_one_matching_none_is_missing(
+    pool: db.Pool, session_database_url: str, namespace: str, tmp_path: Path
+) -> None:
+    store_url = (tmp_path / "store").as_uri()
+    made = "echo a > a.png && echo b > b.png && echo h > .h.png && mkdir d.png && echo r > r.txt"
+    matched = await _claimed(pool, made, ["*.png", "r.txt"])
+    unmatched = await _claimed(pool, made, ["*.jpg"])
+    async with _runner_on(pool, session_database_url, namespace, tmp_path, store_url) as runner:
+        done = await _drive(runner, matched)
+        failed = await _drive(runner, unmatched)
+
+    assert done["state"] == "completed"
+    rows = await pool.fetch(
+        "SELECT name, object_key FROM task_outputs WHERE task_id = $1 ORDER BY name",
+        matched.task_id,
+    )
+    assert [r["name"] for r in rows] == ["a.png", "b.png", "r.txt"]  # no dot file, no dir
+    assert all(r["object_key"] for r in rows)
+    assert (failed["state"], failed["failure_class"]) == ("failed_on_cluster", "exit")
+    assert failed["error_brief"] == "output *.jpg was not written"

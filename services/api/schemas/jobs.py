@@ -275,7 +275,13 @@ class JobCreate(BaseModel):
         ' its work dir under the reserved key `objects`: {"objects": {PATH: {"url": ...,'
         ' "sha256": ...}}, ...} (at most 100).',
     )
-    outputs: list[OutputName] = Field(default_factory=list, max_length=MAX_OUTPUTS)
+    outputs: list[OutputName] = Field(
+        default_factory=list,
+        max_length=MAX_OUTPUTS,
+        description="The files each task's command must make, by name or by pattern (`*`, `?`,"
+        " `[...]`: every regular file of the work dir it matches); each is put in the object"
+        " store before its task completes.",
+    )
     params: dict[ParamName, ParamValue] = Field(default_factory=dict, max_length=MAX_PARAMS)
     policy: Policy = Field(default_factory=Policy)
     prerequisites: Prerequisites = Field(default_factory=Prerequisites)
