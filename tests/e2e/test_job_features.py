@@ -189,7 +189,7 @@ async def test_a_chained_task_reads_its_upstream_output_and_cannot_change_it(
         assert written in ("from fast\n", "from slow\n")
 
 
-async def test_a_chained_input_whose_file_is_gone_comes_from_the_bytes_kept(
+async def test_a_chained_input_whose_file_is_gone_comes_from_the_store(
     user: httpx.AsyncClient, events: Events
 ) -> None:
     # given: A's work dir is gone from this host (tidied by hand, or A ran on a host now gone)
@@ -202,7 +202,7 @@ async def test_a_chained_input_whose_file_is_gone_comes_from_the_bytes_kept(
         user, events, {"command": "cat a.txt", "inputs": [{"upstream_task": a["tasks"][0]["id"]}]}
     )
 
-    # then: the small output came from the database
+    # then: the output came from the object store, where stage-out put it
     assert b["state"] == "completed", b
     assert b["lines"] == ["kept"]
 
