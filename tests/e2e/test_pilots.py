@@ -12,6 +12,7 @@ pilot that Slurm starts (`scripts/slurm`, the `slurm_conf` fixture)."""
 import asyncio
 import itertools
 import os
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -263,11 +264,23 @@ async def test_a_pilot_reaching_its_walltime_charges_nothing_to_the_application(
     assert rows[-1]["infra_retries"] >= 1
 
 
-def _pilot_rows(listed: str) -> dict[str, list[str]]:
-    """`vigil pilots`' table (to a pipe: no cell cut) by pilot id: its cells."""
+#: A row of `vigil pilots` (to a pipe: no cell cut): the state's reason is in brackets.
+_PILOT_ROW = re.compile(
+    r"(?P<id>\S+)\s+(?P<state>[a-z]+)(?: \((?P<reason>.*)\))?\s+(?P<batch>\S+)\s+"
+    r"(?P<host>\S+)\s+(?P<cpus>\S+)\s+(?P<walltime>\d+ s)\s+(?P<ends>\S+)"
+)
+
+
+def _pilot_rows(listed: str) -> dict[str, dict[str, str | None]]:
+    """`vigil pilots`' table by pilot id: each row's cells by column."""
     header, *rows = listed.splitlines()
-    assert header.split()[:3] == ["PILOT", "STATE", "BATCH"], listed
-    return {cells[0]: cells for cells in (row.split() for row in rows)}
+    assert header.split() == ["PILOT", "STATE", "BATCH", "JOB", "HOST", "CPUS", "WALLTIME", "ENDS"]
+    found = {}
+    for row in rows:
+        cells = _PILOT_ROW.fullmatch(row.strip())
+        assert cells is not None, f"not a pilot's row: {row!r}"
+        found[cells["id"]] = cells.groupdict()
+    return found
 
 
 async def test_a_task_not_restartable_and_of_unknown_length_never_goes_to_a_pilot(
@@ -290,10 +303,12 @@ async def test_a_task_not_restartable_and_of_unknown_length_never_goes_to_a_pilo
         return found if taking else None
 
     up = await _until(running)
-    # (`vigil pilots` shows it running on its host, `vigil hosts` lists that host)
+    # (`vigil pilots` shows it on its host, running, or draining once idle for
+    # VIGIL_PILOTS_IDLE_S; `vigil hosts` lists that host)
     listed = await asyncio.to_thread(vigil, env, "pilots")
-    cells = _pilot_rows(listed.stdout)[pilot_id]
-    assert cells[1:4] == ["running", up["batch_job_id"], up["host_id"]], listed.stdout
+    row = _pilot_rows(listed.stdout)[pilot_id]
+    assert row["state"] in ("running", "draining"), listed.stdout
+    assert (row["batch"], row["host"]) == (up["batch_job_id"], up["host_id"]), listed.stdout
     assert up["host_id"] == f"pilot-{up['batch_job_id']}"
     hosts = await asyncio.to_thread(vigil, env, "hosts")
     assert up["host_id"] in hosts.stdout.split(), hosts.stdout
@@ -325,17 +340,17 @@ async def test_a_pilot_slurm_cannot_start_says_why_and_an_operator_removes_it(
         vigil, env, "pilots", "add", "--cpus", str(cpus), "--walltime", "60"
     )
     assert added.returncode == 0, added.stderr
-    [(pilot_id, cells)] = _pilot_rows(added.stdout).items()
-    assert cells[1] == "requested" and cells[4] == str(cpus), added.stdout
+    [(pilot_id, row)] = _pilot_rows(added.stdout).items()
+    assert (row["state"], row["cpus"], row["walltime"]) == ("requested", str(cpus), "60 s")
 
     # then `vigil pilots` says why Slurm does not start it
-    async def explained() -> list[str] | None:
+    async def explained() -> dict[str, str | None] | None:
         listed = await asyncio.to_thread(vigil, env, "pilots", "ls")
         found = _pilot_rows(listed.stdout)[pilot_id]
-        return found if found[1] in ("pending", "ended") and found[2].startswith("(") else None
+        return found if found["state"] in ("pending", "ended") and found["reason"] else None
 
     seen = await _until(explained, within=30)
-    assert seen[2] != "()", seen
+    assert seen["reason"], seen
 
     # and `vigil pilots rm` stops it; once ended, `--live` leaves it out
     removed = await asyncio.to_thread(vigil, env, "pilots", "rm", pilot_id)
