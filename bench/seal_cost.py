@@ -2,12 +2,14 @@
 process of the chain, children included) of `--starts` confined `bash -c true`, started one
 after another the way the worker starts them (their gate's line written, their exit awaited),
 through the chain before the seal (`nsenter --net --setgid --setuid`, BusyBox's where there is
-one, bash's own gate) and through the sealed one (`confinement.py`). Run it as root, alone.
+one, bash's own gate) and through the sealed one (`confinement.py`), its pid 1 compiled (where
+there is a `cc`) and perl's. Run it as root, alone.
 
     python -m bench.seal_cost --starts 200
 """
 
 import argparse
+import dataclasses
 import os
 import resource
 import shutil
@@ -72,21 +74,29 @@ def main() -> None:
             else ["nsenter", net, f"--setgid={uid}", f"--setuid={uid}", "--"]
         )
         gated = {**env, "BASH_ENV": str(process._gate_file())}
-        sealer = held.sealer(root, workdir, 1, "none")
         read, write = os.pipe()
         os.set_blocking(read, False)
 
-        def sealed() -> None:
-            _started([*sealer(write), "bash", "-c", "true"], workdir, env, write)
-            os.read(read, 64)
+        def sealed_by(init: str | None) -> Callable[[], None]:
+            sealer = dataclasses.replace(held, init=init).sealer(root, workdir, 1, "none")
+
+            def sealed() -> None:
+                _started([*sealer(write), "bash", "-c", "true"], workdir, env, write)
+                if os.read(read, 64) != b"0\n":
+                    raise RuntimeError("pid 1 reported no exit 0")
+
+            return sealed
 
         def nsentered() -> None:
             _started([*before, "bash", "-c", "true"], workdir, gated, None)
 
         chains: list[tuple[str, Callable[[], None]]] = [
             ("before (nsenter)", nsentered),
-            ("sealed (bwrap)", sealed),
+            ("sealed (bwrap), pid 1 perl's", sealed_by(None)),
         ]
+        compiled = confinement.compiled_init()
+        if compiled is not None:
+            chains.append(("sealed (bwrap), pid 1 compiled", sealed_by(compiled)))
         for name, start in chains:
             start()  # warm
             cpu, wall = _cost(starts, start)

@@ -134,20 +134,34 @@ def test_a_root_worker_without_the_tools_refuses_to_start_unless_told_off(
 def test_a_busybox_that_cannot_confine_leaves_it_to_util_linux(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    tried: list[str | None] = []
+    tried: list[tuple[str | None, str | None]] = []
 
     def trial(held: Confinement) -> str | None:
-        tried.append(held.busybox)
+        tried.append((held.busybox, held.init))
         return "no nsenter applet" if held.busybox else None
 
     monkeypatch.setattr("shutil.which", lambda tool: f"/usr/bin/{tool}")
+    monkeypatch.setattr(confinement, "compiled_init", lambda: "/var/vigil-init")
     monkeypatch.setattr(confinement, "_why_not_here", lambda: None)
     monkeypatch.setattr(confinement, "_tried", trial)
 
     held = confinement.decide("on", 2_000_000)
 
-    assert tried == ["/usr/bin/busybox", None]
-    assert held is not None and held.busybox is None
+    busybox = "/usr/bin/busybox"
+    assert tried == [(busybox, "/var/vigil-init"), (busybox, None), (None, "/var/vigil-init")]
+    assert held is not None and held.busybox is None and held.init == "/var/vigil-init"
+
+
+def test_a_compiled_pid_1_is_bound_into_the_room_and_run_in_perls_place() -> None:
+    held = Confinement(2_000_000, {7: 42}, init="/var/vigil-init")
+    room = held.room(ROOM.work_root, ROOM.workdir)
+
+    argv = held.argv(7, "none", room, report=9)
+
+    assert " ".join(argv).count(f"--ro-bind /var/vigil-init {confinement.ROOM_INIT} ") == 1
+    assert "perl" not in argv
+    tail = [confinement.ROOM_INIT, "2000007", "2000007", "9", str(ROOM.workdir)]
+    assert argv[argv.index("--", 7) + 1 :] == tail
 
 
 def test_the_trial_command_must_run_as_the_jobs_uid_and_gid_alone() -> None:
