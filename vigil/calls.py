@@ -279,12 +279,15 @@ def answer(call: Call, response: httpx.Response) -> Any:
 
 
 def content(response: httpx.Response) -> bytes:
-    """The bytes of a 2xx file answer, checked against the sha256 its `ETag` names (when it
-    names one); raises `ApiError` like `result`, or `BadResponse` when they differ."""
+    """The bytes of a 2xx file answer, checked against the sha256 its `ETag` names (or, from
+    an S3 store, its `x-amz-meta-sha256`), when it names one; raises `ApiError` like `result`,
+    or `BadResponse` when they differ."""
     if not response.is_success:
         result(response)
     data = response.content
     tag = response.headers.get("ETag", "").strip('"')
+    if not _SHA256_RE.fullmatch(tag):  # an S3 store's object (after the api's redirect)
+        tag = response.headers.get("x-amz-meta-sha256", "")
     if _SHA256_RE.fullmatch(tag) and hashlib.sha256(data).hexdigest() != tag:
         raise BadResponse(
             f"the file from {response.request.url} does not match its sha256 {tag}"

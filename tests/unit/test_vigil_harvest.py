@@ -49,6 +49,21 @@ def test_when_the_bytes_do_not_match_their_etag__the_download_is_a_bad_response(
         calls.content(answer)
 
 
+def test_when_an_s3_stores_object_does_not_match_its_recorded_sha256__it_is_a_bad_response() -> (
+    None
+):
+    # an S3 ETag is an MD5 (or not even that, for a multipart upload): the sha256 is metadata
+    right = hashlib.sha256(b"payload").hexdigest()
+    headers = {"ETag": '"9e107d9d372bb6826bd81d3542a419d6-3"', "x-amz-meta-sha256": right}
+
+    good = httpx.Response(200, content=b"payload", headers=headers, request=_REQUEST)
+    bad = httpx.Response(200, content=b"damaged", headers=headers, request=_REQUEST)
+
+    assert calls.content(good) == b"payload"
+    with pytest.raises(BadResponse, match="does not match its sha256"):
+        calls.content(bad)
+
+
 def test_when_there_is_no_checksum__the_bytes_are_taken_as_they_are() -> None:
     assert calls.content(_file(b"x", None)) == b"x"
     assert calls.content(_file(b"x", '"weak"')) == b"x"
