@@ -1,6 +1,8 @@
 """Pilots on a real Slurm: the scheduler asks for pilots when work waits that no
 host can take, a job completes on them, an idle pilot is cancelled, a pilot `scancel`ed
-mid-job loses nothing (its tasks run again elsewhere, never twice at once), a pilot whose
+mid-job loses nothing (its tasks run again elsewhere, never twice at once), a pilot `scancel`ed
+after its task completed, its node's disk gone with it, leaves every output downloadable from
+the object store (the real SeaweedFS of `scripts/s3`), a pilot whose
 walltime ends charges nothing to the application, a task not restartable and of unknown length
 waits (`host_ends`) rather than go to a pilot that would end under it, and a pilot Slurm
 cannot start says why. An operator's pilots are asked for, listed and removed with the
@@ -10,9 +12,12 @@ The stack has no host of its own: only the api and the scheduler run, and every 
 pilot that Slurm starts (`scripts/slurm`, the `slurm_conf` fixture)."""
 
 import asyncio
+import hashlib
 import itertools
 import os
 import re
+import shutil
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -85,8 +90,18 @@ async def _cancel_all(slurm_conf: str, outputs: list[Path]) -> None:
 
 
 @pytest.fixture
-def stack(tmp_path: Path, e2e_namespace: str, slurm_conf: str) -> Iterator[Stack]:
-    yield from _stack(tmp_path, e2e_namespace, slurm_conf)
+def stack(
+    request: pytest.FixtureRequest, tmp_path: Path, e2e_namespace: str, slurm_conf: str
+) -> Iterator[Stack]:
+    """The pilots' stack; parametrized indirectly with "s3", it keeps outputs in the real
+    SeaweedFS of `scripts/s3` (under a prefix of its own) and keeps an idle pilot for five
+    minutes, so that the test, not the scheduler, ends it."""
+    env: dict[str, str] = {}
+    if getattr(request, "param", None) == "s3":
+        s3_env: dict[str, str] = request.getfixturevalue("s3_env")
+        prefix = f"{s3_env['VIGIL_STORE_URL']}/e2e-{uuid.uuid4().hex[:8]}"
+        env = s3_env | {"VIGIL_STORE_URL": prefix, "VIGIL_PILOTS_IDLE_S": "300"}
+    yield from _stack(tmp_path, e2e_namespace, slurm_conf, **env)
 
 
 async def _pilots(client: httpx.AsyncClient) -> list[dict[str, Any]]:
@@ -219,6 +234,72 @@ async def test_a_pilot_cancelled_mid_job_loses_nothing_and_runs_nothing_twice_at
     for before, after in itertools.pairwise(attempts):
         if before["index"] == after["index"]:
             assert before["ended_at"] <= after["started_at"], (before, after)
+
+
+#: Two outputs of a few MB, made on the pilot's node.
+_MADE_ON_THE_NODE = "head -c 3000000 /dev/urandom > a.bin; head -c 2500000 /dev/urandom > b.bin"
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("stack", ["s3"], indirect=True)
+async def test_a_pilot_scancelled_after_its_tasks_completed_leaves_every_output_downloadable(
+    stack: Stack,
+    client: httpx.AsyncClient,
+    events: Events,
+    env: dict[str, str],
+    slurm_conf: str,
+    tmp_path: Path,
+) -> None:
+    # given a job whose two outputs of a few MB were made on a pilot, and completed
+    body = {
+        "command": _MADE_ON_THE_NODE,
+        "outputs": ["a.bin", "b.bin"],
+        "inputs": ["x"],
+        "policy": {"walltime": 60},  # a task of unknown length never goes to a pilot
+    }
+    response = await client.post("/jobs", json=body)
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    assert (await wait_job(client, events, job_id, within=120))["state"] == "completed"
+    [row] = await _task_rows(stack, job_id)
+    work_dir = stack.work_root / job_id
+    [task_dir] = list(work_dir.iterdir())
+    made = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in task_dir.glob("*.bin")}
+    assert sorted(made) == ["a.bin", "b.bin"]
+
+    async def its_pilot() -> dict[str, Any] | None:
+        return next((p for p in await _pilots(client) if p["host_id"] == row["host"]), None)
+
+    pilot = await _until(its_pilot, within=30)
+    assert pilot["state"] == "running", pilot
+
+    # when an admin scancels the pilot's allocation, and the node's disk goes with it (here,
+    # the node is this machine: the task's work dir under the pilots' work root is removed)
+    scancel = await asyncio.create_subprocess_exec(
+        "scancel",
+        pilot["batch_job_id"],
+        env={**os.environ, "SLURM_CONF": slurm_conf},
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(scancel.communicate(), 30)
+    assert scancel.returncode == 0, err
+
+    async def ended() -> bool:
+        return any(p["id"] == pilot["id"] and p["state"] == "ended" for p in await _pilots(client))
+
+    await _until(ended, within=60)
+    shutil.rmtree(work_dir)
+
+    # then the installed `vigil download` fetches every output, each with its sha256
+    to = tmp_path / "harvest"
+    downloaded = await asyncio.to_thread(vigil, env, "download", job_id, "--to", str(to))
+    assert downloaded.returncode == 0, downloaded.stderr
+    got = {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (to / task_dir.name).iterdir()
+    }
+    assert got == made
+    listed = (await client.get(f"/jobs/{job_id}/outputs")).json()["items"]
+    assert {o["name"]: o["sha256"] for o in listed} == made
 
 
 @pytest.fixture
