@@ -12,6 +12,8 @@ from typing import Any, Final
 import jinja2
 from starlette.responses import HTMLResponse
 
+from shared.domain.sizes import human_size
+
 TEMPLATE_DIR: Final = Path(__file__).parent / "templates"
 STATIC_DIR: Final = Path(__file__).parent / "static"
 
@@ -40,6 +42,7 @@ def environment() -> jinja2.Environment:
     env.filters["ts"] = _timestamp
     env.filters["age"] = _age
     env.filters["duration"] = duration
+    env.filters["size"] = human_size
     return env
 
 

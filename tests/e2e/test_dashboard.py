@@ -4,6 +4,8 @@ Debian's chromium is driven by Playwright (`executable_path`: no browser downloa
 of the main pages are saved under `tests/artifacts/` (git-ignored); their paths are printed.
 """
 
+import asyncio
+import hashlib
 import os
 import re
 import shutil
@@ -404,6 +406,37 @@ async def test_the_task_page_follows_its_log_live_filters_it_and_shows_the_attem
     await tab.page.click(f'a[href="/ui/jobs/{job_id}"] >> nth=0')
     await tab.page.click(f'#tasks a[href="/ui/tasks/{task_id}"]')
     await expect(tab.page.locator("#task-head")).to_have_attribute("data-task-id", task_id)
+
+
+async def test_the_task_page_lists_its_outputs_with_sizes_checksums_and_links_that_download(
+    tab: Tab, client: httpx.AsyncClient, events: Events
+) -> None:
+    # given: a completed task with two outputs, one of 1.5 MiB
+    big = b"vigil\n" * 262_144  # what `yes vigil | head -c 1572864` writes
+    command = "yes vigil | head -c 1572864 > big.out; echo small > small.txt"
+    job_id = await _submit(client, command=command, inputs=["a"], outputs=["big.out", "small.txt"])
+    task_id = (await events.wait_key(f"task.completed.{job_id}"))["task_id"]
+    sha256 = hashlib.sha256(big).hexdigest()
+
+    # when: its page is open
+    await tab.open(f"/ui/tasks/{task_id}")
+
+    # then: each output shows its name, its size in human units, its checksum abbreviated
+    # (the whole of it in the title), and a link
+    outputs = tab.page.locator("#task-outputs li")
+    await expect(outputs.locator("a")).to_have_text(["big.out", "small.txt"])
+    await expect(outputs.locator(".size")).to_have_text(["1.5 MiB", "6 B"])
+    shown = outputs.filter(has_text="big.out").locator(".sha256")
+    await expect(shown).to_have_text(f"{sha256[:12]}…")
+    await expect(shown).to_have_attribute("title", f"sha256 {sha256}")
+    await tab.screenshot("task-page-outputs")
+
+    # and the link downloads the output's bytes
+    async with tab.page.expect_download() as started:
+        await outputs.locator("a", has_text="big.out").click()
+    download = await started.value
+    assert download.suggested_filename == "big.out"
+    assert await asyncio.to_thread(Path(await download.path()).read_bytes) == big
 
 
 async def test_a_busy_job_page_refreshes_rows_in_batches_and_keeps_its_log_and_feed_bounded(

@@ -93,6 +93,8 @@ async def test_the_task_page_shows_its_attempts_status_outputs_and_the_current_r
     assert "command exited with code 3" in text and '<svg class="bar"' in text
     assert "&#34;recoverable&#34;" in text or "&quot;recoverable&quot;" in text  # status file
     assert f'href="/tasks/{task_id}/outputs/result.txt"' in text
+    assert '<small class="size" title="5 bytes">5 B</small>' in text
+    assert 'title="sha256 ab"' in text
     assert html.escape(HOSTILE, quote=False) in text and "<img" not in text
     assert "first run's line" not in text  # run 2 is shown
     assert f'href="/ui/tasks/{task_id}?run=1"' in text
