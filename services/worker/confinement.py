@@ -14,6 +14,8 @@ one task:
    static binary, 0.5 ms of CPU a command less than util-linux's).
    An owner's namespace is made once, the first time one of their jobs runs here, and held
    by the worker (an open file of it); jobs of one owner share it, as they share a uid.
+   Where the room's pid 1 is compiled (step 4), steps 1 and 2 are that program too, one exec
+   instead of two (`vigil-init gate`, `INIT_C`): the same gate, then it enters the namespace.
 3. `bwrap` (Debian's bubblewrap), as root, with no user namespace: a new mount, PID and IPC
    namespace (`room_argv`): the host's file system read-only; empty over `/run` (so
    `/var/run`), the homes (`/root`, `/home`) and every other directory holding a Unix socket of
@@ -115,11 +117,15 @@ while ((my $dead = wait) > 0) {
 }
 exit 255;
 """
-#: Step 4 in C, what `INIT` does (`vigil-init uid gid report dir argv...`), without perl's start.
+#: Step 4 in C, what `INIT` does (`vigil-init uid gid report dir argv...`), without perl's start;
+#: and steps 1 and 2 in one process (`vigil-init gate NET argv...`): what `GATE` does, then it
+#: enters the network namespace at path NET itself ("-": none), without `sh` and `nsenter`.
 INIT_C: Final = r"""
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,7 +141,33 @@ static void die(const char *what, const char *name) {
   exit(error > 0 && error < 256 ? error : 255);
 }
 
+/* Steps 1 and 2 in one (`vigil-init gate NET command...`): the gate, then the network
+   namespace whose path is NET ("-": the host's, left as it is). */
+static int gate(char **argv) {
+  int ignored[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+  for (unsigned i = 0; i < sizeof ignored / sizeof *ignored; i++) signal(ignored[i], SIG_IGN);
+  for (;;) {
+    char c;
+    ssize_t n = read(0, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return 125;
+    if (c == '\n') break;
+  }
+  if (strcmp(argv[0], "-") != 0) {
+    int net = open(argv[0], O_RDONLY | O_CLOEXEC);
+    if (net < 0 || setns(net, CLONE_NEWNET) != 0) die("cannot enter the network", argv[0]);
+    close(net);
+  }
+  int null = open("/dev/null", O_RDONLY);
+  if (null < 0 || dup2(null, 0) != 0) die("cannot open", "/dev/null");
+  if (null != 0) close(null);
+  execvp(argv[1], argv + 1);
+  fprintf(stderr, "vigil: cannot run %s: %s\n", argv[1], strerror(errno));
+  return 127;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 4 && strcmp(argv[1], "gate") == 0) return gate(argv + 2);
   if (argc < 6) {
     fputs("vigil: usage: vigil-init uid gid report dir command...\n", stderr);
     return 255;
@@ -383,6 +415,9 @@ class Confinement:
         compiled = room.init is not None
         uid = self.uid_of(job_uid)
         inner = [*room_argv(room), *init_argv(uid, report, room.workdir, compiled)]
+        if room.init is not None:  # the compiled gate enters the namespace itself
+            net = "-" if network == "host" else self.network_of(job_uid)
+            return [room.init, "gate", net, *inner]
         if network == "host":
             return [*gate, *inner]
         net = f"--net={self.network_of(job_uid)}"

@@ -157,11 +157,16 @@ def test_a_compiled_pid_1_is_bound_into_the_room_and_run_in_perls_place() -> Non
     room = held.room(ROOM.work_root, ROOM.workdir)
 
     argv = held.argv(7, "none", room, report=9)
+    host = held.argv(7, "host", room, report=9)
 
+    # it is the gate too, entering the owner's network itself: no sh, no nsenter
+    assert argv[:3] == ["/var/vigil-init", "gate", f"/proc/{os.getpid()}/fd/42"]
+    assert host[:3] == ["/var/vigil-init", "gate", "-"] and host[3:] == argv[3:]
+    assert argv[3 : argv.index("--") + 1] == confinement.room_argv(room)
     assert " ".join(argv).count(f"--ro-bind /var/vigil-init {confinement.ROOM_INIT} ") == 1
-    assert "perl" not in argv
+    assert not {"sh", "nsenter", "perl"} & set(argv)
     tail = [confinement.ROOM_INIT, "2000007", "2000007", "9", str(ROOM.workdir)]
-    assert argv[argv.index("--", 7) + 1 :] == tail
+    assert argv[argv.index("--") + 1 :] == tail
 
 
 def test_the_trial_command_must_run_as_the_jobs_uid_and_gid_alone() -> None:
