@@ -2,8 +2,8 @@
 process of the chain, children included) of `--starts` confined `bash -c true`, started one
 after another the way the worker starts them (their gate's line written, their exit awaited),
 through the chain before the seal (`nsenter --net --setgid --setuid`, BusyBox's where there is
-one, bash's own gate) and through the sealed one (`confinement.py`), its pid 1 compiled (where
-there is a `cc`) and perl's. Run it as root, alone.
+one, bash's own gate) and through the sealed one (`confinement.py`): its gate and pid 1
+compiled (where there is a `cc`), and through `sh`, `nsenter` and perl. Run it as root, alone.
 
     python -m bench.seal_cost --starts 200
 """
@@ -92,11 +92,11 @@ def main() -> None:
 
         chains: list[tuple[str, Callable[[], None]]] = [
             ("before (nsenter)", nsentered),
-            ("sealed (bwrap), pid 1 perl's", sealed_by(None)),
+            ("sealed (bwrap), through sh, nsenter and perl", sealed_by(None)),
         ]
         compiled = confinement.compiled_init()
         if compiled is not None:
-            chains.append(("sealed (bwrap), pid 1 compiled", sealed_by(compiled)))
+            chains.append(("sealed (bwrap), through vigil-init compiled", sealed_by(compiled)))
         for name, start in chains:
             start()  # warm
             cpu, wall = _cost(starts, start)
