@@ -262,8 +262,10 @@ async def test_a_dead_host_holding_a_task_is_removed_its_task_lost_and_it_comes_
     again = await api.client.delete(f"/hosts/{host_id}", headers=api.operator.headers)
     assert again.status_code == 404
 
-    # when a worker registers under its id again, it is back as a new host (not draining)
+    # when a worker registers under its id again, it is back as a new host (not draining);
+    # in a pool of its own, so that the session's database keeps no live worker in "default"
+    pool = f"p-{uuid.uuid4().hex[:8]}"
     async with api.pool.acquire() as conn:
-        await hosts_repo.register_worker(conn, host_id, "w-new", "default", Resources.of(1, 0))
+        await hosts_repo.register_worker(conn, host_id, "w-new", pool, Resources.of(1, 0))
     shown = _by_id((await api.client.get("/hosts", headers=api.user.headers)).json(), host_id)
-    assert (shown["worker"], shown["draining"]) == ("w-new", False)
+    assert (shown["worker"], shown["draining"], shown["pool"]) == ("w-new", False, pool)
