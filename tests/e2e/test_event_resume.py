@@ -1,4 +1,4 @@
-"""Issue 20's scenario: an application's callback on cluster failures gets every one exactly once,
+"""An application's callback on cluster failures gets every one exactly once,
 though the api restarts while the tasks fail (the client resumes after the last position)."""
 
 import asyncio

@@ -114,7 +114,7 @@ def default_stack(tmp_path: Path, e2e_namespace: str) -> Iterator[Stack]:
 async def test_twenty_job_processes_killed_by_hand_never_quarantine_the_only_host(
     default_stack: Stack,
 ) -> None:
-    # Issue 13's "one bad minute": kill -9 of job processes (as the OOM killer would) is a
+    # "One bad minute": kill -9 of job processes (as the OOM killer would) is a
     # signal, the job's record, never the host's (design §5): with the default settings every
     # job completes, and the host is never shut.
     stack = default_stack

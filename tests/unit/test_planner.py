@@ -226,7 +226,7 @@ def test_when_a_user_is_alone__they_get_the_whole_pool() -> None:
 
 
 def test_when_bob_submits_one_task_behind_alices_backlog__it_takes_the_first_free_slot() -> None:
-    """Issue 39's first finding: a slot frees; Bob's one task takes it, not Alice's ninth."""
+    """Fair share at the first free slot: it frees; Bob's one task takes it, not Alice's ninth."""
     host = HostState("h1", R(4, 8192), R(1, 8192 - 3 * 1024))
     alice = UserState("alice", usage=3 * 60.0, in_flight=3, held=R(3, 3 * 1024))
     jobs = [
