@@ -39,12 +39,17 @@ async def test_staged_work_never_makes_a_user_who_comes_later_wait_behind_it(
     alice = await _user(client, stack, "alice")
     bob = await _user(client, stack, "bob")
     async with alice, bob:
-        # given Alice's commands ran short lately, then 12 tasks of hers of 6 s, staged on the
-        # host beyond its 4 CPUs (set up before any of the first four ended)
+        # given Alice's commands ran short lately, then 12 tasks of hers of 6 s or more, staged
+        # on the host beyond its 4 CPUs (set up before any of the first four ended); each lasts
+        # 2 s longer than the one before, so that no two free their CPU at the same moment and
+        # "the first capacity freed" is one CPU, whatever Bob's setup takes
         short = await _submit(alice, command="true", inputs=list("abcd"), name="short")
         assert (await wait_job(alice, events, short))["state"] == "completed"
         alice_job = await _submit(
-            alice, command="sleep 6", inputs=[str(i) for i in range(12)], name="alice"
+            alice,
+            command="sleep $((6 + 2 * VIGIL_INPUT))",
+            inputs=[str(i) for i in range(12)],
+            name="alice",
         )
         async with asyncio.timeout(20), events.changed:
             while len(_tasks_with(events, "on_cpu", alice_job)) < 4:
