@@ -104,8 +104,10 @@ async def test_when_postgresql_restarts_idle_then_under_load__every_service_ride
     print(f"tasks failed by the restart and resubmitted: {len(failures)}")  # noqa: T201
 
 
-#: How soon after a job's end a follower sees it, the broker restarted or not.
-SEEN_WITHIN_S = 2.0
+#: How soon after a job's end a follower sees it, the broker restarted or not: well under the
+#: stream's 5 s look at the history (a stream that lost its queue shows an end only then), with
+#: room for a loaded two-core machine (the first end after a restart was seen 2.2 s late there).
+SEEN_WITHIN_S = 3.0
 
 
 class Follower:
