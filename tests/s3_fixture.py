@@ -47,7 +47,7 @@ def parse_env(text: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def s3_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """What names the SeaweedFS that `scripts/s3 up` runs for this session (in its own
+    """What names the SeaweedFS that `scripts/s3 up` runs for this pytest run (in its own
     `VIGIL_S3_DIR`, which the session's later `scripts/s3` calls find in the environment)."""
     if not _weed_installed():
         pytest.fail(
