@@ -12,7 +12,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable
-from typing import Final
+from typing import Any, Final, Literal
 
 import aiormq
 from aio_pika.abc import (
@@ -37,6 +37,13 @@ OPEN_TIMEOUT_S: Final = 10.0
 _BROKER_ERRORS: Final = (*UNAVAILABLE, aiormq.exceptions.AMQPError, TimeoutError)
 
 
+#: What `Subscription.next()` gives, instead of a message, when the stream's link to the broker
+#: was lost or has just been restored: deliveries may be missing, read the history now.
+WAKE: Final = "wake"
+
+Delivery = AbstractIncomingMessage | Literal["wake"]
+
+
 class StreamsUnavailable(Exception):
     """No stream can be opened now: the broker does not answer, or the api has too many."""
 
@@ -46,14 +53,34 @@ class TooManyStreams(StreamsUnavailable):
 
 
 class Subscription:
-    """One stream's queue; `next()` gives its messages in order, None once closed."""
+    """One stream's queue; `next()` gives its messages in order, None once closed.
+
+    While the broker is away nothing is delivered, and an event published before the robust
+    channel restores the queue (with its bindings and consumer) never reaches it: `lost` says
+    so, and `next()` gives `WAKE` when the channel closes and again once it is restored, so
+    that the stream reads what it missed from the history at once.
+    """
 
     def __init__(self, channel: AbstractRobustChannel, queue: AbstractQueue) -> None:
         self.channel = channel
         self.queue = queue
-        self._inbox: asyncio.Queue[AbstractIncomingMessage | None] = asyncio.Queue()
+        self._inbox: asyncio.Queue[Delivery | None] = asyncio.Queue()
         self._closed = False
         self._tag: str | None = None
+        #: Whether the channel is closed, waiting to be restored (deliveries may be missing).
+        self.lost = False
+        channel.close_callbacks.add(self._on_lost)
+        channel.reopen_callbacks.add(self._on_restored)
+
+    def _on_lost(self, *_: Any) -> None:
+        if not self._closed:
+            self.lost = True
+            self._inbox.put_nowait(WAKE)
+
+    def _on_restored(self, *_: Any) -> None:
+        if not self._closed:
+            self.lost = False
+            self._inbox.put_nowait(WAKE)
 
     @property
     def name(self) -> str:
@@ -64,14 +91,14 @@ class Subscription:
         """Start consuming; messages wait in the inbox until `next()` takes them."""
         self._tag = await self.queue.consume(self._inbox.put, no_ack=False)
 
-    async def next(self) -> AbstractIncomingMessage | None:
-        """The next message (ack it with `ack()` once delivered), or None when closed."""
+    async def next(self) -> Delivery | None:
+        """The next message (ack it with `ack()` once delivered) or `WAKE`, None when closed."""
         if self._closed:
             return None
         return await self._inbox.get()
 
-    def next_nowait(self) -> AbstractIncomingMessage | None:
-        """The next message if one is waiting; None when none is, or once closed."""
+    def next_nowait(self) -> Delivery | None:
+        """The next message or `WAKE` if one is waiting; None when none is, or once closed."""
         if self._closed:
             return None
         try:
@@ -79,9 +106,10 @@ class Subscription:
         except asyncio.QueueEmpty:
             return None
 
-    async def ack(self, message: AbstractIncomingMessage) -> None:
-        """Acknowledge a delivered message (ignored if its channel is gone)."""
-        await settle(message, ack=True)
+    async def ack(self, delivery: Delivery) -> None:
+        """Acknowledge a delivered message (ignored if its channel is gone, and for `WAKE`)."""
+        if not isinstance(delivery, str):
+            await settle(delivery, ack=True)
 
     async def close(self) -> None:
         """Delete the queue and close the channel; idempotent, never raises broker errors."""

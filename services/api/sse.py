@@ -28,7 +28,7 @@ from aio_pika.abc import AbstractIncomingMessage
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from services.api.event_hub import EventHub, Subscription
+from services.api.event_hub import WAKE, Delivery, EventHub, Subscription
 from shared.store.event_log import LoggedEvent
 
 logger = logging.getLogger(__name__)
@@ -38,9 +38,10 @@ OPENED: Final = b": subscribed\n\n"
 REVOKED: Final = b": token revoked\n\n"
 #: How often an open stream looks its token up again.
 CHECK_S: Final = 1.0
-#: How often a quiet stream reads the history anyway (events whose delivery the broker lost,
-#: e.g. while the api's connection to it was being restored).
+#: How often a quiet stream reads the history anyway (events whose delivery the broker lost).
 POLL_S: Final = 5.0
+#: How often it reads it while its link to the broker is lost (nothing wakes it then).
+LOST_POLL_S: Final = 0.5
 
 #: Whether the stream's token still works (a database read).
 TokenCheck = Callable[[], Awaitable[bool]]
@@ -116,9 +117,11 @@ class _Deadlines:
         if self.check_s is not None:
             self.check = self._loop.time() + self.check_s
 
-    def polled(self) -> None:
+    def polled(self, lost: bool = False) -> None:
+        """The history was read: the next look is due in `poll_s` (`LOST_POLL_S` while the
+        broker's deliveries are missing)."""
         if self.poll_s is not None:
-            self.poll = self._loop.time() + self.poll_s
+            self.poll = self._loop.time() + (min(LOST_POLL_S, self.poll_s) if lost else self.poll_s)
 
 
 class _Reader:
@@ -144,13 +147,18 @@ class _Reader:
         """Read again, in case the broker lost a delivery."""
         self.behind = self.history is not None
 
-    def delivered(self, message: AbstractIncomingMessage) -> bool:
-        """Note a delivery; True when it is to be passed on as it is (it has no position)."""
-        seq = position_of(message) if self.history is not None else None
+    def delivered(self, delivery: Delivery) -> AbstractIncomingMessage | None:
+        """Note a delivery; the message when it is to be passed on as it is (it has no
+        position). `WAKE` (the link to the broker lost or restored) reads the history."""
+        if delivery == WAKE:
+            self.poll()
+            return None
+        assert not isinstance(delivery, str)
+        seq = position_of(delivery) if self.history is not None else None
         if seq is None:
-            return True
+            return delivery
         self.behind = self.behind or seq > self.last
-        return False
+        return None
 
 
 #: What `_next_delivery` gives when a deadline passed first.
@@ -159,7 +167,7 @@ _QUIET: Final = "quiet"
 
 async def _next_delivery(
     subscription: Subscription, deadlines: _Deadlines
-) -> AbstractIncomingMessage | Literal["quiet"] | None:
+) -> Delivery | Literal["quiet"] | None:
     """The next delivery (None once closed), or `_QUIET` when the next deadline came first."""
     message = subscription.next_nowait()
     if message is not None:
@@ -201,7 +209,8 @@ async def frames(
     (or, with `still_valid`, until a look every `check_s` finds the token no longer works).
 
     With `history`, events with a position are read from it (after `history.start` first,
-    then whenever a delivery says there is a newer one, and every `POLL_S`); deliveries
+    then whenever a delivery says there is a newer one, when the link to the broker is lost and
+    when it is restored, and every `POLL_S`, or `LOST_POLL_S` while it is lost); deliveries
     without a position (log lines) are passed on as they come. Each delivery is acknowledged
     once handled.
     """
@@ -217,7 +226,7 @@ async def frames(
             for chunk in await reader.read():
                 yield chunk
                 deadlines.sent()
-            deadlines.polled()
+            deadlines.polled(subscription.lost)
         if await _revoked(still_valid, deadlines):
             yield REVOKED
             return
@@ -230,9 +239,9 @@ async def frames(
             continue
         if delivery is None:
             return
-        assert not isinstance(delivery, str)
-        if reader.delivered(delivery):
-            yield frame(delivery.routing_key or "", delivery.body)
+        passed_on = reader.delivered(delivery)
+        if passed_on is not None:
+            yield frame(passed_on.routing_key or "", passed_on.body)
         await subscription.ack(delivery)
 
 

@@ -188,6 +188,35 @@ async def test_when_the_broker_connection_is_reestablished__an_open_stream_goes_
         await broker.close()
 
 
+async def test_an_event_published_while_a_streams_broker_link_is_down_is_sent_once_it_is_back(
+    served: Served, relaying: Relaying, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: an open stream whose quiet looks at the history are an hour apart
+    monkeypatch.setattr(sse, "POLL_S", 3600.0)
+    job_id = await served.submit(served.user)
+    await relaying.all()
+    async with _stream(served, served.operator, f"job.*.{job_id}") as (frames, start):
+        connection = served.hub._connection
+        assert connection is not None and connection.transport is not None
+        reconnected = asyncio.Event()
+        connection.reconnect_callbacks.add(lambda *_: reconnected.set())
+
+        # when: the connection drops (the stream's exclusive queue dies with it), and the job's
+        # next event is published before aio-pika has made it again (a second later): no
+        # queue is bound to receive it
+        await connection.transport.connection.close(ConnectionResetError("dropped by the test"))
+        await _job_events(served, job_id, 1)
+        await relaying.all()
+        assert not reconnected.is_set()
+
+        # then: the stream sends it anyway, read from the history, long before its next
+        # quiet look
+        async with asyncio.timeout(WAIT_S + 5):
+            event = await _next_numbered(frames)
+    assert start is not None
+    assert (event.seq, event.routing_key) == (start + 1, f"job.failed.{job_id}")
+
+
 async def _positions_of_outcomes(served: Served, job_id: str) -> list[int]:
     async with served.pool.acquire() as conn:
         events = await event_log.of_job(conn, job_id, order="oldest", start=None, limit=100)
