@@ -18,7 +18,7 @@ from typing import Any, Final
 from uuid import UUID
 
 from services.worker.job_cache import JobCache
-from services.worker.tenure import Tenure
+from services.worker.tenure import Hold, Tenure
 from shared.domain.errors import StaleState
 from shared.domain.messages import RunStage
 from shared.domain.outputs import UpstreamOutput
@@ -118,10 +118,8 @@ class Taker:
             and fold(task, job)
         ):
             # the setup attempt it will open is numbered now: only this claim moves the counter
-            held = Tenure(
-                self, task, job, message.claim, S.SETTING_UP, task.input, task.attempt + 1
-            )
-            held.taken = False
+            held = Tenure(self, task, job, message.claim, S.SETTING_UP, task.input, Hold.PROMISED)
+            held.carried = task.attempt + 1
         elif message.stage is Stage.SETUP and job.state is not JobState.SUSPENDED:
             taken = await self._take_setup(task, message.claim)
             if taken is not None:
@@ -139,6 +137,7 @@ class Taker:
                     message.claim,
                     S.SETTING_UP,
                     value,
+                    Hold.OPENED,
                     taken.attempt,
                     upstream=upstream,
                 )
@@ -209,7 +208,7 @@ class Taker:
         the number `held` was given: the task's next, under the claim); StaleState when the
         task is not this claim's any more (a suspended job's claim given back meanwhile).
         Calls `held.on_taken` once it is."""
-        if held.taken:
+        if not held.promised:
             return
         taken = await self._take_setup(held.task, held.claim)
         if taken is None:  # the general path says why, and gives a suspended job's claim back
@@ -232,9 +231,7 @@ class Taker:
                     worker=self.instance,
                 )
             taken = replace(taken, attempt=row.attempt)
-        held.task, held.taken = taken, True
-        if held.on_taken is not None:
-            await held.on_taken()
+        await held.took(taken)
 
     def take_changes(self, task: tasks_repo.Task) -> dict[str, Any]:
         """What a take sets on the task: this worker, its host, the work dir."""
@@ -290,7 +287,8 @@ class Taker:
         value, upstream = await _resolve_input(
             conn, task.input, job.owner_id, self.workdir(task.job_id, task.id)
         )
-        return Tenure(self, task, job, claim, state, value, opened, upstream=upstream)
+        hold = Hold.HELD if opened is None else Hold.OPENED
+        return Tenure(self, task, job, claim, state, value, hold, opened, upstream=upstream)
 
     async def _enter(
         self, conn: Connection, task: tasks_repo.Task, message: RunStage

@@ -284,7 +284,7 @@ class Consumer:
 
     async def _take_and_drive(self, message: RunStage, ack: _Ack, permit: Permit) -> None:
         held = await self._take(message)
-        if held is not None and not held.taken:
+        if held is not None and held.promised:
             held.on_taken = ack  # a folded take: acked once it is durable
         else:
             await ack()

@@ -261,7 +261,7 @@ class Runs:
         must wait for it waits durably `queued` (as setup makes it when it is not free
         then)."""
         fits = self.ledger.fits(held.job.request, held.task.gpu_ids or (), held.task.staged)
-        if not fits and held.set_up is not None:
+        if not fits and held.unqueued:
             await held.queue()
         await hold.take()
 

@@ -246,7 +246,7 @@ class StageRunner:
         except StaleState as exc:
             logger.info("task %s moved on without us: %s", held.task.id, exc)
         except asyncio.CancelledError:
-            if held.taken:  # else it is still `new`: its unacked message goes back
+            if not held.promised:  # else it is still `new`: its unacked message goes back
                 await asyncio.shield(held.abandon("the worker stopped while running it"))
             raise
         except Exception as exc:  # never leave a task held by a worker that gave up on it
@@ -284,8 +284,7 @@ class StageRunner:
     # -- setup -------------------------------------------------------------------------------
 
     async def _setup(self, held: Tenure) -> bool:
-        attempt = held.opened or await held.start_attempt(Stage.SETUP.value)
-        held.opened = None
+        attempt = held.opened_for_stage() or await held.start_attempt(Stage.SETUP.value)
         ctx = self._context(held, attempt)
         contents = await bundle_contents(self.pool, Path(self.settings.work_root), held.job)
         group = await self.launcher.files_group(held.job.owner_id) if held.job.files else 0
@@ -297,7 +296,7 @@ class StageRunner:
         if failure is not None:
             await held.finish(S.SETTING_UP, attempt, failure)
             return False
-        held.set_up = attempt
+        held.setup_done(attempt)
         if not self._fits(held.task, held.job):  # not free: the task waits `queued` for it
             await held.queue()
         return True
@@ -322,9 +321,7 @@ class StageRunner:
         if never is not None:  # taken before this worker was (restarted) smaller
             await held.fail_unstarted(_never_outcome(self.settings.host_id, never))
         else:
-            # opened with on_cpu, numbered as the task's next (after the setup attempt of a
-            # take folded into that move)
-            attempt = held.task.attempt + (1 if held.taken else 2)
+            attempt = held.next_attempt()  # opened with on_cpu
             ctx = self._context(held, attempt)
             script = await self._cluster_script(held, ctx)
             if script is not None:
@@ -411,8 +408,9 @@ class StageRunner:
 
     async def _post_process(self, held: Tenure) -> None:
         """Post-process now, or let go of the task if it waits for prerequisites first."""
-        if held.state is S.POST_PROCESSING and held.opened is not None:
-            attempt, held.opened = held.opened, None  # moved there with the cluster's end
+        opened = held.opened_for_stage() if held.state is S.POST_PROCESSING else None
+        if opened is not None:  # moved there with the cluster's end
+            attempt = opened
         else:
             entered = await held.post_processing()
             if entered is None:  # it waits for prerequisites: let go

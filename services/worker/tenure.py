@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any, Final, Protocol
 from uuid import UUID
 
@@ -37,6 +38,45 @@ logger = logging.getLogger(__name__)
 
 _FAIL_TRIES: Final = 30
 _FAIL_PAUSE_S: Final = 1.0
+
+
+class Hold(StrEnum):
+    """Where a held task stands in this worker beside its state in PostgreSQL: what the
+    task's next move carries along (`Tenure.carried`, an attempt's number)."""
+
+    #: Taken in this worker only (a folded take): the task is still `new` in PostgreSQL,
+    #: this worker's by the work message it has not acked; its take, when written, opens the
+    #: setup attempt numbered `carried`.
+    PROMISED = "promised"
+    #: Promised and set up: its next move is `new -> setting_up -> queued -> on_cpu` in one
+    #: statement, opening and closing setup attempt `carried`.
+    PROMISED_SET_UP = "promised_set_up"
+    #: Durably taken; the last move opened attempt `carried` for the stage that follows,
+    #: which has not taken it yet.
+    OPENED = "opened"
+    #: Durably taken and set up: setup attempt `carried` stays open until the task is
+    #: recorded `queued` (or goes through `queued` to `on_cpu` in one move).
+    SET_UP = "set_up"
+    #: Durably taken, nothing carried: a stage runs, or the task rests.
+    HELD = "held"
+
+
+#: The stage a hold may go to from each (`check_hold`).
+HOLD_MOVES: Final[Mapping[Hold, frozenset[Hold]]] = {
+    Hold.PROMISED: frozenset({Hold.PROMISED_SET_UP, Hold.OPENED}),  # set up, or take written
+    Hold.PROMISED_SET_UP: frozenset({Hold.SET_UP, Hold.OPENED}),  # take written; on_cpu move
+    Hold.OPENED: frozenset({Hold.HELD, Hold.OPENED}),  # its stage took it; a move
+    Hold.SET_UP: frozenset({Hold.HELD, Hold.OPENED}),  # queued; the move to on_cpu
+    Hold.HELD: frozenset({Hold.HELD, Hold.OPENED, Hold.SET_UP}),  # a move; set up
+}
+#: The holds of a take not written yet.
+PROMISES: Final = frozenset({Hold.PROMISED, Hold.PROMISED_SET_UP})
+
+
+def check_hold(src: Hold, dst: Hold) -> None:
+    """Raise `ValueError` unless a held task may go from `src` to `dst` (`HOLD_MOVES`)."""
+    if dst not in HOLD_MOVES[src]:
+        raise ValueError(f"a held task cannot go from {src} to {dst}")
 
 
 class TakingWorker(Protocol):
@@ -73,25 +113,60 @@ class Tenure:
     claim: UUID
     state: TaskState
     input: Any = None  # the task's input, a chained one resolved to its upstream outputs
-    #: The attempt the last move opened (its stage's), until the stage takes it.
-    opened: int | None = None
-    #: The setup attempt of a task set up but not yet recorded `queued` (it goes through
-    #: `queued` to `on_cpu` in one move when its request is free).
-    set_up: int | None = None
+    #: Where it stands in this worker (`Hold`), and the attempt that carries along.
+    hold: Hold = Hold.HELD
+    carried: int | None = None
     #: How many times the input's cluster stage started before this take (its lineage too).
     cluster_starts: int = 0
-    #: False while the take is folded into the `on_cpu` move (`Taker.take(fold=...)`): the task
-    #: is still `new` in the database, this worker's only by the message it has not acked.
-    taken: bool = True
     #: Called once the take is durable (the consumer acks the message then).
     on_taken: Callable[[], Awaitable[None]] | None = None
     #: A chained task's upstream outputs, by name (what setup places in its work dir).
     upstream: dict[str, UpstreamOutput] = field(default_factory=dict)
 
+    def _to(self, hold: Hold, carried: int | None = None) -> None:
+        check_hold(self.hold, hold)
+        self.hold, self.carried = hold, carried
+
+    @property
+    def promised(self) -> bool:
+        """Whether its take is not written yet (folded into the `on_cpu` move)."""
+        return self.hold in PROMISES
+
+    @property
+    def unqueued(self) -> bool:
+        """Whether it is set up but not yet recorded `queued`."""
+        return self.hold in (Hold.SET_UP, Hold.PROMISED_SET_UP)
+
+    def next_attempt(self) -> int:
+        """The number of the attempt the next move opens (after the setup attempt that a
+        promised take's move opens and closes first)."""
+        return self.task.attempt + (2 if self.hold is Hold.PROMISED_SET_UP else 1)
+
+    def opened_for_stage(self) -> int | None:
+        """The attempt the take or the last move opened for the stage now starting (the
+        stage takes it), or None: the stage opens its own."""
+        attempt = self.carried
+        if self.hold is Hold.OPENED:
+            self._to(Hold.HELD)
+        elif self.hold is not Hold.PROMISED:  # its take, when written, opens that one
+            return None
+        return attempt
+
+    def setup_done(self, attempt: int) -> None:
+        """Its setup succeeded under `attempt`, which stays open until it is `queued`."""
+        self._to(Hold.PROMISED_SET_UP if self.hold is Hold.PROMISED else Hold.SET_UP, attempt)
+
+    async def took(self, task: tasks_repo.Task) -> None:
+        """Its take is written (`task` as it is now): acked then."""
+        self.task = task
+        self._to(Hold.OPENED if self.hold is Hold.PROMISED else Hold.SET_UP, self.carried)
+        if self.on_taken is not None:
+            await self.on_taken()
+
     async def durable(self) -> None:
         """Make a folded take durable before any other write of the task (StaleState if it
         is not ours any more: `Taker.take_now`)."""
-        if not self.taken:
+        if self.promised:
             await self.taker.take_now(self)
 
     # -- moves -------------------------------------------------------------------------------
@@ -145,7 +220,10 @@ class Tenure:
         )
         if moved is not None:
             self.task, self.state = moved, moved.state
-            self.opened = moved.attempt if opening is not None else None
+            if opening is not None and not opening.done:
+                self._to(Hold.OPENED, moved.attempt)
+            else:
+                self._to(Hold.HELD)
         return moved
 
     async def on_cpu(
@@ -153,17 +231,36 @@ class Tenure:
     ) -> bool:
         """queued -> on_cpu with the cluster attempt opened (number `attempt`, with the
         command's pid), then `then()` (the hand-over to the supervisor). A task just set up
-        goes through `queued` in the same move, closing its setup attempt. False when the job
-        was suspended since setup (the task is then `queued`); `StaleState` when the task is
-        not ours any more."""
-        set_up = self.set_up
+        goes through `queued` in the same move, closing its setup attempt; a promised one is
+        taken in it too. False when the job was suspended since setup (the task is then
+        `queued`); `StaleState` when the task is not ours any more.
+
+        A move that misses takes the task one hold down (its take written, then `queued`
+        recorded, each the general way that finds out why not) and is made again from there."""
+        while await self._to_cpu(pid, create_time) is None:
+            if self.hold is Hold.PROMISED_SET_UP:
+                await self.durable()
+            elif self.hold is Hold.SET_UP:
+                await self.queue()
+            elif await self._suspended():
+                return False
+            else:
+                raise StaleState(f"task {self.task.id} is no longer queued under our claim")
+        if self.carried != attempt:  # the environment told the command another number
+            raise RuntimeError(f"task {self.task.id}: opened attempt {self.carried}, not {attempt}")
+        self._to(Hold.HELD)
+        then()
+        return True
+
+    async def _to_cpu(self, pid: int, create_time: float) -> tasks_repo.Task | None:
+        """The move to `on_cpu` from where the task stands (`on_cpu`); None when it missed."""
         taker = self.taker
-        if not self.taken:  # the take, the setup attempt and on_cpu: one move, one commit
+        running = {"pid": pid, "pid_create_time": create_time}
+        if self.hold is Hold.PROMISED_SET_UP:  # the take, the setup attempt and on_cpu: one move
             moved = await self.advance(
                 (S.NEW, S.SETTING_UP, S.QUEUED, S.ON_CPU),
                 None,
-                changes=taker.take_changes(self.task)
-                | {"pid": pid, "pid_create_time": create_time},
+                changes=taker.take_changes(self.task) | running,
                 open_=Stage.CLUSTER,
                 pid=pid,
                 unless_suspended=True,
@@ -171,35 +268,19 @@ class Tenure:
                     Stage.SETUP.value, taker.host_id, taker.instance, done=True, outcome=S.QUEUED
                 ),
             )
-            if moved is None:  # take it the general way (or find out why not)...
-                await self.durable()
-                return await self.on_cpu(attempt, pid, create_time, then)  # ...and go on
-            self.taken = True
-            if self.on_taken is not None:
+            if moved is not None and self.on_taken is not None:
                 await self.on_taken()
-        else:
-            moved = await self.advance(
-                (S.SETTING_UP, S.QUEUED, S.ON_CPU) if set_up is not None else (S.QUEUED, S.ON_CPU),
-                None,
-                changes={"pid": pid, "pid_create_time": create_time},
-                close=tasks_repo.CloseAttempt(set_up) if set_up is not None else None,
-                open_=Stage.CLUSTER,
-                pid=pid,
-                unless_suspended=True,
-            )
-        if moved is None and set_up is not None:  # record `queued` (or find out why not)...
-            await self.queue()
-            return await self.on_cpu(attempt, pid, create_time, then)  # ...and try from there
-        if moved is None:
-            if await self._suspended():
-                return False
-            raise StaleState(f"task {self.task.id} is no longer queued under our claim")
-        self.set_up = None
-        if self.opened != attempt:  # the environment told the command another number
-            raise RuntimeError(f"task {self.task.id}: opened attempt {self.opened}, not {attempt}")
-        self.opened = None
-        then()
-        return True
+            return moved
+        set_up = self.carried if self.hold is Hold.SET_UP else None
+        return await self.advance(
+            (S.SETTING_UP, S.QUEUED, S.ON_CPU) if set_up is not None else (S.QUEUED, S.ON_CPU),
+            None,
+            changes=running,
+            close=tasks_repo.CloseAttempt(set_up) if set_up is not None else None,
+            open_=Stage.CLUSTER,
+            pid=pid,
+            unless_suspended=True,
+        )
 
     async def _suspended(self) -> bool:
         async with self.taker.pool.acquire() as conn:
@@ -207,8 +288,10 @@ class Tenure:
 
     async def queue(self) -> None:
         """setting_up -> queued, closing the setup attempt (StaleState if not ours any more)."""
-        attempt, self.set_up = self.set_up, None
-        assert attempt is not None
+        await self.durable()
+        attempt = self.carried
+        if self.hold is not Hold.SET_UP or attempt is None:
+            raise ValueError(f"task {self.task.id} is not set up to be queued ({self.hold})")
         done = Outcome(S.QUEUED)
         moved = await self.advance(
             (S.SETTING_UP, S.QUEUED), done, close=tasks_repo.CloseAttempt(attempt)
@@ -234,6 +317,7 @@ class Tenure:
             attempt = await self.open_attempt(conn, Stage.POST_PROCESSING.value)
         await self.taker.writer.nudge()
         self.state = S.POST_PROCESSING
+        self._to(Hold.HELD)
         return attempt
 
     # -- attempts ----------------------------------------------------------------------------
@@ -281,6 +365,7 @@ class Tenure:
         if state in QUIET:
             await self.taker.writer.nudge()
         self.task, self.state = task, state
+        self._to(Hold.HELD)
 
     # -- the finish --------------------------------------------------------------------------
 
@@ -350,11 +435,12 @@ class Tenure:
         if outcome.state in QUIET:
             await taker.writer.nudge()
         self.task, self.state = task, outcome.state
+        self._to(Hold.HELD)
 
     async def fail_unstarted(self, failure: Outcome) -> None:
         """Fail a task whose command will not start, from `queued`, with a cluster attempt
         that says why."""
-        if self.set_up is not None:
+        if self.unqueued:
             await self.queue()
         attempt = await self.start_attempt(Stage.CLUSTER.value)
         await self.finish(S.QUEUED, attempt, failure)

@@ -406,7 +406,7 @@ async def _folded(runner: StageRunner, pool: db.Pool, command: str) -> tuple[Run
     """Given-step: a task of `command` claimed, and taken by `runner` with its take folded."""
     message = await _claimed(pool, command)
     held = await runner.take(message)
-    assert held is not None and not held.taken
+    assert held is not None and held.promised
     return message, held
 
 
@@ -495,7 +495,7 @@ async def test_with_its_request_not_free_a_setup_is_taken_the_general_way(
     finally:
         others.free()
 
-    assert held is not None and held.taken
+    assert held is not None and not held.promised
     assert (await _task(pool, message.task_id))["state"] == "setting_up"
     await runner.drive(held)
     assert (await _task(pool, message.task_id))["state"] == "completed"

@@ -36,7 +36,7 @@ class _Runner:
 
     async def take(self, message: RunStage) -> object:
         self.takes.put_nowait(message.task_id)
-        return SimpleNamespace(taken=True)  # durably taken: acked at once
+        return SimpleNamespace(promised=False)  # durably taken: acked at once
 
     async def drive(self, held: object, intake: Any) -> None:
         await self.go.wait()
@@ -80,7 +80,7 @@ class _FoldingRunner(_Runner):
 
     async def take(self, message: RunStage) -> object:
         self.takes.put_nowait(message.task_id)
-        return SimpleNamespace(taken=False, on_taken=None)
+        return SimpleNamespace(promised=True, on_taken=None)
 
     async def drive(self, held: Any, intake: Any) -> None:
         await self.go.wait()
