@@ -20,13 +20,9 @@ import pytest
 from shared.objects import open_store
 from tests.e2e.conftest import Events, running_stack, vigil, wait_job
 from tests.e2e.stack import E2E_ENV, Stack
-from tests.s3_fixture import s3_script
+from tests.s3_fixture import own_s3, s3_script
 
-#: Not in the default run (pyproject's addopts deselect `store_faults`): in a whole suite's run
-#: these outlast the per-test timeout, and the store they kill was not found again by the
-#: session's later tests. Run them with
-#: `scripts/test -m store_faults tests/e2e/test_store_faults.py`.
-pytestmark = [pytest.mark.e2e, pytest.mark.store_faults]
+pytestmark = pytest.mark.e2e
 
 TASKS = 20
 #: A 5 MB output, made only if the command sees no credential of the store.
@@ -36,20 +32,33 @@ COMMAND = (
 )
 
 
+@pytest.fixture(scope="module")
+def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where this module's own SeaweedFS keeps its data, keys, ports and pid file."""
+    return tmp_path_factory.mktemp("s3-faults")
+
+
+@pytest.fixture(scope="module")
+def store_env(store_dir: Path) -> Iterator[dict[str, str]]:
+    """A SeaweedFS of this module's own: these tests kill it, and the session's store, which
+    the other tests use, never goes down."""
+    with own_s3(store_dir) as env:
+        yield env
+
+
 @pytest.fixture
-def stack(tmp_path: Path, e2e_namespace: str, s3_env: dict[str, str]) -> Iterator[Stack]:
-    """The four services keeping outputs in the SeaweedFS, under a prefix of their own."""
-    store = {name: value for name, value in s3_env.items() if name != "VIGIL_STORE_URL"}
-    prefix = f"{s3_env['VIGIL_STORE_URL']}/e2e-{uuid.uuid4().hex[:8]}"
+def stack(tmp_path: Path, e2e_namespace: str, store_env: dict[str, str]) -> Iterator[Stack]:
+    """The four services keeping outputs in the module's SeaweedFS, under a prefix of their own."""
+    store = {name: value for name, value in store_env.items() if name != "VIGIL_STORE_URL"}
+    prefix = f"{store_env['VIGIL_STORE_URL']}/e2e-{uuid.uuid4().hex[:8]}"
     env = E2E_ENV | store | {"VIGIL_STORE_URL": prefix, "VIGIL_STORE_PATIENCE_S": "300"}
     with running_stack(tmp_path, e2e_namespace, env) as s:
         yield s
 
 
-def _kill_the_store() -> None:
-    """SIGKILL the SeaweedFS of `scripts/s3` (its pid file), as a crash or a pulled plug."""
-    pid_file = Path(os.environ.get("VIGIL_S3_DIR", "/tmp/vigil-s3")) / "weed.pid"
-    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+def _kill_the_store(store_dir: Path) -> None:
+    """SIGKILL the module's SeaweedFS (its pid file), as a crash or a pulled plug."""
+    os.kill(int((store_dir / "weed.pid").read_text()), signal.SIGKILL)
 
 
 async def _tasks(client: httpx.AsyncClient, job_id: str) -> list[dict[str, Any]]:
@@ -72,11 +81,20 @@ async def _until_waiting_on_the_store(
             await asyncio.sleep(0.2)  # no event says that a put failed
 
 
+#: Bounds: the commands' end (60 s), the campaign's end once the store is back (120 s), the
+#: download (180 s), and the store's own restart.
+@pytest.mark.timeout(480)
 async def test_a_store_that_goes_away_mid_campaign_delays_the_tasks_and_loses_nothing(
-    client: httpx.AsyncClient, events: Events, stack: Stack, env: dict[str, str], tmp_path: Path
+    client: httpx.AsyncClient,
+    events: Events,
+    stack: Stack,
+    env: dict[str, str],
+    tmp_path: Path,
+    store_dir: Path,
+    store_env: dict[str, str],
 ) -> None:
     # given: the store is gone when the campaign's commands end
-    _kill_the_store()
+    _kill_the_store(store_dir)
     try:
         body = {"command": COMMAND, "inputs": list(range(TASKS)), "outputs": ["out.bin"]}
         response = await client.post("/jobs", json=body)
@@ -90,8 +108,10 @@ async def test_a_store_that_goes_away_mid_campaign_delays_the_tasks_and_loses_no
         assert listed == []  # nothing recorded as stored
     finally:
         # when: the store comes back (same address, same data)
-        up = s3_script("up")
+        up = s3_script("up", directory=store_dir)
         assert up.returncode == 0, up.stdout + up.stderr
+        again = s3_script("env", directory=store_dir)
+        assert f"VIGIL_S3_ENDPOINT_URL={store_env['VIGIL_S3_ENDPOINT_URL']}" in again.stdout
 
     # then: every task completes, each with its output in the store, none failed on the way
     job = await wait_job(client, events, job_id, within=120)
@@ -122,11 +142,13 @@ async def _until_post_processing(
             await asyncio.sleep(0.05)  # no event says that stage-out began
 
 
+#: Bounds: the command's end (60 s) and the rerun's (180 s).
+@pytest.mark.timeout(300)
 async def test_a_host_killed_mid_upload_leaves_no_partial_object_and_its_rerun_is_recorded(
     client: httpx.AsyncClient,
     events: Events,
     stack: Stack,
-    s3_env: dict[str, str],
+    store_env: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # given: a task whose 200 MB output is being put in the store
@@ -155,8 +177,8 @@ async def test_a_host_killed_mid_upload_leaves_no_partial_object_and_its_rerun_i
     assert (output["size"], output["sha256"]) == (200_000_000, made)
     # and the store lists no partial object of the job: each is whole
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):
-        monkeypatch.setenv(name, s3_env[name])
-    store = open_store(stack.extra_env["VIGIL_STORE_URL"], s3_env["VIGIL_S3_ENDPOINT_URL"])
+        monkeypatch.setenv(name, store_env[name])
+    store = open_store(stack.extra_env["VIGIL_STORE_URL"], store_env["VIGIL_S3_ENDPOINT_URL"])
     listed = await store.list_prefix(f"outputs/{job_id}")
     assert listed, "the rerun's output is in the store"
     assert {info.size for info in listed} == {200_000_000}
