@@ -439,6 +439,8 @@ async def test_the_task_page_lists_its_outputs_with_sizes_checksums_and_links_th
     assert await asyncio.to_thread(Path(await download.path()).read_bytes) == big
 
 
+#: 250 confined commands take a minute and a half on two loaded cores: bounds to fit.
+@pytest.mark.timeout(300)
 async def test_a_busy_job_page_refreshes_rows_in_batches_and_keeps_its_log_and_feed_bounded(
     tab: Tab, client: httpx.AsyncClient, events: Events
 ) -> None:
@@ -450,7 +452,7 @@ async def test_a_busy_job_page_refreshes_rows_in_batches_and_keeps_its_log_and_f
     await tab.open(f"/ui/jobs/{job_id}")
 
     # when: they all run while it is open
-    await events.wait_key(f"job.succeeded.{job_id}", within=120)
+    await events.wait_key(f"job.succeeded.{job_id}", within=240)
 
     # then: every row shown ends completed, refreshed a batch of rows at a time
     rows = tab.page.locator("#tasks tr[data-task-id]")
