@@ -69,8 +69,8 @@ def submit(job: Mapping[str, Any], idempotency_key: str | None) -> Call:
     return Call("POST", "/jobs", json=dict(job), headers=headers)
 
 
-def start_upload(sha256: str) -> Call:
-    return Call("POST", "/uploads", json={"sha256": sha256})
+def start_upload(sha256: str, size: int) -> Call:
+    return Call("POST", "/uploads", json={"sha256": sha256, "size": size})
 
 
 def job(job_id: str) -> Call:

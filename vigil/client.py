@@ -106,13 +106,16 @@ class Client:
         """Put the file at `path` in the store, straight (the api hands out a signed link:
         `POST /uploads`), unless the store holds its bytes there already; its reference,
         `{"url", "sha256"}`, to name it by in a job's `files`. `VigilError` when the store
-        refuses it (a directory store takes no direct uploads: the api's 409 says so)."""
+        refuses it (a directory store takes no direct uploads: the api's 409 says so);
+        `Conflict` when it would take the user over their quota of stored bytes."""
         digest = hashlib.sha256()
+        size = 0
         with path.open("rb") as stream:
             for chunk in iter(lambda: stream.read(1 << 20), b""):
                 digest.update(chunk)
+                size += len(chunk)
         sha256 = digest.hexdigest()
-        answer = cast(dict[str, Any], self._send(calls.start_upload(sha256)))
+        answer = cast(dict[str, Any], self._send(calls.start_upload(sha256, size)))
         if answer["put_url"] is not None:
             with path.open("rb") as stream:  # streamed, its length given
                 response = self._http.put(answer["put_url"], content=stream, timeout=None)
@@ -320,6 +323,13 @@ class Client:
         """Set a user's fair share (default 1; operators only): users with tasks waiting get
         the pool in proportion to their shares. Returns the user."""
         return cast(dict[str, Any], self._send(calls.edit_user(name, {"share": share})))
+
+    def set_store_quota(self, name: str, quota_bytes: int | None) -> dict[str, Any]:
+        """Set a user's quota of stored bytes (0: none; None: the installation's,
+        VIGIL_STORE_QUOTA_BYTES; operators only). Returns the user."""
+        return cast(
+            dict[str, Any], self._send(calls.edit_user(name, {"store_quota_bytes": quota_bytes}))
+        )
 
     def bulk_action(
         self,

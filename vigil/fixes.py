@@ -50,6 +50,7 @@ class FailureClass(StrEnum):
     HOST = "host"
     PLATFORM = "platform"
     LIMIT = "limit"
+    QUOTA = "quota"
 
 
 def point_in_time(text: str, now: datetime) -> datetime:

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from vigil import pool
+from vigil import pool, sizes
 from vigil.sse import Event
 from vigil.states import TASK_FAILED, done_and_total
 from vigil.text import counts_text as counts_text
@@ -253,16 +253,27 @@ def pilots_table(pilots: Sequence[Mapping[str, Any]]) -> Table:
     return table
 
 
+def quota_text(user: Mapping[str, Any]) -> str:
+    """`stores 1.5 GiB of 10 GiB` (`of no quota`; `(the default)` when it is not their own)."""
+    stored = sizes.human_size(int(user.get("stored_bytes") or 0))
+    limit = int(user.get("quota_bytes") or 0)
+    text = f"stores {stored} of " + (sizes.human_size(limit) if limit else "no quota")
+    return text + (" (the default)" if user.get("store_quota_bytes") is None else "")
+
+
 def users_table(users: Sequence[Mapping[str, Any]]) -> Table:
-    """One row per user: role, fair share, decayed usage (CPU-seconds), live tokens,
-    creation, disabled."""
-    table = Table("USER", "ROLE", "SHARE", "USAGE", "TOKENS", "CREATED", "DISABLED", box=None)
+    """One row per user: role, fair share, decayed usage (CPU-seconds), stored bytes of their
+    quota, live tokens, creation, disabled."""
+    table = Table(
+        "USER", "ROLE", "SHARE", "USAGE", "STORED", "TOKENS", "CREATED", "DISABLED", box=None
+    )
     for user in users:
         table.add_row(
             cell(user.get("name")),
             cell(user.get("role")),
             cell(pool.number(user.get("share"))),
             cell(pool.number(user.get("usage"))),
+            cell(quota_text(user).removeprefix("stores ")),
             cell(user.get("tokens")),
             cell(_time(user.get("created_at"))),
             cell(_time(user.get("disabled_at"))),

@@ -27,6 +27,7 @@ from shared.domain.bundle import BundleFile
 from shared.domain.object_refs import ObjectRef
 from shared.objects import ObjectNotFound, ObjectStore, ObjectStoreError, check_key
 from shared.objects.keys import OUTPUTS, UPLOADS
+from shared.store import quota_repo
 from shared.store.db import Connection
 from shared.store.users_repo import User
 
@@ -64,7 +65,22 @@ async def stored_files(
     ]
     if problems:
         raise RequestValidationError(_errors(problems))
-    return [file for file in found if isinstance(file, BundleFile)]
+    files = [file for file in found if isinstance(file, BundleFile)]
+    await _count_uploads(conn, store_url, user, files)
+    return files
+
+
+async def _count_uploads(
+    conn: Connection, store_url: str, user: User, files: Sequence[BundleFile]
+) -> None:
+    """Count the user's own uploads among `files` by the size the store holds (the size
+    given when they were handed out may have been another)."""
+    own = f"{UPLOADS}/{user.id}/"
+    for file in files:
+        key = object_refs.key_in(store_url, file.url or "")
+        if key is not None and key == own + file.sha256:
+            async with conn.transaction():
+                await quota_repo.correct_upload(conn, user.id, file.sha256, file.size)
 
 
 async def input_errors(

@@ -22,13 +22,15 @@ from services.api.access import owner_filter
 from services.api.errors import invalid
 from services.api.rate_limit import TaskQuota
 from services.api.schemas.jobs import JobCreate, referenced_files
+from shared.domain import store_quota
+from shared.domain.errors import Conflict
 from shared.domain.scheduling.model import DEFAULT_REQUEST
 from shared.domain.scheduling.reasons import TooLarge
 from shared.domain.scheduling.resources import Resources, coverage
 from shared.objects import ObjectStore
 from shared.operations import datasets, harvest, stop_guard
 from shared.operations.datasets import UPSTREAM_KEY
-from shared.store import jobs_repo
+from shared.store import jobs_repo, quota_repo
 from shared.store.db import Connection, Pool
 from shared.store.jobs_repo import Job
 from shared.store.users_repo import User
@@ -44,6 +46,7 @@ async def submit(
     quota: TaskQuota,
     store: ObjectStore,
     store_url: str,
+    store_quota_bytes: int = 0,
 ) -> tuple[Job, bool]:
     """Create the job (or find the one made earlier with `idempotency_key`); (job, created).
     It places none of its tasks: where they run depends on every host's free capacity and
@@ -52,7 +55,9 @@ async def submit(
 
     Raises a 422 `RequestValidationError` naming any prerequisite task, `inputs_from` job or
     input's `upstream_task` that does not exist or that the user may not see, `Conflict`
-    when `inputs_from` names a purged job (its outputs are gone), and `QuotaExceeded` when
+    when `inputs_from` names a purged job (its outputs are gone) or when the job declares
+    outputs and the user's stored bytes are at their quota (`store_quota_bytes`: the
+    installation's default; `check_room`), and `QuotaExceeded` when
     the user may not create that many tasks now; nothing is written then. Files given by
     reference are looked up in the store first (a 422 for one it does not hold as named, a
     503 when it cannot be reached), no transaction open meanwhile.
@@ -76,6 +81,8 @@ async def submit(
         job, created = await jobs_repo.create(
             conn, user.id, new_job, wake_round=not body.configuring
         )
+        if created and body.outputs:
+            await check_room(conn, user.id, store_quota_bytes)
         if created and body.retention_s is not None:
             await harvest.set_retention(conn, job.id, body.retention_s)
             job = dataclasses.replace(job, retention_s=body.retention_s)
@@ -91,6 +98,17 @@ async def submit(
             extra={"action": "submit", "job_id": job.id, "user": user.name},
         )
     return job, created
+
+
+async def check_room(conn: Connection, user_id: str, default: int) -> None:
+    """`Conflict` naming the bytes used and the limit when user `user_id`'s stored bytes are
+    at their quota (`default`: the installation's): a job's outputs would find no room."""
+    usage = await quota_repo.of_user(conn, user_id, default)
+    if usage.full:
+        raise Conflict(
+            f"{usage.describe()}: a job that declares outputs cannot store them",
+            next_step=store_quota.NEXT_STEP,
+        )
 
 
 async def _fill(conn: Connection, job: Job, body: JobCreate) -> Job:

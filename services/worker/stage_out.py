@@ -11,6 +11,13 @@ A store that cannot be reached is retried with a growing pause, for at most
 (the installation's failure, never the job's: triage retries it), its brief naming the store.
 An output whose bytes changed after they were recorded, or that went away, fails the task as
 the job's (class `exit`): it is something the job's processes did.
+
+The outputs' bytes count against the quota of the job's owner (`shared/domain/store_quota.py`):
+outputs that would go over it fail the task `failed_to_post_process`, class `quota`, with a
+brief naming the bytes used and the limit; checked before any is put (nothing is stored
+then), and again in the completing move, which adds them to the owner's count (tasks storing
+at once cannot both take the last room). Outputs refused there stay under the job's prefix,
+uncounted, until its purge.
 """
 
 import asyncio
@@ -21,14 +28,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
+from services.worker.tenure import Tenure
 from shared.domain.outcomes import Outcome
 from shared.domain.outputs import OutputRecord
 from shared.domain.states import FailureClass, TaskState
+from shared.domain.status_report import StatusReport
+from shared.domain.store_quota import NEXT_STEP, OverQuota
 from shared.host import job_files
 from shared.objects import ContentChanged, ObjectExists, ObjectStore, ObjectStoreError
 from shared.objects.keys import output_key
+from shared.store import quota_repo
 
 logger = logging.getLogger(__name__)
+S = TaskState
 
 #: Outputs of one task put at once.
 CONCURRENCY: Final = 4
@@ -51,10 +63,47 @@ class Unreachable(Exception):
 
 @dataclass
 class StageOut:
-    """Puts a task's outputs in `store`, patiently (`patience_s`)."""
+    """Puts a task's outputs in `store`, patiently (`patience_s`), within their owner's quota
+    (`quota_bytes`: the installation's default, `VIGIL_STORE_QUOTA_BYTES`)."""
 
     store: ObjectStore
     patience_s: float
+    quota_bytes: int = 0
+
+    async def complete(
+        self,
+        held: Tenure,
+        attempt: int,
+        workdir: Path,
+        outputs: list[OutputRecord],
+        status: StatusReport | None,
+    ) -> None:
+        """End the post-processing `attempt` of `held` whose `outputs` are recorded: completed
+        with every one in the store and counted, or failed saying why not."""
+        task = held.task
+        size = sum(record.size for record in outputs)
+        async with held.taker.pool.acquire() as conn:
+            usage = await quota_repo.of_job(conn, task.job_id, self.quota_bytes)
+        if not usage.room_for(size):  # refused before any byte is put
+            refused = OverQuota(usage, size, f"the outputs of task {task.id}")
+            await held.finish(S.POST_PROCESSING, attempt, over_quota(refused), status=status)
+            return
+        stored = await self.put_outputs(task.job_id, task.id, attempt, workdir, outputs)
+        if isinstance(stored, Outcome):
+            await held.finish(S.POST_PROCESSING, attempt, stored, status=status)
+            return
+        done = Outcome(S.COMPLETED)
+        try:
+            await held.finish(
+                S.POST_PROCESSING,
+                attempt,
+                done,
+                status=status,
+                outputs=stored,
+                store_quota_bytes=self.quota_bytes,
+            )
+        except OverQuota as refused:  # others took the room meanwhile
+            await held.finish(S.POST_PROCESSING, attempt, over_quota(refused), status=status)
 
     async def put_outputs(
         self, job_id: str, task_id: str, attempt: int, workdir: Path, outputs: list[OutputRecord]
@@ -123,6 +172,16 @@ class StageOut:
                     f"output {record.name} changed after it was recorded (sha256"
                     f" {record.sha256}): a process of the job still wrote to it"
                 ) from None
+
+
+def over_quota(refused: OverQuota) -> Outcome:
+    """The failure of a task whose outputs would take their owner over their quota."""
+    return Outcome(
+        S.FAILED_TO_POST_PROCESS,
+        FailureClass.QUOTA,
+        brief=f"{refused}: nothing stored; {NEXT_STEP}, then recover the task",
+        detail=f"used {refused.usage.used} + outputs {refused.size} > limit {refused.usage.limit}",
+    )
 
 
 def _unreachable(url: str, failed: Unreachable) -> Outcome:

@@ -161,7 +161,9 @@ class StageRunner:
         self.ledger = Ledger(self.capacity or self.settings.capacity())
         #: Where the outputs go before their task may complete (`stage_out.py`).
         store = self.store or open_store(self.settings.store_url, self.settings.s3_endpoint_url)
-        self.stage_out = StageOut(store, self.settings.store_patience_s)
+        self.stage_out = StageOut(
+            store, self.settings.store_patience_s, self.settings.store_quota_bytes
+        )
         #: The commands' runs, from their request taken to their exit.
         self.runs = Runs(
             self.settings, self.pool, self.broker, self.redis, self.keys, self.ledger, self.launcher
@@ -427,12 +429,10 @@ class StageRunner:
             logger.info("task %s failed its results: %s", held.task.id, failure.brief)
         outputs = list(ctx.recorded.values()) if failure is None else []
         if outputs:  # into the object store first: completed only with every one there
-            stored = await self.stage_out.put_outputs(
-                held.task.job_id, held.task.id, attempt, ctx.workdir, outputs
-            )
-            failure, outputs = (stored, []) if isinstance(stored, Outcome) else (None, stored)
+            await self.stage_out.complete(held, attempt, ctx.workdir, outputs, ctx.status)
+            return
         outcome = failure or Outcome(S.COMPLETED)
-        if failure is None and not outputs:
+        if failure is None:
             moved = await held.advance(
                 (S.POST_PROCESSING, S.COMPLETED),
                 outcome,
@@ -441,7 +441,7 @@ class StageRunner:
             )
             if moved is not None:
                 return
-        await held.finish(S.POST_PROCESSING, attempt, outcome, status=ctx.status, outputs=outputs)
+        await held.finish(S.POST_PROCESSING, attempt, outcome, status=ctx.status)
 
     # -- shared steps ------------------------------------------------------------------------
 

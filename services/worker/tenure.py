@@ -28,7 +28,14 @@ from shared.domain.outputs import UpstreamOutput
 from shared.domain.states import QUIET, Stage, TaskState, failure_state_for
 from shared.domain.status_report import StatusReport
 from shared.operations import loss
-from shared.store import attempts_repo, job_errors_repo, jobs_repo, outputs_repo, tasks_repo
+from shared.store import (
+    attempts_repo,
+    job_errors_repo,
+    jobs_repo,
+    outputs_repo,
+    quota_repo,
+    tasks_repo,
+)
 from shared.store.db import Connection, Pool
 from shared.store.transition_writer import TransitionWriter
 from shared.task_types.base import OutputRecord
@@ -380,12 +387,17 @@ class Tenure:
         outputs: list[OutputRecord] | None = None,
         errors_of: list[Severity] | None = None,
         since: float | None = None,
+        store_quota_bytes: int = 0,
     ) -> None:
         """Close the attempt and move the task, in one transaction (fenced by the claim).
 
         `since`: when the failure happened (epoch seconds), for the detection latency.
 
         `errors_of`: the task failed on its error log; keep those records with the job.
+
+        `outputs`: recorded with the move, their stored bytes counted against the job's owner's
+        quota (`store_quota_bytes`: the installation's default); `OverQuota` when they would go
+        over it, and nothing is written.
 
         A failure is left for the scheduler's triage (recover, resubmit or give up). A report
         that comes too late (the task was declared lost, timed out, cancelled...) changes
@@ -426,9 +438,14 @@ class Tenure:
                         conn, self.task.job_id, self.task.id, attempt, errors_of
                     )
                 if outputs:
-                    await outputs_repo.save(
+                    stored = await outputs_repo.save(
                         conn, self.task.id, self.task.run_number, taker.host_id, outputs
                     )
+                    if stored:  # the owner's quota, last: its row is the last lock
+                        what = f"the outputs of task {self.task.id}"
+                        await quota_repo.charge_job(
+                            conn, self.task.job_id, stored, store_quota_bytes, what
+                        )
         except StaleState as exc:
             await self._record_late(attempt, outcome, str(exc))
             raise

@@ -68,6 +68,7 @@ class FailureClass(StrEnum):
     HOST = "host"  # the host's disk refused the task's files (full, over quota, read-only)
     PLATFORM = "platform"  # Vigil's own database went away under the task's bookkeeping
     LIMIT = "limit"  # the kernel killed it for going over the task's own memory limit
+    QUOTA = "quota"  # its outputs would take its user over their quota of stored bytes
 
 
 class Stage(StrEnum):

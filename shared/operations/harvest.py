@@ -18,7 +18,7 @@ from shared.domain.purge_rules import PURGEABLE
 from shared.domain.states import IN_FLIGHT, JobState
 from shared.messaging.topology import host_key
 from shared.objects import ObjectStore, keys
-from shared.store import bundle_repo, jobs_repo, logs_repo, outbox, outputs_repo
+from shared.store import bundle_repo, jobs_repo, logs_repo, outbox, outputs_repo, quota_repo
 from shared.store.db import Connection
 from shared.store.tasks_repo import Task
 
@@ -91,6 +91,8 @@ async def mark_purged(conn: Connection, job_id: str, actor: str, reason: str) ->
     transaction (or one of its own): from then on nothing may bring the job back to work, and
     its data is to be cleared (`clear_purged`; the scheduler finishes a clearing cut short).
 
+    Its stored outputs stop counting against its owner's quota now (`quota_repo`).
+
     The job row is locked first (like every writer that adds work to a job). Raises `NotFound`
     for no such job and `Conflict` when `purge_rules.refusal` says no (naming what runs).
     """
@@ -100,6 +102,7 @@ async def mark_purged(conn: Connection, job_id: str, actor: str, reason: str) ->
         if refused is not None:
             raise Conflict.of(refused)
         await jobs_repo.mark_purged(conn, job_id, actor, reason)
+        await quota_repo.give_back_job(conn, job_id)  # its outputs leave the owner's quota
         event = JobEvent(
             job_id=job_id, outcome=JobOutcome.PURGED, brief=f"purged by {actor}: {reason}"
         )

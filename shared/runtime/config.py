@@ -88,6 +88,12 @@ class CommonSettings(VigilSettings):
     #: other than AWS and the standard `AWS_*` credentials in the environment.
     store_url: Annotated[str, AfterValidator(check_store_url)] = "file:///tmp/vigil-store"
     s3_endpoint_url: str = ""
+    #: The most bytes a user keeps in the store (`VIGIL_STORE_QUOTA_BYTES`): their tasks'
+    #: outputs and their uploads, until purged; 0: no quota. An operator gives a user a quota
+    #: of their own (`vigil users quota`). Past it, jobs that declare outputs and uploads are
+    #: refused (409) and a task whose outputs would go over fails, class `quota`. Read by the
+    #: api and the worker: give every service the same.
+    store_quota_bytes: int = Field(default=0, ge=0, le=2**62)
 
 
 #: The longest default heartbeat (`HostSettings.heartbeat_s`).

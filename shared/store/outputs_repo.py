@@ -13,10 +13,20 @@ from shared.store.db import Connection
 
 async def save(
     conn: Connection, task_id: str, run_number: int, host: str, records: list[OutputRecord]
-) -> None:
+) -> int:
     """Find or create each record for this run (a repeated save updates it), with the bytes
-    the worker kept (or why it did not). Locks: each output row it inserts or updates (the
-    upsert locks a row it meets), plus a key-share lock on the task's row (foreign key)."""
+    the worker kept (or why it did not); how many more bytes are recorded in the object store
+    than before (the records' with an `object_key`, less those they replace), which the
+    owner's quota counts (`quota_repo.charge_job`). Locks: each output row it inserts or
+    updates (the upsert locks a row it meets), plus a key-share lock on the task's row
+    (foreign key)."""
+    replaced = await conn.fetchval(
+        "SELECT coalesce(sum(size), 0) FROM (SELECT size FROM task_outputs WHERE task_id = $1"
+        " AND run_number = $2 AND name = ANY($3) AND object_key IS NOT NULL FOR UPDATE) o",
+        task_id,
+        run_number,
+        [r.name for r in records],
+    )
     await conn.executemany(
         "INSERT INTO task_outputs (task_id, run_number, name, path, host, size, sha256, content,"
         " not_kept, object_key) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
@@ -40,6 +50,7 @@ async def save(
             for r in records
         ],
     )
+    return sum(r.size for r in records if r.object_key is not None) - int(replaced)
 
 
 async def latest(conn: Connection, task_id: str) -> dict[str, dict[str, Any]]:

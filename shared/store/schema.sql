@@ -14,7 +14,8 @@ CREATE TYPE public.failure_class AS ENUM (
     'cancelled',
     'host',
     'platform',
-    'limit'
+    'limit',
+    'quota'
 );
 
 CREATE TYPE public.job_state AS ENUM (
@@ -597,6 +598,14 @@ CREATE TABLE public.tokens (
     expires_at timestamp with time zone
 );
 
+CREATE TABLE public.uploads (
+    user_id text NOT NULL,
+    sha256 text NOT NULL,
+    size bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT uploads_size_check CHECK ((size >= 0))
+);
+
 CREATE TABLE public.users (
     id text NOT NULL,
     name text NOT NULL,
@@ -607,9 +616,12 @@ CREATE TABLE public.users (
     share real DEFAULT 1 NOT NULL,
     usage double precision DEFAULT 0 NOT NULL,
     usage_at timestamp with time zone DEFAULT now() NOT NULL,
+    stored_bytes bigint DEFAULT 0 NOT NULL,
+    store_quota_bytes bigint,
     CONSTRAINT users_job_uid_check CHECK (((job_uid >= 1) AND (job_uid <= 999999))),
     CONSTRAINT users_role_check CHECK ((role = ANY (ARRAY['user'::text, 'operator'::text]))),
-    CONSTRAINT users_share_check CHECK ((share > (0)::double precision))
+    CONSTRAINT users_share_check CHECK ((share > (0)::double precision)),
+    CONSTRAINT users_store_quota_bytes_check CHECK ((store_quota_bytes >= 0))
 );
 
 CREATE SEQUENCE public.users_job_uid_seq
@@ -723,6 +735,9 @@ ALTER TABLE ONLY public.tokens
 
 ALTER TABLE ONLY public.tokens
     ADD CONSTRAINT tokens_pkey PRIMARY KEY (token_hash);
+
+ALTER TABLE ONLY public.uploads
+    ADD CONSTRAINT uploads_pkey PRIMARY KEY (user_id, sha256);
 
 ALTER TABLE ONLY public.users
     ADD CONSTRAINT users_job_uid_key UNIQUE (job_uid);
@@ -872,3 +887,6 @@ ALTER TABLE ONLY public.tasks
 
 ALTER TABLE ONLY public.tokens
     ADD CONSTRAINT tokens_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(id);
+
+ALTER TABLE ONLY public.uploads
+    ADD CONSTRAINT uploads_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(id);

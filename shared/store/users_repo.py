@@ -115,6 +115,10 @@ class UserSummary:
     share: float = 1.0
     usage: float = 0.0
     usage_at: datetime | None = None
+    #: The bytes they keep in the object store, and their own quota of those (None: the
+    #: installation's; 0: none): `shared/store/quota_repo.py`.
+    stored_bytes: int = 0
+    store_quota_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -188,7 +192,8 @@ async def list_users(conn: Connection, name: str | None = None) -> list[UserSumm
     """Every user by name (or only `name`), with the number of live tokens each holds."""
     rows = await conn.fetch(
         "SELECT u.id, u.name, u.role, u.created_at, u.disabled_at, u.share, u.usage,"
-        " u.usage_at, count(t.token_hash) FILTER (WHERE t.revoked_at IS NULL) AS tokens"
+        " u.usage_at, u.stored_bytes, u.store_quota_bytes,"
+        " count(t.token_hash) FILTER (WHERE t.revoked_at IS NULL) AS tokens"
         " FROM users u LEFT JOIN tokens t ON t.user_id = u.id"
         " WHERE $1::text IS NULL OR u.name = $1"
         " GROUP BY u.id ORDER BY u.name",
@@ -203,6 +208,8 @@ async def list_users(conn: Connection, name: str | None = None) -> list[UserSumm
             share=float(r["share"]),
             usage=float(r["usage"]),
             usage_at=r["usage_at"],
+            stored_bytes=int(r["stored_bytes"]),
+            store_quota_bytes=r["store_quota_bytes"],
         )
         for r in rows
     ]

@@ -126,7 +126,7 @@ MATRIX: Final[dict[Key, Row]] = {
     ("GET", "/jobs/{job_id}/outputs"): Row(200),
     ("GET", "/tasks/{task_id}/outputs/{name}"): Row(200, output=True),
     # this api's store is a directory, which signs no upload links: past the token, a 409
-    ("POST", "/uploads"): Row(409, body={"sha256": "0" * 64}),
+    ("POST", "/uploads"): Row(409, body={"sha256": "0" * 64, "size": 1}),
 }
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from shared.store import quota_repo
 from tests.integration.object_stores import KINDS, StoreAt, store_at
 from tests.integration.test_api_harness import Api, Caller, running_api
 
@@ -168,7 +169,8 @@ async def test_a_file_uploaded_straight_to_the_store_is_named_by_its_uploader_al
 ) -> None:
     data = os.urandom(300_000)
     sha = hashlib.sha256(data).hexdigest()
-    response = await api.client.post("/uploads", json={"sha256": sha}, headers=api.user.headers)
+    body = {"sha256": sha, "size": 5}  # a size that is not the file's: the store's counts
+    response = await api.client.post("/uploads", json=body, headers=api.user.headers)
     assert response.status_code == 200, response.text
     upload = response.json()
     assert upload["url"] == store.url_of(f"files/{api.user.user.id}/{sha}")
@@ -179,6 +181,8 @@ async def test_a_file_uploaded_straight_to_the_store_is_named_by_its_uploader_al
     job = await api.submit(api.user, files={"data.bin": {"url": upload["url"], "sha256": sha}})
 
     assert [(f["path"], f["size"]) for f in job["files"]] == [("data.bin", len(data))]
+    async with api.pool.acquire() as conn:
+        assert (await quota_repo.of_user(conn, api.user.user.id, 0)).used == len(data)
     [(_, msg)] = await _refused(
         api, api.other, {"command": "true", "files": {"x": {"url": upload["url"], "sha256": sha}}}
     )
@@ -188,11 +192,13 @@ async def test_a_file_uploaded_straight_to_the_store_is_named_by_its_uploader_al
 @pytest.mark.parametrize("store", ["directory"], indirect=True)
 async def test_a_store_without_signed_links_refuses_uploads_saying_what_to_do(api: Api) -> None:
     response = await api.client.post(
-        "/uploads", json={"sha256": "ab" * 32}, headers=api.user.headers
+        "/uploads", json={"sha256": "ab" * 32, "size": 1}, headers=api.user.headers
     )
     assert response.status_code == 409, response.text
     assert "takes no direct uploads: give the file's bytes" in response.json()["detail"]
-    response = await api.client.post("/uploads", json={"sha256": "AB"}, headers=api.user.headers)
+    response = await api.client.post(
+        "/uploads", json={"sha256": "AB", "size": 1}, headers=api.user.headers
+    )
     assert response.status_code == 422, response.text
 
 

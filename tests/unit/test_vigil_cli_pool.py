@@ -473,3 +473,37 @@ def test_text_in_a_reason_is_shown_with_its_control_characters_escaped() -> None
 )
 def test_shares_and_usage_read_short(value: float | None, shown: str | None) -> None:
     assert pool.number(value) == shown
+
+
+def test_vigil_users_quota_sends_bytes_and_says_what_the_user_stores(
+    api: FakeApi, vigil: Callable[..., Result]
+) -> None:
+    api.answers[("PATCH", "/admin/users/bob")] = {
+        "name": "bob",
+        "stored_bytes": 3 * 1024**3 // 2,
+        "store_quota_bytes": 10 * 1024**3,
+        "quota_bytes": 10 * 1024**3,
+    }
+
+    result = vigil("users", "quota", "bob", "10G")
+
+    assert result.exit_code == 0, result.output
+    assert api.body("PATCH", "/admin/users/bob") == {"store_quota_bytes": 10 * 1024**3}
+    assert result.stdout == "user bob: stores 1.5 GiB of 10 GiB\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["users", "quota", "bob"], "needs a NAME and a SIZE"),
+        (["users", "quota", "bob", "lots"], "'lots' is not a size"),
+        (["users", "share", "bob", "x"], "a share is a number above 0, not 'x'"),
+    ],
+)
+def test_vigil_users_quota_refuses_before_sending(
+    api: FakeApi, vigil: Callable[..., Result], args: list[str], message: str
+) -> None:
+    result = vigil(*args)
+
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert not api.sent

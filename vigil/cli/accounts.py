@@ -1,5 +1,5 @@
-"""Users and tokens (operators): `users` (and `users share`), `add-user`, `tokens`,
-`new-token`, `revoke-token`, `disable-user`."""
+"""Users and tokens (operators): `users` (and `users share`, `users quota`), `add-user`,
+`tokens`, `new-token`, `revoke-token`, `disable-user`."""
 
 import math
 import sys
@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from vigil import pool, render
+from vigil import pool, render, sizes
 from vigil.cli.base import JsonFlag, command, out, print_json, session
 from vigil.errors import UsageError
 
@@ -30,25 +30,39 @@ class UserVerb(StrEnum):
     """What `vigil users VERB NAME VALUE` does to a user (operators only)."""
 
     SHARE = "share"  # the user's fair share of the pool (default 1)
+    QUOTA = "quota"  # the user's quota of stored bytes (default VIGIL_STORE_QUOTA_BYTES)
 
 
 @command()
 def users(
     ctx: typer.Context,
     verb: Annotated[
-        UserVerb | None, typer.Argument(metavar="share", help="share NAME X: set NAME's share.")
+        UserVerb | None,
+        typer.Argument(
+            metavar="share|quota",
+            help="share NAME X: set NAME's share. quota NAME SIZE: set NAME's quota.",
+        ),
     ] = None,
     name: Annotated[str | None, typer.Argument(metavar="NAME", help="The user's name.")] = None,
     value: Annotated[
-        float | None, typer.Argument(metavar="X", help="share: the user's share (> 0).")
+        str | None,
+        typer.Argument(
+            metavar="X",
+            help="share: the user's share (> 0). quota: bytes (10G, 500MiB, 2TB), 'none' (no"
+            " quota) or 'default' (the installation's).",
+        ),
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """List the users; or set one's fair share: `users share NAME X` (operators).
+    """List the users; or set one's fair share, `users share NAME X`, or quota of stored
+    bytes, `users quota NAME SIZE` (operators).
 
-    The list: role, fair share, decayed usage (CPU-seconds), live tokens, disabled. A share
-    is a weight: `vigil users share bob 2` gives bob's waiting work twice the pool of a user
-    of share 1 (the default) when both wait."""
+    The list: role, fair share, decayed usage (CPU-seconds), stored bytes and quota, live
+    tokens, disabled. A share is a weight: `vigil users share bob 2` gives bob's waiting work
+    twice the pool of a user of share 1 (the default) when both wait. A quota bounds the
+    bytes a user keeps in the object store (their tasks' outputs and uploads, until purged):
+    `vigil users quota bob 500G`; `none` lifts it, `default` gives back the installation's
+    (VIGIL_STORE_QUOTA_BYTES)."""
     if verb is None:
         with session(ctx).client() as client:
             found = client.users()
@@ -58,16 +72,43 @@ def users(
             out.print(render.users_table(found))
         return
     if name is None or value is None:
-        raise UsageError(f"vigil users {verb.value} needs a NAME and a number X")
-    if not value > 0 or not math.isfinite(value):
-        raise UsageError(f"a share is a number above 0, not {value:g}")
+        wanted = "a number X" if verb is UserVerb.SHARE else "a SIZE"
+        raise UsageError(f"vigil users {verb.value} needs a NAME and {wanted}")
     with session(ctx).client() as client:
-        user = client.set_share(name, value)
+        if verb is UserVerb.SHARE:
+            user = client.set_share(name, _share(value))
+        else:
+            user = client.set_store_quota(name, _quota(value))
     if as_json:
         print_json(user)
-    else:
-        share = pool.number(user.get("share", value))
+    elif verb is UserVerb.SHARE:
+        share = pool.number(user.get("share"))
         print(render.printable(f"user {user.get('name', name)}: share {share}"))
+    else:
+        print(render.printable(f"user {user.get('name', name)}: {render.quota_text(user)}"))
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"a share is a number above 0, not {text[:40]!r}") from None
+    if not value > 0 or not math.isfinite(value):
+        raise UsageError(f"a share is a number above 0, not {value:g}")
+    return value
+
+
+def _quota(text: str) -> int | None:
+    """A quota as the API takes it: bytes, 0 for none, None for the installation's."""
+    word = text.strip().lower()
+    if word == "default":
+        return None
+    if word in ("none", "unlimited"):
+        return 0
+    try:
+        return sizes.parse_size(text)
+    except ValueError as exc:
+        raise UsageError(f"{exc}; or 'none', or 'default'") from None
 
 
 @command("add-user")

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Path, status
 
-from services.api.deps import AUTH_RESPONSES, CredentialsDep, OperatorUser, PoolDep
+from services.api.deps import AUTH_RESPONSES, CredentialsDep, OperatorUser, PoolDep, SettingsDep
 from services.api.schemas.admin import (
     TOKEN_ID_PATTERN,
     EmergencyResumePublic,
@@ -22,7 +22,7 @@ from services.api.schemas.admin import (
 )
 from shared.domain.errors import Conflict
 from shared.operations import emergency
-from shared.store import users_repo
+from shared.store import quota_repo, users_repo
 
 logger = logging.getLogger(__name__)
 
@@ -84,25 +84,30 @@ _NO_USER: Final[dict[int | str, dict[str, Any]]] = {404: {"description": "No suc
 
 
 @router.get("/users", responses=_OPERATORS)
-async def list_users(user: OperatorUser, pool: PoolDep) -> list[UserPublic]:
+async def list_users(user: OperatorUser, pool: PoolDep, settings: SettingsDep) -> list[UserPublic]:
     """Every user by name: role, live tokens, creation, disabled or not, fair share and
-    decayed usage."""
+    decayed usage, stored bytes and quota."""
     async with pool.acquire() as conn:
-        return [UserPublic.of(found) for found in await users_repo.list_users(conn)]
+        found = await users_repo.list_users(conn)
+    return [UserPublic.of(one, settings.store_quota_bytes) for one in found]
 
 
 @router.patch("/users/{user_name}", responses=_OPERATORS | _NO_USER)
 async def edit_user(
-    user: OperatorUser, user_name: UserName, body: UserEdit, pool: PoolDep
+    user: OperatorUser, user_name: UserName, body: UserEdit, pool: PoolDep, settings: SettingsDep
 ) -> UserPublic:
-    """Set a user's fair `share` (more than 0, at most 1,000,000): the scheduler's
-    next round serves users in proportion to their shares. 200 with the user."""
-    async with pool.acquire() as conn:
-        found = await users_repo.set_share(conn, user_name, body.share)
-    logger.info(
-        "share of %s set to %g by %s", user_name, body.share, user.name, extra={"user": user.name}
-    )
-    return UserPublic.of(found)
+    """Set a user's fair `share` (more than 0, at most 1,000,000): the scheduler's next round
+    serves users in proportion to their shares; and/or their own quota of stored bytes,
+    `store_quota_bytes` (0: none; null: the installation's again). 200 with the user."""
+    async with pool.acquire() as conn, conn.transaction():
+        if body.share is not None:
+            await users_repo.set_share(conn, user_name, body.share)
+        if "store_quota_bytes" in body.model_fields_set:
+            await quota_repo.set_limit(conn, user_name, body.store_quota_bytes)
+        [found] = await users_repo.list_users(conn, user_name)
+    changed = body.model_dump(include=body.model_fields_set)
+    logger.info("user %s set %s by %s", user_name, changed, user.name, extra={"user": user.name})
+    return UserPublic.of(found, settings.store_quota_bytes)
 
 
 @router.post(
@@ -152,7 +157,11 @@ async def create_token(
     | {409: {"description": "Operators cannot disable themselves."}},
 )
 async def disable_user(
-    user: OperatorUser, user_name: UserName, pool: PoolDep, credentials: CredentialsDep
+    user: OperatorUser,
+    user_name: UserName,
+    pool: PoolDep,
+    credentials: CredentialsDep,
+    settings: SettingsDep,
 ) -> UserPublic:
     """Disable a user: none of their tokens works any more, at once (an open event stream ends
     within a second). Their jobs are left as they are. Idempotent."""
@@ -162,7 +171,7 @@ async def disable_user(
         found = await users_repo.disable_user(conn, user_name)
     credentials.forget()  # here at once; the other apis when the change's notification comes
     logger.info("user %s disabled by %s", user_name, user.name, extra={"user": user.name})
-    return UserPublic.of(found)
+    return UserPublic.of(found, settings.store_quota_bytes)
 
 
 @router.delete(

@@ -107,7 +107,10 @@ IdempotencyKey = Annotated[
     status_code=status.HTTP_201_CREATED,
     responses={
         200: {"model": JobPublic, "description": "The job made earlier with this Idempotency-Key."},
-        409: {"description": "`inputs_from` names a purged job (its outputs are gone)."},
+        409: {
+            "description": "`inputs_from` names a purged job (its outputs are gone), or the job"
+            " declares outputs and the user's stored bytes are at their quota."
+        },
         413: {"description": "The body is larger than `VIGIL_MAX_BODY_BYTES`."},
         429: _RATE_LIMITED[429],
         503: {"description": "The store cannot be reached to check a file given by URL."},
@@ -148,7 +151,14 @@ async def submit_job(
     if too_large is not None and settings.refuse_unsatisfiable:
         raise submission.unsatisfiable_refusal(too_large)
     job, created = await submission.submit(
-        pool, user, body, idempotency_key, quota, store, settings.store_url
+        pool,
+        user,
+        body,
+        idempotency_key,
+        quota,
+        store,
+        settings.store_url,
+        settings.store_quota_bytes,
     )
     if created:
         metrics.jobs_submitted.inc()
@@ -431,7 +441,14 @@ async def act_on_job(
 @router.post(
     "/{job_id}/inputs",
     status_code=status.HTTP_201_CREATED,
-    responses=_NOT_FOUND | _RATE_LIMITED | {409: {"description": "The job is cancelled."}},
+    responses=_NOT_FOUND
+    | _RATE_LIMITED
+    | {
+        409: {
+            "description": "The job is cancelled, or it declares outputs and the user's stored"
+            " bytes are at their quota."
+        }
+    },
 )
 async def append_inputs(
     user: SubmittingUser,
@@ -454,7 +471,9 @@ async def append_inputs(
         task_ids = await datasets.add_inputs(conn, job_id, list(body.inputs))
         await quota.charge(user, len(task_ids))
         job = await jobs_repo.get(conn, job_id)
-    assert job is not None  # jobs are never deleted
+        assert job is not None  # jobs are never deleted
+        if job.outputs:  # its new tasks' outputs would find no room: nothing appended
+            await submission.check_room(conn, job.owner_id, settings.store_quota_bytes)
     logger.info(
         "job %s: %d input(s) appended",
         job_id,

@@ -3,10 +3,11 @@
 from datetime import datetime
 from typing import Annotated, Final, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from services.api import json_values
 from services.api.schemas.common import TEXT_PATTERN
+from shared.domain import store_quota
 from shared.operations.emergency import Resumed, Stop
 from shared.store import users_repo
 from shared.store.users_repo import TokenSummary, UserSummary
@@ -65,9 +66,25 @@ class UserPublic(BaseModel):
         " of the pool, in CPUs), as of `usage_at`, as the scheduler last charged it.",
     )
     usage_at: datetime | None = None
+    stored_bytes: int = Field(
+        default=0,
+        description="The bytes they keep in the object store: their tasks' outputs and their"
+        " uploads, until purged.",
+    )
+    store_quota_bytes: int | None = Field(
+        default=None,
+        description="Their own quota of stored bytes, set by an operator (0: none); null: the"
+        " installation's (VIGIL_STORE_QUOTA_BYTES).",
+    )
+    quota_bytes: int = Field(
+        default=0,
+        description="The quota of stored bytes in force for them (0: none): past it, jobs that"
+        " declare outputs and uploads are refused, and tasks whose outputs would go over fail"
+        " (class `quota`).",
+    )
 
     @classmethod
-    def of(cls, found: UserSummary) -> "UserPublic":
+    def of(cls, found: UserSummary, default_quota: int = 0) -> "UserPublic":
         return cls(
             name=found.user.name,
             role=found.user.role,
@@ -77,6 +94,9 @@ class UserPublic(BaseModel):
             share=found.share,
             usage=found.usage,
             usage_at=found.usage_at,
+            stored_bytes=found.stored_bytes,
+            store_quota_bytes=found.store_quota_bytes,
+            quota_bytes=store_quota.effective(found.store_quota_bytes, default_quota),
         )
 
 
@@ -95,16 +115,35 @@ def _check_share(share: float) -> float:
     return share
 
 
+#: The largest quota of stored bytes an operator may give (8 EiB: a bigint).
+MAX_QUOTA_BYTES: Final = 2**62
+
+
 class UserEdit(BaseModel):
-    """The body of `PATCH /admin/users/{name}`."""
+    """The body of `PATCH /admin/users/{name}`: what it names changes, the rest stays."""
 
     model_config = ConfigDict(extra="forbid")
 
-    share: Annotated[float, Field(strict=True), AfterValidator(_check_share)] = Field(
+    share: Annotated[float, Field(strict=True), AfterValidator(_check_share)] | None = Field(
+        default=None,
         description="Their fair share, more than 0 (at least 0.000001) and at most 1,000,000"
         " (a weight: a user of share 3 gets three times the pool of one of share 1 when both"
-        " wait)."
+        " wait).",
     )
+    store_quota_bytes: Annotated[int, Field(strict=True, ge=0, le=MAX_QUOTA_BYTES)] | None = Field(
+        default=None,
+        description="Their own quota of stored bytes (0: none); null: the installation's"
+        " (VIGIL_STORE_QUOTA_BYTES) again. A lower quota than what they store refuses their"
+        " next jobs with outputs and uploads; nothing stored is deleted.",
+    )
+
+    @model_validator(mode="after")
+    def _names_something(self) -> "UserEdit":
+        if not self.model_fields_set:
+            raise ValueError("name what to change: share, store_quota_bytes")
+        if "share" in self.model_fields_set and self.share is None:
+            raise ValueError("share cannot be null")
+        return self
 
 
 class TokenPublic(BaseModel):

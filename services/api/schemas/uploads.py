@@ -6,11 +6,18 @@ from shared.domain import object_refs
 
 
 class UploadRequest(BaseModel):
-    """The body of `POST /uploads`: the sha256 of the file to upload."""
+    """The body of `POST /uploads`: the sha256 and size of the file to upload."""
 
     model_config = ConfigDict(extra="forbid")
 
     sha256: str = Field(description="The sha256 of the file's bytes (64 lowercase hex digits).")
+    size: int = Field(
+        ge=0,
+        le=5 * 1024**4,
+        description="The file's size in bytes (at most 5 TiB, an S3 object's largest), counted"
+        " against the user's quota of stored bytes from now on (corrected to the size the"
+        " store holds when a job names the file).",
+    )
 
     @field_validator("sha256")
     @classmethod
