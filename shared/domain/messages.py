@@ -6,6 +6,11 @@ Work messages (`RunStage`, `WatchProcess`) go through the work exchange; events 
 claim's `RunStage` carries its task's row as claimed, which spares a worker's take its read
 (`docs/explanation/architecture.md`, "Departures from the brief, and why").
 Consumers are tolerant readers (`extra="ignore"`); `decode()` raises one `InvalidMessage`.
+
+The bodies of the events the outbox holds (`TaskEvent`, `TaskDecision`, `JobEvent`,
+`HostEvent`) are made by PostgreSQL, one function per type (`shared/store/outbox.py`): these
+models give those functions their fields from Python and read the bodies; a log line, which
+the worker publishes itself and no database holds, is the one event dumped from its model.
 """
 
 from datetime import UTC, datetime
@@ -241,40 +246,3 @@ def decode(body: bytes | str) -> Message:
 def to_jsonable(message: _Message) -> dict[str, Any]:
     """`message` as a JSON-ready dict (for the outbox's jsonb column)."""
     return message.model_dump(mode="json")
-
-
-def task_event_body(
-    job_id: str,
-    task_id: str,
-    state: TaskState,
-    previous: TaskState | None,
-    *,
-    run_number: int,
-    host: str | None,
-    failure_class: FailureClass | str | None,
-    exit_code: int | None,
-    signal: int | None,
-    error_brief: str | None,
-    message_id: UUID | None = None,
-    sent_at: datetime | None = None,
-) -> dict[str, Any]:
-    """`to_jsonable` of the `TaskEvent` of these fields, made without the model: a worker's
-    move writes one for each state it passes, from a row its claim holds (two or three a
-    move), and the model's validation and dump were most of the cost of the move's statement.
-    `tests/unit/test_task_event_body.py` holds it to the model."""
-    at = sent_at or datetime.now(UTC)
-    return {
-        "message_id": str(message_id or uuid4()),
-        "sent_at": at.isoformat().replace("+00:00", "Z"),
-        "type": "task_event",
-        "job_id": job_id,
-        "task_id": task_id,
-        "state": state.value,
-        "previous": None if previous is None else previous.value,
-        "run_number": run_number,
-        "host": host,
-        "failure_class": None if failure_class is None else FailureClass(failure_class).value,
-        "exit_code": exit_code,
-        "signal": signal,
-        "error_brief": error_brief,
-    }

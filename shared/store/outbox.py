@@ -6,6 +6,13 @@ holds what waits to be published, and nothing else (migration 0032). Events are 
 relay reads them: each gets its position (`seq`) in the one installation-wide sequence and a row
 in the event history (`shared/store/event_log.py`), which keeps them once they are published,
 both in the statement that reads the batch (`outbox_batch`).
+
+An event's body is made by PostgreSQL, in the statement that writes it, by its type's function
+(`event_body_task`, `event_body_task_decision`, `event_body_job`, `event_body_host`: migration
+0052), whoever writes it: the functions here, the set-based moves of `tasks_repo`, the
+schema's `end_finished_jobs`. The models of `shared/domain/messages.py` carry the fields a
+producer in Python gives (validated), and read the bodies back; the body's `message_id` and
+`sent_at` are PostgreSQL's (`sent_at`: the transaction's start, in UTC).
 """
 
 from collections.abc import Sequence
@@ -45,27 +52,46 @@ class OutboxRow(NamedTuple):
 async def add_task_event(conn: Connection, event: TaskEvent) -> None:
     """Queue `task.<state>.<job id>`. Locks: none beyond the outbox row it inserts."""
     key = event_key("task", event.state.value, event.job_id)
-    await _add(conn, "events", key, to_jsonable(event))
+    await _add_event(conn, key, "event_body_task", event)
 
 
 async def add_task_decision(conn: Connection, decision: TaskDecision) -> None:
     """Queue `task.<verdict>.<job id>` (recovered, resubmitted, abandoned). Locks: none
     beyond the outbox row it inserts."""
     key = event_key("task", decision.verdict, decision.job_id)
-    await _add(conn, "events", key, to_jsonable(decision))
+    await _add_event(conn, key, "event_body_task_decision", decision)
 
 
 async def add_job_event(conn: Connection, event: JobEvent) -> None:
     """Queue `job.<outcome>.<job id>`. Locks: none beyond the outbox row it inserts."""
     key = event_key("job", event.outcome.value, event.job_id)
-    await _add(conn, "events", key, to_jsonable(event))
+    await _add_event(conn, key, "event_body_job", event)
 
 
 async def add_host_event(conn: Connection, event: HostEvent) -> None:
     """Queue `host.<state>.<host>` (quarantined, probing, released, removed). Locks: none beyond the
     outbox row it inserts."""
     key = event_key("host", event.state.value, event.host)
-    await _add(conn, "events", key, to_jsonable(event))
+    await _add_event(conn, key, "event_body_host", event)
+
+
+_Written = TaskEvent | TaskDecision | JobEvent | HostEvent
+#: What an event's model holds that its writer does not give: PostgreSQL makes the id and the
+#: time, the relay the position.
+_NOT_GIVEN: Final[set[str]] = {"type", "message_id", "sent_at", "seq"}
+
+
+async def _add_event(conn: Connection, key: str, function: str, event: _Written) -> None:
+    """Queue `event` under `key`, its body made by `function` (its type's `event_body_*`) from
+    the model's fields, each passed by name."""
+    fields = event.model_dump(exclude=_NOT_GIVEN)
+    named = ", ".join(f'"{name}" => ${i}' for i, name in enumerate(fields, start=2))
+    await conn.execute(
+        "INSERT INTO outbox (exchange, routing_key, body)"
+        f" VALUES ('events', $1, {function}({named}))",
+        key,
+        *fields.values(),
+    )
 
 
 async def add_work(
@@ -78,24 +104,17 @@ async def add_work(
     await _add(conn, "work", routing_key, to_jsonable(message))
 
 
-#: The `task.new` event of `TaskEvent` (state new, nothing else known yet), made by PostgreSQL
-#: for each of a job's new tasks: $1 the job id, $2 the task ids. `tests/integration/
-#: test_outbox.py` checks that it reads back as the `TaskEvent` pydantic would have written.
 def new_task_events(job_param: str, ids_param: str, joined: str = "") -> str:
     """The statement that queues `task.new.<job id>` for each task id of the array parameter
-    `ids_param`, in order (the body made by PostgreSQL): alone, or as the main statement after
-    a CTE that inserts those tasks (`jobs_repo.add_tasks`: one round trip for both); `joined`,
-    a one-row CTE of that statement evaluated with it (`CROSS JOIN`). `task.new` notifies only
-    the relay (migration 0027). Locks: the statement takes none beyond the outbox rows it
-    inserts."""
+    `ids_param`, in order: alone, or as the main statement after a CTE that inserts those tasks
+    (`jobs_repo.add_tasks`: one round trip for both); `joined`, a one-row CTE of that statement
+    evaluated with it (`CROSS JOIN`). `task.new` notifies only the relay (migration 0027).
+    Locks: the statement takes none beyond the outbox rows it inserts."""
     cross = f" CROSS JOIN {joined}" if joined else ""
     return f"""
 INSERT INTO outbox (exchange, routing_key, body)
-SELECT 'events', 'task.new.' || {job_param}::text, jsonb_build_object(
-    'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'task_event',
-    'job_id', {job_param}::text, 'task_id', e.id, 'state', 'new', 'previous', NULL,
-    'run_number', 1, 'host', NULL, 'failure_class', NULL, 'exit_code', NULL, 'signal', NULL,
-    'error_brief', NULL)
+SELECT 'events', 'task.new.' || {job_param}::text,
+    event_body_task(job_id => {job_param}::text, task_id => e.id, state => 'new')
 FROM unnest({ids_param}::text[]) WITH ORDINALITY AS e(id, n){cross}
 ORDER BY n
 """

@@ -87,7 +87,7 @@ BEGIN
                       'completed', 'terminated', 'failed_to_setup', 'failed_on_cluster',
                       'failed_to_post_process', 'failed_setup_prerequisites',
                       'failed_post_processing_prerequisites'))
-                OFFSET 0)  -- a subplan: the probe of this job's tasks (see above)
+                OFFSET 0)  -- a subplan: the probe of this job's tasks (see 0033)
         ), outcome AS (  -- a probe of the job's tasks each (a join would scan them all)
             SELECT d.id, CASE WHEN c.other = 0 THEN 'completed' ELSE 'failed' END AS state
             FROM done d CROSS JOIN LATERAL (
@@ -101,10 +101,8 @@ BEGIN
             RETURNING j.id, o.state
         ), evented AS (
             INSERT INTO outbox (exchange, routing_key, body)
-            SELECT 'events', 'job.' || e.outcome || '.' || m.id, jsonb_build_object(
-                'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'job_event',
-                'job_id', m.id, 'outcome', e.outcome, 'task_id', NULL,
-                'brief', 'job ' || m.state)
+            SELECT 'events', 'job.' || e.outcome || '.' || m.id,
+                event_body_job(job_id => m.id, outcome => e.outcome, brief => 'job ' || m.state)
             FROM moved m
             CROSS JOIN LATERAL (SELECT CASE WHEN m.state = 'completed' THEN 'succeeded'
                                             ELSE 'failed' END AS outcome) e
@@ -113,6 +111,48 @@ BEGIN
         )
         SELECT m.id, m.state, false FROM moved m;
 END $$;
+
+CREATE FUNCTION public.event_body_host(host text, state text, reason text DEFAULT NULL::text, until timestamp with time zone DEFAULT NULL::timestamp with time zone, by text DEFAULT 'breaker'::text) RETURNS jsonb
+    LANGUAGE sql
+    AS $$
+    SELECT jsonb_build_object(
+        'message_id', gen_random_uuid(), 'sent_at', event_time(now()), 'type', 'host_event',
+        'host', host, 'state', state, 'reason', reason, 'until', event_time(until),
+        'by', "by")
+$$;
+
+CREATE FUNCTION public.event_body_job(job_id text, outcome text, task_id text DEFAULT NULL::text, brief text DEFAULT NULL::text) RETURNS jsonb
+    LANGUAGE sql
+    AS $$
+    SELECT jsonb_build_object(
+        'message_id', gen_random_uuid(), 'sent_at', event_time(now()), 'type', 'job_event',
+        'job_id', job_id, 'outcome', outcome, 'task_id', task_id, 'brief', brief)
+$$;
+
+CREATE FUNCTION public.event_body_task(job_id text, task_id text, state public.task_state, previous public.task_state DEFAULT NULL::public.task_state, run_number integer DEFAULT 1, host text DEFAULT NULL::text, failure_class public.failure_class DEFAULT NULL::public.failure_class, exit_code integer DEFAULT NULL::integer, signal integer DEFAULT NULL::integer, error_brief text DEFAULT NULL::text) RETURNS jsonb
+    LANGUAGE sql
+    AS $$
+    SELECT jsonb_build_object(
+        'message_id', gen_random_uuid(), 'sent_at', event_time(now()), 'type', 'task_event',
+        'job_id', job_id, 'task_id', task_id, 'state', state, 'previous', previous,
+        'run_number', run_number, 'host', host, 'failure_class', failure_class,
+        'exit_code', exit_code, 'signal', signal, 'error_brief', error_brief)
+$$;
+
+CREATE FUNCTION public.event_body_task_decision(job_id text, task_id text, verdict text, reason text, failure_class public.failure_class DEFAULT NULL::public.failure_class) RETURNS jsonb
+    LANGUAGE sql
+    AS $$
+    SELECT jsonb_build_object(
+        'message_id', gen_random_uuid(), 'sent_at', event_time(now()), 'type', 'task_decision',
+        'job_id', job_id, 'task_id', task_id, 'verdict', verdict, 'reason', reason,
+        'failure_class', failure_class)
+$$;
+
+CREATE FUNCTION public.event_time(ts timestamp with time zone) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+$$;
 
 CREATE FUNCTION public.outbox_batch(lim integer, confirmed bigint[]) RETURNS TABLE(id bigint, exchange text, routing_key text, body text, created_at timestamp with time zone, seq bigint)
     LANGUAGE plpgsql

@@ -18,10 +18,9 @@ from uuid import UUID
 import asyncpg
 
 from shared.domain.errors import StaleState
-from shared.domain.messages import JobEvent, TaskEvent, now_utc, task_event_body
+from shared.domain.messages import JobEvent
 from shared.domain.prerequisites import met_arrays, unmet_sql
 from shared.domain.states import FAILED, TERMINAL, FailureClass, TaskState, sources_for
-from shared.messaging.topology import event_key
 from shared.store import outbox
 from shared.store.db import Connection, jsonb_row
 
@@ -255,19 +254,23 @@ async def transition(
         args.append(claim)
         guard = f" AND {_held_by(f'${len(args)}')}"
     async with conn.transaction():
-        # One round trip: lock the row, read the state it is leaving, and move it if it may.
+        # One round trip: lock the row, read the state it is leaving, move it if it may, and
+        # queue its event.
         record = await conn.fetchrow(
-            f"UPDATE tasks t SET {', '.join(sets)}"
+            f"WITH moved AS (UPDATE tasks t SET {', '.join(sets)}"
             " FROM (SELECT id, state AS previous FROM tasks WHERE id = $1 FOR UPDATE) p"
             f" WHERE t.id = p.id AND t.state = ANY($2::task_state[]){guard}"
-            " RETURNING t.*, p.previous",
+            " RETURNING t.*, p.previous), events AS ("
+            " INSERT INTO outbox (exchange, routing_key, body)"
+            " SELECT 'events', 'task.' || m.state || '.' || m.job_id,"
+            f" {_MOVED_EVENT.format(job='m.job_id')} FROM moved m)"
+            " SELECT * FROM moved",
             *args,
         )
         if record is None:
             now = await conn.fetchval("SELECT state FROM tasks WHERE id = $1", task_id)
             raise StaleState(f"task {task_id} is {now or 'missing'}, not movable to {dst}")
         task = Task.from_record(record)
-        await outbox.add_task_event(conn, _event(task, previous=TaskState(record["previous"])))
         if job_event is not None:
             await outbox.add_job_event(conn, job_event)
     return task
@@ -328,8 +331,9 @@ class Advance:
     nothing is written, and the caller finds out why on its slower path. Locks the task row,
     then the attempt rows (the order of every writer of both).
 
-    The events are made here from `task` (the row this claim holds, so nobody else changed
-    what they carry), not read back: the statement writes them only if the row moved.
+    The events are made by the statement from the row it moved (what the claim held, with
+    the move's changes), one for each step of `path` (`left`, `entered`): written only if the
+    row moved.
 
     The statement returns exactly one row (all NULL when nothing moved: `moved_task`), so that
     moves of the same shape (the same query text) can be sent together, pipelined, with
@@ -353,11 +357,6 @@ class Advance:
         unknown = set(changes) - SETTABLE
         if unknown:
             raise ValueError(f"cannot set {sorted(unknown)} in a transition")
-        carried = {name: getattr(self.task, name) for name in _EVENT_FIELDS} | {
-            k: v for k, v in changes.items() if k in _EVENT_FIELDS
-        }
-        steps = list(itertools.pairwise(self.path))
-        at = now_utc()
         opens = [a for a in (self.first, self.open_) if a is not None]
         values: dict[str, Any] = {
             "id": self.task.id,
@@ -365,13 +364,8 @@ class Advance:
             "to": self.path[-1].value,
             "claim": self.claim,
             "opens": len(opens),
-            "keys": [event_key("task", state.value, self.task.job_id) for _, state in steps],
-            "bodies": [
-                task_event_body(
-                    self.task.job_id, self.task.id, state, previous, sent_at=at, **carried
-                )
-                for previous, state in steps
-            ],
+            "left": [state.value for state in self.path[:-1]],
+            "entered": [state.value for state in self.path[1:]],
         }
         for name, value in changes.items():
             values[f"set.{name}"] = value.value if isinstance(value, FailureClass) else value
@@ -453,7 +447,7 @@ class _Params:
 
 
 #: The parameters of every move, in order (`Advance.statement` gives each its value).
-_MOVE_PARAMS: Final = ("id", "from", "to", "claim", "opens", "keys", "bodies")
+_MOVE_PARAMS: Final = ("id", "from", "to", "claim", "opens", "left", "entered")
 #: Those of the attempt a move closes, and of each it opens (`open<i>.<name>`).
 _CLOSE_PARAMS: Final = ("attempt", "status", "exit_code", "outcome")
 _OPEN_PARAMS: Final = ("stage", "host", "worker", "pid", "done", "status", "outcome")
@@ -495,9 +489,13 @@ def _advance_query(
         f" WHERE t.id = {p['id']} AND t.state = {p['from']} AND {_held_by(p['claim'])}{guards}"
         " RETURNING t.*)",
         "events AS (INSERT INTO outbox (exchange, routing_key, body)"  # in the path's order
-        " SELECT 'events', e.key, e.body FROM moved,"
-        f" unnest({p['keys']}::text[], {p['bodies']}::jsonb[]) WITH ORDINALITY AS e(key, body, n)"
-        " ORDER BY e.n)",
+        " SELECT 'events', 'task.' || e.state || '.' || m.job_id, event_body_task("
+        " job_id => m.job_id, task_id => m.id, state => e.state::task_state,"
+        " previous => e.previous::task_state, run_number => m.run_number, host => m.host,"
+        " failure_class => m.failure_class, exit_code => m.exit_code, signal => m.signal,"
+        " error_brief => m.error_brief) FROM moved m,"
+        f" unnest({p['left']}::text[], {p['entered']}::text[])"
+        " WITH ORDINALITY AS e(previous, state, n) ORDER BY e.n)",
     ]
     if closes:
         ctes.append(
@@ -530,8 +528,7 @@ def _advance_query(
 #: Cancelling tasks in one statement: `{pick}` locks (or, for tasks the caller locked, reads)
 #: the tasks with the state each leaves (`previous`); $3 is the brief. Moves them to
 #: `terminated` as `cancelled`, closes their open attempts and queues their `task.terminated`
-#: events (made by PostgreSQL as `_event` makes them; `tests/integration/test_task_actions.py`
-#: reads them back), by job and index. Returns the processes of those that were on a CPU, read
+#: events, by job and index. Returns the processes of those that were on a CPU, read
 #: from the rows as locked (`p`: the statement's snapshot may be older).
 _CANCEL: Final = """
 WITH p AS ({pick}), moved AS (
@@ -546,11 +543,10 @@ WITH p AS ({pick}), moved AS (
     FROM moved WHERE a.task_id = moved.id AND a.ended_at IS NULL
 ), events AS (
     INSERT INTO outbox (exchange, routing_key, body)
-    SELECT 'events', 'task.terminated.' || m.job_id, jsonb_build_object(
-        'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'task_event',
-        'job_id', m.job_id, 'task_id', m.id, 'state', 'terminated', 'previous', m.previous,
-        'run_number', m.run_number, 'host', m.host, 'failure_class', 'cancelled',
-        'exit_code', m.exit_code, 'signal', m.signal, 'error_brief', $3::text)
+    SELECT 'events', 'task.terminated.' || m.job_id, event_body_task(
+        job_id => m.job_id, task_id => m.id, state => 'terminated', previous => m.previous,
+        run_number => m.run_number, host => m.host, failure_class => 'cancelled',
+        exit_code => m.exit_code, signal => m.signal, error_brief => $3::text)
     FROM moved m ORDER BY m.job_id, m.index
 )
 SELECT id, job_id, pid, host, pid_create_time, claim, previous = 'on_cpu' AS on_cpu FROM moved
@@ -621,7 +617,7 @@ def _process(record: Any) -> Process:
 
 #: `move_job_tasks`: $1 the job id, $2 the source states, $3 those whose target keeps the
 #: failure fields; `{target}` the CASE from a source state to its target, `{keeps}` whether
-#: the row's keeps them. The events are made as `_event` makes them, in index order.
+#: the row's keeps them. Their events follow in index order.
 _MOVE_JOB_TASKS: Final = """
 WITH p AS (
     SELECT t.id, t.state AS previous
@@ -649,12 +645,11 @@ SELECT count(*) FROM moved
 """
 
 #: The body of the `task.<state>` event of a row `m` of a set-based move (`m.job_id` or the
-#: job parameter, the row's new fields and `m.previous`), as `TaskEvent` writes it.
-_MOVED_EVENT: Final = """jsonb_build_object(
-        'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'task_event',
-        'job_id', {job}, 'task_id', m.id, 'state', m.state, 'previous', m.previous,
-        'run_number', m.run_number, 'host', m.host, 'failure_class', m.failure_class,
-        'exit_code', m.exit_code, 'signal', m.signal, 'error_brief', m.error_brief)"""
+#: job parameter, the row's new fields and `m.previous`).
+_MOVED_EVENT: Final = """event_body_task(
+        job_id => {job}, task_id => m.id, state => m.state, previous => m.previous,
+        run_number => m.run_number, host => m.host, failure_class => m.failure_class,
+        exit_code => m.exit_code, signal => m.signal, error_brief => m.error_brief)"""
 
 #: Tasks moved each from the state the caller locked it in to its own target, with events.
 _MOVE_TASKS: Final = """
@@ -737,30 +732,6 @@ async def move_job_tasks(
     statement = _MOVE_JOB_TASKS.format(target=case, keeps=keeps, event=event)
     moved = await conn.fetchval(statement, job_id, [s.value for s in targets], kept)
     return int(moved)
-
-
-#: The task fields an event carries that a move may change.
-_EVENT_FIELDS: Final = frozenset(
-    {"host", "run_number", "failure_class", "exit_code", "signal", "error_brief"}
-)
-
-
-def _event(
-    task: Task,
-    state: TaskState | None = None,
-    previous: TaskState | None = None,
-    carried: dict[str, Any] | None = None,
-) -> TaskEvent:
-    """The event of `task` reaching `state` (its own, if not given) from `previous`, with the
-    `carried` fields (`_EVENT_FIELDS`) as a move sets them (the task's own, if not)."""
-    fields = {name: getattr(task, name) for name in _EVENT_FIELDS} | (carried or {})
-    return TaskEvent(
-        job_id=task.job_id,
-        task_id=task.id,
-        state=task.state if state is None else state,
-        previous=previous,
-        **fields,
-    )
 
 
 async def set_claim(
