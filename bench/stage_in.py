@@ -59,11 +59,11 @@ async def _run(store: ObjectStore, store_url: str, tasks: int, mb: int, scratch:
 
         return counting
 
-    stage = StageIn(cache, counted, link=True, store_url=store_url)
+    stage = StageIn(cache, link=True, store_url=store_url)
     ref = ObjectRef("ref/input.bin", url, info.sha256)
     started = time.perf_counter()
     failures = await asyncio.gather(
-        *(stage.place(scratch / "work" / "j" / f"t{n}", [ref]) for n in range(tasks))
+        *(stage.place(counted, scratch / "work" / "j" / f"t{n}", [ref]) for n in range(tasks))
     )
     staged_s = time.perf_counter() - started
     assert not any(failures), failures

@@ -41,6 +41,7 @@ from services.scheduler.reaper import Reaper
 from services.scheduler.relay import Relay
 from services.scheduler.retention import Retention
 from services.scheduler.settings import SchedulerSettings
+from services.scheduler.signer import Signer
 from services.scheduler.triage import Triage, end_probing
 from services.scheduler.waiters import Waiters
 from shared.batch.slurm import BatchError, Slurm
@@ -478,6 +479,13 @@ async def main(settings: SchedulerSettings) -> None:
             pool_key(settings.worker_pool),
         )
         await dead_letters.start(broker, pool)
+        signer = (  # an S3 store: hosts hold no credential, their links are signed here
+            Signer.of_store(
+                pool, settings.store_url, settings.s3_endpoint_url, settings.signed_link_s
+            )
+            if settings.store_url.startswith("s3://")
+            else None
+        )
         health.starting("connecting to Redis")
         redis = await stack.enter_async_context(open_redis(settings.redis_url))
         leadership = Leadership(settings.database_url)
@@ -511,4 +519,6 @@ async def main(settings: SchedulerSettings) -> None:
             tg.create_task(scheduler.run(stop, wake, leadership), name="loop")
             tg.create_task(scheduler.relay_loop(stop, relay_wake, wake, leadership), name="relay")
             tg.create_task(scheduler.beat_loop(stop, leadership), name="beats")
+            if signer is not None:
+                tg.create_task(signer.serve(broker, stop), name="signer")
     logger.info("scheduler stopped")

@@ -76,6 +76,10 @@ class SchedulerSettings(CommonSettings, FenceSettings, PrefetchSettings, PilotMa
     #: (`VIGIL_SHORT_PREFETCH`; 0: never).
     short_prefetch: int = Field(default=4, ge=0, le=4096)
     short_task_s: float = Field(default=0.5, gt=0, le=60)
+    #: How long a link the store's signer gives a host lasts (`VIGIL_SIGNED_LINK_S`,
+    #: `services/scheduler/signer.py`): one request on one object, of a task the host holds.
+    #: A host asks again for each request; a multipart upload, for each 16 parts.
+    signed_link_s: int = Field(default=300, ge=10, le=7 * 86400)
 
     def policy(self) -> Settings:
         """The planner's settings."""

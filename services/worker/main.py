@@ -81,6 +81,7 @@ async def main(settings: WorkerSettings) -> None:
         runner = StageRunner(
             settings, pool, broker, redis, keys, load_task_types(), instance, launcher, capacity
         )
+        stack.push_async_callback(runner.stores.close)
         admission = await register(pool, redis, keys, presence, settings.worker_pool)
         consumer = Consumer(runner, capacity.slots, settings.worker_prefetch)
         await consumer.start(broker, settings.host_id, settings.worker_pool, admission)

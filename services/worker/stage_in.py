@@ -51,29 +51,29 @@ class StageIn:
     hard-linked into a work dir (only where jobs cannot write it: `staged_objects`)."""
 
     cache: ObjectCache
-    fetcher: Fetcher
     link: bool
     #: The store's URL (`VIGIL_STORE_URL`): an object's URL is it, `/`, and its key.
     store_url: str
 
     @classmethod
-    def of_host(cls, settings: WorkerSettings, store: ObjectStore, confined: bool) -> "StageIn":
-        """The stage-in of the worker of `settings`: from `store` (the store of
-        `VIGIL_STORE_URL`), through the cache under its work root (`VIGIL_CACHE_BYTES`);
-        entries linked into work dirs if jobs are `confined` (run as uids of their own)."""
+    def of_host(cls, settings: WorkerSettings, confined: bool) -> "StageIn":
+        """The stage-in of the worker of `settings`: from the store of `VIGIL_STORE_URL`,
+        through the cache under its work root (`VIGIL_CACHE_BYTES`); entries linked into work
+        dirs if jobs are `confined` (run as uids of their own)."""
         cache = ObjectCache(Path(settings.work_root) / CACHE_DIR, settings.cache_bytes)
         cache.open()
-        fetcher = store_fetcher(store, settings.store_url)
-        return cls(cache, fetcher, confined, settings.store_url)
+        return cls(cache, confined, settings.store_url)
 
     async def stage(
         self,
+        store: ObjectStore,
         workdir: Path,
         files: list[dict[str, Any]],
         value: Any,
         upstream: Mapping[str, UpstreamOutput],
     ) -> Outcome | None:
-        """Place in `workdir` the objects a task names: its job's files given by URL
+        """Place in `workdir`, from `store` (as the task may use it: `host_store.py`), the
+        objects a task names: its job's files given by URL
         (`jobs.files`), the upstream outputs of a chained task that are in the store and not
         on this host (by their names), and its input's `objects`. None when all are there,
         else the setup's failure naming the first that could not be had."""
@@ -92,25 +92,28 @@ class StageIn:
         except ValueError as exc:  # the api refuses it: an input that came in another way
             brief = f"the input's objects cannot be staged: {exc}"
             return Outcome(TaskState.FAILED_TO_SETUP, FailureClass.HOOK, brief=brief)
-        return await self.place(workdir, refs) if refs else None
+        if not refs:
+            return None
+        return await self.place(store_fetcher(store, self.store_url), workdir, refs)
 
-    async def place(self, workdir: Path, refs: list[ObjectRef]) -> Outcome | None:
-        """Place every object of `refs` in `workdir`; None when all are there, else the
-        setup's failure naming the first object that could not be had."""
+    async def place(self, fetcher: Fetcher, workdir: Path, refs: list[ObjectRef]) -> Outcome | None:
+        """Place every object of `refs` in `workdir`, each fetched (when the cache has it not)
+        by `fetcher`; None when all are there, else the setup's failure naming the first
+        object that could not be had."""
         await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)  # the worker's
         room = asyncio.Semaphore(_AT_ONCE)
 
         async def one(ref: ObjectRef) -> Outcome | None:
             async with room:
-                return await self._one(workdir, ref)
+                return await self._one(fetcher, workdir, ref)
 
         failures = await asyncio.gather(*(one(ref) for ref in refs))
         return next((failure for failure in failures if failure is not None), None)
 
-    async def _one(self, workdir: Path, ref: ObjectRef) -> Outcome | None:
+    async def _one(self, fetcher: Fetcher, workdir: Path, ref: ObjectRef) -> Outcome | None:
         wanted = Wanted(ref.sha256, ref.url)
         try:
-            async with self.cache.held(wanted, self.fetcher(ref.url)) as held:
+            async with self.cache.held(wanted, fetcher(ref.url)) as held:
                 link = (self.link or held.transient) and not ref.executable
                 mode = 0o555 if ref.executable else 0o444
                 await asyncio.to_thread(

@@ -10,7 +10,9 @@ A store that cannot be reached is retried with a growing pause, for at most
 `VIGIL_STORE_PATIENCE_S`; then the task fails `failed_to_post_process` with class `platform`
 (the installation's failure, never the job's: triage retries it), its brief naming the store.
 An output whose bytes changed after they were recorded, or that went away, fails the task as
-the job's (class `exit`): it is something the job's processes did.
+the job's (class `exit`): it is something the job's processes did. A put the store's signer
+refuses (on S3, where the host holds no credential: the task is not this host's any more)
+fails the task at once, class `platform`, its brief saying why.
 
 The outputs' bytes count against the quota of the job's owner (`shared/domain/store_quota.py`):
 outputs that would go over it fail the task `failed_to_post_process`, class `quota`, with a
@@ -37,6 +39,7 @@ from shared.domain.store_quota import NEXT_STEP, OverQuota
 from shared.host import job_files
 from shared.objects import ContentChanged, ObjectExists, ObjectStore, ObjectStoreError
 from shared.objects.keys import output_key
+from shared.objects.signed import AccessRefused
 from shared.store import quota_repo
 
 logger = logging.getLogger(__name__)
@@ -53,6 +56,14 @@ class _JobChangedIt(Exception):
     """The output is no longer the file that was recorded: the job's doing."""
 
 
+class Refused(Exception):
+    """The store's signer refused a put of an output: the task is no longer this host's."""
+
+    def __init__(self, name: str, refusal: AccessRefused) -> None:
+        super().__init__(name, refusal)
+        self.name, self.refusal = name, refusal
+
+
 class Unreachable(Exception):
     """The store failed every put of an output for the whole patience."""
 
@@ -63,15 +74,17 @@ class Unreachable(Exception):
 
 @dataclass
 class StageOut:
-    """Puts a task's outputs in `store`, patiently (`patience_s`), within their owner's quota
-    (`quota_bytes`: the installation's default, `VIGIL_STORE_QUOTA_BYTES`)."""
+    """Puts a task's outputs in the store at `url` (`VIGIL_STORE_URL`), patiently
+    (`patience_s`), within their owner's quota (`quota_bytes`: the installation's default,
+    `VIGIL_STORE_QUOTA_BYTES`)."""
 
-    store: ObjectStore
+    url: str
     patience_s: float
     quota_bytes: int = 0
 
     async def complete(
         self,
+        store: ObjectStore,
         held: Tenure,
         attempt: int,
         workdir: Path,
@@ -79,7 +92,8 @@ class StageOut:
         status: StatusReport | None,
     ) -> None:
         """End the post-processing `attempt` of `held` whose `outputs` are recorded: completed
-        with every one in the store and counted, or failed saying why not."""
+        with every one in `store` (the store as the task may use it: `host_store.py`) and
+        counted, or failed saying why not."""
         task = held.task
         size = sum(record.size for record in outputs)
         async with held.taker.pool.acquire() as conn:
@@ -88,7 +102,7 @@ class StageOut:
             refused = OverQuota(usage, size, f"the outputs of task {task.id}")
             await held.finish(S.POST_PROCESSING, attempt, over_quota(refused), status=status)
             return
-        stored = await self.put_outputs(task.job_id, task.id, attempt, workdir, outputs)
+        stored = await self.put_outputs(store, task.job_id, task.id, attempt, workdir, outputs)
         if isinstance(stored, Outcome):
             await held.finish(S.POST_PROCESSING, attempt, stored, status=status)
             return
@@ -106,39 +120,53 @@ class StageOut:
             await held.finish(S.POST_PROCESSING, attempt, over_quota(refused), status=status)
 
     async def put_outputs(
-        self, job_id: str, task_id: str, attempt: int, workdir: Path, outputs: list[OutputRecord]
+        self,
+        store: ObjectStore,
+        job_id: str,
+        task_id: str,
+        attempt: int,
+        workdir: Path,
+        outputs: list[OutputRecord],
     ) -> list[OutputRecord] | Outcome:
-        """The records with their object keys once every output is in the store; or, when
-        one could not be put, the failure of the task's post-processing saying why."""
+        """The records with their object keys once every output is in `store` (the store as
+        the task may use it: `host_store.py`); or, when one could not be put, the failure of
+        the task's post-processing saying why."""
         gate = asyncio.Semaphore(CONCURRENCY)
 
         async def put(record: OutputRecord) -> OutputRecord:
             async with gate:
                 key = output_key(job_id, task_id, attempt, record.name)
-                await self._put_patiently(key, workdir, record)
+                await self._put_patiently(store, key, workdir, record)
                 return replace(record, object_key=key)
 
         done = await asyncio.gather(*(put(record) for record in outputs), return_exceptions=True)
-        for kind in (_JobChangedIt, Unreachable, BaseException):  # the job's fault first
+        for kind in (_JobChangedIt, Refused, Unreachable, BaseException):  # the job's first
             failed = next((d for d in done if isinstance(d, kind)), None)
             if isinstance(failed, _JobChangedIt):
                 return Outcome(
                     TaskState.FAILED_TO_POST_PROCESS, FailureClass.EXIT, brief=str(failed)
                 )
+            if isinstance(failed, Refused):
+                return _refused(failed)
             if isinstance(failed, Unreachable):
-                return _unreachable(self.store.url, failed)
+                return _unreachable(self.url, failed)
             if failed is not None:
                 raise failed
         return [d for d in done if isinstance(d, OutputRecord)]
 
-    async def _put_patiently(self, key: str, workdir: Path, record: OutputRecord) -> None:
-        """Put one output, trying again while the store fails, within the patience."""
+    async def _put_patiently(
+        self, store: ObjectStore, key: str, workdir: Path, record: OutputRecord
+    ) -> None:
+        """Put one output, trying again while the store fails, within the patience (a
+        refusal of the store's signer is final)."""
         started = time.monotonic()
         pause = FIRST_PAUSE_S
         while True:
             try:
-                await self._put(key, workdir, record)
+                await self._put(store, key, workdir, record)
                 return
+            except AccessRefused as exc:
+                raise Refused(record.name, exc) from exc
             except ObjectStoreError as exc:
                 waited = time.monotonic() - started
                 if waited + pause > self.patience_s:
@@ -147,7 +175,7 @@ class StageOut:
             await asyncio.sleep(pause)
             pause = min(pause * 2, LAST_PAUSE_S)
 
-    async def _put(self, key: str, workdir: Path, record: OutputRecord) -> None:
+    async def _put(self, store: ObjectStore, key: str, workdir: Path, record: OutputRecord) -> None:
         """Put the recorded file, read through a descriptor opened without following links
         (the job may have replaced the name meanwhile: whatever it is now, only the recorded
         bytes are accepted)."""
@@ -162,10 +190,10 @@ class StageOut:
                 ) from exc
             source = Path(f"/proc/self/fd/{handle.fileno()}")
             try:
-                await self.store.put_file(key, source, sha256=record.sha256)
+                await store.put_file(key, source, sha256=record.sha256)
             except ObjectExists:
                 # An earlier try of this same put was stored, its answer lost: the same bytes?
-                if (await self.store.head(key)).sha256 != record.sha256:
+                if (await store.head(key)).sha256 != record.sha256:
                     raise
             except ContentChanged:
                 raise _JobChangedIt(
@@ -194,4 +222,14 @@ def _unreachable(url: str, failed: Unreachable) -> Outcome:
         FailureClass.PLATFORM,
         brief=brief,
         detail=str(failed.last),
+    )
+
+
+def _refused(failed: Refused) -> Outcome:
+    brief = f"output {failed.name} could not be stored: {failed.refusal}"
+    return Outcome(
+        TaskState.FAILED_TO_POST_PROCESS,
+        FailureClass.PLATFORM,
+        brief=brief,
+        detail=repr(failed.refusal),
     )

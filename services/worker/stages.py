@@ -22,6 +22,7 @@ from typing import Any, Final, Protocol, TypeVar
 from redis.asyncio import Redis
 
 from services.worker.claims import Taker
+from services.worker.host_store import HostStore
 from services.worker.launch import Launcher, LocalConfined, LocalUnconfined
 from services.worker.ledger import Ledger
 from services.worker.runs import Ran, Runs, read_status
@@ -50,7 +51,7 @@ from shared.host.capacity import HostCapacity
 from shared.messaging import relay_nudges
 from shared.messaging.amqp import Broker
 from shared.messaging.redis_keys import RedisKeys
-from shared.objects import ObjectStore, open_store
+from shared.objects import ObjectStore
 from shared.store import jobs_repo, tasks_repo
 from shared.store.db import Pool
 from shared.store.transition_writer import NUDGE_EVERY_S, TransitionWriter
@@ -136,7 +137,8 @@ class StageRunner:
     capacity: HostCapacity | None = None
     #: Set when the worker is told to stop (`main`): see `_judged`.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
-    #: Where the tasks' outputs are put (None: the store of `VIGIL_STORE_URL`).
+    #: Where the tasks' outputs are put and their objects read (None: the store of
+    #: `VIGIL_STORE_URL`, as this host reaches it: `host_store.py`).
     store: ObjectStore | None = None
 
     def __post_init__(self) -> None:
@@ -159,19 +161,24 @@ class StageRunner:
         #: setup, the work dir and cgroup made ready, the output drained, post-processing) holds
         #: nothing.
         self.ledger = Ledger(self.capacity or self.settings.capacity())
+        #: The object store, as each task this host holds may use it (`host_store.py`).
+        self.stores = (
+            HostStore(self.settings.store_url, self.settings.host_id, store=self.store)
+            if self.store is not None
+            else HostStore.of_host(self.settings.store_url, self.settings.host_id, self.broker)
+        )
         #: Where the outputs go before their task may complete (`stage_out.py`).
-        store = self.store or open_store(self.settings.store_url, self.settings.s3_endpoint_url)
         self.stage_out = StageOut(
-            store, self.settings.store_patience_s, self.settings.store_quota_bytes
+            self.settings.store_url,
+            self.settings.store_patience_s,
+            self.settings.store_quota_bytes,
         )
         #: The commands' runs, from their request taken to their exit.
         self.runs = Runs(
             self.settings, self.pool, self.broker, self.redis, self.keys, self.ledger, self.launcher
         )
         #: Where the objects tasks name come in from (`stage_in.py`).
-        self.stager = StageIn.of_host(
-            self.settings, store, isinstance(self.launcher, LocalConfined)
-        )
+        self.stager = StageIn.of_host(self.settings, isinstance(self.launcher, LocalConfined))
 
     async def _judged(self, outcome: Outcome, returncode: int) -> Outcome:
         """A command killed by a shutdown's signal while this worker is being stopped is the
@@ -290,7 +297,9 @@ class StageRunner:
         ctx = self._context(held, attempt)
         contents = await bundle_contents(self.pool, Path(self.settings.work_root), held.job)
         group = await self.launcher.files_group(held.job.owner_id) if held.job.files else 0
-        failure = await self.stager.stage(ctx.workdir, held.job.files, held.input, held.upstream)
+        failure = await self.stager.stage(
+            self.stores.for_task(held), ctx.workdir, held.job.files, held.input, held.upstream
+        )
         if failure is None:
             _, failure = await self._run_hook(
                 "setup", S.FAILED_TO_SETUP, lambda: self._set_up(held, ctx, contents, group), held
@@ -429,7 +438,9 @@ class StageRunner:
             logger.info("task %s failed its results: %s", held.task.id, failure.brief)
         outputs = list(ctx.recorded.values()) if failure is None else []
         if outputs:  # into the object store first: completed only with every one there
-            await self.stage_out.complete(held, attempt, ctx.workdir, outputs, ctx.status)
+            await self.stage_out.complete(
+                self.stores.for_task(held), held, attempt, ctx.workdir, outputs, ctx.status
+            )
             return
         outcome = failure or Outcome(S.COMPLETED)
         if failure is None:

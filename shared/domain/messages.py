@@ -214,6 +214,45 @@ class LogRecord(_Message):
     progress: int | None = None
 
 
+#: What a host asks the signer for (`SignRequest.op`): a single PUT, a multipart upload's
+#: start, its parts (with its completion and abort), a GET, a HEAD.
+SignOp = Literal["put", "create", "parts", "get", "head"]
+
+
+class SignRequest(_Message):
+    """A host asks the control plane's signer (`services/scheduler/signer.py`) for the link of
+    one request on one object of the store, for a task it holds (`task_id` under `claim`):
+    a write of one of that task's output keys, or a read of an object the task needs. Sent
+    to the signer's queue with a reply-to (`SignReply`); never to an exchange."""
+
+    type: Literal["sign_request"] = "sign_request"
+    host_id: str
+    task_id: str
+    claim: UUID
+    op: SignOp
+    #: The object's key (under the store's prefix).
+    key: str
+    #: put, create: the sha256 the object will carry (its signed metadata).
+    sha256: str | None = None
+    #: parts: the upload (its `create`'s answer), and which parts (1-based, at most 1000).
+    upload_id: str | None = None
+    first_part: int = Field(default=1, ge=1, le=10_000)
+    parts: int = Field(default=0, ge=0, le=1000)
+
+
+class SignReply(_Message):
+    """The signer's answer: the signed links (one, or a multipart upload's parts in order,
+    with its completion and abort) and the headers each request must carry; or, when the
+    host may not make it, why (`refused`)."""
+
+    type: Literal["sign_reply"] = "sign_reply"
+    urls: list[str] = Field(default_factory=list)
+    headers: dict[str, str] = Field(default_factory=dict)
+    complete: str | None = None
+    abort: str | None = None
+    refused: str | None = None
+
+
 Message = Annotated[
     RunStage
     | WatchProcess
@@ -224,7 +263,9 @@ Message = Annotated[
     | TaskDecision
     | JobEvent
     | HostEvent
-    | LogRecord,
+    | LogRecord
+    | SignRequest
+    | SignReply,
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)

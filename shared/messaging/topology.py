@@ -66,6 +66,11 @@ class Topology:
         """Exclusive queue of a supervisor instance: error-log records of the jobs it watches."""
         return self._name("errors", _safe(host_id), _safe(instance))
 
+    @property
+    def signer_queue(self) -> str:
+        """Queue of the requests of hosts to the store's signer (`shared/messaging/signing.py`)."""
+        return self._name("sign")
+
     def follower_queue(self, follower_id: str) -> str:
         """Exclusive queue of one live event stream (an SSE client of the api)."""
         return self._name("follow", _safe(follower_id))
@@ -205,7 +210,7 @@ async def delete_all(
 
     For tearing down a namespace (tests, uninstall). Messages in the queues are lost.
     """
-    queues = [topology.pool_queue(pool), topology.dead_letter_queue]
+    queues = [topology.pool_queue(pool), topology.dead_letter_queue, topology.signer_queue]
     for host_id in host_ids:
         queues += [topology.host_queue(host_id), topology.supervisor_queue(host_id)]
     for queue in queues:

@@ -40,7 +40,8 @@ from shared.objects.store import (
     ObjectNotFound,
     ObjectStoreError,
     check_key,
-    open_at,
+    file_sha256,
+    write_at,
 )
 
 #: The metadata key that holds an object's sha256 (sent as `x-amz-meta-sha256`).
@@ -113,7 +114,7 @@ class S3ObjectStore:
     async def _put_multipart(
         self, key: str, path: Path, size: int, sha256: str | None
     ) -> ObjectInfo:
-        expected = sha256 if sha256 is not None else await asyncio.to_thread(_file_sha256, path)
+        expected = sha256 if sha256 is not None else await asyncio.to_thread(file_sha256, path)
         try:
             await obstore.head_async(self._store, key)
         except (NotFoundError, FileNotFoundError):
@@ -132,16 +133,8 @@ class S3ObjectStore:
         return ObjectInfo(key, size, expected)
 
     async def get_file(self, key: str, dest: Path, *, offset: int = 0) -> int:
-        written = 0
         with self._translated("get", key):
-            out = await asyncio.to_thread(open_at, dest, offset)
-            try:
-                async for chunk in self.read(key, offset=offset):
-                    await asyncio.to_thread(out.write, chunk)
-                    written += len(chunk)
-            finally:
-                out.close()
-        return written
+            return await write_at(dest, offset, self.read(key, offset=offset))
 
     async def read(self, key: str, *, offset: int = 0) -> AsyncIterator[bytes]:
         check_key(key)
@@ -183,14 +176,6 @@ class S3ObjectStore:
 
     async def close(self) -> None:
         return None
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 async def _checked_chunks(path: Path, expected: str, size: int) -> AsyncIterator[bytes]:

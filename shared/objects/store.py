@@ -1,6 +1,8 @@
 """What every object store of Vigil's does, whatever holds the bytes: the protocol, what it
 answers, and its errors. `shared.objects.open_store` makes one from a store URL."""
 
+import asyncio
+import hashlib
 import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -57,6 +59,29 @@ def open_at(dest: Path, offset: int) -> BinaryIO:
     out.seek(offset)
     out.truncate()
     return out
+
+
+async def write_at(dest: Path, offset: int, chunks: AsyncIterator[bytes]) -> int:
+    """Write `chunks` into `dest` from `offset` on (`open_at`), each in a thread; the bytes
+    written."""
+    written = 0
+    out = await asyncio.to_thread(open_at, dest, offset)
+    try:
+        async for chunk in chunks:
+            await asyncio.to_thread(out.write, chunk)
+            written += len(chunk)
+    finally:
+        out.close()
+    return written
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of the file at `path`, read in chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 class ObjectStore(Protocol):

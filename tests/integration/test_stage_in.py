@@ -25,7 +25,7 @@ from shared.messaging.topology import Topology
 from shared.store import db, jobs_repo, users_repo
 from shared.store.jobs_repo import NewJob
 from tests.conftest import AMQP_URL, REDIS_URL
-from tests.integration.object_stores import KINDS, StoreAt, store_at
+from tests.integration.object_stores import KINDS, StoreAt, signer_of, store_at
 from tests.integration.test_stage_runner import (
     _default_launcher,
     _runner,
@@ -56,12 +56,16 @@ async def _runner_on(
     linked into their work dirs."""
     settings = _settings(database_url, namespace, work_root, default=True, **store.settings())
     redis = Redis.from_url(REDIS_URL)
-    async with open_broker(AMQP_URL, Topology(namespace), name="test-stage-in") as broker:
+    async with (
+        signer_of(store, pool, namespace),
+        open_broker(AMQP_URL, Topology(namespace), name="test-stage-in") as broker,
+    ):
         launcher = _default_launcher(settings, pool)
         made = _runner(settings, pool, broker, redis, launcher=launcher)
         yield made
         await made.background_done()
         await made.writer.nudged()
+        await made.stores.close()
     await redis.aclose()
 
 
