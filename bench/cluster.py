@@ -24,6 +24,7 @@ import asyncpg
 import httpx
 
 from shared.host import work_root as work_roots
+from shared.objects import STORE_CREDENTIALS
 from shared.store.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +35,11 @@ _PER_HOST = ("supervisor", "worker")
 #: was released again, and two services of a cluster then bound the same one (an api's port
 #: given again to its worker's health server: the api could not start).
 _GIVEN: set[int] = set()
+
+
+#: What a host's worker and supervisor are never given of the cluster's environment: the
+#: object store's credentials (docs/explanation/storage.md, "Who holds what").
+HOSTS_NEVER_GET = (*STORE_CREDENTIALS, "VIGIL_S3_ENDPOINT_URL")
 
 
 def free_port() -> int:
@@ -164,6 +170,8 @@ class Cluster:
         if host is not None:
             env["VIGIL_HOST_ID"] = host
             env.update(self.host_env.get(host, {}))
+            # a host holds no credential of the store (its links are signed by the scheduler)
+            env = {k: v for k, v in env.items() if not k.startswith(HOSTS_NEVER_GET)}
         return env
 
     def start(self, name: str) -> None:

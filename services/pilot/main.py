@@ -14,6 +14,7 @@ from typing import Final
 
 from services.pilot.allocation import Allocation, from_slurm
 from services.pilot.settings import PilotSettings
+from shared.objects import STORE_CREDENTIALS
 from shared.store import hosts_repo
 from shared.store.db import Pool, open_pool
 
@@ -29,8 +30,14 @@ _NOT_INHERITED = ("VIGIL_WORKER_SLOTS",)
 
 def child_env(environ: Mapping[str, str], allocation: Allocation, host_id: str) -> dict[str, str]:
     """The environment of the host's worker and supervisor: the pilot's, with the host's id
-    and capacity from the allocation, and no health ports (several pilots may share a node)."""
-    env = {k: v for k, v in environ.items() if k not in _NOT_INHERITED}
+    and capacity from the allocation, and no health ports (several pilots may share a node);
+    never the store's credentials (a pilot an operator submitted with them in its
+    environment): a host's links are signed by the control plane."""
+    env = {
+        k: v
+        for k, v in environ.items()
+        if k not in _NOT_INHERITED and not k.startswith(STORE_CREDENTIALS)
+    }
     env.update(allocation.host_env())
     env["VIGIL_HOST_ID"] = host_id
     env["VIGIL_WORKER_HEALTH_PORT"] = "0"

@@ -32,6 +32,7 @@ from services.pilot.settings import PilotMargins
 from shared.batch.slurm import BatchError, BatchJob
 from shared.domain import pilots
 from shared.host import private_dir
+from shared.objects import STORE_CREDENTIALS
 from shared.store import pilots_repo, pool_repo
 from shared.store.db import Pool
 from shared.store.pilots_repo import Pilot
@@ -89,6 +90,7 @@ class BatchSystem(Protocol):
         workdir: str,
         output: str,
         env: Mapping[str, str] | None = None,
+        withheld: Sequence[str] = (),
     ) -> str: ...
 
     async def jobs(self, job_ids: Sequence[str]) -> dict[str, BatchJob]: ...
@@ -174,6 +176,7 @@ class PilotPool:
                     workdir=self.settings.workdir,
                     output=str(Path(self.settings.workdir) / "pilot-%j.out"),
                     env=env,
+                    withheld=STORE_CREDENTIALS,  # a pilot's host holds none (signed links)
                 )
             except BatchError as exc:
                 logger.warning("pilot %s not submitted: %s", pilot.id, exc)

@@ -23,11 +23,12 @@ from typing import IO, Any, Final, Literal
 
 from shared.host import cgroups
 from shared.host.processes import create_time, signal_tree
+from shared.objects import STORE_CREDENTIALS
 
 _CHUNK: Final = 65536
 #: Variables of the worker that a command must not see: service wiring and credentials,
-#: Vigil's and the object store's (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, ...).
-_HIDDEN_PREFIXES: Final = ("VIGIL_", "AWS_")
+#: Vigil's and the object store's (`AWS_*`, which a worker of a signed store holds none of).
+_HIDDEN_PREFIXES: Final = ("VIGIL_", *STORE_CREDENTIALS)
 
 LineSink = Callable[[Literal["stdout", "stderr"], str], None]
 ExitNote = Callable[[int], Awaitable[None]]

@@ -174,10 +174,12 @@ class Slurm:
         workdir: str,
         output: str,
         env: Mapping[str, str] | None = None,
+        withheld: Sequence[str] = (),
     ) -> str:
         """Submit `script` (a batch script, `#!` first) as one job; returns its job id.
 
-        The job gets this process's environment (Slurm's `--export=ALL`) with `env` over it.
+        The job gets this process's environment (Slurm's `--export=ALL`) with `env` over it,
+        less every variable whose name starts with one of `withheld` (credentials).
         `output` may hold sbatch's patterns (`%j`: the job id). Raises BatchError with sbatch's
         own words when it refuses the job (an unknown partition, more memory than a node has...).
         """
@@ -192,7 +194,7 @@ class Slurm:
             output=output,
             extra=extra,
         )
-        code, out, err = await self._run("sbatch", args, stdin=script, env=env)
+        code, out, err = await self._run("sbatch", args, stdin=script, env=env, withheld=withheld)
         if code != 0:
             raise BatchError(f"sbatch refused job {name!r} (exit {code}): {err.strip()}")
         return parse_job_id(out)
@@ -230,10 +232,15 @@ class Slurm:
         *,
         stdin: str | None = None,
         env: Mapping[str, str] | None = None,
+        withheld: Sequence[str] = (),
     ) -> tuple[int, str, str]:
         """Run one Slurm command within the timeout: (exit code, stdout, stderr)."""
         program = str(Path(self.bin_dir) / command) if self.bin_dir else command
-        environment = {**os.environ, **(env or {})}
+        environment = {
+            name: value
+            for name, value in {**os.environ, **(env or {})}.items()
+            if not name.startswith(tuple(withheld))
+        }
         if self.conf:
             environment["SLURM_CONF"] = self.conf
         try:

@@ -5,7 +5,9 @@ One interface (`ObjectStore`, `shared/objects/store.py`), two backends chosen by
 - `file:///abs/dir`: a local or shared directory (`shared/objects/directory.py`), the default
   (`scripts/up` puts it under the run dir; no server needed);
 - `s3://BUCKET/PREFIX`: an S3 bucket (`shared/objects/s3.py`) at `VIGIL_S3_ENDPOINT_URL` (none:
-  AWS), with the standard `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`.
+  AWS), with the standard `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`: the
+  control plane's. A host holds none: it reaches the bucket through links the scheduler signs
+  for the task it holds (`shared/objects/signed.py`).
 
 Use it so:
 
@@ -32,6 +34,7 @@ unchecked. The settings `VIGIL_STORE_URL` and `VIGIL_S3_ENDPOINT_URL` are `store
 """
 
 from pathlib import Path
+from typing import Final
 from urllib.parse import unquote, urlsplit
 
 from shared.objects.directory import DirectoryStore
@@ -48,6 +51,7 @@ from shared.objects.store import (
 
 __all__ = [
     "CHUNK_BYTES",
+    "STORE_CREDENTIALS",
     "ContentChanged",
     "ObjectExists",
     "ObjectInfo",
@@ -58,6 +62,10 @@ __all__ = [
     "check_store_url",
     "open_store",
 ]
+
+#: The prefixes of the environment variables that hold the store's credentials: the control
+#: plane's alone; never given to a host (a worker, a supervisor, a pilot) nor to a job.
+STORE_CREDENTIALS: Final = ("AWS_",)
 
 
 def check_store_url(url: str) -> str:

@@ -85,7 +85,8 @@ class CommonSettings(VigilSettings):
     #: Where outputs and the files given by reference are kept (`VIGIL_STORE_URL`,
     #: `shared/objects`): `file:///ABS/DIR` (a local or shared directory; `scripts/up` puts it
     #: under its run dir) or `s3://BUCKET/PREFIX`, with `VIGIL_S3_ENDPOINT_URL` for a store
-    #: other than AWS and the standard `AWS_*` credentials in the environment.
+    #: other than AWS and the standard `AWS_*` credentials in the environment of the api and
+    #: the scheduler only: a host's requests on an S3 store are signed by the scheduler.
     store_url: Annotated[str, AfterValidator(check_store_url)] = "file:///tmp/vigil-store"
     s3_endpoint_url: str = ""
     #: The most bytes a user keeps in the store (`VIGIL_STORE_QUOTA_BYTES`): their tasks'

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 #: A batch script that says it started, answers USR1 (as a pilot draining would) and sleeps.
 SCRIPT = """#!/bin/bash
 trap 'echo got USR1' USR1
-echo "started $VIGIL_PROBE cpus=$SLURM_CPUS_ON_NODE"
+echo "started $VIGIL_PROBE cpus=$SLURM_CPUS_ON_NODE key=${{AWS_SECRET_ACCESS_KEY:-none}}"
 sleep {seconds} & wait $!
 wait $!
 echo done
@@ -43,6 +43,7 @@ async def submit(
         workdir=str(where),
         output=str(where / "job-%j.out"),
         env={"VIGIL_PROBE": "probe-42"},
+        withheld=("AWS_",),
     )
 
 
@@ -68,7 +69,10 @@ async def text_of(path: Path, wanted: str, within: float = 10) -> str:
             await asyncio.sleep(0.1)
 
 
-async def test_a_job_runs_then_completes(slurm: Slurm, tmp_path: Path) -> None:
+async def test_a_job_runs_then_completes(
+    slurm: Slurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "the-submitters-secret")
     job_id = await submit(slurm, tmp_path, 2)
 
     running = await until(slurm, job_id, lambda job: job is not None and job.state == "RUNNING")
@@ -82,8 +86,9 @@ async def test_a_job_runs_then_completes(slurm: Slurm, tmp_path: Path) -> None:
     # Ended jobs stay in squeue -t all for MinJobAge (300 s) on this Slurm.
     assert ended is not None and ended.state == "COMPLETED"
     output = await text_of(tmp_path / f"job-{job_id}.out", "done")
-    # The job gets the submitter's environment with `env` over it, and its CPUs.
-    assert "started probe-42 cpus=1" in output
+    # The job gets the submitter's environment with `env` over it, less what is withheld,
+    # and its CPUs.
+    assert "started probe-42 cpus=1 key=none" in output
 
 
 async def test_more_cpus_than_the_node_has_pends_with_slurms_reason(

@@ -54,15 +54,18 @@ def test_outside_a_batch_job_a_pilot_refuses_to_start() -> None:
         from_slurm({}, START, 60)
 
 
-def test_the_hosts_services_get_its_id_and_capacity_and_no_legacy_slots() -> None:
+def test_the_hosts_services_get_its_id_and_capacity_and_no_legacy_slots_nor_store_keys() -> None:
     allocation = from_slurm({"SLURM_JOB_ID": "5", "SLURM_CPUS_ON_NODE": "2"}, START, 60)
-    env = child_env(
-        {"VIGIL_WORKER_SLOTS": "4", "VIGIL_DATABASE_URL": "db", "VIGIL_WORKER_HEALTH_PORT": "81"},
-        allocation,
-        "pilot-5",
-    )
+    given = {
+        "VIGIL_WORKER_SLOTS": "4",
+        "VIGIL_DATABASE_URL": "db",
+        "VIGIL_WORKER_HEALTH_PORT": "81",
+    }
+    keys = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}  # an operator's sbatch's
+    env = child_env(given | keys, allocation, "pilot-5")
 
     assert "VIGIL_WORKER_SLOTS" not in env
+    assert [name for name in env if name.startswith("AWS_")] == []
     assert env["VIGIL_HOST_ID"] == "pilot-5"
     assert env["VIGIL_HOST_CPUS"] == "2"
     assert env["VIGIL_DATABASE_URL"] == "db"
