@@ -581,11 +581,10 @@ WITH a AS (
 ), queued AS (
     INSERT INTO outbox (exchange, routing_key, body)
     SELECT 'work', 'host.' || c.host,
-        jsonb_build_object(
-            'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'run_stage',
-            'job_id', c.job_id, 'task_id', c.id, 'stage', 'setup', 'claim', c.claim,
-            'claimed', c.row, 'job_version', c.job_version,
-            'job', CASE WHEN c.index = 0
+        work_body_run_stage(
+            job_id => c.job_id, task_id => c.id, stage => 'setup', claim => c.claim,
+            claimed => c.row, job_version => c.job_version,
+            job => CASE WHEN c.index = 0
                    THEN (SELECT to_jsonb(j) FROM jobs j WHERE j.id = c.job_id) END)
     FROM claimed c ORDER BY c.staged, c.id
 )

@@ -46,9 +46,9 @@ _STAGE_SQL: Final = (
 )
 
 #: A round in one statement: pick the releasable resting tasks, claim them (compare-and-set:
-#: still unclaimed, still resting), and queue each one's `RunStage` (made here as `RunStage`
-#: would write it: `tests/integration/test_dispatcher.py` reads it back through the model)
-#: to their host's queue.
+#: still unclaimed, still resting), and queue each one's `RunStage` (its body made by
+#: `work_body_run_stage`: `tests/integration/test_dispatcher.py` reads it back through the
+#: model) to their host's queue.
 _ROUND: Final = f"""
 WITH RECURSIVE {{waiting_jobs}}, picked AS (
     {{picked}}
@@ -61,9 +61,8 @@ WITH RECURSIVE {{waiting_jobs}}, picked AS (
     INSERT INTO outbox (exchange, routing_key, body)
     SELECT 'work',
         'host.' || c.host,
-        jsonb_build_object(
-            'message_id', gen_random_uuid(), 'sent_at', now(), 'type', 'run_stage',
-            'job_id', c.job_id, 'task_id', c.id, 'stage', {_STAGE_SQL}, 'claim', c.claim)
+        work_body_run_stage(
+            job_id => c.job_id, task_id => c.id, stage => {_STAGE_SQL}, claim => c.claim)
     FROM claimed c ORDER BY c.id
 )
 SELECT count(*){{result}} FROM claimed

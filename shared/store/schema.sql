@@ -251,6 +251,17 @@ BEGIN
     RETURN NULL;
 END $$;
 
+CREATE FUNCTION public.work_body_run_stage(job_id text, task_id text, stage text, claim uuid, claimed jsonb DEFAULT NULL::jsonb, job_version bigint DEFAULT NULL::bigint, job jsonb DEFAULT NULL::jsonb) RETURNS jsonb
+    LANGUAGE sql
+    AS $$
+    SELECT jsonb_build_object(
+        'message_id', gen_random_uuid(), 'sent_at', event_time(now()), 'type', 'run_stage',
+        'job_id', job_id, 'task_id', task_id, 'stage', stage, 'claim', claim)
+        || CASE WHEN claimed IS NULL THEN '{}'::jsonb
+                ELSE jsonb_build_object('claimed', claimed, 'job_version', job_version, 'job', job)
+           END
+$$;
+
 CREATE TABLE public.activity (
     job_id text NOT NULL,
     minute timestamp with time zone NOT NULL,
