@@ -59,10 +59,11 @@ class WorkerSettings(HostSettings, PrefetchSettings):
     #: store, where downloads come from.
     output_keep_bytes: int = Field(default=1024 * 1024, ge=0, le=64 * 1024 * 1024)
     output_keep_total_bytes: int = Field(default=16 * 1024 * 1024, ge=0, le=1024 * 1024 * 1024)
-    #: How long the worker keeps trying to put a task's outputs in an object store that fails
-    #: (unreachable, refusing) before it fails the task, class `platform`
-    #: (`VIGIL_STORE_PATIENCE_S`; `services/worker/stage_out.py`). Meanwhile the task stays in
-    #: post-processing, held by this worker.
+    #: How long the worker keeps trying an object store that fails (unreachable, refusing),
+    #: with a growing pause, to put a task's outputs or fetch the objects it names, before it
+    #: fails the task, class `platform` (`VIGIL_STORE_PATIENCE_S`;
+    #: `services/worker/store_patience.py`). Meanwhile the task stays in post-processing (or
+    #: setting up), held by this worker.
     store_patience_s: float = Field(default=600.0, gt=0, le=7 * 24 * 3600)
     #: The most bytes the host's cache of store objects holds (`VIGIL_CACHE_BYTES`, under
     #: `<work root>/.cache`: `shared/host/object_cache.py`): the inputs tasks name by

@@ -7,9 +7,12 @@ database: `bundle_contents`, placed by `shared/host/bundle.py`.)
 
 An object whose bytes are not the ones named fails the task's setup with a brief naming the
 object, its URL and both hashes (class `hook`: the job named bytes the store does not hold, and
-a retry would fetch the same ones), as does an object not in the store; a store that cannot be
-reached or refuses fails it as the platform's (class `platform`: retried), naming the object
-and the store's error. Any other error (the host's disk) is the worker's, as for any setup.
+a retry would fetch the same ones), as does an object not in the store. A store that cannot be
+reached or refuses is tried again with a growing pause for at most `VIGIL_STORE_PATIENCE_S`
+(`store_patience.py`, as stage-out does; the task stays `setting_up`, holding no capacity),
+then fails the task as the platform's (class `platform`: retried), naming the object, the
+store, how long it waited and the store's last error. Any other error (the host's disk) is the
+worker's, as for any setup.
 Nothing is left half-placed that a later setup could take for whole: an entry of the cache is
 whole or absent, and each placement replaces what had its name.
 """
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from services.worker.settings import WorkerSettings
+from services.worker.store_patience import StoreUnreachable, patiently
 from shared.domain import object_refs
 from shared.domain.bundle import with_bytes
 from shared.domain.object_refs import ObjectRef
@@ -30,7 +34,8 @@ from shared.domain.outputs import UpstreamOutput
 from shared.domain.states import FailureClass, TaskState
 from shared.host import bundle, staged_objects
 from shared.host.object_cache import Fetch, ObjectCache, ObjectMismatch, Sink, Wanted
-from shared.objects import ObjectNotFound, ObjectStore, ObjectStoreError
+from shared.objects import ObjectNotFound, ObjectStore
+from shared.objects.signed import AccessRefused
 from shared.store import bundle_repo
 from shared.store.db import Pool
 from shared.store.jobs_repo import Job
@@ -54,6 +59,8 @@ class StageIn:
     link: bool
     #: The store's URL (`VIGIL_STORE_URL`): an object's URL is it, `/`, and its key.
     store_url: str
+    #: How long a store that fails is tried again (`VIGIL_STORE_PATIENCE_S`).
+    patience_s: float = 600.0
 
     @classmethod
     def of_host(cls, settings: WorkerSettings, confined: bool) -> "StageIn":
@@ -62,7 +69,7 @@ class StageIn:
         dirs if jobs are `confined` (run as uids of their own)."""
         cache = ObjectCache(Path(settings.work_root) / CACHE_DIR, settings.cache_bytes)
         cache.open()
-        return cls(cache, confined, settings.store_url)
+        return cls(cache, confined, settings.store_url, settings.store_patience_s)
 
     async def stage(
         self,
@@ -111,14 +118,13 @@ class StageIn:
         return next((failure for failure in failures if failure is not None), None)
 
     async def _one(self, fetcher: Fetcher, workdir: Path, ref: ObjectRef) -> Outcome | None:
-        wanted = Wanted(ref.sha256, ref.url)
         try:
-            async with self.cache.held(wanted, fetcher(ref.url)) as held:
-                link = (self.link or held.transient) and not ref.executable
-                mode = 0o555 if ref.executable else 0o444
-                await asyncio.to_thread(
-                    staged_objects.place, held.path, workdir, ref.path, link=link, mode=mode
-                )
+            await patiently(
+                lambda: self._place(fetcher, workdir, ref),
+                self.patience_s,
+                f"object {ref.path} ({ref.url}) not fetched yet",
+                final=(ObjectNotFound, AccessRefused),
+            )
         except ObjectMismatch as exc:
             return Outcome(
                 TaskState.FAILED_TO_SETUP,
@@ -133,15 +139,33 @@ class StageIn:
                 brief=f"object {ref.path} ({ref.url}) is not in the store: {exc}",
                 detail=repr(exc),
             )
-        except ObjectStoreError as exc:  # unreachable or refusing: the platform's, retried
-            logger.warning("object %s (%s) could not be fetched: %s", ref.path, ref.url, exc)
+        except AccessRefused as exc:  # the signer's: the task is not this host's any more
             return Outcome(
                 TaskState.FAILED_TO_SETUP,
                 FailureClass.PLATFORM,
                 brief=f"object {ref.path} ({ref.url}) could not be fetched: {exc}",
                 detail=repr(exc),
             )
+        except StoreUnreachable as exc:  # unreachable or refusing: the platform's, retried
+            logger.warning("object %s (%s) could not be fetched: %s", ref.path, ref.url, exc.last)
+            return Outcome(
+                TaskState.FAILED_TO_SETUP,
+                FailureClass.PLATFORM,
+                brief=f"object {ref.path} ({ref.url}) could not be fetched: the object store"
+                f" failed for {exc.waited_s:.0f} s (VIGIL_STORE_PATIENCE_S): {exc.last}",
+                detail=repr(exc.last),
+            )
         return None
+
+    async def _place(self, fetcher: Fetcher, workdir: Path, ref: ObjectRef) -> None:
+        """Place the object, fetched through the cache (whatever the fetch raises)."""
+        wanted = Wanted(ref.sha256, ref.url)
+        async with self.cache.held(wanted, fetcher(ref.url)) as held:
+            link = (self.link or held.transient) and not ref.executable
+            mode = 0o555 if ref.executable else 0o444
+            await asyncio.to_thread(
+                staged_objects.place, held.path, workdir, ref.path, link=link, mode=mode
+            )
 
 
 def _hashes(exc: ObjectMismatch) -> str:

@@ -7,8 +7,9 @@ completing move then records the keys with the outputs, in one transaction: a ta
 `completed` only with every output durable in the store.
 
 A store that cannot be reached is retried with a growing pause, for at most
-`VIGIL_STORE_PATIENCE_S`; then the task fails `failed_to_post_process` with class `platform`
-(the installation's failure, never the job's: triage retries it), its brief naming the store.
+`VIGIL_STORE_PATIENCE_S` (`store_patience.py`); then the task fails `failed_to_post_process`
+with class `platform` (the installation's failure, never the job's: triage retries it), its
+brief naming the store.
 An output whose bytes changed after they were recorded, or that went away, fails the task as
 the job's (class `exit`): it is something the job's processes did. A put the store's signer
 refuses (on S3, where the host holds no credential: the task is not this host's any more)
@@ -24,12 +25,12 @@ uncounted, until its purge.
 
 import asyncio
 import logging
-import time
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
+from services.worker.store_patience import StoreUnreachable, patiently
 from services.worker.tenure import Tenure
 from shared.domain.outcomes import Outcome
 from shared.domain.outputs import OutputRecord
@@ -47,9 +48,6 @@ S = TaskState
 
 #: Outputs of one task put at once.
 CONCURRENCY: Final = 4
-#: The first pause after a failed put, doubled after each, up to the last.
-FIRST_PAUSE_S: Final = 0.5
-LAST_PAUSE_S: Final = 15.0
 
 
 class _JobChangedIt(Exception):
@@ -159,21 +157,17 @@ class StageOut:
     ) -> None:
         """Put one output, trying again while the store fails, within the patience (a
         refusal of the store's signer is final)."""
-        started = time.monotonic()
-        pause = FIRST_PAUSE_S
-        while True:
-            try:
-                await self._put(store, key, workdir, record)
-                return
-            except AccessRefused as exc:
-                raise Refused(record.name, exc) from exc
-            except ObjectStoreError as exc:
-                waited = time.monotonic() - started
-                if waited + pause > self.patience_s:
-                    raise Unreachable(record.name, waited, exc) from exc
-                logger.warning("output %s not stored yet (%s): again in %.1f s", key, exc, pause)
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, LAST_PAUSE_S)
+        try:
+            await patiently(
+                lambda: self._put(store, key, workdir, record),
+                self.patience_s,
+                f"output {key} not stored yet",
+                final=(AccessRefused,),
+            )
+        except AccessRefused as exc:
+            raise Refused(record.name, exc) from exc
+        except StoreUnreachable as exc:
+            raise Unreachable(record.name, exc.waited_s, exc.last) from exc
 
     async def _put(self, store: ObjectStore, key: str, workdir: Path, record: OutputRecord) -> None:
         """Put the recorded file, read through a descriptor opened without following links

@@ -2,8 +2,10 @@
 against a directory store and the real SeaweedFS: a job's file given by URL and an input's
 objects are in the work dir before the command, checked against their sha256; bytes that are
 not the ones named fail the setup saying which object and both hashes; a corrupt cache entry
-is found and fetched again."""
+is found and fetched again; a store that fails is waited for, within the worker's patience,
+then fails the setup as the platform's, leaving nothing in the cache."""
 
+import asyncio
 import hashlib
 import json
 import os
@@ -12,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from redis.asyncio import Redis
@@ -22,9 +25,11 @@ from shared.domain.messages import RunStage
 from shared.domain.states import Stage
 from shared.messaging.amqp import open_broker
 from shared.messaging.topology import Topology
+from shared.objects import open_store
 from shared.store import db, jobs_repo, users_repo
 from shared.store.jobs_repo import NewJob
 from tests.conftest import AMQP_URL, REDIS_URL
+from tests.integration.gated_port import gated_port
 from tests.integration.object_stores import KINDS, StoreAt, signer_of, store_at
 from tests.integration.test_stage_runner import (
     _default_launcher,
@@ -49,12 +54,14 @@ async def store(
 
 @asynccontextmanager
 async def _runner_on(
-    pool: db.Pool, database_url: str, namespace: str, work_root: Path, store: StoreAt
+    pool: db.Pool, database_url: str, namespace: str, work_root: Path, store: StoreAt, **more: Any
 ) -> AsyncIterator[StageRunner]:
     """The stage runner of a host of its own (its work root `work_root`) of the store, as a
     worker runs by default (as root, as here): its jobs confined, so the cache's entries are
-    linked into their work dirs."""
-    settings = _settings(database_url, namespace, work_root, default=True, **store.settings())
+    linked into their work dirs. `more`: other settings of the worker."""
+    settings = _settings(
+        database_url, namespace, work_root, default=True, **(store.settings() | more)
+    )
     redis = Redis.from_url(REDIS_URL)
     async with (
         signer_of(store, pool, namespace),
@@ -236,3 +243,82 @@ async def test_a_chained_task_on_another_host_reads_its_upstream_output_from_the
         placed = json.loads(lines[1])["outputs"]["big.bin"]
         assert placed.startswith(f"{other_root}/")  # a file of its own work dir
         assert (other.stager.cache.fetches, other.stager.cache.fetched_bytes) == (1, 3000000)
+
+
+def _settled(runner: StageRunner) -> tuple[list[str], list[str]]:
+    """The cache's entries and its temporary files."""
+    root = runner.stager.cache.root
+    return os.listdir(root / "objects"), os.listdir(root / "tmp")
+
+
+async def test_a_store_that_stays_unreachable_fails_the_setup_as_the_platforms_after_the_patience(
+    caplog: pytest.LogCaptureFixture,
+    pool: db.Pool,
+    session_database_url: str,
+    namespace: str,
+    passable_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in (("AWS_ACCESS_KEY_ID", "k"), ("AWS_SECRET_ACCESS_KEY", "s")):
+        monkeypatch.setenv(name, value)
+    async with gated_port("127.0.0.1", 9) as gate:  # never opened: a store that is down
+        nowhere = StoreAt(
+            open_store("s3://nowhere/vigil", gate.url), "s3://nowhere/vigil", gate.url
+        )
+        url = nowhere.url_of("shared/data.bin")
+        objects = {"objects": {"data.bin": {"url": url, "sha256": "ab" * 32}}}
+        async with _runner_on(
+            pool, session_database_url, namespace, passable_dir, nowhere, store_patience_s=3.0
+        ) as runner:
+            [task_id] = await _ran(pool, runner, "echo never", [objects], [])
+        await nowhere.store.close()
+
+    task = await _task(pool, task_id)
+    tries = [r for r in caplog.records if "not fetched yet" in r.getMessage()]
+    assert len(tries) >= 2  # it waited for the store, trying again
+    assert gate.refused > len(tries)
+    assert (task["state"], task["failure_class"]) == ("failed_to_setup", "platform")
+    assert task["error_brief"].startswith(
+        f"object data.bin ({url}) could not be fetched: the object store failed for "
+    )
+    assert "s (VIGIL_STORE_PATIENCE_S): " in task["error_brief"]
+    assert await _lines(pool, task_id) == []
+    assert _settled(runner) == ([], [])  # nothing that looks complete, nothing half-fetched
+
+
+async def test_a_store_back_within_the_patience_is_waited_for_and_the_task_runs(
+    caplog: pytest.LogCaptureFixture,
+    pool: db.Pool,
+    session_database_url: str,
+    namespace: str,
+    passable_dir: Path,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = store_at("s3", request, tmp_path, monkeypatch)
+    data = os.urandom(100_000)
+    ref = await _object(real, tmp_path, data)
+    endpoint = urlsplit(real.endpoint_url)
+    assert endpoint.hostname is not None and endpoint.port is not None
+    async with gated_port(endpoint.hostname, endpoint.port) as gate:
+        gated = StoreAt(open_store(real.url, gate.url), real.url, gate.url)
+        async with _runner_on(
+            pool, session_database_url, namespace, passable_dir, gated, store_patience_s=60.0
+        ) as runner:
+            # when: the store is down while the task is set up, and comes back
+            ran = asyncio.create_task(
+                _ran(pool, runner, "sha256sum data.bin", [{"objects": {"data.bin": ref}}], [])
+            )
+            await gate.refusals(4)  # more than one try of the worker's (each: 3 connections)
+            gate.open()
+            [task_id] = await ran
+        await gated.store.close()
+    await real.store.close()
+
+    # then: it waited, tried again, and ran with the object
+    task = await _task(pool, task_id)
+    assert task["state"] == "completed", task
+    assert [r for r in caplog.records if "not fetched yet" in r.getMessage()]
+    assert await _lines(pool, task_id) == [f"{ref['sha256']}  data.bin"]
+    assert _settled(runner) == ([ref["sha256"]], [])
