@@ -51,6 +51,7 @@ class FailureClass(StrEnum):
     PLATFORM = "platform"
     LIMIT = "limit"
     QUOTA = "quota"
+    CHECKSUM = "checksum"
 
 
 def point_in_time(text: str, now: datetime) -> datetime:

@@ -5,9 +5,10 @@ the store and not on this host, and the objects its input names
 (`shared/domain/object_refs.py`). (The job's files given by their bytes come from the
 database: `bundle_contents`, placed by `shared/host/bundle.py`.)
 
-An object whose bytes are not the ones named fails the task's setup with a brief naming the
-object, its URL and both hashes (class `hook`: the job named bytes the store does not hold, and
-a retry would fetch the same ones), as does an object not in the store. A store that cannot be
+An object whose bytes are not the ones named (fetched twice: a transfer can be garbled) fails
+the task's setup with a brief naming the object, its URL and both hashes, class `checksum`
+(the store holds other bytes under that name: a retry would fetch the same ones); an object
+not in the store fails it too, class `hook` (the job named what is not there). A store that cannot be
 reached or refuses is tried again with a growing pause for at most `VIGIL_STORE_PATIENCE_S`
 (`store_patience.py`, as stage-out does; the task stays `setting_up`, holding no capacity),
 then fails the task as the platform's (class `platform`: retried), naming the object, the
@@ -128,7 +129,7 @@ class StageIn:
         except ObjectMismatch as exc:
             return Outcome(
                 TaskState.FAILED_TO_SETUP,
-                FailureClass.HOOK,
+                FailureClass.CHECKSUM,
                 brief=f"object {ref.path} ({ref.url}) is not the one named: {_hashes(exc)}",
                 detail=str(exc),
             )

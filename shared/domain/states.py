@@ -69,6 +69,7 @@ class FailureClass(StrEnum):
     PLATFORM = "platform"  # Vigil's own database went away under the task's bookkeeping
     LIMIT = "limit"  # the kernel killed it for going over the task's own memory limit
     QUOTA = "quota"  # its outputs would take its user over their quota of stored bytes
+    CHECKSUM = "checksum"  # an object it names is not the bytes named (sha256), fetched twice
 
 
 class Stage(StrEnum):

@@ -15,7 +15,8 @@ CREATE TYPE public.failure_class AS ENUM (
     'host',
     'platform',
     'limit',
-    'quota'
+    'quota',
+    'checksum'
 );
 
 CREATE TYPE public.job_state AS ENUM (

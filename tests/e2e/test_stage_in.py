@@ -73,7 +73,7 @@ async def test_objects_named_by_reference_are_staged_read_only_and_checked(
         f"{reads['sha256']}  reads.fq",
         "read-only",
     ]
-    assert (bad["state"], bad["failure_class"]) == ("failed_to_setup", "hook"), bad
+    assert (bad["state"], bad["failure_class"]) == ("failed_to_setup", "checksum"), bad
     assert bad["error_brief"] == (
         f"object reads.fq ({reads['url']}) is not the one named: its bytes have sha256"
         f" {reads['sha256']}, not {'0' * 64}"

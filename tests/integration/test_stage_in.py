@@ -176,13 +176,40 @@ async def test_bytes_not_the_ones_named_fail_the_setup_naming_the_object_and_bot
     )
 
     task = await _task(pool, task_id)
-    assert (task["state"], task["failure_class"]) == ("failed_to_setup", "hook")
+    assert (task["state"], task["failure_class"]) == ("failed_to_setup", "checksum")
     assert task["error_brief"] == (
         f"object data.bin ({url}) is not the one named: its bytes have sha256"
         f" {held['sha256']}, not {named}"
     )
     assert await _lines(pool, task_id) == []
     assert os.listdir(runner.stager.cache.root / "objects") == []
+
+
+async def test_an_object_corrupted_in_the_store_is_fetched_again_then_fails_the_setup_saying_so(
+    runner: StageRunner, pool: db.Pool, store: StoreAt, tmp_path: Path
+) -> None:
+    # given: an object named by its sha256, whose bytes in the store then rot (same size)
+    data = os.urandom(100_000)
+    ref = await _object(store, tmp_path, data)
+    key = ref["url"].removeprefix(f"{store.url}/")
+    rotten = tmp_path / "rotten"
+    rotten.write_bytes(b"rot" + data[3:])
+    await store.store.delete([key])
+    await store.store.put_file(key, rotten)
+
+    # when
+    [task_id] = await _ran(pool, runner, "echo never", [{"objects": {"data.bin": ref}}], [])
+
+    # then: fetched twice (a garbled transfer would have been cured), then failed with its cause
+    task = await _task(pool, task_id)
+    got = hashlib.sha256(rotten.read_bytes()).hexdigest()
+    assert (task["state"], task["failure_class"]) == ("failed_to_setup", "checksum")
+    assert task["error_brief"] == (
+        f"object data.bin ({ref['url']}) is not the one named: its bytes have sha256 {got},"
+        f" not {ref['sha256']}"
+    )
+    assert runner.stager.cache.fetches == 2
+    assert _settled(runner) == ([], [])
 
 
 @pytest.mark.parametrize("store", ["s3"], indirect=True)
