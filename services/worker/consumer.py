@@ -1,8 +1,10 @@
 """Taking work messages from the pool and host queues into a bounded intake of tasks.
 
-A message is acked once its task is durably this worker's (see `StageRunner.take`: for a
-setup whose take is folded into the `on_cpu` move, once that move committed); the task then
-runs in a tracked asyncio task. A task counts against the intake from its take to
+Each message is handed to this worker's taker (`claims.Taker`: a delivery again of a claim
+in hand is acked and dropped) and its task taken as a `tenure.Tenure`, which acks the message
+once the task is durably this worker's (for a setup whose take is folded into the `on_cpu`
+move, once that move committed) or found stale; the task then runs in a tracked asyncio
+task. A task counts against the intake from its take to
 its command's exit: what follows (post-processing, bookkeeping) overlaps the next tasks. Which
 commands run at once is the runner's business (its ledger: each holds its request of the
 host's capacity); the tasks taken beyond them are set up meanwhile, each waiting `queued` for
@@ -20,11 +22,12 @@ Every `reconcile_s` the consumer compares what PostgreSQL says this worker insta
 with what its handlings drive (`reconcile`): a task held but driven by none (the reply of its
 take was lost after the take committed, so the take made again found it taken and did
 nothing; or its driver failed and could not record why) is driven again from where it rests
-when nothing after its take had started (`Taker.resume`), and failed as `lost` otherwise,
+when nothing after its take had started (`Tenure.resuming`), and failed as `lost` otherwise,
 which the triage then recovers or resubmits.
 """
 
 import asyncio
+import functools
 import logging
 from collections.abc import Coroutine
 from pathlib import Path
@@ -137,11 +140,6 @@ class Consumer:
         self._probe = asyncio.Lock()
         self._stopping = False
         self._admission = Admission.SHUT
-        #: The (task, claim) of every message this worker is handling, and of every task its
-        #: reconcile drives again: the broker delivers a message again when its ack was lost (a
-        #: channel that closed), and a second handling of the same claim must never start a
-        #: second run of its task.
-        self._handling: set[tuple[str, UUID]] = set()
         self._reconciling: asyncio.Task[None] | None = None
         #: How many tasks PostgreSQL said this instance holds at the last heartbeat (None:
         #: not said yet); none held, the reconcile has nothing to read (`note_held`).
@@ -239,24 +237,23 @@ class Consumer:
             await settle(incoming, ack=True)
 
     async def _run(self, incoming: AbstractIncomingMessage, message: RunStage, pool: bool) -> None:
-        """Take the message's task and drive it, within the intake (and the pool queue's bound,
-        for its work); acked once the task is durably this worker's (or the message is
-        stale)."""
-        key = (message.task_id, message.claim)
-        if not await self._first_delivery(incoming, key):
+        """Hand the message to this worker's taker, which takes its task (`Tenure.taking`,
+        once it is the only delivery of its claim in hand) and acks it once the task is
+        durably this worker's (or the message is stale); drive the task, within the intake
+        (and the pool queue's bound, for its work)."""
+        ack = _Ack(incoming)
+        taker = self._runner.taker
+        if not await taker.received(message, ack):
             return
-        # before anything waits: the ledger learns of placed tasks in delivery order
-        with self._runner.ledger.expecting(message.task_id, _placed_request(message)):
-            await self._run_delivered(incoming, message, pool, key)
+        try:  # before anything waits: the ledger learns of placed tasks in delivery order
+            with self._runner.ledger.expecting(message.task_id, _placed_request(message)):
+                await self._run_delivered(incoming, message, pool, ack)
+        finally:
+            taker.let_go(message.task_id, message.claim)
 
     async def _run_delivered(
-        self,
-        incoming: AbstractIncomingMessage,
-        message: RunStage,
-        pool: bool,
-        key: tuple[str, UUID],
+        self, incoming: AbstractIncomingMessage, message: RunStage, pool: bool, ack: "_Ack"
     ) -> None:
-        ack = _Ack(incoming)
         try:
             bounds = (self._pool_intake, self._intake) if pool else (self._intake,)
             permit = await Permit.acquire(*bounds)
@@ -264,9 +261,12 @@ class Consumer:
                 if self._stopping:  # received before intake stopped, not started: give it back
                     await settle(incoming, ack=False, requeue=True)
                     return
-                await self._take_and_drive(message, ack, permit)
+                held = await self._take(message, ack)
+                if held is not None:
+                    await self._runner.drive(held, permit)
             finally:
                 permit.release()
+            await ack()  # its tenure acked it at its take (or found it stale): else now
         except InvalidMessage as exc:
             logger.error("dead-lettering a bad work message: %s", exc)
             if not ack.done:
@@ -279,38 +279,15 @@ class Consumer:
             logger.exception("work message failed")
             if not ack.done:  # back to the queue; the delivery limit stops a poison message
                 await settle(incoming, ack=False, requeue=True)
-        finally:
-            self._handling.discard(key)
 
-    async def _take_and_drive(self, message: RunStage, ack: _Ack, permit: Permit) -> None:
-        held = await self._take(message)
-        if held is not None and held.promised:
-            held.on_taken = ack  # a folded take: acked once it is durable
-        else:
-            await ack()
-        if held is not None:
-            await self._runner.drive(held, permit)
-        await ack()  # a folded take that found the task no longer ours: stale
-
-    async def _first_delivery(
-        self, incoming: AbstractIncomingMessage, key: tuple[str, UUID]
-    ) -> bool:
-        """Whether this is the only delivery of its message this worker is handling (a
-        delivery again of one it handles is acked and dropped: the task is already ours)."""
-        if key in self._handling:
-            logger.warning("task %s: its work message came again; already ours", key[0])
-            await settle(incoming, ack=True)
-            return False
-        self._handling.add(key)
-        return True
-
-    async def _take(self, message: RunStage) -> Tenure | None:
+    async def _take(self, message: RunStage, ack: "_Ack") -> Tenure | None:
         """`take`, waiting for a database that went away (a restart) rather than handing the
         message back at once: its redelivery would fail the same way within milliseconds, and
         each one spends the message's delivery limit, after which it is dead-lettered and its
         task stays claimed with no message. A take is safe to make again (it reads, then moves
         under the message's claim)."""
-        return await ride_out(lambda: self._runner.take(message), f"taking task {message.task_id}")
+        take = functools.partial(self._runner.take, message, ack)
+        return await ride_out(take, f"taking task {message.task_id}")
 
     async def _reconcile_every(self, every_s: float) -> None:
         while True:
@@ -340,10 +317,9 @@ class Consumer:
         found = 0
         for task in held:
             claim = task.claim
-            if claim is None or (task.id, claim) in self._handling or self._stopping:
+            # in hand from here on: a delivery of its claim is acked and dropped meanwhile
+            if claim is None or self._stopping or not runner.taker.hand(task.id, claim):
                 continue
-            # held from here on: a delivery of its claim is acked and dropped meanwhile
-            self._handling.add((task.id, claim))
             found += 1
             driving = asyncio.create_task(self._drive_again(task, claim), name=f"resume-{task.id}")
             self._tasks.add(driving)
@@ -355,7 +331,7 @@ class Consumer:
         fail it as lost at once when that is not safe (a command may have run)."""
         taker = self._runner.taker
         try:
-            held = await taker.resume(task.id, task.job_id, claim)
+            held = await Tenure.resuming(taker, task.id, task.job_id, claim)
             if held is None:  # not ours any more (then this is a no-op), or not safe to resume
                 why = (
                     f"its worker {self._runner.instance} held it {task.state} but drove it no"
@@ -381,7 +357,7 @@ class Consumer:
         except Exception:
             logger.exception("task %s: could not drive it again", task.id)
         finally:
-            self._handling.discard((task.id, claim))
+            taker.let_go(task.id, claim)
 
     async def stop_intake(self) -> None:
         """Stop receiving new messages; those running go on, those waiting for a place go back."""

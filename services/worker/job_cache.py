@@ -4,9 +4,9 @@ nothing.
 A work message from the planning round carries its task's row as the claim left it and its
 job's row version then (`jobs.xmin`, which every update of the row changes: a state, an edit,
 a probe). A worker that read that job at that version already has what a take would read:
-`Taker.take` then reads nothing, and a big job's tasks cost PostgreSQL one statement fewer
-each. A job at another version (changed since, or a message older than what was read) is read
-again, as is a job the cache no longer holds.
+its take (`Taker.read`) then reads nothing, and a big job's tasks cost PostgreSQL one
+statement fewer each. A job at another version (changed since, or a message older than what
+was read) is read again, as is a job the cache no longer holds.
 """
 
 from collections import OrderedDict

@@ -16,12 +16,16 @@ store, how long it waited and the store's last error. Any other error (the host'
 worker's, as for any setup.
 Nothing is left half-placed that a later setup could take for whole: an entry of the cache is
 whole or absent, and each placement replaces what had its name.
+
+A chained task's input (`{"upstream_task": id}`) is resolved at its take to the upstream
+task's outputs (`resolve_input`): where each comes from, and the names the command sees.
 """
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +41,9 @@ from shared.host import bundle, staged_objects
 from shared.host.object_cache import Fetch, ObjectCache, ObjectMismatch, Sink, Wanted
 from shared.objects import ObjectNotFound, ObjectStore
 from shared.objects.signed import AccessRefused
-from shared.store import bundle_repo
-from shared.store.db import Pool
+from shared.operations.datasets import UPSTREAM_KEY
+from shared.store import bundle_repo, outputs_repo
+from shared.store.db import Connection, Pool
 from shared.store.jobs_repo import Job
 
 logger = logging.getLogger(__name__)
@@ -198,3 +203,67 @@ async def bundle_contents(pool: Pool, work_root: Path, job: Job) -> dict[str, by
         return None
     async with pool.acquire() as conn:
         return await bundle_repo.contents(conn, job.id)
+
+
+# -- a chained task's input -------------------------------------------------------------------
+
+
+def promised_input(value: Any) -> bool:
+    """Whether an input is a promise of an upstream task's outputs: `{"upstream_task": id}`."""
+    return isinstance(value, dict) and isinstance(value.get(UPSTREAM_KEY), str)
+
+
+def _not_on_this_host(outputs: dict[str, UpstreamOutput], work_root: Path) -> list[str]:
+    """The names of the outputs whose file is not here: not under this host's work root (made
+    by another host), or gone (one stat each: cheap, never waits on the job: the paths are the
+    workers' own record)."""
+    return [
+        name
+        for name, output in outputs.items()
+        if not Path(output.path).is_relative_to(work_root) or not os.path.lexists(output.path)
+    ]
+
+
+async def resolve_input(
+    conn: Connection, value: Any, owner_id: str, workdir: Path
+) -> tuple[Any, dict[str, UpstreamOutput]]:
+    """A promised input `{"upstream_task": id}` gets the upstream task's outputs: the input the
+    command sees names them by their place in its own work dir (`workdir`), and the records say
+    where they come from (their key in the store when the file is not on this host, else
+    their kept bytes). Only if
+    that task is of a job of the same owner (the api refuses any other; this is the last line):
+    another user's outputs are never placed. Any `outputs` the input itself carried are
+    replaced."""
+    if not promised_input(value):
+        return value, {}
+    upstream = value[UPSTREAM_KEY]
+    of = await conn.fetchrow(
+        "SELECT j.id, j.owner_id, j.purged_at FROM tasks t JOIN jobs j ON j.id = t.job_id"
+        " WHERE t.id = $1",
+        upstream,
+    )
+    owner = of["owner_id"] if of is not None else None
+    if owner is not None and owner != owner_id:
+        logger.warning("input names task %s of another owner: none of its outputs linked", upstream)
+    records = await outputs_repo.latest(conn, upstream) if owner == owner_id else {}
+    found = {
+        name: UpstreamOutput(upstream, name, r["path"], r["host"], r["size"], r["sha256"])
+        for name, r in records.items()
+    }
+    away = _not_on_this_host(found, workdir.parent.parent)  # <work root>/<job>/<task>
+    purged = (
+        f"job {of['id']} was purged at {of['purged_at']:%Y-%m-%d %H:%M:%S %Z}"
+        if of is not None and of["purged_at"] is not None
+        else None
+    )
+    stored = {n: records[n]["object_key"] for n in away if records[n]["object_key"]}
+    if stored and purged is None:  # from another host: from the store, through its cache
+        found |= {name: replace(found[name], object_key=key) for name, key in stored.items()}
+        away = [name for name in away if name not in stored]
+    if away:  # from another host, or purged: the bytes kept in the database, if they were
+        kept = await outputs_repo.kept(conn, upstream, away)
+        for name in away:
+            why = purged or records[name]["not_kept"]
+            found[name] = replace(found[name], content=kept.get(name), not_kept=why)
+    local = {name: str(workdir / name) for name in found}
+    return {**value, "outputs": local}, found

@@ -1,6 +1,6 @@
 """The stage machine: one task driven through its stages on this host, fenced by its claim.
 
-Once a task is taken (`claims.py`: a `tenure.Tenure`), `drive()` runs recovery/restart hooks
+Once a task is taken (a `tenure.Tenure`), `drive()` runs recovery/restart hooks
 and setup → cluster → post-processing as far as the task can go without waiting: the task
 type's hooks, and what their results mean. Every move is the tenure's, a compare-and-set
 guarded by the claim: if anyone else moved the task (cancelled, declared lost), the step fails
@@ -21,7 +21,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 from redis.asyncio import Redis
 
-from services.worker.claims import Taker
+from services.worker.claims import Ack, Taker
 from services.worker.host_store import HostStore
 from services.worker.launch import Launcher, LocalConfined, LocalUnconfined
 from services.worker.ledger import Ledger
@@ -199,15 +199,18 @@ class StageRunner:
             " system's cancel or walltime): the host's loss, not the program's",
         )
 
-    async def take(self, message: RunStage) -> Tenure | None:
-        """Make the message's claim this worker's; None when the message is stale (a no-op).
+    async def take(self, message: RunStage, ack: Ack | None = None) -> Tenure | None:
+        """Make the message's claim this worker's (`Tenure.taking`); None when the message
+        is stale (a no-op; `ack`ed).
 
         A setup whose hooks run on the loop, with its request free, is not written here: its
         take rides on the `on_cpu` move (`Tenure.on_cpu`), one commit for `new -> setting_up ->
-        queued -> on_cpu`; any other path makes it durable first (`Tenure.durable`). A new task
+        queued -> on_cpu`; any other path writes it first (`Tenure.durable`). A new task
         whose request this host can never hold is not taken: its claim goes back
         (`_never_here`)."""
-        return await self.taker.take(message, fold=self._foldable, refuse=self._never_here)
+        return await Tenure.taking(
+            self.taker, message, ack, fold=self._foldable, refuse=self._never_here
+        )
 
     def _foldable(self, task: tasks_repo.Task, job: jobs_repo.Job) -> bool:
         """Whether a setup of `task` may fold its take into the `on_cpu` move: nothing it does

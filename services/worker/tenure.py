@@ -1,31 +1,33 @@
 """A task this worker holds, from its take to its finish, and every move it makes under its
-claim (the held task's one owner in the worker).
+claim, the take first (the held task's one owner in the worker).
 
-A `Tenure` is made by the take (`claims.Taker`); the stage machine (`stages.py`, `runs.py`)
-asks it for each step: `advance` (a successful move in one statement, committed with the
-moves of other tasks that overlap it), `finish` (the attempt closed and the task moved, in one
-transaction; a late report kept on its attempt), `on_cpu`, `queue`, `release`, `fail`,
-`abandon`. Every one is a compare-and-set fenced by the claim: if anyone else moved the task
-(cancelled, declared lost), it fails with `StaleState` (or changes nothing), and the worker
-lets go.
+A `Tenure` is made for a work message (`taking`), which writes its take (`take`: the writes
+are `claims.Taker`'s) or, for a setup folded into the `on_cpu` move, leaves it promised
+(`claims.Hold`): written with that move, or first on any other path (`durable`). It acks its
+message once the take is written, or found stale. The stage machine (`stages.py`, `runs.py`)
+then asks it for each step: `advance` (a successful move in one statement, committed with
+the moves of other tasks that overlap it), `finish` (the attempt closed and the task moved,
+in one transaction; a late report kept on its attempt), `on_cpu`, `queue`, `release`,
+`fail`, `abandon`. Every one is a compare-and-set fenced by the claim: if anyone else moved
+the task (cancelled, declared lost), it fails with `StaleState` (or changes nothing), and the
+worker lets go.
 """
-
-from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
-from typing import Any, Final, Protocol
+from typing import Any, Final
 from uuid import UUID
 
+from services.worker.claims import PROMISES, Ack, Hold, Taker, check_hold
+from services.worker.stage_in import promised_input, resolve_input
 from shared.domain.errors import UNAVAILABLE, StaleState
-from shared.domain.messages import Severity
+from shared.domain.messages import RunStage, Severity
 from shared.domain.outcomes import Outcome, worker_failed
 from shared.domain.outputs import UpstreamOutput
-from shared.domain.states import QUIET, Stage, TaskState, failure_state_for
+from shared.domain.states import QUIET, JobState, Stage, TaskState, failure_state_for
 from shared.domain.status_report import StatusReport
 from shared.operations import loss
 from shared.store import (
@@ -36,8 +38,7 @@ from shared.store import (
     quota_repo,
     tasks_repo,
 )
-from shared.store.db import Connection, Pool
-from shared.store.transition_writer import TransitionWriter
+from shared.store.db import Connection
 from shared.task_types.base import OutputRecord
 
 S = TaskState
@@ -47,86 +48,24 @@ _FAIL_TRIES: Final = 30
 _FAIL_PAUSE_S: Final = 1.0
 
 
-class Hold(StrEnum):
-    """Where a held task stands in this worker beside its state in PostgreSQL: what the
-    task's next move carries along (`Tenure.carried`, an attempt's number)."""
-
-    #: Taken in this worker only (a folded take): the task is still `new` in PostgreSQL,
-    #: this worker's by the work message it has not acked; its take, when written, opens the
-    #: setup attempt numbered `carried`.
-    PROMISED = "promised"
-    #: Promised and set up: its next move is `new -> setting_up -> queued -> on_cpu` in one
-    #: statement, opening and closing setup attempt `carried`.
-    PROMISED_SET_UP = "promised_set_up"
-    #: Durably taken; the last move opened attempt `carried` for the stage that follows,
-    #: which has not taken it yet.
-    OPENED = "opened"
-    #: Durably taken and set up: setup attempt `carried` stays open until the task is
-    #: recorded `queued` (or goes through `queued` to `on_cpu` in one move).
-    SET_UP = "set_up"
-    #: Durably taken, nothing carried: a stage runs, or the task rests.
-    HELD = "held"
-
-
-#: The stage a hold may go to from each (`check_hold`).
-HOLD_MOVES: Final[Mapping[Hold, frozenset[Hold]]] = {
-    Hold.PROMISED: frozenset({Hold.PROMISED_SET_UP, Hold.OPENED}),  # set up, or take written
-    Hold.PROMISED_SET_UP: frozenset({Hold.SET_UP, Hold.OPENED}),  # take written; on_cpu move
-    Hold.OPENED: frozenset({Hold.HELD, Hold.OPENED}),  # its stage took it; a move
-    Hold.SET_UP: frozenset({Hold.HELD, Hold.OPENED}),  # queued; the move to on_cpu
-    Hold.HELD: frozenset({Hold.HELD, Hold.OPENED, Hold.SET_UP}),  # a move; set up
-}
-#: The holds of a take not written yet.
-PROMISES: Final = frozenset({Hold.PROMISED, Hold.PROMISED_SET_UP})
-
-
-def check_hold(src: Hold, dst: Hold) -> None:
-    """Raise `ValueError` unless a held task may go from `src` to `dst` (`HOLD_MOVES`)."""
-    if dst not in HOLD_MOVES[src]:
-        raise ValueError(f"a held task cannot go from {src} to {dst}")
-
-
-class TakingWorker(Protocol):
-    """What a held task needs of the worker that took it (`claims.Taker` is the one): its
-    pool, its move writer, its ids, and the take's own moves."""
-
-    @property
-    def pool(self) -> Pool: ...
-
-    @property
-    def writer(self) -> TransitionWriter: ...
-
-    @property
-    def instance(self) -> str: ...
-
-    @property
-    def host_id(self) -> str: ...
-
-    async def take_now(self, held: Tenure) -> None: ...
-
-    def take_changes(self, task: tasks_repo.Task) -> dict[str, Any]: ...
-
-    async def lose(self, task_id: str, claim: UUID, why: str) -> bool: ...
-
-
 @dataclass
 class Tenure:
     """A task this worker holds: the row as it was taken, its job, and the claim."""
 
-    #: Who took it (this worker instance on this host): its pool, writer and ids.
-    taker: TakingWorker
+    #: Who holds it (this worker instance on this host): its pool, writer and ids.
+    taker: Taker
     task: tasks_repo.Task
     job: jobs_repo.Job
     claim: UUID
     state: TaskState
     input: Any = None  # the task's input, a chained one resolved to its upstream outputs
     #: Where it stands in this worker (`Hold`), and the attempt that carries along.
-    hold: Hold = Hold.HELD
+    hold: Hold = Hold.PROMISED
     carried: int | None = None
     #: How many times the input's cluster stage started before this take (its lineage too).
     cluster_starts: int = 0
-    #: Called once the take is durable (the consumer acks the message then).
-    on_taken: Callable[[], Awaitable[None]] | None = None
+    #: Acks the work message it came by (once): when its take is written, or found stale.
+    ack: Ack | None = None
     #: A chained task's upstream outputs, by name (what setup places in its work dir).
     upstream: dict[str, UpstreamOutput] = field(default_factory=dict)
 
@@ -136,7 +75,7 @@ class Tenure:
 
     @property
     def promised(self) -> bool:
-        """Whether its take is not written yet (folded into the `on_cpu` move)."""
+        """Whether its take is not written yet."""
         return self.hold in PROMISES
 
     @property
@@ -163,18 +102,103 @@ class Tenure:
         """Its setup succeeded under `attempt`, which stays open until it is `queued`."""
         self._to(Hold.PROMISED_SET_UP if self.hold is Hold.PROMISED else Hold.SET_UP, attempt)
 
-    async def took(self, task: tasks_repo.Task) -> None:
-        """Its take is written (`task` as it is now): acked then."""
-        self.task = task
-        self._to(Hold.OPENED if self.hold is Hold.PROMISED else Hold.SET_UP, self.carried)
-        if self.on_taken is not None:
-            await self.on_taken()
+    async def _acked(self) -> None:
+        if self.ack is not None:
+            await self.ack()
+
+    # -- the take ----------------------------------------------------------------------------
+
+    @classmethod
+    async def taking(
+        cls,
+        taker: Taker,
+        message: RunStage,
+        ack: Ack | None = None,
+        fold: Callable[[tasks_repo.Task, jobs_repo.Job], bool] | None = None,
+        refuse: Callable[[tasks_repo.Task, jobs_repo.Job], str | None] | None = None,
+    ) -> "Tenure | None":
+        """The message's task taken (`take`); None, its message acked, when it is stale.
+
+        With `fold` saying yes for a new task of an active job, its take is not written here:
+        it is held promised, and its take rides on the move that makes it `on_cpu` (or, on
+        any other path, is written first: `durable`). With `refuse` saying why for a new task
+        (this host can never run it), its claim is given back untaken, for the scheduler to
+        place it again, and None returned."""
+        found = await taker.read(message)
+        if (
+            found is None
+            or found[0].claim != message.claim
+            or await taker.refused(found[0], found[1], message, refuse)
+        ):
+            if ack is not None:
+                await ack()
+            return None
+        task, job, cluster_starts = found
+        folded = (
+            fold is not None
+            and message.stage is Stage.SETUP
+            and job.state is JobState.ACTIVE
+            and task.state is S.NEW
+            and not promised_input(task.input)
+            and fold(task, job)
+        )
+        # a folded take's setup attempt is numbered now: only this claim moves the counter
+        carried = task.attempt + 1 if folded else None
+        state = S.SETTING_UP if folded else task.state
+        held = cls(taker, task, job, message.claim, state, task.input, Hold.PROMISED, carried)
+        held.cluster_starts, held.ack = cluster_starts, ack
+        if not folded and not await held.take(message.stage):
+            return None
+        await held._resolve()
+        return held
+
+    @classmethod
+    async def resuming(
+        cls, taker: Taker, task_id: str, job_id: str, claim: UUID
+    ) -> "Tenure | None":
+        """Hold again, to drive it, a task this worker instance holds under `claim` but drives
+        no more, as it rests (`Taker.resting`); None when it is not so held any more, or not
+        safe to drive again. Safe only for a caller that no other handling of this claim can
+        run beside (the consumer's reconcile, the claim in hand: `Taker.hand`)."""
+        resting = await taker.resting(task_id, job_id, claim)
+        if resting is None:
+            return None
+        task, carried = resting.task, resting.carried
+        hold = Hold.HELD if carried is None else Hold.OPENED
+        held = cls(taker, task, resting.job, claim, task.state, task.input, hold, carried)
+        held.cluster_starts = resting.cluster_starts
+        await held._resolve()
+        return held
+
+    async def _resolve(self) -> None:
+        """A chained input resolved to its upstream outputs (`stage_in.resolve_input`)."""
+        if promised_input(self.task.input):
+            workdir = self.taker.workdir(self.task.job_id, self.task.id)
+            async with self.taker.pool.acquire() as conn:
+                self.input, self.upstream = await resolve_input(
+                    conn, self.task.input, self.job.owner_id, workdir
+                )
+
+    async def take(self, stage: Stage) -> bool:
+        """Write its take, its claim made this worker's for `stage` (`Taker.write_take`);
+        False, its message acked as stale, when the claim is not the task's any more."""
+        taken = await self.taker.write_take(self.task, self.job, self.claim, stage)
+        if taken is None:
+            await self._acked()
+            return False
+        self.task, self.job, self.state = taken.task, taken.job, taken.state
+        if self.hold is Hold.PROMISED_SET_UP:
+            self._to(Hold.SET_UP, self.carried)
+        else:
+            self._to(Hold.HELD if taken.opened is None else Hold.OPENED, taken.opened)
+        await self._acked()
+        return True
 
     async def durable(self) -> None:
-        """Make a folded take durable before any other write of the task (StaleState if it
-        is not ours any more: `Taker.take_now`)."""
-        if self.promised:
-            await self.taker.take_now(self)
+        """Write a promised take before any other write of the task (StaleState if it is not
+        ours any more)."""
+        if self.promised and not await self.take(Stage.SETUP):
+            raise StaleState(f"task {self.task.id} is not ours to set up any more")
 
     # -- moves -------------------------------------------------------------------------------
 
@@ -275,8 +299,8 @@ class Tenure:
                     Stage.SETUP.value, taker.host_id, taker.instance, done=True, outcome=S.QUEUED
                 ),
             )
-            if moved is not None and self.on_taken is not None:
-                await self.on_taken()
+            if moved is not None:
+                await self._acked()
             return moved
         set_up = self.carried if self.hold is Hold.SET_UP else None
         return await self.advance(

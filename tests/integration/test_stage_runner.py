@@ -19,6 +19,7 @@ import pytest
 from redis.asyncio import Redis
 
 from services.worker import launch, runs
+from services.worker.claims import Ack
 from services.worker.launch import Command, Launch
 from services.worker.settings import WorkerSettings
 from services.worker.stages import StageRunner
@@ -402,10 +403,13 @@ async def test_a_types_inline_hooks_run_on_the_event_loop_and_the_others_in_a_th
 # -- a setup's take folded into the on_cpu move -------------------------------------------------
 
 
-async def _folded(runner: StageRunner, pool: db.Pool, command: str) -> tuple[RunStage, Tenure]:
-    """Given-step: a task of `command` claimed, and taken by `runner` with its take folded."""
+async def _folded(
+    runner: StageRunner, pool: db.Pool, command: str, ack: Ack | None = None
+) -> tuple[RunStage, Tenure]:
+    """Given-step: a task of `command` claimed, and taken by `runner` with its take folded
+    (`ack` acks its message)."""
     message = await _claimed(pool, command)
-    held = await runner.take(message)
+    held = await runner.take(message, ack)
     assert held is not None and held.promised
     return message, held
 
@@ -414,14 +418,15 @@ async def test_a_folded_take_writes_nothing_until_one_move_makes_the_task_on_cpu
     runner: StageRunner, pool: db.Pool
 ) -> None:
     states_when_acked: list[str] = []
-
-    message, held = await _folded(runner, pool, "true")
-    assert (await _task(pool, message.task_id))["state"] == "new"  # nothing written yet
+    task_id = ""
 
     async def acked() -> None:
-        states_when_acked.append((await _task(pool, message.task_id))["state"])
+        states_when_acked.append((await _task(pool, task_id))["state"])
 
-    held.on_taken = acked
+    message, held = await _folded(runner, pool, "true", acked)
+    task_id = message.task_id
+    assert (await _task(pool, message.task_id))["state"] == "new"  # nothing written yet
+
     await runner.drive(held)
 
     assert states_when_acked == ["on_cpu"]  # once, when the move that took it committed
@@ -449,13 +454,12 @@ async def test_a_folded_take_of_a_task_taken_away_meanwhile_never_runs_its_comma
     runner: StageRunner, pool: db.Pool, tmp_path: Path
 ) -> None:
     ran = tmp_path / "ran"
-    message, held = await _folded(runner, pool, f'touch "{ran}"')
     acks = []
 
     async def acked() -> None:
         acks.append(True)
 
-    held.on_taken = acked
+    message, held = await _folded(runner, pool, f'touch "{ran}"', acked)
     # cancelled between the take and its move
     await pool.execute(
         "UPDATE tasks SET state = 'terminated', failure_class = 'cancelled', claim = NULL"
@@ -465,7 +469,7 @@ async def test_a_folded_take_of_a_task_taken_away_meanwhile_never_runs_its_comma
 
     await runner.drive(held)
 
-    assert not ran.exists() and acks == []
+    assert not ran.exists() and acks == [True]  # its message acked as stale, once
     assert (await _task(pool, message.task_id))["state"] == "terminated"
     assert await _attempts(pool, message.task_id) == []
 

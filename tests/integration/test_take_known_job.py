@@ -1,6 +1,6 @@
 """A take of a task of a job the worker knows reads nothing: the planning round's
 work message carries the task as its claim left it and its job's row version, and a worker
-that read the job at that version takes the task from the message (`Taker.take`,
+that read the job at that version takes the task from the message (`Tenure.taking`,
 `services/worker/job_cache.py`)."""
 
 import uuid
@@ -10,6 +10,7 @@ import pytest
 
 from services.worker.claims import Taker
 from services.worker.job_cache import JobCache
+from services.worker.tenure import Tenure
 from shared.domain.messages import RunStage
 from shared.domain.states import TaskState
 from shared.store import db, jobs_repo, plan_repo, tasks_repo, users_repo
@@ -80,7 +81,7 @@ async def test_the_message_of_a_jobs_first_input_carries_the_job_and_is_taken_un
 
     # and a worker that never read the job takes the task from the message alone
     taker = Taker(pool, "w-first", "h-first", tmp_path, TransitionWriter(pool))
-    held = await taker.take(message)
+    held = await Tenure.taking(taker, message)
     assert held is not None and held.state is TaskState.SETTING_UP and held.job == read
     assert taker.jobs.hits == 1
 
@@ -94,11 +95,11 @@ async def test_a_take_of_a_known_jobs_task_reads_nothing_and_a_changed_job_is_re
     first, second, third = await _claim(pool, job.id, 3)
     assert first.job is not None and second.job is None
     taker = Taker(pool, "w-known", "h-known", tmp_path, TransitionWriter(pool))
-    assert await taker.take(first) is not None
+    assert await Tenure.taking(taker, first) is not None
     assert taker.jobs.hits == 1
 
     # when it takes the second (claimed with the job as it read it)
-    held = await taker.take(second)
+    held = await Tenure.taking(taker, second)
 
     # then it read nothing: the task is as claimed, the job as the first message had it
     assert taker.jobs.hits == 2
@@ -113,8 +114,8 @@ async def test_a_take_of_a_known_jobs_task_reads_nothing_and_a_changed_job_is_re
 
     # then the take of the fourth reads the job again, and so does that of the third
     # (claimed before that job's row changed: older than what the worker knows)
-    assert await taker.take(fourth) is not None
-    assert (await taker.take(third)) is not None
+    assert await Tenure.taking(taker, fourth) is not None
+    assert (await Tenure.taking(taker, third)) is not None
     assert taker.jobs.hits == 2
 
 
@@ -125,12 +126,12 @@ async def test_a_task_past_its_first_attempt_is_read_for_its_cluster_starts(
     job = await _job(pool, 2)
     first, second = await _claim(pool, job.id, 2)
     taker = Taker(pool, "w-known", "h-known", tmp_path, TransitionWriter(pool))
-    assert await taker.take(first) is not None
+    assert await Tenure.taking(taker, first) is not None
     assert second.claimed is not None
     ran = second.model_copy(update={"claimed": second.claimed | {"attempt": 1}})
 
     # when it takes it, then it reads it (its cluster starts count over its attempts)
-    assert await taker.take(ran) is not None
+    assert await Tenure.taking(taker, ran) is not None
     assert taker.jobs.hits == 1  # the first's, whose message carried the job
 
 
@@ -145,7 +146,7 @@ async def test_a_message_whose_rows_cannot_be_read_back_is_taken_through_the_rea
     taker = Taker(pool, "w-broken", "h-broken", tmp_path, TransitionWriter(pool))
 
     # when a worker takes it, then it reads the task and takes it as ever
-    held = await taker.take(message.model_copy(update={"claimed": broken}))
+    held = await Tenure.taking(taker, message.model_copy(update={"claimed": broken}))
     assert held is not None and held.state is TaskState.SETTING_UP
     assert held.task.created_at is not None and taker.jobs.hits == 0
 

@@ -13,6 +13,7 @@ import asyncpg
 import pytest
 
 from services.worker.claims import Taker
+from services.worker.tenure import Tenure
 from shared.domain import errors
 from shared.domain.messages import RunStage
 from shared.domain.states import Stage, TaskState
@@ -280,7 +281,7 @@ async def test_more_takes_at_once_than_the_pool_has_connections_all_go_through(
         ]
 
         async with asyncio.timeout(30):
-            held = await asyncio.gather(*(taker.take(m) for m in messages))
+            held = await asyncio.gather(*(Tenure.taking(taker, m) for m in messages))
 
         assert [h.state if h else None for h in held] == [S.SETTING_UP] * 6
 

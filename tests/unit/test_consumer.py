@@ -3,9 +3,11 @@ ack was lost with a channel) never starts a second run of its task."""
 
 import asyncio
 import uuid
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
+from services.worker.claims import Ack, Taker
 from services.worker.consumer import Consumer, intake_bound
 from services.worker.ledger import Ledger
 from shared.domain.messages import RunStage, encode
@@ -33,10 +35,12 @@ class _Runner:
         self.takes: asyncio.Queue[str] = asyncio.Queue()
         self.go = asyncio.Event()
         self.ledger = Ledger(HostCapacity.of(1, 1024))
+        self.taker = Taker(cast(Any, None), "w-1", "h-1", Path("/nonexistent"), cast(Any, None))
 
-    async def take(self, message: RunStage) -> object:
+    async def take(self, message: RunStage, ack: Ack) -> object:
         self.takes.put_nowait(message.task_id)
-        return SimpleNamespace(promised=False)  # durably taken: acked at once
+        await ack()  # durably taken: acked at once
+        return SimpleNamespace()
 
     async def drive(self, held: object, intake: Any) -> None:
         await self.go.wait()
@@ -78,14 +82,14 @@ class _FoldingRunner(_Runner):
         super().__init__()
         self.durable = durable
 
-    async def take(self, message: RunStage) -> object:
+    async def take(self, message: RunStage, ack: Ack) -> object:
         self.takes.put_nowait(message.task_id)
-        return SimpleNamespace(promised=True, on_taken=None)
+        return SimpleNamespace(ack=ack)
 
     async def drive(self, held: Any, intake: Any) -> None:
         await self.go.wait()
         if self.durable:
-            await held.on_taken()
+            await held.ack()
 
 
 async def test_a_folded_take_is_acked_only_once_it_is_durable() -> None:

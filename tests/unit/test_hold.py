@@ -1,9 +1,11 @@
-"""The stages of a task held by a worker (`services.worker.tenure.Hold`): a take written
+"""The stages of a task held by a worker (`services.worker.claims.Hold`): a take written
 only with the `on_cpu` move, then set up, queued, run; each move one the table allows."""
+
+import itertools
 
 import pytest
 
-from services.worker.tenure import HOLD_MOVES, PROMISES, Hold, check_hold
+from services.worker.claims import HOLD_MOVES, PROMISES, Hold, check_hold
 
 
 def test_a_promised_take_is_written_before_anything_else_is() -> None:
@@ -12,8 +14,9 @@ def test_a_promised_take_is_written_before_anything_else_is() -> None:
         (Hold.PROMISED, Hold.PROMISED_SET_UP, Hold.OPENED, Hold.HELD),
         (Hold.PROMISED, Hold.PROMISED_SET_UP, Hold.SET_UP, Hold.HELD, Hold.OPENED),
         (Hold.PROMISED, Hold.OPENED, Hold.HELD),
+        (Hold.PROMISED, Hold.HELD),  # a hook's take, or one that adopts a resting task
     ):
-        for src, dst in zip(path, path[1:], strict=False):
+        for src, dst in itertools.pairwise(path):
             check_hold(src, dst)
 
 

@@ -183,3 +183,68 @@ def test_the_check_finds_each_kind_of_import(tmp_path: Path) -> None:
         "m.py imports services.api",
         "m.py imports shared.store.db",
     ]
+
+
+def _imports(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """Each module under `root`'s `packages` (dotted) -> the modules of those packages it
+    imports, anywhere in it (a function's import, or one for type checking only, too)."""
+    graph: dict[str, set[str]] = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            module = ".".join(path.relative_to(root).with_suffix("").parts)
+            graph[module] = set()
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                else:
+                    continue
+                graph[module] |= {n for n in names if n.split(".")[0] in packages}
+    return {m: {n for n in found if n in graph and n != m} for m, found in graph.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The modules of `graph` that import each other in a loop, each loop's modules sorted
+    (Tarjan's strongly connected components of more than one module)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in sorted(graph[module]):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            loop = []
+            while (member := stack.pop()) != module:
+                loop.append(member)
+            if loop:
+                found.append(sorted([*loop, module]))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(found)
+
+
+def test_no_modules_of_the_services_or_shared_import_each_other_in_a_loop() -> None:
+    assert _cycles(_imports(ROOT, ("services", "shared"))) == []
+
+
+def test_the_cycle_check_finds_a_loop(tmp_path: Path) -> None:
+    (tmp_path / "services").mkdir()
+    (tmp_path / "services" / "a.py").write_text("from services.b import B\n")
+    (tmp_path / "services" / "b.py").write_text(
+        "def f():\n    from services import c\nimport services.a\n"
+    )
+    (tmp_path / "services" / "c.py").write_text("import services.d\n")
+    (tmp_path / "services" / "d.py").write_text("X = 1\n")
+
+    assert _cycles(_imports(tmp_path, ("services",))) == [["services.a", "services.b"]]
