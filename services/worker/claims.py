@@ -3,9 +3,18 @@ move writer and work root), which work deliveries it has in hand, what a work me
 names (its task and job, read or known), and where a held task stands beside its state in
 PostgreSQL (`Hold`, with the moves between stands and from where a task held but driven by none
 may be driven again). A held task's moves, its take first, are its `tenure.Tenure`'s.
+
+The jobs a worker has read are kept by their row version (`JobCache`). A work message from
+the planning round carries its task's row as the claim left it and its job's row version then
+(`jobs.xmin`, which every update of the row changes: a state, an edit, a probe). A worker that
+read that job at that version already has what a take would read:
+its take (`Taker.read`) then reads nothing, and a big job's tasks cost PostgreSQL one
+statement fewer each. A job at another version (changed since, or a message older than what
+was read) is read again, as is a job the cache no longer holds.
 """
 
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -13,7 +22,6 @@ from pathlib import Path
 from typing import Any, Final
 from uuid import UUID
 
-from services.worker.job_cache import JobCache
 from shared.domain.errors import StaleState
 from shared.domain.messages import RunStage
 from shared.domain.states import ACTIONS, QUIET, JobState, Stage, TaskState
@@ -123,6 +131,38 @@ def resumed_attempt(
     if stage is not None and opened == [(latest, stage)]:
         return True, latest
     return False, None
+
+
+#: Jobs kept at most (the least recently used go first): a host runs the tasks of a few
+#: jobs at a time.
+MOST_JOBS: Final = 256
+
+
+class JobCache:
+    """Jobs by id, each at the row version it was read at: a take of a task of a known job
+    reads nothing (the module doc)."""
+
+    def __init__(self, most: int = MOST_JOBS) -> None:
+        self._most = most
+        self._jobs: OrderedDict[str, tuple[int, jobs_repo.Job]] = OrderedDict()
+        #: Jobs found at their version, for benchmarks and tests.
+        self.hits = 0
+
+    def get(self, job_id: str, version: int) -> jobs_repo.Job | None:
+        """The job as read at `version`, or None (not read, or read at another version)."""
+        kept = self._jobs.get(job_id)
+        if kept is None or kept[0] != version:
+            return None
+        self._jobs.move_to_end(job_id)
+        self.hits += 1
+        return kept[1]
+
+    def keep(self, job: jobs_repo.Job, version: int) -> None:
+        """Remember `job` as read at `version`."""
+        self._jobs[job.id] = (version, job)
+        self._jobs.move_to_end(job.id)
+        while len(self._jobs) > self._most:
+            self._jobs.popitem(last=False)
 
 
 @dataclass(frozen=True)
@@ -274,14 +314,12 @@ class Taker:
         as the pool has connections would otherwise wait for each other for ever."""
         if stage is Stage.SETUP and job.state is not JobState.SUSPENDED:
             taken = await self.writer.advance(
-                tasks_repo.Advance(
-                    task,
-                    claim,
+                tasks_repo.Steps(
                     (S.NEW, S.SETTING_UP),
                     changes=self.take_changes(task),
                     open_=tasks_repo.OpenAttempt(Stage.SETUP.value, self.host_id, self.instance),
                     unless_suspended=True,
-                )
+                ).of(task, claim)
             )
             if taken is not None:
                 return Taken(taken, job, S.SETTING_UP, taken.attempt)

@@ -356,24 +356,28 @@ class StageRunner:
         if outcome.failure_class is FailureClass.SIGNAL:  # rare: no await on the common path
             outcome = await self._judged(outcome, ran.returncode)
         if outcome.state is S.DATA_READY:
+            close = tasks_repo.CloseAttempt(attempt, _dump(status), outcome.exit_code)
             if self._results_are_saved(held, attempt, ran.returncode, status):
                 moved = await held.advance(  # post-processing has nothing to do
-                    (S.ON_CPU, S.DATA_READY, S.POST_PROCESSING, S.COMPLETED),
-                    outcome,
-                    changes={"claim": None, "worker": None},
-                    close=tasks_repo.CloseAttempt(attempt, _dump(status), outcome.exit_code),
-                    open_=Stage.POST_PROCESSING,
-                    open_done=True,
-                    unless_waits="post_processing",
+                    tasks_repo.Steps(
+                        (S.ON_CPU, S.DATA_READY, S.POST_PROCESSING, S.COMPLETED),
+                        changes=outcome.changes() | {"claim": None, "worker": None},
+                        close=close,
+                        # ended with the move, with the status file closing the last
+                        open_=held.opening(Stage.POST_PROCESSING, done=True, status=close.status),
+                        unless_waits="post_processing",
+                    )
                 )
                 if moved is not None:
                     return False
             moved = await held.advance(
-                (S.ON_CPU, S.DATA_READY, S.POST_PROCESSING),
-                outcome,
-                close=tasks_repo.CloseAttempt(attempt, _dump(status), outcome.exit_code),
-                open_=Stage.POST_PROCESSING,
-                unless_waits="post_processing",
+                tasks_repo.Steps(
+                    (S.ON_CPU, S.DATA_READY, S.POST_PROCESSING),
+                    changes=outcome.changes(),
+                    close=close,
+                    open_=held.opening(Stage.POST_PROCESSING),
+                    unless_waits="post_processing",
+                )
             )
             if moved is not None:
                 return True
@@ -448,10 +452,11 @@ class StageRunner:
         outcome = failure or Outcome(S.COMPLETED)
         if failure is None:
             moved = await held.advance(
-                (S.POST_PROCESSING, S.COMPLETED),
-                outcome,
-                changes={"claim": None, "worker": None},
-                close=tasks_repo.CloseAttempt(attempt, _dump(ctx.status)),
+                tasks_repo.Steps(
+                    (S.POST_PROCESSING, S.COMPLETED),
+                    changes=outcome.changes() | {"claim": None, "worker": None},
+                    close=tasks_repo.CloseAttempt(attempt, _dump(ctx.status)),
+                )
             )
             if moved is not None:
                 return

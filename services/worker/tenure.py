@@ -202,60 +202,31 @@ class Tenure:
 
     # -- moves -------------------------------------------------------------------------------
 
-    async def advance(
-        self,
-        path: tuple[TaskState, ...],
-        outcome: Outcome | None,
-        *,
-        changes: dict[str, Any] | None = None,
-        close: tasks_repo.CloseAttempt | None = None,
-        open_: Stage | None = None,
-        pid: int | None = None,
-        open_done: bool = False,
-        unless_suspended: bool = False,
-        unless_waits: str | None = None,
-        first: tasks_repo.OpenAttempt | None = None,
-    ) -> tasks_repo.Task | None:
-        """A successful move in one statement (`tasks_repo.Advance`, committed with
-        the moves of other tasks that overlap it); the task as it is now, or None when it did
-        not match (the caller then takes its general path). A folded take is made durable
+    async def advance(self, move: tasks_repo.Steps) -> tasks_repo.Task | None:
+        """A successful move in one statement (`move` of this task under its claim, committed
+        with the moves of other tasks that overlap it); the task as it is now, or None when it
+        did not match (the caller then takes its general path). A promised take is written
         first, unless this move is the one it rides on (`first`)."""
-        if first is None:
+        if move.first is None:
             await self.durable()
-        taker = self.taker
-        opening = (
-            tasks_repo.OpenAttempt(
-                open_.value,
-                taker.host_id,
-                taker.instance,
-                pid,
-                done=open_done,  # ended with the move, with the status file closing the last
-                status=close.status if open_done and close is not None else None,
-            )
-            if open_ is not None
-            else None
-        )
-        sets = (outcome.changes() if outcome else {}) | (changes or {})
-        moved = await taker.writer.advance(
-            tasks_repo.Advance(
-                self.task,
-                self.claim,
-                path,
-                changes=sets,
-                close=close,
-                open_=opening,
-                unless_suspended=unless_suspended,
-                unless_waits=unless_waits,
-                first=first,
-            )
-        )
+        moved = await self.taker.writer.advance(move.of(self.task, self.claim))
         if moved is not None:
             self.task, self.state = moved, moved.state
-            if opening is not None and not opening.done:
+            if move.open_ is not None and not move.open_.done:
                 self._to(Hold.OPENED, moved.attempt)
             else:
                 self._to(Hold.HELD)
         return moved
+
+    def opening(
+        self, stage: Stage, pid: int | None = None, done: bool = False, status: Any = None
+    ) -> tasks_repo.OpenAttempt:
+        """The attempt of `stage` a move opens on this worker (`done`: ended by the move, its
+        status file `status`)."""
+        taker = self.taker
+        return tasks_repo.OpenAttempt(
+            stage.value, taker.host_id, taker.instance, pid, done=done, status=status
+        )
 
     async def on_cpu(
         self, attempt: int, pid: int, create_time: float, then: Callable[[], None]
@@ -289,28 +260,26 @@ class Tenure:
         running = {"pid": pid, "pid_create_time": create_time}
         if self.hold is Hold.PROMISED_SET_UP:  # the take, the setup attempt and on_cpu: one move
             moved = await self.advance(
-                (S.NEW, S.SETTING_UP, S.QUEUED, S.ON_CPU),
-                None,
-                changes=taker.take_changes(self.task) | running,
-                open_=Stage.CLUSTER,
-                pid=pid,
-                unless_suspended=True,
-                first=tasks_repo.OpenAttempt(
-                    Stage.SETUP.value, taker.host_id, taker.instance, done=True, outcome=S.QUEUED
-                ),
+                tasks_repo.Steps(
+                    (S.NEW, S.SETTING_UP, S.QUEUED, S.ON_CPU),
+                    changes=taker.take_changes(self.task) | running,
+                    open_=self.opening(Stage.CLUSTER, pid),
+                    unless_suspended=True,
+                    first=replace(self.opening(Stage.SETUP, done=True), outcome=S.QUEUED),
+                )
             )
             if moved is not None:
                 await self._acked()
             return moved
         set_up = self.carried if self.hold is Hold.SET_UP else None
         return await self.advance(
-            (S.SETTING_UP, S.QUEUED, S.ON_CPU) if set_up is not None else (S.QUEUED, S.ON_CPU),
-            None,
-            changes=running,
-            close=tasks_repo.CloseAttempt(set_up) if set_up is not None else None,
-            open_=Stage.CLUSTER,
-            pid=pid,
-            unless_suspended=True,
+            tasks_repo.Steps(
+                (S.SETTING_UP, S.QUEUED, S.ON_CPU) if set_up is not None else (S.QUEUED, S.ON_CPU),
+                changes=running,
+                close=tasks_repo.CloseAttempt(set_up) if set_up is not None else None,
+                open_=self.opening(Stage.CLUSTER, pid),
+                unless_suspended=True,
+            )
         )
 
     async def _suspended(self) -> bool:
@@ -324,8 +293,9 @@ class Tenure:
         if self.hold is not Hold.SET_UP or attempt is None:
             raise ValueError(f"task {self.task.id} is not set up to be queued ({self.hold})")
         done = Outcome(S.QUEUED)
+        close = tasks_repo.CloseAttempt(attempt)
         moved = await self.advance(
-            (S.SETTING_UP, S.QUEUED), done, close=tasks_repo.CloseAttempt(attempt)
+            tasks_repo.Steps((S.SETTING_UP, S.QUEUED), changes=done.changes(), close=close)
         )
         if moved is None:  # not ours any more: the general path says why (and records it)
             await self.finish(S.SETTING_UP, attempt, done, keep_claim=True)

@@ -10,7 +10,7 @@ the claim token; no row back means someone else moved the task first, and nothin
 import functools
 import itertools
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Final
 from uuid import UUID
@@ -315,21 +315,41 @@ def moved_task(record: Any) -> Task | None:
 
 
 @dataclass(frozen=True)
-class Advance:
-    """One of the worker's successful moves, each option by name, made in one statement
-    (one round trip, one commit when the caller is not in a transaction): move `task` held by
-    `claim` from `path[0]` through every state of `path` to the last, with one `task.<state>`
-    event per state passed, close the attempt `close` (its outcome: `path[1]`, where its
-    stage led) and open `open_`, numbered `task.attempt + 1`. `first` (`done`) is an attempt
-    opened and ended by the move before `open_`: a stage the worker did before its task was
-    durably its own (`services/worker/stages.py`, the folded take), numbered
-    `task.attempt + 1`, `open_` then `+ 2`.
+class Steps:
+    """One of the worker's successful moves, each option by name, as the worker asks for it
+    (`Steps.of` makes it for a task under a claim: an `Advance`): from `path[0]` through every
+    state of `path` to the last, with one `task.<state>` event per state passed, setting
+    `changes`, closing the attempt `close` (its outcome: `path[1]`, where its stage led) and
+    opening `open_`, numbered `task.attempt + 1`. `first` (`done`) is an attempt opened and
+    ended by the move before `open_`: a stage the worker did before its task was durably its
+    own (`services/worker/tenure.py`, the promised take), numbered `task.attempt + 1`, `open_`
+    then `+ 2`. Guarded, if asked, by the job not being suspended (`unless_suspended`) and no
+    prerequisite of stage `unless_waits` being unmet."""
+
+    path: Sequence[TaskState]
+    changes: dict[str, Any] | None = None
+    close: CloseAttempt | None = None
+    open_: OpenAttempt | None = None
+    unless_suspended: bool = False
+    unless_waits: str | None = None
+    first: OpenAttempt | None = None
+
+    def of(self, task: Task, claim: UUID) -> "Advance":
+        """This move of `task`, held by `claim`."""
+        return Advance(
+            **{f.name: getattr(self, f.name) for f in fields(Steps)}, task=task, claim=claim
+        )
+
+
+@dataclass(frozen=True)
+class Advance(Steps):
+    """The `Steps` of `task` held by `claim`, made in one statement (one round trip, one commit
+    when the caller is not in a transaction).
 
     The guard is the claim and the exact source state (a compare-and-set, like
-    `transition()`), plus, if asked, that the job is not suspended (`unless_suspended`) and that
-    no prerequisite of stage `unless_waits` is unmet. None when the guard does not match:
-    nothing is written, and the caller finds out why on its slower path. Locks the task row,
-    then the attempt rows (the order of every writer of both).
+    `transition()`), plus the move's own (`unless_suspended`, `unless_waits`). None when the
+    guard does not match: nothing is written, and the caller finds out why on its slower path.
+    Locks the task row, then the attempt rows (the order of every writer of both).
 
     The events are made by the statement from the row it moved (what the claim held, with
     the move's changes), one for each step of `path` (`left`, `entered`): written only if the
@@ -340,15 +360,8 @@ class Advance:
     `Connection.fetchmany` (`shared/store/transition_writer.py`).
     """
 
-    task: Task
-    claim: UUID
-    path: Sequence[TaskState]
-    changes: dict[str, Any] | None = None
-    close: CloseAttempt | None = None
-    open_: OpenAttempt | None = None
-    unless_suspended: bool = False
-    unless_waits: str | None = None
-    first: OpenAttempt | None = None
+    task: Task = field(kw_only=True)
+    claim: UUID = field(kw_only=True)
 
     def statement(self) -> tuple[str, list[Any]]:
         """(query, arguments): moves of the same shape share the query text."""
@@ -380,22 +393,8 @@ class Advance:
             }
         for i, opening in enumerate(opens):
             outcome = (opening.outcome or self.path[-1]).value
-            values |= {
-                f"open{i}.{name}": value
-                for name, value in zip(
-                    _OPEN_PARAMS,
-                    (
-                        opening.stage,
-                        opening.host,
-                        opening.worker,
-                        opening.pid,
-                        opening.done,
-                        opening.status,
-                        outcome,
-                    ),
-                    strict=True,
-                )
-            }
+            values |= {f"open{i}.{name}": getattr(opening, name) for name in _OPEN_PARAMS}
+            values[f"open{i}.outcome"] = outcome  # the state it ended in, if it did
         query, names = _advance_query(
             tuple(changes),
             self.unless_suspended,

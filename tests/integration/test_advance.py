@@ -25,7 +25,7 @@ async def _advance(
     **options: Any,
 ) -> tasks_repo.Task | None:
     """One move alone, as the writer makes a lone one (`Advance.apply`)."""
-    return await tasks_repo.Advance(task, claim, path, **options).apply(conn)
+    return await tasks_repo.Steps(path, **options).of(task, claim).apply(conn)
 
 
 S = TaskState

@@ -1,15 +1,14 @@
 """A take of a task of a job the worker knows reads nothing: the planning round's
 work message carries the task as its claim left it and its job's row version, and a worker
 that read the job at that version takes the task from the message (`Tenure.taking`,
-`services/worker/job_cache.py`)."""
+`services/worker/claims.py`)."""
 
 import uuid
 from pathlib import Path
 
 import pytest
 
-from services.worker.claims import Taker
-from services.worker.job_cache import JobCache
+from services.worker.claims import JobCache, Taker
 from services.worker.tenure import Tenure
 from shared.domain.messages import RunStage
 from shared.domain.states import TaskState

@@ -44,9 +44,8 @@ async def _held_tasks(pool: db.Pool, count: int) -> list[tasks_repo.Task]:
 
 def _finish(task: tasks_repo.Task, **changes: object) -> tasks_repo.Advance:
     assert task.claim is not None
-    return tasks_repo.Advance(
-        task, task.claim, (S.ON_CPU, S.DATA_READY), changes=dict(changes) or None
-    )
+    steps = tasks_repo.Steps((S.ON_CPU, S.DATA_READY), changes=dict(changes) or None)
+    return steps.of(task, task.claim)
 
 
 async def _states(pool: db.Pool, tasks: list[tasks_repo.Task]) -> list[TaskState]:
@@ -164,7 +163,7 @@ async def test_a_move_whose_guard_misses_gets_none_and_the_others_of_its_batch_g
 ) -> None:
     tasks = await _held_tasks(pool, 3)
     writer = TransitionWriter(pool)
-    stale = tasks_repo.Advance(tasks[1], uuid.uuid4(), (S.ON_CPU, S.DATA_READY))  # another claim's
+    stale = tasks_repo.Steps((S.ON_CPU, S.DATA_READY)).of(tasks[1], uuid.uuid4())  # another claim's
 
     moved = await asyncio.gather(
         writer.advance(_finish(tasks[0])), writer.advance(stale), writer.advance(_finish(tasks[2]))
@@ -292,8 +291,8 @@ async def test_after_quiet_moves_a_writer_nudges_the_relay_at_most_once_a_period
     tasks = await _held_tasks(pool, 3)
     writer = TransitionWriter(pool, nudge_every_s=600, nudge_delay_s=0.0)
     assert tasks[2].claim is not None
-    ended = tasks_repo.Advance(
-        tasks[2], tasks[2].claim, (S.ON_CPU, S.DATA_READY, S.POST_PROCESSING, S.COMPLETED)
+    ended = tasks_repo.Steps((S.ON_CPU, S.DATA_READY, S.POST_PROCESSING, S.COMPLETED)).of(
+        tasks[2], tasks[2].claim
     )
     async with _notifications(pool) as payloads:
         # when: two moves whose events notify nobody, then one that ends its task
