@@ -56,18 +56,24 @@ class SignerClient:
     topology: Topology
     answer_within_s: float = ANSWER_WITHIN_S
     _channel: AbstractChannel | None = None
+    #: The broker's channel underneath that the reply-to consumer is on (a robust channel
+    #: gets a new one after a reconnection, without that consumer: it is made again).
+    _consuming_on: object = None
     _waiting: dict[str, asyncio.Future[SignReply]] = field(default_factory=dict)
     _opening: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def _open(self) -> AbstractChannel:
-        """The channel, opened again if it closed (its reply-to consumer with it)."""
+        """The channel, opened again if it closed, with its reply-to consumer (made again on
+        the channel a reconnection gives it: the pseudo-queue is not one it restores)."""
         async with self._opening:
             if self._channel is None or self._channel.is_closed:
-                channel = await self.connection.channel(publisher_confirms=False)
-                await declare_signer_queue(channel, self.topology)
-                replies = await channel.get_queue(_REPLY_TO, ensure=False)
+                self._channel = await self.connection.channel(publisher_confirms=False)
+                await declare_signer_queue(self._channel, self.topology)
+            underlay = await self._channel.get_underlay_channel()
+            if underlay is not self._consuming_on:
+                replies = await self._channel.get_queue(_REPLY_TO, ensure=False)
                 await replies.consume(self._answered, no_ack=True)
-                self._channel = channel
+                self._consuming_on = underlay
             return self._channel
 
     async def _answered(self, incoming: AbstractIncomingMessage) -> None:
@@ -90,18 +96,19 @@ class SignerClient:
         waiting: asyncio.Future[SignReply] = asyncio.get_running_loop().create_future()
         self._waiting[correlation] = waiting
         try:
-            channel = await self._open()
-            await channel.default_exchange.publish(
-                aio_pika.Message(
-                    encode(request),
-                    content_type="application/json",
-                    correlation_id=correlation,
-                    reply_to=_REPLY_TO,
-                    expiration=REQUEST_TTL_S,
-                ),
-                routing_key=self.topology.signer_queue,
-            )
-            return await asyncio.wait_for(waiting, self.answer_within_s)
+            async with asyncio.timeout(self.answer_within_s):  # a reconnection's wait too
+                channel = await self._open()
+                await channel.default_exchange.publish(
+                    aio_pika.Message(
+                        encode(request),
+                        content_type="application/json",
+                        correlation_id=correlation,
+                        reply_to=_REPLY_TO,
+                        expiration=REQUEST_TTL_S,
+                    ),
+                    routing_key=self.topology.signer_queue,
+                )
+                return await waiting
         except TimeoutError:
             raise ObjectStoreError(
                 f"the store's signer did not answer within {self.answer_within_s:.0f} s"

@@ -11,7 +11,9 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
+import aio_pika
 import httpx
 import pytest
 from redis.asyncio import Redis
@@ -19,7 +21,7 @@ from redis.asyncio import Redis
 from bench.stage_out import InProcessSigning
 from services.scheduler.signer import Links
 from services.worker.stages import StageRunner
-from shared.domain.messages import RunStage, SignOp
+from shared.domain.messages import RunStage, SignOp, SignRequest
 from shared.domain.states import Stage
 from shared.messaging.amqp import open_broker
 from shared.messaging.signing import SignerClient, TaskSigning
@@ -205,3 +207,22 @@ async def test_a_link_signed_with_another_secret_is_refused_by_the_store(
         thief = SignedStore(s3.url, InProcessSigning(forged), http)
         with pytest.raises(ObjectStoreError, match="403"):
             await thief.head("outputs/j/t/1/x")
+
+
+async def test_a_hosts_asking_goes_on_after_the_broker_closed_its_channel(
+    pool: db.Pool, namespace: str, s3: StoreAt
+) -> None:
+    async with (
+        signer_of(s3, pool, namespace),
+        open_broker(AMQP_URL, Topology(namespace), name="test-signer-channel") as broker,
+    ):
+        client = SignerClient(broker.connection, broker.topology)
+        asked = SignRequest(host_id="h", task_id="t", claim=UUID(int=0), op="get", key="k")
+        assert (await client.ask(asked)).refused == "no task t"
+        channel = await client._open()
+        # when: the broker closes the channel (as for a protocol error)
+        with pytest.raises(aio_pika.exceptions.ChannelNotFoundEntity):
+            await channel.get_exchange(f"missing-{uuid.uuid4().hex}", ensure=True)
+
+        # then: the next request is answered on the channel made again
+        assert (await client.ask(asked)).refused == "no task t"
