@@ -73,6 +73,10 @@ def start_upload(sha256: str, size: int) -> Call:
     return Call("POST", "/uploads", json={"sha256": sha256, "size": size})
 
 
+def delete_upload(sha256: str) -> Call:
+    return Call("DELETE", f"/uploads/{quote(sha256, safe='')}")
+
+
 def job(job_id: str) -> Call:
     return Call("GET", f"/jobs/{check_id('job', job_id)}")
 

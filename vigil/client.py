@@ -126,6 +126,11 @@ class Client:
                 )
         return {"url": answer["url"], "sha256": sha256}
 
+    def delete_upload(self, sha256: str) -> None:
+        """Delete the file of `sha256` this user uploaded (`upload`) from the store: its bytes
+        no longer count against their quota. `NotFound` when they uploaded none."""
+        self._send(calls.delete_upload(sha256))
+
     def job(self, job_id: str) -> Job:
         """The job with its task `counts` per state."""
         return cast(Job, self._send(calls.job(job_id)))

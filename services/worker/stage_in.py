@@ -8,12 +8,14 @@ database: `bundle_contents`, placed by `shared/host/bundle.py`.)
 An object whose bytes are not the ones named (fetched twice: a transfer can be garbled) fails
 the task's setup with a brief naming the object, its URL and both hashes, class `checksum`
 (the store holds other bytes under that name: a retry would fetch the same ones); an object
-not in the store fails it too, class `hook` (the job named what is not there). A store that cannot be
-reached or refuses is tried again with a growing pause for at most `VIGIL_STORE_PATIENCE_S`
-(`store_patience.py`, as stage-out does; the task stays `setting_up`, holding no capacity),
-then fails the task as the platform's (class `platform`: retried), naming the object, the
-store, how long it waited and the store's last error. Any other error (the host's disk) is the
-worker's, as for any setup.
+not in the store fails it too, class `hook` (the job named what is not there).
+
+A store that cannot be reached or refuses is tried again with a growing pause for at most
+`VIGIL_STORE_PATIENCE_S` (`store_patience.py`, as stage-out does; the task stays
+`setting_up`, holding no capacity), then fails the task as the platform's (class `platform`:
+retried), naming the object, the store, how long it waited and the store's last error. Any
+other error (the host's disk) is the worker's, as for any setup.
+
 Nothing is left half-placed that a later setup could take for whole: an entry of the cache is
 whole or absent, and each placement replaces what had its name.
 

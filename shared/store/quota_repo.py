@@ -8,7 +8,7 @@ user's outputs.
 - an upload handed out (`POST /uploads`) adds its size once per (user, sha256)
   (`record_upload`), corrected to the size the store holds when the api sees it there;
 - a purge gives back the bytes of its job's outputs (`give_back_job`, in the transaction that
-  marks the job purged).
+  marks the job purged); a user's deleting an upload gives its size back (`forget_upload`).
 
 Locks: the user's row, last in each of these transactions (after the task's, or the job's):
 one order for every writer, so none waits on another in a cycle.
@@ -105,6 +105,31 @@ async def correct_upload(conn: Connection, user_id: str, sha256: str, size: int)
             user_id,
             size - int(old),
         )
+
+
+async def upload_size(conn: Connection, user_id: str, sha256: str) -> int | None:
+    """The size counted for user `user_id`'s upload of `sha256` (None: none recorded)."""
+    size = await conn.fetchval(
+        "SELECT size FROM uploads WHERE user_id = $1 AND sha256 = $2", user_id, sha256
+    )
+    return None if size is None else int(size)
+
+
+async def forget_upload(conn: Connection, user_id: str, sha256: str) -> int:
+    """User `user_id` deleted their upload of `sha256`: its record goes and its bytes leave
+    their count, in the caller's transaction (idempotent: 0 once forgotten); how many. Locks:
+    the upload's row and the user's."""
+    size = await conn.fetchval(
+        "DELETE FROM uploads WHERE user_id = $1 AND sha256 = $2 RETURNING size", user_id, sha256
+    )
+    if size is None:
+        return 0
+    await conn.execute(
+        "UPDATE users SET stored_bytes = greatest(0, stored_bytes - $2) WHERE id = $1",
+        user_id,
+        int(size),
+    )
+    return int(size)
 
 
 async def give_back_job(conn: Connection, job_id: str) -> int:

@@ -127,6 +127,8 @@ MATRIX: Final[dict[Key, Row]] = {
     ("GET", "/tasks/{task_id}/outputs/{name}"): Row(200, output=True),
     # this api's store is a directory, which signs no upload links: past the token, a 409
     ("POST", "/uploads"): Row(409, body={"sha256": "0" * 64, "size": 1}),
+    # a user deletes only their own uploads, and nobody uploaded this one: past the token, a 404
+    ("DELETE", "/uploads/{sha256}"): Row(404),
 }
 
 
@@ -244,6 +246,7 @@ class RouteCall:
             "name": "out.txt",
             "user_name": someone.name,
             "token_id": users_repo.token_id(users_repo.hash_token(token)),
+            "sha256": "0" * 64,
         }
 
     async def call(self, headers: dict[str, str], ids: dict[str, str]) -> httpx.Response:

@@ -4,6 +4,7 @@ operator's `vigil users quota`, and plain HTTP submissions refused (409, naming 
 and the limit) while the user's stored bytes are at their quota."""
 
 import asyncio
+import hashlib
 import os
 import uuid
 from pathlib import Path
@@ -11,10 +12,12 @@ from typing import Any
 
 import pytest
 
+from shared.objects import ObjectNotFound
 from tests.installed_cli import Ran, run_vigil
 from tests.integration.object_stores import StoreAt, store_at
 from tests.integration.served_api import Served, served_api
 from tests.integration.test_api_harness import Caller
+from vigil import Client
 
 pytestmark = pytest.mark.integration
 
@@ -106,3 +109,42 @@ async def test_a_user_at_their_quota_is_refused_uploads_and_jobs_with_outputs__n
     assert lifted.exit_code == 0, lifted.stderr
     assert "stores 9 MiB of no quota" in lifted.stdout
     assert lifted_outputs.status_code == 201, lifted_outputs.text
+
+
+async def test_a_user_deletes_an_upload__its_bytes_leave_the_store_and_their_quota(
+    request: pytest.FixtureRequest,
+    session_database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store: StoreAt = store_at("s3", request, tmp_path, monkeypatch)
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(9 * MIB))
+    sha = hashlib.sha256(big.read_bytes()).hexdigest()
+    namespace = f"quota-{uuid.uuid4().hex[:8]}"
+    try:
+        async with served_api(session_database_url, namespace, **store.settings()) as served:
+            uploaded = await _submit_with(served, tmp_path, big)
+            before = await _user_row(served)
+            token = served.user.headers["Authorization"].removeprefix("Bearer ")
+            with Client(served.base_url, token) as vigil:  # as a script deletes it
+                await asyncio.to_thread(vigil.delete_upload, sha)
+            async with served.client(served.user) as client:
+                again = await client.delete(f"/uploads/{sha}")
+                malformed = await client.delete("/uploads/XYZ")
+            async with served.client(served.other) as client:
+                not_theirs = await client.delete(f"/uploads/{sha}")
+            after = await _user_row(served)
+        key = f"files/{served.user.user.id}/{sha}"
+        with pytest.raises(ObjectNotFound):
+            await store.store.head(key)
+    finally:
+        await store.store.close()
+
+    assert uploaded.exit_code == 0, uploaded.stderr
+    assert before["stored_bytes"] == 9 * MIB
+    assert after["stored_bytes"] == 0
+    assert again.status_code == 404, again.text
+    assert again.json()["detail"] == f"you uploaded no file of sha256 {sha}"
+    assert not_theirs.status_code == 404, not_theirs.text
+    assert malformed.status_code == 422, malformed.text

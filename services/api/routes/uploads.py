@@ -5,19 +5,22 @@ the client holds the store's credentials. The bytes are checked against the sha2
 stages them in (`services/worker/stage_in.py`): a client that uploads other bytes under that
 key fails its own tasks, nobody else's.
 
+A user deletes an upload of theirs with `DELETE /uploads/{sha256}`.
+
 Each upload counts against the user's quota of stored bytes (`shared/store/quota_repo.py`)
 from the moment it is handed out, by the size the client gives, once per sha256; the size the
 store holds replaces it when the api sees the object (here, or when a job names it).
 """
 
 import logging
+from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, HTTPException, Path, status
 
 from services.api.deps import AUTH_RESPONSES, ObjectStoreDep, PoolDep, SettingsDep, SubmittingUser
 from services.api.schemas.uploads import UploadPublic, UploadRequest
 from shared.domain import store_quota
-from shared.domain.errors import Conflict
+from shared.domain.errors import Conflict, NotFound
 from shared.domain.store_quota import OverQuota
 from shared.objects import ObjectNotFound, ObjectStoreError
 from shared.objects.keys import upload_key
@@ -89,3 +92,47 @@ async def _count(pool: Pool, user_id: str, sha256: str, size: int, default: int)
             await quota_repo.record_upload(conn, user_id, sha256, size, default)
     except OverQuota as refused:
         raise Conflict(str(refused), next_step=store_quota.NEXT_STEP) from None
+
+
+Sha256Path = Annotated[
+    str, Path(pattern=r"^[0-9a-f]{64}$", description="The file's sha256 (64 lowercase hex digits).")
+]
+
+
+@router.delete(
+    "/uploads/{sha256}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses={
+        404: {"description": "The user uploaded no file of that sha256."},
+        503: {"description": "The store cannot be reached."},
+    },
+)
+async def delete_upload(
+    user: SubmittingUser, sha256: Sha256Path, store: ObjectStoreDep, pool: PoolDep
+) -> None:
+    """Delete the caller's upload of `sha256` from the store: 204, and its bytes no longer
+    count against their quota. A task that names it afterwards fails its setup (the object is
+    not in the store). 404 when they uploaded no such file; 503 when the store cannot be
+    reached (nothing changes then: try again)."""
+    key = upload_key(user.id, sha256)
+    async with pool.acquire() as conn:
+        recorded = await quota_repo.upload_size(conn, user.id, sha256)
+    try:
+        if recorded is None:
+            await store.head(key)  # one uploaded before uploads were counted
+        await store.delete([key])
+    except ObjectNotFound:
+        raise NotFound(f"you uploaded no file of sha256 {sha256}") from None
+    except ObjectStoreError as exc:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            detail=f"the store cannot be reached: {exc}; try again later",
+        ) from exc
+    async with pool.acquire() as conn, conn.transaction():
+        given = await quota_repo.forget_upload(conn, user.id, sha256)
+    logger.info(
+        "upload of %s deleted (%d bytes given back)",
+        key,
+        given,
+        extra={"action": "delete_upload", "user": user.name},
+    )
