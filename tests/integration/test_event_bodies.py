@@ -162,7 +162,7 @@ async def test_every_event_body_has_the_fields_and_types_the_contract_promises(
         held = await tasks_repo.get(conn, t1.id)
         assert held is not None
         path = (TaskState.NEW, TaskState.SETTING_UP, TaskState.QUEUED)
-        moved = await tasks_repo.Advance(held, claim, path, changes={"host": host}).apply(conn)
+        moved = await tasks_repo.Steps(path, changes={"host": host}).of(held, claim).apply(conn)
         assert moved is not None
         async with conn.transaction():  # a cancel: task.terminated x3
             await tasks_repo.cancel_job(conn, job.id, "stopped by a test")
