@@ -236,6 +236,18 @@ class Taker:
 
     # -- what a claim names ------------------------------------------------------------------
 
+    async def claimed(
+        self,
+        message: RunStage,
+        refuse: Callable[[tasks_repo.Task, jobs_repo.Job], str | None] | None,
+    ) -> tuple[tasks_repo.Task, jobs_repo.Job, int] | None:
+        """What the message's claim names (`read`) while it is still the task's and its setup
+        is not refused (`refused`); None otherwise."""
+        found = await self.read(message)
+        if found is None or found[0].claim != message.claim:
+            return None
+        return None if await self.refused(found[0], found[1], message, refuse) else found
+
     async def read(self, message: RunStage) -> tuple[tasks_repo.Task, jobs_repo.Job, int] | None:
         """The message's task, its job and its input's cluster starts before: known from the
         message (`_known`) or read; None when there is no such task."""

@@ -1,16 +1,14 @@
 """A task this worker holds, from its take to its finish, and every move it makes under its
 claim, the take first (the held task's one owner in the worker).
 
-A `Tenure` is made for a work message (`taking`), which writes its take (`take`: the writes
-are `claims.Taker`'s) or, for a setup folded into the `on_cpu` move, leaves it promised
-(`claims.Hold`): written with that move, or first on any other path (`durable`). It acks its
-message once the take is written, or found stale. The stage machine (`stages.py`, `runs.py`)
-then asks it for each step: `advance` (a successful move in one statement, committed with
-the moves of other tasks that overlap it), `finish` (the attempt closed and the task moved,
-in one transaction; a late report kept on its attempt), `on_cpu`, `queue`, `release`,
-`fail`, `abandon`. Every one is a compare-and-set fenced by the claim: if anyone else moved
-the task (cancelled, declared lost), it fails with `StaleState` (or changes nothing), and the
-worker lets go.
+A `Tenure` is made for a work message (`taking`); it writes its take (the writes are
+`claims.Taker`'s) or, for a setup folded into the `on_cpu` move, holds it promised
+(`claims.Hold`) until that move or any other write, and acks its message once the take is
+written or found stale. The stage machine (`stages.py`, `runs.py`) then asks it for each step
+(`advance`: one statement, batched with other tasks' moves; `finish`: the attempt closed and
+the task moved in one transaction; `on_cpu`, `queue`, `release`, `fail`, `abandon`). Each is
+a compare-and-set fenced by the claim: if anyone else moved the task, it fails with
+`StaleState` (or changes nothing), and the worker lets go.
 """
 
 import asyncio
@@ -124,12 +122,8 @@ class Tenure:
         any other path, is written first: `durable`). With `refuse` saying why for a new task
         (this host can never run it), its claim is given back untaken, for the scheduler to
         place it again, and None returned."""
-        found = await taker.read(message)
-        if (
-            found is None
-            or found[0].claim != message.claim
-            or await taker.refused(found[0], found[1], message, refuse)
-        ):
+        found = await taker.claimed(message, refuse)
+        if found is None:
             if ack is not None:
                 await ack()
             return None
