@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from services.worker import claims
+from services.worker import stage_in
 from tests.integration.test_api_harness import Api, Caller, running_api
 
 pytestmark = pytest.mark.integration
@@ -80,10 +80,10 @@ async def test_the_worker_links_nothing_of_another_owners_task(api: Api) -> None
         theirs,
     )
     async with api.pool.acquire() as conn:
-        as_theirs, theirs_placed = await claims._resolve_input(
+        as_theirs, theirs_placed = await stage_in.resolve_input(
             conn, {"upstream_task": theirs}, api.other.user.id, Path("/work/j-1/t-1")
         )
-        as_mine, mine_placed = await claims._resolve_input(
+        as_mine, mine_placed = await stage_in.resolve_input(
             conn,
             {"upstream_task": theirs, "outputs": {"x": "/etc/passwd"}},
             api.user.user.id,
