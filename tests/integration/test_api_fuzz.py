@@ -106,6 +106,8 @@ def _describe(exc: BaseException) -> str:
     return text
 
 
+#: Every operation twice, EXAMPLES cases each: about a minute alone, more on loaded cores.
+@pytest.mark.timeout(300)
 def test_when_any_request_is_made__the_answer_is_documented_and_never_a_server_error(
     fuzzed_app: Any,
 ) -> None:

@@ -63,17 +63,19 @@ async def _runner_on(
         database_url, namespace, work_root, default=True, **(store.settings() | more)
     )
     redis = Redis.from_url(REDIS_URL)
-    async with (
-        signer_of(store, pool, namespace),
-        open_broker(AMQP_URL, Topology(namespace), name="test-stage-in") as broker,
-    ):
-        launcher = _default_launcher(settings, pool)
-        made = _runner(settings, pool, broker, redis, launcher=launcher)
-        yield made
-        await made.background_done()
-        await made.writer.nudged()
-        await made.stores.close()
-    await redis.aclose()
+    try:
+        async with (
+            signer_of(store, pool, namespace),
+            open_broker(AMQP_URL, Topology(namespace), name="test-stage-in") as broker,
+        ):
+            launcher = _default_launcher(settings, pool)
+            made = _runner(settings, pool, broker, redis, launcher=launcher)
+            yield made
+            await made.background_done()
+            await made.writer.nudged()
+            await made.stores.close()
+    finally:
+        await redis.aclose()
 
 
 @pytest.fixture

@@ -73,9 +73,15 @@ async def runner(
 ) -> AsyncIterator[StageRunner]:
     settings = _settings(session_database_url, namespace, tmp_path, worker_slots=2)
     redis = Redis.from_url(REDIS_URL)
-    async with open_broker(AMQP_URL, Topology(namespace), name="test-stages") as broker:
-        yield _runner(settings, pool, broker, redis)
-    await redis.aclose()
+    try:
+        async with open_broker(AMQP_URL, Topology(namespace), name="test-stages") as broker:
+            made = _runner(settings, pool, broker, redis)
+            yield made
+            # its hand-overs to the supervisor use Redis: done before the client closes, else
+            # one reconnects it after, and the socket outlives the test's loop
+            await made.background_done()
+    finally:
+        await redis.aclose()
 
 
 async def _claimed(pool: db.Pool, command: str, **policy: Any) -> RunStage:
