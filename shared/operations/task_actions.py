@@ -8,8 +8,11 @@ Hooks are not run here: an action state (`recover_cluster`, `restart_setup`...) 
 the scheduler, which dispatches it to the task's host.
 """
 
+import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
+
+import asyncpg
 
 from shared.domain.actions import JobAction, Plan, TaskAction, plan, targets
 from shared.domain.errors import Conflict, NotFound, StaleState
@@ -19,6 +22,13 @@ from shared.messaging.topology import supervise_key
 from shared.operations import harvest, lineage, stop_guard
 from shared.store import attempts_repo, jobs_repo, outbox, prerequisites_repo, tasks_repo
 from shared.store.db import Connection
+
+logger = logging.getLogger(__name__)
+
+#: Tries of a job action that PostgreSQL aborts to let a concurrent writer through (a deadlock,
+#: e.g. a cancel of a running job's tasks and a planning round claiming some of them in
+#: another order): nothing was written, so it is tried again, whole.
+JOB_ACTION_TRIES: Final = 3
 
 S = TaskState
 
@@ -162,9 +172,36 @@ async def apply_to_job(
     max_in_flight: int | None = None,
     release_per_tick: int | None = None,
 ) -> jobs_repo.Job:
-    """Apply a job action; raises `NotFound` or `Conflict`. One transaction. A purge only
+    """Apply a job action; raises `NotFound` or `Conflict`. One transaction, tried again
+    (up to `JOB_ACTION_TRIES` in all) when PostgreSQL aborts it for a deadlock. A purge only
     marks the job purged here: the caller clears its data once this committed
     (`harvest.clear_purged`, in batches)."""
+    for tries_left in reversed(range(JOB_ACTION_TRIES)):
+        try:
+            return await _apply_to_job_once(
+                conn,
+                job_id,
+                action,
+                actor,
+                max_in_flight=max_in_flight,
+                release_per_tick=release_per_tick,
+            )
+        except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
+            if not tries_left:
+                raise
+            logger.info("%s of job %s lost a race, tried again: %s", action.value, job_id, exc)
+    raise AssertionError("unreachable")
+
+
+async def _apply_to_job_once(
+    conn: Connection,
+    job_id: str,
+    action: JobAction,
+    actor: str,
+    *,
+    max_in_flight: int | None,
+    release_per_tick: int | None,
+) -> jobs_repo.Job:
     async with conn.transaction():
         await stop_guard.share(conn)  # first: it may resume or reopen the job (see stop_guard)
         state = await jobs_repo.lock_state(conn, job_id)

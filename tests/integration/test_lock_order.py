@@ -115,3 +115,43 @@ async def test_bulk_actions_triage_finaliser_and_cancel_racing_on_one_job_never_
             )
         assert job is not None and job.state is JobState.CANCELLED
         assert {TaskState(r["state"]) for r in states} <= TERMINAL, states
+
+
+async def test_a_cancel_that_loses_a_deadlock_is_tried_again_and_cancels_the_job(
+    session_database_url: str,
+) -> None:
+    # given: a running job whose task a concurrent writer holds (as a planning round's claim
+    # does, in its own order); that writer waits for the job's row only after the cancel
+    # holds it and waits for the task, and lets PostgreSQL pick the cancel as the victim
+    name = f"deadlock-{uuid.uuid4().hex[:8]}"
+    async with open_pool(session_database_url, max_size=4) as pool:
+        async with pool.acquire() as conn:
+            operator = await users_repo.ensure_user(conn, f"op-{name}", "operator", "x")
+            job, _ = await jobs_repo.create(conn, operator.id, NewJob(name, "shell", "true", ["a"]))
+            [task_id] = [
+                r["id"] for r in await conn.fetch("SELECT id FROM tasks WHERE job_id = $1", job.id)
+            ]
+        async with pool.acquire() as writer, pool.acquire() as cancelling:
+            cancel_pid = cancelling.get_server_pid()
+            held = writer.transaction()
+            await held.start()
+            await writer.execute("SET LOCAL deadlock_timeout = '60s'")
+            await writer.execute("UPDATE tasks SET updated_at = now() WHERE id = $1", task_id)
+
+            # when: the operator cancels the job meanwhile
+            cancel = asyncio.create_task(
+                task_actions.apply_to_job(cancelling, job.id, JobAction.CANCEL, "operator")
+            )
+            async with asyncio.timeout(30):
+                while not await writer.fetchval(  # noqa: ASYNC110
+                    "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1",
+                    cancel_pid,
+                ):
+                    await asyncio.sleep(0.05)  # no event says that a backend waits on a lock
+            await writer.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", job.id)
+            await held.commit()
+
+            # then: PostgreSQL aborted the cancel's first try, and the next one cancelled it
+            async with asyncio.timeout(30):
+                cancelled = await cancel
+    assert cancelled.state is JobState.CANCELLED

@@ -344,7 +344,11 @@ async def default_runner(
     redis = Redis.from_url(REDIS_URL)
     try:
         async with open_broker(AMQP_URL, Topology(namespace), name="test-stages") as broker:
-            yield _runner(settings, pool, broker, redis, launcher=_default_launcher(settings, pool))
+            made = _runner(
+                settings, pool, broker, redis, launcher=_default_launcher(settings, pool)
+            )
+            yield made
+            await made.background_done()  # its hand-overs use Redis (see `runner`)
     finally:
         await redis.aclose()
 
